@@ -1,0 +1,37 @@
+# Cove's build. `make gen` regenerates the committed protobuf/Connect code with pinned tools.
+GO        ?= go
+BIN       := $(CURDIR)/bin
+BUF_VER   := v1.50.0
+PGG_VER   := v1.36.12
+PGC_VER   := v1.21.1
+LDFLAGS   := -s -w
+export CGO_ENABLED ?= 0
+
+.PHONY: build gen tools test test-short vet bench clean
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/cove ./cmd/cove
+
+tools:
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VER)
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PGG_VER)
+	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PGC_VER)
+
+gen: tools
+	rm -rf gen/process gen/filesystem
+	PATH=$(BIN):$$PATH $(BIN)/buf generate
+
+vet:
+	$(GO) vet ./...
+
+test: build vet
+	$(GO) test -count=1 ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+bench: build
+	$(GO) run ./bench/envd
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,14 @@
+package main
+
+import "github.com/spf13/cobra"
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "cove",
+		Short:         "Cove: self-hosted, E2B-compatible sandboxes whose every command, cancel and kill can be explained",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newEnvdCmd())
+	return root
+}

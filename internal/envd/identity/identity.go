@@ -1,0 +1,183 @@
+// Package identity decides who a call in envd acts as and with which environment: the user
+// named by the call (Basic auth on RPC, ?username= on /files) or the sandbox's default, and
+// the defaults that POST /init sets (env vars, user, workdir, access token).
+package identity
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ErrUnknownUser is returned for a user name the sandbox does not have.
+var ErrUnknownUser = errors.New("unknown user")
+
+// ErrForbiddenUser is returned when envd, not running as root, is asked to act as another user.
+var ErrForbiddenUser = errors.New("cannot act as another user")
+
+// User is a sandbox account a call acts as.
+type User struct {
+	Name   string
+	UID    int
+	GID    int
+	Groups []uint32
+	Home   string
+}
+
+// Lookup returns the account named name.
+func Lookup(name string) (*User, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q", ErrUnknownUser, name)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	out := &User{Name: u.Username, UID: uid, GID: gid, Home: u.HomeDir}
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				out.Groups = append(out.Groups, uint32(n))
+			}
+		}
+	}
+	if out.Home == "" {
+		out.Home = "/"
+	}
+	if uid != os.Geteuid() && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: envd runs as uid %d, not root, and %q is uid %d", ErrForbiddenUser, os.Geteuid(), name, uid)
+	}
+	return out, nil
+}
+
+// IsSelf reports whether u is the account envd runs as, so no credential switch is needed.
+func (u *User) IsSelf() bool { return u.UID == os.Geteuid() && u.GID == os.Getegid() }
+
+// ResolvePath turns a path a client sent into an absolute, clean one: "~" and "~/x" expand to
+// the user's home, and a relative path is taken from the home directory, as E2B's envd does.
+func (u *User) ResolvePath(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("empty path")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errors.New("path contains a NUL byte")
+	}
+	switch {
+	case p == "~":
+		p = u.Home
+	case strings.HasPrefix(p, "~/"):
+		p = filepath.Join(u.Home, p[2:])
+	case !filepath.IsAbs(p):
+		p = filepath.Join(u.Home, p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// Defaults are the sandbox-wide settings POST /init sets. The zero value is ready to use.
+type Defaults struct {
+	mu          sync.RWMutex
+	envVars     map[string]string
+	user        string
+	workdir     string
+	accessToken string
+}
+
+// Snapshot is a copy of the Defaults at one moment.
+type Snapshot struct {
+	EnvVars     map[string]string
+	User        string
+	Workdir     string
+	AccessToken string
+}
+
+// Get returns a copy of the current defaults.
+func (d *Defaults) Get() Snapshot {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	env := make(map[string]string, len(d.envVars))
+	for k, v := range d.envVars {
+		env[k] = v
+	}
+	return Snapshot{EnvVars: env, User: d.user, Workdir: d.workdir, AccessToken: d.accessToken}
+}
+
+// Update merges the given settings: env vars are added or replaced, and a non-nil string
+// replaces its setting.
+func (d *Defaults) Update(env map[string]string, user, workdir, accessToken *string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.envVars == nil {
+		d.envVars = map[string]string{}
+	}
+	for k, v := range env {
+		d.envVars[k] = v
+	}
+	if user != nil {
+		d.user = *user
+	}
+	if workdir != nil {
+		d.workdir = *workdir
+	}
+	if accessToken != nil {
+		d.accessToken = *accessToken
+	}
+}
+
+// AccessToken returns the token every call must carry, or "" when none is required.
+func (d *Defaults) AccessToken() string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.accessToken
+}
+
+// DefaultUserName is the account used when neither the call nor /init names one: the
+// sandbox's "user" when it exists (as in E2B templates), otherwise envd's own account.
+func (d *Defaults) DefaultUserName() string {
+	d.mu.RLock()
+	name := d.user
+	d.mu.RUnlock()
+	if name != "" {
+		return name
+	}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("user"); err == nil {
+			return "user"
+		}
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "root"
+}
+
+// FromBasicAuth returns the user named in an "Authorization: Basic base64(user:)" header, or
+// the default user when the header is absent.
+func (d *Defaults) FromBasicAuth(h http.Header) (*User, error) {
+	name := ""
+	if auth := h.Get("Authorization"); auth != "" {
+		const prefix = "Basic "
+		if !strings.HasPrefix(auth, prefix) {
+			return nil, fmt.Errorf("%w: Authorization must be Basic base64(user:)", ErrUnknownUser)
+		}
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(auth[len(prefix):]))
+		if err != nil {
+			return nil, fmt.Errorf("%w: Authorization is not valid base64", ErrUnknownUser)
+		}
+		name, _, _ = strings.Cut(string(raw), ":")
+	}
+	return d.ByName(name)
+}
+
+// ByName returns the user named name, or the default user when name is "".
+func (d *Defaults) ByName(name string) (*User, error) {
+	if name == "" {
+		name = d.DefaultUserName()
+	}
+	return Lookup(name)
+}
