@@ -1,16 +1,61 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/envd"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 func newEnvdCmd() *cobra.Command {
+	var (
+		addr      string
+		maxMsg    int
+		keepEnded time.Duration
+		subreaper bool
+		logLevel  string
+	)
 	cmd := &cobra.Command{
 		Use:   "envd",
 		Short: "Run the in-sandbox daemon (E2B envd wire protocol)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return nil
+		Long: `envd serves process.Process and filesystem.Filesystem (Connect, gRPC and gRPC-Web)
+and HTTP /files, /health, /metrics, /envs and /init. It logs JSON lines to stderr.
+Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			logger := telemetry.NewLogger(os.Stderr, level).With("service", "envd")
+			reap := os.Getpid() == 1
+			if subreaper && !reap {
+				if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+					return fmt.Errorf("--subreaper: %w", err)
+				}
+				reap = true
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listen %s: %w", addr, err)
+			}
+			srv := envd.New(envd.Config{Logger: logger, MaxMessageBytes: maxMsg, KeepEnded: keepEnded, Reap: reap})
+			logger.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid(), "reap", reap)
+			return srv.Serve(cmd.Context(), ln)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "0.0.0.0:49983", "address to listen on")
+	f.IntVar(&maxMsg, "max-message-bytes", envd.DefaultMaxMessageBytes, "largest Connect message accepted")
+	f.DurationVar(&keepEnded, "keep-ended", 30*time.Second, "how long an exited process's end event stays available to Connect")
+	f.BoolVar(&subreaper, "subreaper", false, "become a child subreaper and reap orphans (automatic as PID 1)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

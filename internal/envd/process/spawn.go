@@ -1,0 +1,299 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/internal/envd/fault"
+	"github.com/cove-dev/cove/internal/envd/identity"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// pipeSize is the kernel buffer asked for each output pipe: fewer wake-ups at high volume.
+const pipeSize = 1 << 20
+
+// spawn starts the process a StartRequest describes, with sub already attached so that no
+// output is lost, and registers it in the table.
+func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.User, sub *subscriber) (*proc, error) {
+	cfg := req.GetProcess()
+	if cfg == nil || cfg.GetCmd() == "" {
+		return nil, fmt.Errorf("%w: process.cmd is required", fault.ErrInvalid)
+	}
+	defaults := s.defaults.Get()
+
+	env := buildEnv(u, defaults.EnvVars, cfg.GetEnvs())
+	path, err := lookPath(cfg.GetCmd(), env)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := workdir(u, cfg.Cwd, defaults.Workdir)
+	if err != nil {
+		return nil, err
+	}
+
+	cmd := exec.Command(path, cfg.GetArgs()...)
+	cmd.Args[0] = cfg.GetCmd()
+	cmd.Env = env
+	cmd.Dir = cwd
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if !u.IsSelf() {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: u.Groups}
+	}
+
+	p := &proc{
+		tag:       req.GetTag(),
+		config:    cfg,
+		user:      u.Name,
+		requestID: telemetry.RequestID(ctx),
+		subs:      map[*subscriber]struct{}{sub: {}},
+		done:      make(chan struct{}),
+	}
+	if req.Tag != nil && !s.table.reserveTag(p.tag) {
+		return nil, fmt.Errorf("%w: a running process already has tag %q", fault.ErrExists, p.tag)
+	}
+
+	var childEnds []*os.File
+	startFn := func() (int, error) { // runs under the reaper's lock in PID 1 mode
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	}
+	if size := req.GetPty().GetSize(); req.Pty != nil {
+		ws := &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())}
+		if ws.Cols == 0 || ws.Rows == 0 {
+			ws.Cols, ws.Rows = 80, 24
+		}
+		startFn = func() (int, error) {
+			f, err := pty.StartWithSize(cmd, ws)
+			if err != nil {
+				return 0, err
+			}
+			p.pty = f
+			return cmd.Process.Pid, nil
+		}
+	} else {
+		cmd.SysProcAttr.Setpgid = true // signals reach the whole tree the command started
+		stdoutR, stdoutW, err := pipe()
+		if err != nil {
+			return nil, s.unreserve(p, err)
+		}
+		stderrR, stderrW, err := pipe()
+		if err != nil {
+			closeAll(stdoutR, stdoutW)
+			return nil, s.unreserve(p, err)
+		}
+		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+		p.outs = []*os.File{stdoutR, stderrR}
+		childEnds = []*os.File{stdoutW, stderrW}
+		if req.Stdin == nil || req.GetStdin() {
+			stdinR, stdinW, err := os.Pipe()
+			if err != nil {
+				closeAll(stdoutR, stdoutW, stderrR, stderrW)
+				return nil, s.unreserve(p, err)
+			}
+			cmd.Stdin = stdinR
+			p.stdin = stdinW
+			childEnds = append(childEnds, stdinR)
+		}
+	}
+
+	pid, exited, err := s.reaper.start(startFn)
+	closeAll(childEnds...)
+	if err != nil {
+		closeAll(p.outs...)
+		closeAll(p.stdin)
+		return nil, s.unreserve(p, fmt.Errorf("start %s: %w", cfg.GetCmd(), startError(err)))
+	}
+	p.pid = pid
+	p.started = time.Now()
+	_ = cmd.Process.Release() // the reaper owns the wait
+	if p.pty != nil {
+		p.outs = []*os.File{p.pty}
+	}
+	s.table.add(p)
+
+	envNames := make([]string, 0, len(cfg.GetEnvs()))
+	for k := range cfg.GetEnvs() {
+		envNames = append(envNames, k)
+	}
+	sort.Strings(envNames)
+	telemetry.Logger(ctx).Info("process start",
+		telemetry.KeyPID, pid, "process.command", cfg.GetCmd(), "process.args_count", len(cfg.GetArgs()),
+		"process.tag", p.tag, "process.user", u.Name, "process.cwd", cwd, "process.pty", p.pty != nil,
+		"process.env_names", envNames)
+
+	var pumps sync.WaitGroup
+	if p.pty != nil {
+		pumps.Add(1)
+		go p.pump(p.pty, func(b []byte) *pb.ProcessEvent_DataEvent {
+			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
+		}, &p.stdoutBytes, &pumps)
+	} else {
+		pumps.Add(2)
+		go p.pump(p.outs[0], func(b []byte) *pb.ProcessEvent_DataEvent {
+			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+		}, &p.stdoutBytes, &pumps)
+		go p.pump(p.outs[1], func(b []byte) *pb.ProcessEvent_DataEvent {
+			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
+		}, &p.stderrBytes, &pumps)
+	}
+	logger := telemetry.Logger(ctx)
+	go func() {
+		ex := <-exited
+		p.finish(ex, &pumps)
+		s.logProcessEnd(logger, p, ex)
+		s.table.retire(p, s.keepEnded)
+	}()
+	return p, nil
+}
+
+func (s *Service) unreserve(p *proc, err error) error {
+	if p.tag != "" {
+		s.table.releaseTag(p.tag)
+	}
+	return err
+}
+
+func (s *Service) logProcessEnd(logger interface {
+	Info(string, ...any)
+}, p *proc, ex exit) {
+	attrs := []any{
+		telemetry.KeyPID, p.pid, "process.tag", p.tag,
+		"process.exited", ex.Exited, "process.status", ex.Text,
+		"duration_ms", time.Since(p.started).Milliseconds(),
+		"process.stdout_bytes", p.stdoutBytes.Load(), "process.stderr_bytes", p.stderrBytes.Load(),
+		"process.cpu_user_ms", time.Duration(ex.Rusage.Utime.Nano()).Milliseconds(),
+		"process.cpu_system_ms", time.Duration(ex.Rusage.Stime.Nano()).Milliseconds(),
+		"process.max_rss_kib", ex.Rusage.Maxrss,
+	}
+	if ex.Exited {
+		attrs = append(attrs, telemetry.KeyExitCode, ex.Code)
+	} else {
+		attrs = append(attrs, telemetry.KeySignal, unix.SignalName(ex.Signal))
+		p.mu.Lock()
+		if p.signal.requestID != "" {
+			attrs = append(attrs, "signal.request_id", p.signal.requestID, "signal.sent", p.signal.name)
+		}
+		p.mu.Unlock()
+	}
+	logger.Info("process end", attrs...)
+}
+
+// buildEnv layers the environment as E2B does: PATH, HOME, USER, LOGNAME, then the sandbox's
+// env vars, then the request's.
+func buildEnv(u *identity.User, sandbox, request map[string]string) []string {
+	vars := map[string]string{"PATH": defaultPATH, "HOME": u.Home, "USER": u.Name, "LOGNAME": u.Name}
+	for k, v := range sandbox {
+		vars[k] = v
+	}
+	for k, v := range request {
+		vars[k] = v
+	}
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+// lookPath finds name in the PATH of the process's own environment, not envd's.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		if isExecutable(name) {
+			return name, nil
+		}
+		return "", fmt.Errorf("%w: command %q is not an executable file", fault.ErrNotFound, name)
+	}
+	path := defaultPATH
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		if full := filepath.Join(dir, name); isExecutable(full) {
+			return full, nil
+		}
+	}
+	return "", fmt.Errorf("%w: command %q not found in PATH", fault.ErrNotFound, name)
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// workdir picks the process's cwd: the request's (relative to home), else the sandbox
+// default, else the user's home; it must be an existing directory.
+func workdir(u *identity.User, requested *string, sandboxDefault string) (string, error) {
+	dir := u.Home
+	if requested != nil && *requested != "" {
+		d, err := u.ResolvePath(*requested)
+		if err != nil {
+			return "", fmt.Errorf("%w: cwd: %v", fault.ErrInvalid, err)
+		}
+		dir = d
+	} else if sandboxDefault != "" {
+		dir = sandboxDefault
+	}
+	st, err := os.Stat(dir)
+	if err != nil && dir == u.Home && (requested == nil || *requested == "") && sandboxDefault == "" {
+		return "/", nil // an account whose home does not exist (nobody's /nonexistent) runs in /
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: cwd %q does not exist", fault.ErrInvalid, dir)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%w: cwd %q is not a directory", fault.ErrInvalid, dir)
+	}
+	return dir, nil
+}
+
+func pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Not r.Fd(): that would switch the pipe to blocking mode and disable read deadlines.
+	if rc, err := r.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+	}
+	return r, w, nil
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+func startError(err error) error {
+	switch {
+	case os.IsPermission(err):
+		return fmt.Errorf("%w: %v", fault.ErrPermission, err)
+	case os.IsNotExist(err):
+		return fmt.Errorf("%w: %v", fault.ErrNotFound, err)
+	}
+	return err
+}
