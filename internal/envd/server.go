@@ -92,7 +92,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /envs", s.serveEnvs)
 	mux.HandleFunc("POST /init", s.serveInit)
-	s.handler = s.withLogger(telemetry.RequestIDMiddleware(s.accessLog(s.requireToken(mux))))
+	s.handler = s.withLogger(telemetry.RequestIDMiddleware(withErrorRequestID(s.accessLog(s.requireToken(mux)))))
 	return s
 }
 
