@@ -543,7 +543,7 @@ func TestPTYSessionWithInputAndResize(t *testing.T) {
 	t.Parallel()
 	h := start(t)
 	req := connect.NewRequest(&pb.StartRequest{
-		Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-i"}, Envs: map[string]string{"TERM": "xterm", "PS1": "$ "}},
+		Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"--norc", "--noprofile", "-i"}, Envs: map[string]string{"TERM": "xterm", "PS1": "$ "}},
 		Pty:     &pb.PTY{Size: &pb.PTY_Size{Cols: 80, Rows: 24}},
 	})
 	stream, err := h.client().Start(context.Background(), req)

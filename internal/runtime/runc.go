@@ -1,0 +1,569 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config configures the runc driver. Zero fields take the defaults shown.
+type Config struct {
+	// DataDir holds one directory per sandbox: the OCI bundle (config.json), the overlay's
+	// upper and work directories and the mounted root. Required; it must be on a filesystem
+	// overlayfs accepts as an upper layer (ext4, xfs, tmpfs).
+	DataDir string
+	// RuncPath is the runc binary; "runc" in PATH by default.
+	RuncPath string
+	// RuncRoot is runc's state directory; /run/cove/runc by default.
+	RuncRoot string
+	// NetnsDir is where named network namespaces are pinned; /run/cove/netns by default.
+	NetnsDir string
+	// CgroupParent is the absolute cgroup path under which each sandbox gets <parent>/<id>;
+	// /cove by default. Absolute, so that limits do not nest under the server's own cgroup.
+	CgroupParent string
+	// NoSeccomp leaves out the seccomp profile (for runc binaries built without libseccomp).
+	NoSeccomp bool
+}
+
+// Runc is the default Runtime: it writes an OCI bundle per sandbox and drives the runc CLI,
+// the way containerd does. Cove owns what surrounds runc: the overlay root, the named network
+// namespace, the absolute cgroup path and the init's stdio pipes.
+//
+// A Runc makes its process a child subreaper (PR_SET_CHILD_SUBREAPER), so each sandbox's init
+// becomes its child once runc exits: Runc reaps it, learns its exit status and leaves no zombie.
+type Runc struct {
+	cfg     Config
+	seccomp bool
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	locks     map[string]*idLock
+}
+
+type sandbox struct {
+	id      string
+	pid     int
+	network Network
+	exited  chan struct{} // closed once init has been reaped
+	exit    Exit
+}
+
+type idLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+var _ Runtime = (*Runc)(nil)
+
+// NewRunc returns the runc driver, or an error naming what the machine lacks (see Detect).
+func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("%w: runc driver needs a data dir", ErrInvalid)
+	}
+	if cfg.RuncPath == "" {
+		cfg.RuncPath = "runc"
+	}
+	if cfg.RuncRoot == "" {
+		cfg.RuncRoot = "/run/cove/runc"
+	}
+	if cfg.NetnsDir == "" {
+		cfg.NetnsDir = "/run/cove/netns"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "/cove"
+	}
+	if !filepath.IsAbs(cfg.CgroupParent) {
+		return nil, fmt.Errorf("%w: cgroup parent %q must be absolute", ErrInvalid, cfg.CgroupParent)
+	}
+	host := Detect(ctx, cfg.RuncPath)
+	if err := host.Err(); err != nil {
+		return nil, fmt.Errorf("runc driver unavailable: %w", err)
+	}
+	cfg.RuncPath = host.Runc
+	var err error
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{cfg.DataDir, cfg.RuncRoot, cfg.NetnsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runc driver: %w", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("runc driver: become child subreaper: %w", err)
+	}
+	return &Runc{
+		cfg:       cfg,
+		seccomp:   host.Seccomp && !cfg.NoSeccomp,
+		sandboxes: map[string]*sandbox{},
+		locks:     map[string]*idLock{},
+	}, nil
+}
+
+func (r *Runc) dir(id string) string        { return filepath.Join(r.cfg.DataDir, id) }
+func (r *Runc) netnsPath(id string) string  { return filepath.Join(r.cfg.NetnsDir, id) }
+func (r *Runc) cgroupPath(id string) string { return filepath.Join(r.cfg.CgroupParent, id) }
+
+// NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`).
+func (r *Runc) NetnsPath(id string) string { return r.netnsPath(id) }
+
+// CgroupPath is the sandbox's absolute cgroup path, the same in every hierarchy.
+func (r *Runc) CgroupPath(id string) string { return r.cgroupPath(id) }
+
+// lock serialises operations on one sandbox id.
+func (r *Runc) lock(id string) (unlock func()) {
+	r.mu.Lock()
+	l := r.locks[id]
+	if l == nil {
+		l = &idLock{}
+		r.locks[id] = l
+	}
+	l.refs++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(r.locks, id)
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *Runc) get(id string) *sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sandboxes[id]
+}
+
+func validate(s Spec) error {
+	if err := ValidID(s.ID); err != nil {
+		return err
+	}
+	if len(s.Args) == 0 {
+		return fmt.Errorf("%w: %s: no init command", ErrInvalid, s.ID)
+	}
+	if !filepath.IsAbs(s.Rootfs) {
+		return fmt.Errorf("%w: %s: rootfs %q is not an absolute path", ErrInvalid, s.ID, s.Rootfs)
+	}
+	if fi, err := os.Stat(s.Rootfs); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: %s: rootfs %q is not a directory", ErrInvalid, s.ID, s.Rootfs)
+	}
+	switch s.Network {
+	case "", NetworkLoopback, NetworkHost:
+	default:
+		return fmt.Errorf("%w: %s: unknown network %q", ErrInvalid, s.ID, s.Network)
+	}
+	for _, b := range s.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+			return fmt.Errorf("%w: %s: bind %s:%s needs absolute paths", ErrInvalid, s.ID, b.Source, b.Target)
+		}
+		if _, err := os.Stat(b.Source); err != nil {
+			return fmt.Errorf("%w: %s: bind source: %v", ErrInvalid, s.ID, err)
+		}
+	}
+	return nil
+}
+
+// Create implements Runtime.
+func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
+	if err := validate(s); err != nil {
+		return nil, err
+	}
+	unlock := r.lock(s.ID)
+	defer unlock()
+	dir := r.dir(s.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
+		}
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := r.destroy(context.WithoutCancel(ctx), s.ID); derr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
+			}
+		}
+	}()
+
+	root := s.Rootfs
+	if !s.Direct {
+		root = filepath.Join(dir, "rootfs")
+		if err := mountOverlay(s.Rootfs, dir); err != nil {
+			return nil, fmt.Errorf("create %s: %w", s.ID, err)
+		}
+		if err := prepareRoot(root, s.ID); err != nil {
+			return nil, fmt.Errorf("create %s: prepare root: %w", s.ID, err)
+		}
+	}
+	netns := ""
+	if s.Network != NetworkHost {
+		netns = r.netnsPath(s.ID)
+		if err := createNetns(netns); err != nil {
+			return nil, fmt.Errorf("create %s: netns: %w", s.ID, err)
+		}
+	}
+	cfg, err := json.MarshalIndent(ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp), "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o600); err != nil {
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	logFile := filepath.Join(dir, "runc.log")
+	pidFile := filepath.Join(dir, "init.pid")
+	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, "--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json",
+		"create", "--bundle", dir, "--pid-file", pidFile, s.ID)
+	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
+	cmd.Stdout, cmd.Stderr = outW, errW
+	runErr := cmd.Run()
+	outW.Close()
+	errW.Close()
+	if runErr != nil {
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("create %s: runc create: %w: %s", s.ID, runErr, runcLogErrors(logFile))
+	}
+	pid, err := readPid(pidFile)
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, exited: make(chan struct{})}
+	if err := r.reap(sb); err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	r.mu.Lock()
+	r.sandboxes[s.ID] = sb
+	r.mu.Unlock()
+	return &Sandbox{ID: s.ID, Pid: pid, Stdout: outR, Stderr: errR}, nil
+}
+
+// reap waits for the sandbox's init in the background. The init is this process's child (we
+// are its subreaper), so waiting both yields the exit status and removes the zombie.
+func (r *Runc) reap(sb *sandbox) error {
+	proc, err := os.FindProcess(sb.pid)
+	if err != nil {
+		return fmt.Errorf("find init %d: %w", sb.pid, err)
+	}
+	cgroup := r.cgroupPath(sb.id)
+	go func() {
+		defer close(sb.exited)
+		st, err := proc.Wait()
+		sb.exit = Exit{Code: -1, At: time.Now(), OOMKilled: oomKills(cgroup) > 0}
+		if err != nil {
+			sb.exit.Signal = "unknown: " + err.Error()
+			return
+		}
+		ws := st.Sys().(syscall.WaitStatus)
+		switch {
+		case ws.Exited():
+			sb.exit.Code = ws.ExitStatus()
+		case ws.Signaled():
+			sb.exit.Signal = unix.SignalName(ws.Signal())
+		}
+	}()
+	return nil
+}
+
+func mountOverlay(lower, dir string) error {
+	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", merged, err)
+	}
+	return nil
+}
+
+// prepareRoot gives a fresh sandbox root a world-writable /tmp and an /etc/hosts naming it.
+// It works on the host's view of a root a template author controls, so it follows no symlink:
+// a /tmp or /etc/hosts that is one is replaced (in the upper layer), an /etc that is one refused.
+func prepareRoot(root, id string) error {
+	tmp := filepath.Join(root, "tmp")
+	if fi, err := os.Lstat(tmp); err == nil && !fi.IsDir() {
+		if err := os.Remove(tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(tmp, 0o1777); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+		return err
+	}
+	etc := filepath.Join(root, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if fi, err := os.Lstat(etc); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: the template's /etc is not a directory", ErrInvalid)
+	}
+	hostsPath := filepath.Join(etc, "hosts")
+	if fi, err := os.Lstat(hostsPath); err == nil && !fi.Mode().IsRegular() {
+		if err := os.Remove(hostsPath); err != nil {
+			return err
+		}
+	}
+	hosts := fmt.Sprintf("127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost ip6-loopback\n", id)
+	f, err := os.OpenFile(hostsPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(hosts)
+	return errors.Join(err, f.Close())
+}
+
+// Start implements Runtime.
+func (r *Runc) Start(ctx context.Context, id string) error {
+	unlock := r.lock(id)
+	defer unlock()
+	if _, err := r.runc(ctx, "start", id); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	return nil
+}
+
+// Freeze implements Runtime.
+func (r *Runc) Freeze(ctx context.Context, id string) error {
+	unlock := r.lock(id)
+	defer unlock()
+	if _, err := r.runc(ctx, "pause", id); err != nil {
+		return fmt.Errorf("freeze %s: %w", id, err)
+	}
+	return nil
+}
+
+// Thaw implements Runtime.
+func (r *Runc) Thaw(ctx context.Context, id string) error {
+	unlock := r.lock(id)
+	defer unlock()
+	if _, err := r.runc(ctx, "resume", id); err != nil {
+		return fmt.Errorf("thaw %s: %w", id, err)
+	}
+	return nil
+}
+
+// Wait implements Runtime.
+func (r *Runc) Wait(ctx context.Context, id string) (Exit, error) {
+	sb := r.get(id)
+	if sb == nil {
+		return Exit{}, fmt.Errorf("wait %s: %w", id, ErrNotFound)
+	}
+	select {
+	case <-sb.exited:
+		return sb.exit, nil
+	case <-ctx.Done():
+		return Exit{}, context.Cause(ctx)
+	}
+}
+
+// State implements Runtime.
+func (r *Runc) State(ctx context.Context, id string) (State, error) {
+	out, err := r.runc(ctx, "state", id)
+	if err != nil {
+		return StateUnknown, fmt.Errorf("state %s: %w", id, err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return StateUnknown, fmt.Errorf("state %s: %w", id, err)
+	}
+	switch s := State(st.Status); s {
+	case StateCreated, StateRunning, StatePaused, StateStopped:
+		return s, nil
+	}
+	return StateUnknown, nil
+}
+
+// Stats implements Runtime.
+func (r *Runc) Stats(ctx context.Context, id string) (Stats, error) {
+	s, err := readStats(r.cgroupPath(id))
+	if err != nil {
+		return s, fmt.Errorf("stats %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// Dial implements Runtime.
+func (r *Runc) Dial(ctx context.Context, id, network, address string) (net.Conn, error) {
+	if sb := r.get(id); sb != nil && sb.network == NetworkHost {
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}
+	c, err := dialInNetns(ctx, r.netnsPath(id), network, address)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s in %s: %w", address, id, err)
+	}
+	return c, nil
+}
+
+// Destroy implements Runtime.
+func (r *Runc) Destroy(ctx context.Context, id string) error {
+	if err := ValidID(id); err != nil {
+		return err
+	}
+	unlock := r.lock(id)
+	defer unlock()
+	return r.destroy(ctx, id)
+}
+
+// destroy tears a sandbox down from whatever state it is in, including half-created. Each step
+// tolerates its part being gone already, so destroy is idempotent and also cleans up after a
+// crashed server.
+func (r *Runc) destroy(ctx context.Context, id string) error {
+	var errs []error
+	// kill --all freezes, signals and thaws, so it also kills a frozen sandbox; init's death
+	// then takes the rest of its pid namespace with it.
+	if _, err := r.runc(ctx, "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
+		errs = append(errs, err)
+	}
+	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if sb := r.get(id); sb != nil {
+		select {
+		case <-sb.exited:
+		case <-time.After(5 * time.Second):
+			errs = append(errs, fmt.Errorf("init %d did not exit", sb.pid))
+		}
+		r.mu.Lock()
+		delete(r.sandboxes, id)
+		r.mu.Unlock()
+	}
+	if err := removeNetns(r.netnsPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	dir := r.dir(id)
+	mounted := false
+	if err := unmount(filepath.Join(dir, "rootfs")); err != nil {
+		errs = append(errs, err)
+		mounted = true
+	}
+	if err := removeCgroups(r.cgroupPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if !mounted {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// unmount unmounts path if something is mounted there, lazily if it is still busy.
+func unmount(path string) error {
+	err := unix.Unmount(path, 0)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(path, unix.MNT_DETACH)
+	}
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmount %s: %w", path, err)
+}
+
+// List returns the ids of sandboxes that have a directory under the data dir, including those
+// a previous server left behind, so that a starting server can destroy them.
+func (r *Runc) List(ctx context.Context) ([]string, error) {
+	entries, err := os.ReadDir(r.cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && ValidID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// runc runs one runc subcommand and returns its stdout; errors carry runc's stderr, and
+// ErrNotFound when the container does not exist.
+func (r *Runc) runc(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append([]string{"--root", r.cfg.RuncRoot}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "does not exist") {
+			return nil, fmt.Errorf("runc %s: %w", args[0], ErrNotFound)
+		}
+		return nil, fmt.Errorf("runc %s: %w: %s", args[0], err, msg)
+	}
+	return out, nil
+}
+
+func notRunning(err error) bool {
+	return strings.Contains(err.Error(), "not running") || strings.Contains(err.Error(), "stopped")
+}
+
+// runcLogErrors returns the error messages of a JSON runc log.
+func runcLogErrors(file string) string {
+	f, err := os.Open(file)
+	if err != nil {
+		return "(no runc log)"
+	}
+	defer f.Close()
+	var msgs []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		var l struct{ Level, Msg string }
+		if json.Unmarshal(s.Bytes(), &l) == nil && (l.Level == "error" || l.Level == "fatal") {
+			msgs = append(msgs, l.Msg)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func readPid(file string) (int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: bad pid %q", file, b)
+	}
+	return pid, nil
+}

@@ -1,0 +1,584 @@
+package runtime_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	runtimetest.Cleanup()
+	os.Exit(code)
+}
+
+func newRuntime(t *testing.T) (*runtime.Runc, string) {
+	t.Helper()
+	return runtimetest.Runc(t), runtimetest.BusyboxRootfs(t)
+}
+
+func newID(t *testing.T) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return "t-" + hex.EncodeToString(b)
+}
+
+// output collects a sandbox stream and lets a test wait for text to appear in it.
+type output struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	more chan struct{}
+	done chan struct{}
+}
+
+func collect(r io.Reader) *output {
+	o := &output{more: make(chan struct{}, 1), done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			o.mu.Lock()
+			o.buf.WriteString(s.Text() + "\n")
+			o.mu.Unlock()
+			select {
+			case o.more <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return o
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+func (o *output) waitFor(t *testing.T, substr string, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	for !strings.Contains(o.String(), substr) {
+		select {
+		case <-o.more:
+		case <-o.done:
+			if !strings.Contains(o.String(), substr) {
+				t.Fatalf("stream ended without %q; got:\n%s", substr, o.String())
+			}
+		case <-deadline:
+			t.Fatalf("no %q within %s; got:\n%s", substr, d, o.String())
+		}
+	}
+}
+
+type running struct {
+	id     string
+	sb     *runtime.Sandbox
+	stdout *output
+	stderr *output
+}
+
+// create creates a sandbox and registers its destruction; start it with r.Start.
+func create(t *testing.T, r *runtime.Runc, spec runtime.Spec) *running {
+	t.Helper()
+	if spec.ID == "" {
+		spec.ID = newID(t)
+	}
+	sb, err := r.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Destroy(context.Background(), spec.ID); err != nil {
+			t.Errorf("destroy in cleanup: %v", err)
+		}
+	})
+	return &running{id: spec.ID, sb: sb, stdout: collect(sb.Stdout), stderr: collect(sb.Stderr)}
+}
+
+func run(t *testing.T, r *runtime.Runc, spec runtime.Spec) *running {
+	t.Helper()
+	s := create(t, r, spec)
+	if err := r.Start(context.Background(), s.id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return s
+}
+
+func wait(t *testing.T, r *runtime.Runc, id string) runtime.Exit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	exit, err := r.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	return exit
+}
+
+func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+func TestSandboxIsIsolated(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	hostMarker := filepath.Join(t.TempDir(), "host-only")
+	if err := os.WriteFile(hostMarker, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bound := filepath.Join(t.TempDir(), "cove")
+	if err := os.WriteFile(bound, []byte("#!/bin/sh\necho bound-binary-ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Join([]string{
+		"echo hostname=$(hostname)",
+		"echo pid1=$(cat /proc/1/comm)",
+		"echo procs=$(ls /proc | grep -c '^[0-9]')",
+		"test -e " + hostMarker + " && echo hostfile=visible || echo hostfile=invisible",
+		"echo ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,)",
+		"echo lo=$(cat /sys/class/net/lo/operstate)",
+		"grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr -d '\\t' | sed 's/^/status=/'",
+		"echo uid=$(id -u)",
+		"/.cove/cove",
+		"echo tamper > /.cove/cove 2>/dev/null && echo bind=writable || echo bind=readonly",
+		"echo written > /etc/written-in-sandbox && echo overlay=writable",
+		"touch /tmp/x && echo tmp=writable",
+		"echo hosts=$(grep -c $(hostname) /etc/hosts)",
+		"echo done",
+	}, "; ")
+	s := run(t, r, runtime.Spec{
+		Rootfs: rootfs,
+		Args:   sh(script),
+		Binds:  []runtime.Bind{{Source: bound, Target: "/.cove/cove", ReadOnly: true}},
+	})
+	if exit := wait(t, r, s.id); exit.Code != 0 || exit.OOMKilled {
+		t.Fatalf("init exit = %+v, stderr:\n%s", exit, s.stderr)
+	}
+	<-s.stdout.done
+	out := s.stdout.String()
+	t.Logf("sandbox output:\n%s", out)
+
+	for _, tc := range []struct{ name, want string }{
+		{"hostname is the sandbox id", "hostname=" + s.id + "\n"},
+		{"pid 1 is the sandbox init, not the host's", "pid1=sh\n"},
+		{"host files are invisible", "hostfile=invisible\n"},
+		{"the network has only loopback", "ifaces=lo,\n"},
+		{"loopback is up", "lo=unknown\n"},
+		{"seccomp filter is on", "status=Seccomp:2\n"},
+		{"no new privileges", "status=NoNewPrivs:1\n"},
+		{"init runs as root in the sandbox", "uid=0\n"},
+		{"the bound host binary runs", "bound-binary-ran\n"},
+		{"a read-only bind stays read-only", "bind=readonly\n"},
+		{"the root is writable", "overlay=writable\n"},
+		{"/tmp is writable", "tmp=writable\n"},
+		{"/etc/hosts names the sandbox", "hosts=1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(out, tc.want) {
+				t.Fatalf("want %q in output", tc.want)
+			}
+		})
+	}
+	t.Run("host processes are invisible", func(t *testing.T) {
+		// The shell and its pipeline, where the host has hundreds.
+		var n int
+		for _, line := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(line, "procs="); ok {
+				fmt.Sscan(v, &n)
+			}
+		}
+		if n < 1 || n > 5 {
+			t.Fatalf("sandbox sees %d processes, want a handful", n)
+		}
+	})
+	t.Run("writes stay out of the template rootfs", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(rootfs, "etc/written-in-sandbox")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("template rootfs changed: stat = %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(rootfs, ".cove")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("bind mount point leaked into the template rootfs: stat = %v", err)
+		}
+	})
+}
+
+func TestMemoryLimitOOMKillIsDetected(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	// The shell keeps the command substitution's 100 MB in its own memory: over the 32 MiB limit.
+	s := run(t, r, runtime.Spec{
+		Rootfs: rootfs,
+		Args:   sh(`x=$(head -c 100000000 /dev/zero | tr '\0' a); echo survived ${#x}`),
+		Limits: runtime.Limits{MemoryBytes: 32 << 20},
+	})
+	exit := wait(t, r, s.id)
+	if !exit.OOMKilled {
+		t.Fatalf("exit = %+v, want OOMKilled; stdout:\n%s", exit, s.stdout)
+	}
+	if exit.Signal != "SIGKILL" {
+		t.Errorf("exit signal = %q, want SIGKILL", exit.Signal)
+	}
+	st, err := r.Stats(context.Background(), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.OOMKills == 0 || st.MemoryLimit != 32<<20 || st.MemoryMaxUsage < 30<<20 {
+		t.Fatalf("stats = %+v, want oom kills and a peak at the 32 MiB limit", st)
+	}
+	if strings.Contains(s.stdout.String(), "survived") {
+		t.Fatal("the allocation survived the memory limit")
+	}
+}
+
+func TestPidsLimitStopsForks(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	s := run(t, r, runtime.Spec{
+		Rootfs: rootfs,
+		// A shell gives up at its first failed fork: fork from a child shell, report from init.
+		Args:   sh(`sh -c 'for i in $(seq 30); do sleep 30 & done'; echo forked; exec sleep 30`),
+		Limits: runtime.Limits{PIDs: 8, CPUs: 0.5},
+	})
+	s.stdout.waitFor(t, "forked", 10*time.Second)
+	t.Run("the cpu quota is half a core", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", r.CgroupPath(s.id), "cpu.cfs_quota_us"))
+		if err != nil || strings.TrimSpace(string(b)) != "50000" {
+			t.Fatalf("cpu.cfs_quota_us = %q, %v; want 50000 (of a 100000 period)", b, err)
+		}
+	})
+	st, err := r.Stats(context.Background(), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PIDsLimit != 8 || st.PIDs > 8 || st.PIDs < 7 {
+		t.Fatalf("pids = %d of limit %d, want the limit 8 reached", st.PIDs, st.PIDsLimit)
+	}
+	if !strings.Contains(s.stderr.String(), "fork") {
+		t.Fatalf("no fork failure reported; stderr:\n%s", s.stderr)
+	}
+}
+
+func TestFreezeAndThaw(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	ctx := context.Background()
+	s := run(t, r, runtime.Spec{
+		Rootfs: rootfs,
+		Args:   sh(`i=0; while true; do i=$((i+1)); echo tick $i; usleep 5000; done`),
+	})
+	s.stdout.waitFor(t, "tick 3\n", 10*time.Second)
+
+	t0 := time.Now()
+	if err := r.Freeze(ctx, s.id); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("freeze took %s", time.Since(t0))
+	if st, err := r.State(ctx, s.id); err != nil || st != runtime.StatePaused {
+		t.Fatalf("state = %v, %v; want paused", st, err)
+	}
+	time.Sleep(50 * time.Millisecond) // let a line already in the pipe arrive
+	frozen := s.stdout.String()
+	time.Sleep(150 * time.Millisecond)
+	if now := s.stdout.String(); now != frozen {
+		t.Fatalf("a frozen sandbox kept printing: %q", strings.TrimPrefix(now, frozen))
+	}
+
+	t0 = time.Now()
+	if err := r.Thaw(ctx, s.id); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("thaw took %s", time.Since(t0))
+	if st, err := r.State(ctx, s.id); err != nil || st != runtime.StateRunning {
+		t.Fatalf("state = %v, %v; want running", st, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.stdout.String() == frozen {
+		if time.Now().After(deadline) {
+			t.Fatal("a thawed sandbox printed nothing more")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDialReachesAListenerInsideTheSandbox(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	ctx := context.Background()
+	const addr = "127.0.0.1:49983"
+	t0 := time.Now()
+	s := run(t, r, runtime.Spec{
+		Rootfs: rootfs,
+		Args:   sh(`mkdir -p /www && echo "hello from $(hostname)" > /www/index.html && exec httpd -f -p ` + addr + ` -h /www`),
+	})
+	var body string
+	for {
+		c, err := r.Dial(ctx, s.id, "tcp", addr)
+		if err == nil {
+			fmt.Fprintf(c, "GET /index.html HTTP/1.0\r\n\r\n")
+			b, _ := io.ReadAll(c)
+			c.Close()
+			body = string(b)
+			break
+		}
+		if time.Since(t0) > 10*time.Second {
+			t.Fatalf("dial: %v; stderr:\n%s", err, s.stderr)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("create to first HTTP response: %s", time.Since(t0))
+	if !strings.Contains(body, "hello from "+s.id) {
+		t.Fatalf("response = %q", body)
+	}
+	t.Run("the host's loopback is another network", func(t *testing.T) {
+		// Nothing listens on the host's 127.0.0.1:49983 (unless the host runs envd there itself).
+		var d net.Dialer
+		if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+			c.Close()
+			t.Skip("something on the host listens on " + addr)
+		}
+	})
+	t.Run("a name that needs a lookup is refused", func(t *testing.T) {
+		if _, err := r.Dial(ctx, s.id, "tcp", "example.invalid:80"); !errors.Is(err, runtime.ErrInvalid) {
+			t.Fatalf("err = %v, want ErrInvalid", err)
+		}
+	})
+	t.Run("an unknown sandbox is not found", func(t *testing.T) {
+		if _, err := r.Dial(ctx, "no-such-sandbox", "tcp", addr); !errors.Is(err, runtime.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// leaks lists what of a sandbox is still on the host.
+func leaks(t *testing.T, r *runtime.Runc, id string, pid int) []string {
+	t.Helper()
+	var left []string
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (strings.Contains(f[4], "/"+id+"/") || strings.HasSuffix(f[4], "/"+id)) {
+			left = append(left, "mount: "+line)
+		}
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + r.CgroupPath(id))
+	for _, d := range dirs {
+		left = append(left, "cgroup: "+d)
+	}
+	if _, err := os.Stat(r.NetnsPath(id)); err == nil {
+		left = append(left, "netns: "+r.NetnsPath(id))
+	}
+	if pid > 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			left = append(left, "process: "+string(stat))
+		}
+	}
+	return left
+}
+
+func TestDestroyLeavesNothingBehind(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		setup func(t *testing.T, s *running)
+	}{
+		{"a running sandbox", sh("sleep 300"), func(t *testing.T, s *running) {
+			if err := r.Start(ctx, s.id); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a frozen sandbox", sh("sleep 300 & sleep 300"), func(t *testing.T, s *running) {
+			if err := r.Start(ctx, s.id); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Freeze(ctx, s.id); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a created sandbox never started", sh("sleep 300"), func(t *testing.T, s *running) {}},
+		{"a sandbox whose init exited", sh("true"), func(t *testing.T, s *running) {
+			if err := r.Start(ctx, s.id); err != nil {
+				t.Fatal(err)
+			}
+			if exit := wait(t, r, s.id); exit.Code != 0 {
+				t.Fatalf("exit = %+v", exit)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := create(t, r, runtime.Spec{Rootfs: rootfs, Args: tc.args, Limits: runtime.Limits{MemoryBytes: 64 << 20, CPUs: 0.5, PIDs: 32}})
+			tc.setup(t, s)
+			if l := leaks(t, r, s.id, 0); len(l) == 0 {
+				t.Fatal("found no mounts, cgroups or netns while the sandbox exists: the leak check is blind")
+			}
+			t0 := time.Now()
+			if err := r.Destroy(ctx, s.id); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("destroy took %s", time.Since(t0))
+			if l := leaks(t, r, s.id, s.sb.Pid); len(l) > 0 {
+				t.Fatalf("left behind:\n%s", strings.Join(l, "\n"))
+			}
+			select {
+			case <-s.stdout.done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("stdout did not end after destroy")
+			}
+			if err := r.Destroy(ctx, s.id); err != nil {
+				t.Fatalf("second destroy: %v", err)
+			}
+			if _, err := r.Stats(ctx, s.id); !errors.Is(err, runtime.ErrNotFound) {
+				t.Fatalf("stats after destroy: err = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestCreateRefusesBadSpecs(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	ctx := context.Background()
+	existing := create(t, r, runtime.Spec{Rootfs: rootfs, Args: sh("sleep 300")})
+	for _, tc := range []struct {
+		name string
+		spec runtime.Spec
+		want error
+	}{
+		{"an id with a slash", runtime.Spec{ID: "a/b", Rootfs: rootfs, Args: sh("true")}, runtime.ErrInvalid},
+		{"an empty command", runtime.Spec{ID: newID(t), Rootfs: rootfs}, runtime.ErrInvalid},
+		{"a missing rootfs", runtime.Spec{ID: newID(t), Rootfs: "/nonexistent", Args: sh("true")}, runtime.ErrInvalid},
+		{"a relative bind", runtime.Spec{ID: newID(t), Rootfs: rootfs, Args: sh("true"), Binds: []runtime.Bind{{Source: "x", Target: "/x"}}}, runtime.ErrInvalid},
+		{"an id in use", runtime.Spec{ID: existing.id, Rootfs: rootfs, Args: sh("true")}, runtime.ErrExists},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := r.Create(ctx, tc.spec); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	t.Run("a command that does not exist fails create and cleans up", func(t *testing.T) {
+		id := newID(t)
+		_, err := r.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Args: []string{"/no/such/binary"}})
+		if err == nil {
+			t.Fatal("create succeeded")
+		}
+		t.Logf("error: %v", err)
+		if l := leaks(t, r, id, 0); len(l) > 0 {
+			t.Fatalf("left behind:\n%s", strings.Join(l, "\n"))
+		}
+	})
+}
+
+func TestTimings(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	ctx := context.Background()
+	const n = 5
+	var create, start, ready, freeze, thaw, destroy, runTrue time.Duration
+	for i := 0; i < n; i++ {
+		id := newID(t)
+		t0 := time.Now()
+		sb, err := r.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Args: sh("echo ready; exec sleep 300")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Destroy(ctx, id) })
+		create += time.Since(t0)
+		t1 := time.Now()
+		if err := r.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		start += time.Since(t1)
+		line, err := bufio.NewReader(sb.Stdout).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			t.Fatalf("first line = %q, %v", line, err)
+		}
+		ready += time.Since(t0)
+		t2 := time.Now()
+		if err := r.Freeze(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		freeze += time.Since(t2)
+		t3 := time.Now()
+		if err := r.Thaw(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		thaw += time.Since(t3)
+		t4 := time.Now()
+		if err := r.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		destroy += time.Since(t4)
+		sb.Stdout.Close()
+		sb.Stderr.Close()
+
+		id = newID(t)
+		t5 := time.Now()
+		sb, err = r.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Args: []string{"/bin/true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Destroy(ctx, id) })
+		if err := r.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r, id)
+		runTrue += time.Since(t5)
+		r.Destroy(ctx, id)
+		sb.Stdout.Close()
+		sb.Stderr.Close()
+	}
+	t.Logf("means over %d: create %s, start %s, create->first output %s, run `true` to exit %s, freeze %s, thaw %s, destroy %s",
+		n, create/n, start/n, ready/n, runTrue/n, freeze/n, thaw/n, destroy/n)
+}
+
+func TestDetectExplainsWhatIsMissing(t *testing.T) {
+	h := runtime.Detect(context.Background(), "/nonexistent/runc")
+	err := h.Err()
+	if err == nil || !strings.Contains(err.Error(), "runc not found") {
+		t.Fatalf("Err() = %v, want it to name the missing runc", err)
+	}
+	t.Logf("host: root=%v runc=%q %q seccomp=%v cgroup v1=%v overlay=%v", h.Root, h.Runc, h.RuncVersion, h.Seccomp, h.CgroupV1, h.Overlay)
+}
+
+func TestTemplateSymlinksCannotReachTheHost(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	evil := filepath.Join(t.TempDir(), "rootfs")
+	if out, err := exec.Command("cp", "-a", rootfs, evil).CombinedOutput(); err != nil {
+		t.Fatalf("copy rootfs: %v: %s", err, out)
+	}
+	hostDir := t.TempDir()
+	os.Chmod(hostDir, 0o700)
+	hostFile := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(hostFile, []byte("host content\n"), 0o644)
+	os.RemoveAll(filepath.Join(evil, "tmp"))
+	if err := os.Symlink(hostDir, filepath.Join(evil, "tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostFile, filepath.Join(evil, "etc/hosts")); err != nil {
+		t.Fatal(err)
+	}
+	s := run(t, r, runtime.Spec{Rootfs: evil, Args: sh("touch /tmp/x && echo tmp=dir; cat /etc/hosts")})
+	wait(t, r, s.id)
+	<-s.stdout.done
+	if fi, _ := os.Stat(hostDir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("host dir mode changed to %v", fi.Mode())
+	}
+	if b, _ := os.ReadFile(hostFile); string(b) != "host content\n" {
+		t.Errorf("host file changed to %q", b)
+	}
+	if out := s.stdout.String(); !strings.Contains(out, "tmp=dir") || !strings.Contains(out, "localhost "+s.id) {
+		t.Errorf("sandbox output = %q", out)
+	}
+}

@@ -1,0 +1,469 @@
+package template
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cove-dev/cove/internal/runtime"
+)
+
+// DefaultSuite is the Debian suite base templates are bootstrapped from.
+const DefaultSuite = "bookworm"
+
+// DefaultInclude are the packages a base template adds to debootstrap's minbase: what E2B's
+// default template offers commands run through envd.
+var DefaultInclude = []string{"bash", "coreutils", "procps", "python3", "curl", "ca-certificates", "git"}
+
+// User is the unprivileged account every base template has, as E2B templates do.
+const (
+	UserName = "user"
+	UserID   = 1000
+	UserHome = "/home/user"
+)
+
+// Spec describes a template to build.
+type Spec struct {
+	// Name of the new template.
+	Name string
+	// From is the template to start from; "" bootstraps a Debian base.
+	From string
+	// Run are shell commands run in order, as root, inside a container on the new rootfs with
+	// the host's network. The build fails at the first that exits non-zero.
+	Run []string
+	// Suite is the Debian suite of a base; DefaultSuite when empty.
+	Suite string
+	// Mirror is the Debian mirror of a base; the host's apt source for Suite when empty.
+	Mirror string
+	// Include are the packages a base adds to minbase; DefaultInclude when nil.
+	Include []string
+}
+
+// Build builds a template and returns it ready. Progress lines (the build's output, and one
+// "==> step" line per step) go to progress, which may be nil, and to the template's build.log.
+// A failed or cancelled build leaves no template; its log is kept at FailedLog(name).
+func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Template, err error) {
+	if err := ValidName(spec.Name); err != nil {
+		return nil, fmt.Errorf("build template: %w", err)
+	}
+	if spec.From != "" {
+		if err := ValidName(spec.From); err != nil {
+			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
+		}
+	}
+	if len(spec.Run) > 0 && s.rt == nil {
+		return nil, fmt.Errorf("%w: build template %s: run steps need a runtime", ErrInvalid, spec.Name)
+	}
+	if _, err := s.Get(spec.Name); err == nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, ErrExists)
+	}
+	start := time.Now()
+	build := filepath.Join(s.dir, ".build-"+spec.Name+"-"+randomSuffix())
+	if err := os.Mkdir(build, 0o755); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	}
+	logPath := filepath.Join(build, "build.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		os.RemoveAll(build)
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	}
+	out := &lineWriter{w: logFile, progress: progress}
+	defer func() {
+		if err != nil {
+			out.Printf("==> build failed: %v", err)
+		}
+		logFile.Close()
+		if err != nil {
+			failed := s.FailedLog(spec.Name)
+			os.MkdirAll(filepath.Dir(failed), 0o755)
+			if rerr := os.Rename(logPath, failed); rerr == nil {
+				err = fmt.Errorf("%w (log: %s)", err, failed)
+			}
+			if rerr := removeTree(build); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+	}()
+
+	t := &Template{Name: spec.Name, From: spec.From, Run: spec.Run}
+	rootfs := filepath.Join(build, "rootfs")
+	if spec.From == "" {
+		t.Suite = spec.Suite
+		if t.Suite == "" {
+			t.Suite = DefaultSuite
+		}
+		t.Include = spec.Include
+		if t.Include == nil {
+			t.Include = DefaultInclude
+		}
+		if err := bootstrap(ctx, rootfs, t.Suite, spec.Mirror, t.Include, out); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+	} else {
+		parent, err := s.Get(spec.From)
+		if err != nil {
+			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
+		}
+		out.Printf("==> copy %s", spec.From)
+		if err := copyTree(ctx, parent.Rootfs, rootfs, out); err != nil {
+			return nil, fmt.Errorf("build template %s: copy %s: %w", spec.Name, spec.From, err)
+		}
+	}
+	for i, cmd := range spec.Run {
+		out.Printf("==> run [%d/%d] %s", i+1, len(spec.Run), cmd)
+		if err := s.runStep(ctx, rootfs, cmd, out); err != nil {
+			return nil, fmt.Errorf("build template %s: step %d %q: %w", spec.Name, i+1, cmd, err)
+		}
+	}
+	t.SizeBytes = treeSize(rootfs)
+	t.CreatedAt = time.Now().UTC()
+	t.BuildTime = time.Since(start).Seconds()
+	if err := writeMeta(build, t); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	}
+	out.Printf("==> ready: %s, %d MB in %.1fs", spec.Name, t.SizeBytes>>20, t.BuildTime)
+	if err := s.publish(build, spec.Name); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	}
+	return s.Get(spec.Name)
+}
+
+// Import makes a template from a copy of a host directory (a rootfs made elsewhere).
+func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Writer) (_ *Template, err error) {
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("import template: %w", err)
+	}
+	if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: import template %s: %s is not a directory", ErrInvalid, name, srcDir)
+	}
+	start := time.Now()
+	build := filepath.Join(s.dir, ".build-"+name+"-"+randomSuffix())
+	if err := os.Mkdir(build, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			removeTree(build)
+		}
+	}()
+	logFile, err := os.Create(filepath.Join(build, "build.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	out := &lineWriter{w: logFile, progress: progress}
+	out.Printf("==> import %s", srcDir)
+	rootfs := filepath.Join(build, "rootfs")
+	if err := copyTree(ctx, srcDir, rootfs, out); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", name, err)
+	}
+	t := &Template{Name: name, SizeBytes: treeSize(rootfs), CreatedAt: time.Now().UTC(), BuildTime: time.Since(start).Seconds()}
+	if err := writeMeta(build, t); err != nil {
+		return nil, err
+	}
+	if err := s.publish(build, name); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", name, err)
+	}
+	return s.Get(name)
+}
+
+// FailedLog is where the log of the last failed build of name is kept.
+func (s *Store) FailedLog(name string) string {
+	return filepath.Join(s.dir, ".failed", name+".log")
+}
+
+// publish renames a finished build directory to its template name: the moment it becomes ready.
+func (s *Store) publish(build, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	final := filepath.Join(s.dir, name)
+	if _, err := os.Lstat(final); err == nil {
+		return ErrExists
+	}
+	return os.Rename(build, final)
+}
+
+// bootstrap debootstraps a minbase Debian into rootfs, slims it and adds the user account.
+func bootstrap(ctx context.Context, rootfs, suite, mirror string, include []string, out *lineWriter) error {
+	out.Printf("==> host packages: debootstrap")
+	if err := EnsureHostPackages(ctx, "debootstrap"); err != nil {
+		return err
+	}
+	if mirror == "" {
+		m, err := AptMirror(suite)
+		if err != nil {
+			return err
+		}
+		mirror = m
+	}
+	out.Printf("==> debootstrap %s (minbase + %s)", suite, strings.Join(include, ","))
+	args := []string{"--variant=minbase"}
+	if len(include) > 0 {
+		args = append(args, "--include="+strings.Join(include, ","))
+	}
+	args = append(args, suite, rootfs, mirror)
+	if err := command(ctx, out, "debootstrap", args...); err != nil {
+		return fmt.Errorf("debootstrap: %w", err)
+	}
+	out.Printf("==> slim: drop apt lists, caches, docs, man pages, locales")
+	if err := slim(rootfs); err != nil {
+		return fmt.Errorf("slim: %w", err)
+	}
+	out.Printf("==> user %s (uid %d, home %s)", UserName, UserID, UserHome)
+	if err := addUser(rootfs); err != nil {
+		return fmt.Errorf("add user: %w", err)
+	}
+	return nil
+}
+
+// dpkgSlim keeps later package installs (template Run steps) as slim as the base.
+const dpkgSlim = `# Cove templates carry no documentation or translations.
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+`
+
+func slim(rootfs string) error {
+	globs := []string{
+		"var/lib/apt/lists/*", "var/cache/apt/*.bin", "var/cache/apt/archives/*.deb",
+		"usr/share/man/*", "usr/share/info/*", "var/log/*.log",
+	}
+	for _, g := range globs {
+		matches, _ := filepath.Glob(filepath.Join(rootfs, g))
+		for _, m := range matches {
+			if filepath.Base(m) == "partial" || filepath.Base(m) == "lock" {
+				continue
+			}
+			if err := os.RemoveAll(m); err != nil {
+				return err
+			}
+		}
+	}
+	if err := keepOnly(filepath.Join(rootfs, "usr/share/doc"), func(p string) bool { return filepath.Base(p) == "copyright" }); err != nil {
+		return err
+	}
+	if err := keepOnly(filepath.Join(rootfs, "usr/share/locale"), func(p string) bool { return filepath.Base(p) == "locale.alias" }); err != nil {
+		return err
+	}
+	cfg := filepath.Join(rootfs, "etc/dpkg/dpkg.cfg.d")
+	if err := os.MkdirAll(cfg, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(cfg, "cove-slim"), []byte(dpkgSlim), 0o644)
+}
+
+// keepOnly deletes every file under dir that keep rejects, and the directories left empty.
+func keepOnly(dir string, keep func(path string) bool) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			if p != dir {
+				dirs = append(dirs, p)
+			}
+			return nil
+		}
+		if keep(p) {
+			return nil
+		}
+		return os.Remove(p)
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i]) // fails, as intended, while something is kept inside
+	}
+	return nil
+}
+
+// addUser adds the unprivileged account by editing the account files, as useradd would.
+func addUser(rootfs string) error {
+	etc := filepath.Join(rootfs, "etc")
+	lines := map[string]string{
+		"passwd":  fmt.Sprintf("%s:x:%d:%d::%s:/bin/bash\n", UserName, UserID, UserID, UserHome),
+		"group":   fmt.Sprintf("%s:x:%d:\n", UserName, UserID),
+		"shadow":  fmt.Sprintf("%s:*:%d:0:99999:7:::\n", UserName, time.Now().Unix()/86400),
+		"gshadow": fmt.Sprintf("%s:!::\n", UserName),
+	}
+	for file, line := range lines {
+		path := filepath.Join(etc, file)
+		old, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) && (file == "shadow" || file == "gshadow") {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(string(old), UserName+":") || strings.Contains(string(old), "\n"+UserName+":") {
+			continue
+		}
+		if len(old) > 0 && old[len(old)-1] != '\n' {
+			old = append(old, '\n')
+		}
+		fi, _ := os.Stat(path)
+		if err := os.WriteFile(path, append(old, line...), fi.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	home := filepath.Join(rootfs, UserHome)
+	if err := os.MkdirAll(home, 0o750); err != nil {
+		return err
+	}
+	skel := filepath.Join(etc, "skel")
+	if entries, err := os.ReadDir(skel); err == nil {
+		for _, e := range entries {
+			if b, err := os.ReadFile(filepath.Join(skel, e.Name())); err == nil && e.Type().IsRegular() {
+				if err := os.WriteFile(filepath.Join(home, e.Name()), b, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return filepath.WalkDir(home, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, UserID, UserID)
+	})
+}
+
+// runStep runs one shell command as root in a container whose root is rootfs itself, with the
+// host's network so that package managers can download.
+func (s *Store) runStep(ctx context.Context, rootfs, cmd string, out *lineWriter) error {
+	id := "build-" + randomSuffix()
+	sb, err := s.rt.Create(ctx, runtime.Spec{
+		ID:      id,
+		Rootfs:  rootfs,
+		Direct:  true,
+		Network: runtime.NetworkHost,
+		Args:    []string{"/bin/sh", "-c", cmd},
+		Env:     []string{"DEBIAN_FRONTEND=noninteractive"},
+		Limits:  runtime.Limits{PIDs: 4096},
+	})
+	if err != nil {
+		return err
+	}
+	defer s.rt.Destroy(context.WithoutCancel(ctx), id)
+	var wg sync.WaitGroup
+	for _, r := range []io.ReadCloser{sb.Stdout, sb.Stderr} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			out.Copy(r)
+		}()
+	}
+	if err := s.rt.Start(ctx, id); err != nil {
+		return err
+	}
+	exit, err := s.rt.Wait(ctx, id)
+	if err != nil {
+		return err
+	}
+	// Background processes a step leaves behind die with the container: stop waiting for their output.
+	if derr := s.rt.Destroy(context.WithoutCancel(ctx), id); derr != nil {
+		return derr
+	}
+	wg.Wait()
+	switch {
+	case exit.OOMKilled:
+		return errors.New("killed by the OOM killer")
+	case exit.Signal != "":
+		return fmt.Errorf("killed by %s", exit.Signal)
+	case exit.Code != 0:
+		return fmt.Errorf("exit status %d", exit.Code)
+	}
+	return nil
+}
+
+// copyTree copies src to dst preserving owners, modes, links and xattrs, sharing extents
+// where the filesystem supports reflinks.
+func copyTree(ctx context.Context, src, dst string, out *lineWriter) error {
+	return command(ctx, out, "cp", "-a", "--reflink=auto", "--", src, dst)
+}
+
+// command runs a host command in its own process group (so cancelling kills the whole
+// tree), with its output going to out.
+func command(ctx context.Context, out *lineWriter, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out.Copy(pr)
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	if err != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+func treeSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// lineWriter writes whole lines to the build log and to the caller's progress writer.
+type lineWriter struct {
+	mu       sync.Mutex
+	w        io.Writer
+	progress io.Writer
+}
+
+func (l *lineWriter) line(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	io.WriteString(l.w, s+"\n")
+	if l.progress != nil {
+		io.WriteString(l.progress, s+"\n")
+	}
+}
+
+// Printf writes one line.
+func (l *lineWriter) Printf(format string, args ...any) { l.line(fmt.Sprintf(format, args...)) }
+
+// Copy writes every line read from r.
+func (l *lineWriter) Copy(r io.Reader) {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		l.line(strings.TrimRight(s.Text(), "\r"))
+	}
+	io.Copy(io.Discard, r) // an over-long line: keep the writer from blocking
+}

@@ -1,0 +1,234 @@
+package template
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/runtime"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no ready template with that name.
+	ErrNotFound = errors.New("template not found")
+	// ErrExists: a template with that name is ready already; remove it first.
+	ErrExists = errors.New("template exists")
+	// ErrInvalid: the build spec is malformed.
+	ErrInvalid = errors.New("invalid template spec")
+)
+
+// Template is a ready, read-only root filesystem and what it was built from.
+type Template struct {
+	Name      string    `json:"name"`
+	From      string    `json:"from,omitempty"`  // parent template; "" for a debootstrapped base
+	Suite     string    `json:"suite,omitempty"` // Debian suite of a base
+	Include   []string  `json:"include,omitempty"`
+	Run       []string  `json:"run,omitempty"` // build steps, in order
+	CreatedAt time.Time `json:"created_at"`
+	BuildTime float64   `json:"build_seconds"`
+	SizeBytes int64     `json:"size_bytes"`
+
+	// Rootfs is the template's root directory: a sandbox's read-only lower layer.
+	Rootfs string `json:"-"`
+	// BuildLog is the file holding the build's output.
+	BuildLog string `json:"-"`
+}
+
+// Store keeps templates under <data>/templates/<name>/{rootfs,meta.json,build.log}. A template
+// directory exists under its name only once its build has completed: builds happen in
+// <data>/templates/.build-* and are renamed into place, so a reader never sees half a template.
+type Store struct {
+	dir string
+	rt  runtime.Runtime
+
+	mu sync.Mutex // serialises the final renames
+}
+
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidName reports whether name can name a template.
+func ValidName(name string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("%w: name %q must be 1-63 of [a-z0-9_-] starting with a letter or digit", ErrInvalid, name)
+	}
+	return nil
+}
+
+// Open opens (creating) the template store under dataDir and removes what interrupted builds
+// and removals left. rt runs the Run steps of builds; it may be nil for a store that only
+// debootstraps, imports, lists and removes.
+func Open(dataDir string, rt runtime.Runtime) (*Store, error) {
+	dir, err := filepath.Abs(filepath.Join(dataDir, "templates"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open template store: %w", err)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(dir, ".build-*"))
+	trash, _ := filepath.Glob(filepath.Join(dir, ".trash-*"))
+	for _, d := range append(leftovers, trash...) {
+		if err := removeTree(d); err != nil {
+			return nil, fmt.Errorf("open template store: remove leftover %s: %w", d, err)
+		}
+	}
+	return &Store{dir: dir, rt: rt}, nil
+}
+
+// Dir is the store's directory, <data>/templates.
+func (s *Store) Dir() string { return s.dir }
+
+// Get returns the ready template called name, or ErrNotFound.
+func (s *Store) Get(name string) (*Template, error) {
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("get template: %w", err)
+	}
+	t, err := readMeta(filepath.Join(s.dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("template %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("template %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// List returns every ready template, by name.
+func (s *Store) List() ([]*Template, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	var ts []*Template
+	for _, e := range entries {
+		if !e.IsDir() || ValidName(e.Name()) != nil {
+			continue
+		}
+		t, err := readMeta(filepath.Join(s.dir, e.Name()))
+		if err != nil {
+			continue // not a complete template
+		}
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	return ts, nil
+}
+
+// Remove deletes the template called name. The name is free as soon as Remove returns. The
+// caller must make sure no sandbox still uses the template's rootfs as its lower layer.
+func (s *Store) Remove(name string) error {
+	if err := ValidName(name); err != nil {
+		return fmt.Errorf("remove template: %w", err)
+	}
+	s.mu.Lock()
+	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
+	err := os.Rename(filepath.Join(s.dir, name), trash)
+	s.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove template %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("remove template %s: %w", name, err)
+	}
+	if err := removeTree(trash); err != nil {
+		return fmt.Errorf("remove template %s: %w", name, err)
+	}
+	return nil
+}
+
+func readMeta(dir string) (*Template, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return nil, err
+	}
+	var t Template
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("meta.json: %w", err)
+	}
+	t.Rootfs = filepath.Join(dir, "rootfs")
+	t.BuildLog = filepath.Join(dir, "build.log")
+	return &t, nil
+}
+
+func writeMeta(dir string, t *Template) error {
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "meta.json"), append(b, '\n'), 0o644)
+}
+
+// removeTree unmounts whatever an interrupted build left mounted below dir (debootstrap mounts
+// /proc and /sys in its target), then deletes dir. It never deletes through a mount.
+func removeTree(dir string) error {
+	if err := unmountUnder(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var points []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMountinfo(fields[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			points = append(points, p)
+		}
+	}
+	f.Close()
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) }) // deepest first
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space) of /proc/self/mountinfo paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
