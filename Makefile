@@ -7,7 +7,7 @@ PGC_VER   := v1.21.1
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 
-.PHONY: build gen tools test test-short vet bench clean
+.PHONY: build gen tools deps test test-short vet bench clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/cove ./cmd/cove
@@ -24,8 +24,13 @@ gen: tools
 vet:
 	$(GO) vet ./...
 
-test: build vet
-	$(GO) test -count=1 ./...
+deps:
+	./scripts/deps.sh
+
+# The whole suite: unit, envd, runtime (real runc sandboxes) and the official e2b SDK compat
+# test. Tests that need root, runc or Node.js say so when they skip.
+test: deps build vet
+	$(GO) test -count=1 -timeout 20m ./...
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what Cove's test suite needs on a Debian machine of this kind: Debian packages
+# (runc and busybox-static for the runtime tests, debootstrap for templates, Node.js and npm
+# for the official e2b SDK compat test) and the pinned npm packages of test/compat.
+# Idempotent; prints what it does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(runc busybox-static debootstrap procps iproute2 nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+# Node.js may come from elsewhere than Debian's package (a newer build on PATH is fine).
+if command -v node >/dev/null && command -v npm >/dev/null; then
+	missing=("${missing[@]/nodejs/}"); missing=("${missing[@]/npm/}")
+fi
+read -ra missing <<<"${missing[*]}"
+if ((${#missing[@]})); then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: missing Debian packages (${missing[*]}); run as root to install them" >&2
+		exit 1
+	fi
+	echo "deps: installing Debian packages: ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ -f test/compat/package.json ]; then
+	if [ ! -d test/compat/node_modules/e2b ]; then
+		echo "deps: installing the pinned e2b SDK for the compat test"
+		(cd test/compat && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi)
+	fi
+fi
+echo "deps: ready"
