@@ -625,8 +625,8 @@ func TestUsersEnvAndCwd(t *testing.T) {
 			t.Errorf("got %v", r.err)
 		}
 	})
-	t.Run("an unknown user is invalid_argument", func(t *testing.T) {
-		if r := run(t, bash("id"), "no-such-user-xyz"); connect.CodeOf(r.err) != connect.CodeInvalidArgument {
+	t.Run("an unknown user is unauthenticated, as in E2B", func(t *testing.T) {
+		if r := run(t, bash("id"), "no-such-user-xyz"); connect.CodeOf(r.err) != connect.CodeUnauthenticated {
 			t.Errorf("got %v", r.err)
 		}
 	})

@@ -35,7 +35,11 @@ func Code(err error) connect.Code {
 	switch {
 	case errors.As(err, &ce):
 		return ce.Code()
-	case errors.Is(err, ErrInvalid), errors.Is(err, identity.ErrUnknownUser):
+	case errors.Is(err, identity.ErrUnknownUser):
+		// E2B's envd answers an unknown user as an authentication failure (HTTP 401), and the
+		// SDKs raise it as AuthenticationError.
+		return connect.CodeUnauthenticated
+	case errors.Is(err, ErrInvalid):
 		return connect.CodeInvalidArgument
 	case errors.Is(err, ErrNotFound):
 		return connect.CodeNotFound

@@ -1,0 +1,48 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/reason"
+)
+
+// Errors callers branch on; the API maps them to HTTP statuses in one place.
+var (
+	// ErrNotFound: no such sandbox for this team.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrConflict: the sandbox is not in a state that allows the call (pause a paused one).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the request is malformed.
+	ErrInvalid = errors.New("invalid request")
+	// ErrTemplateNotFound: the requested template does not exist.
+	ErrTemplateNotFound = errors.New("template not found")
+)
+
+// GoneError says a sandbox was killed, why and when.
+type GoneError struct {
+	ID     string
+	Reason reason.KillReason
+	At     time.Time
+}
+
+func (e *GoneError) Error() string {
+	return fmt.Sprintf("sandbox %s was killed: %s at %s", e.ID, e.Reason, e.At.UTC().Format(time.RFC3339))
+}
+
+// PausedError says a sandbox is paused and will not resume on traffic.
+type PausedError struct{ ID string }
+
+func (e *PausedError) Error() string {
+	return fmt.Sprintf("sandbox %s is paused (auto-resume is off): connect or resume it first", e.ID)
+}
+
+func gone(sb *store.Sandbox) error {
+	at := time.Time{}
+	if sb.KilledAt != nil {
+		at = *sb.KilledAt
+	}
+	return &GoneError{ID: sb.ID, Reason: sb.KillReason, At: at}
+}

@@ -1,0 +1,439 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
+)
+
+// entryFor returns the live entry of a sandbox of team (any team when teamID is ""), or the
+// error a client gets for a sandbox that is gone or was never theirs.
+func (o *Orchestrator) entryFor(ctx context.Context, teamID, id string) (*entry, error) {
+	o.mu.Lock()
+	e := o.live[id]
+	o.mu.Unlock()
+	if e != nil && (teamID == "" || e.sb.TeamID == teamID) {
+		return e, nil
+	}
+	sb, err := o.cfg.Store.GetSandbox(ctx, id)
+	if err != nil || (teamID != "" && sb.TeamID != teamID) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if sb.State == store.StateKilled {
+		return nil, gone(sb)
+	}
+	return nil, fmt.Errorf("%w: %s (recorded %s but not held by this server)", ErrNotFound, id, sb.State)
+}
+
+// Get returns a sandbox of the team; *GoneError for a killed one.
+func (o *Orchestrator) Get(ctx context.Context, teamID, id string) (*store.Sandbox, error) {
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.killed {
+		return nil, gone(e.sb)
+	}
+	return copySandbox(e.sb), nil
+}
+
+// Lookup is Get for any team, for the proxy.
+func (o *Orchestrator) Lookup(ctx context.Context, id string) (*store.Sandbox, error) {
+	return o.Get(ctx, "", id)
+}
+
+// List lists a team's sandboxes from the store.
+func (o *Orchestrator) List(ctx context.Context, f store.SandboxFilter) (*store.SandboxPage, error) {
+	return o.cfg.Store.ListSandboxes(ctx, f)
+}
+
+// Kill kills a sandbox of the team for the given reason.
+func (o *Orchestrator) Kill(ctx context.Context, teamID, id string, why reason.KillReason, apiKeyID string) error {
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	return o.kill(sandboxLog(ctx, e.sb), e, why, apiKeyID, "")
+}
+
+// kill destroys the sandbox and records why. It is the one kill path: every reason goes
+// through it, so the log line, the record and the counter never disagree.
+func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason, apiKeyID, detail string) error {
+	begun := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.killed {
+		return gone(e.sb)
+	}
+	ctx = sandboxLog(ctx, e.sb)
+	wasState := e.sb.State
+	e.killed = true
+	e.closeAll()
+	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
+	e.closeLog()
+
+	now := time.Now()
+	why, _ = reason.ParseKillReason(string(why))
+	e.sb.State, e.sb.KilledAt, e.sb.KillReason = store.StateKilled, &now, why
+	e.sb.KillRequestID, e.sb.KillAPIKeyID, e.sb.UpdatedAt = requestID(ctx), apiKeyID, now
+	storeErr := o.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), e.sb)
+
+	o.mu.Lock()
+	delete(o.live, e.sb.ID)
+	o.mu.Unlock()
+	o.nudge()
+	telemetry.SandboxesKilled.WithLabelValues(why.String()).Inc()
+	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
+	telemetry.SandboxTransitionSeconds.WithLabelValues("kill").Observe(time.Since(begun).Seconds())
+
+	attrs := []any{telemetry.KeyKillReason, why.String(), "state_before", string(wasState),
+		"execution_ms", now.Sub(e.sb.StartedAt).Milliseconds(), "duration_ms", time.Since(begun).Milliseconds()}
+	if apiKeyID != "" {
+		attrs = append(attrs, "api_key.id", apiKeyID)
+	}
+	if detail != "" {
+		attrs = append(attrs, "detail", detail)
+	}
+	if err := errors.Join(destroyErr, storeErr); err != nil {
+		attrs = append(attrs, "error", err.Error())
+		o.logger(ctx).Error("sandbox killed", attrs...)
+		return fmt.Errorf("kill %s: %w", e.sb.ID, err)
+	}
+	o.logger(ctx).Info("sandbox killed", attrs...)
+	return nil
+}
+
+// closeAll cuts every connection the proxy registered for this sandbox. Caller holds e.mu.
+func (e *entry) closeAll() {
+	for c := range e.closers {
+		_ = c.c.Close()
+		delete(e.closers, c)
+	}
+}
+
+// SetTimeout sets the sandbox's TTL to now + d (it may shorten it).
+func (o *Orchestrator) SetTimeout(ctx context.Context, teamID, id string, d time.Duration) error {
+	return o.setTTL(ctx, teamID, id, d, true)
+}
+
+// Refresh extends the sandbox's TTL to now + d; it never shortens it.
+func (o *Orchestrator) Refresh(ctx context.Context, teamID, id string, d time.Duration) error {
+	if d == 0 {
+		d = 60 * time.Second
+	}
+	return o.setTTL(ctx, teamID, id, d, false)
+}
+
+func (o *Orchestrator) setTTL(ctx context.Context, teamID, id string, d time.Duration, mayShorten bool) error {
+	if d < 0 || d > o.cfg.MaxTimeout {
+		return fmt.Errorf("%w: timeout must be between 0 and %s", ErrInvalid, o.cfg.MaxTimeout)
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.killed {
+		return gone(e.sb)
+	}
+	end := time.Now().Add(d)
+	if !mayShorten && end.Before(e.sb.EndAt) {
+		return nil
+	}
+	old := e.sb.EndAt
+	e.sb.EndAt, e.sb.UpdatedAt = end, time.Now()
+	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+		return fmt.Errorf("set timeout of %s: %w", id, err)
+	}
+	o.nudge()
+	o.logger(sandboxLog(ctx, e.sb)).Info("sandbox timeout set", "end_at", end.UTC(), "previous_end_at", old.UTC(), "timeout_s", d.Seconds())
+	return nil
+}
+
+// Pause freezes a running sandbox in place; its memory stays. ErrConflict if it is paused.
+func (o *Orchestrator) Pause(ctx context.Context, teamID, id string) error {
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	return o.pause(sandboxLog(ctx, e.sb), e)
+}
+
+func (o *Orchestrator) pause(ctx context.Context, e *entry) error {
+	begun := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.killed:
+		return gone(e.sb)
+	case e.sb.State == store.StatePaused:
+		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, e.sb.ID)
+	}
+	if err := o.cfg.Runtime.Freeze(ctx, e.sb.ID); err != nil {
+		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+	}
+	e.closeAll() // streams through a frozen envd would hang: cut them
+	now := time.Now()
+	e.sb.State, e.sb.PausedAt, e.sb.UpdatedAt = store.StatePaused, &now, now
+	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+	}
+	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Dec()
+	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Inc()
+	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(time.Since(begun).Seconds())
+	o.nudge()
+	o.logger(ctx).Info("sandbox paused", "duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	return nil
+}
+
+// Resume thaws a paused sandbox with a new TTL. ErrConflict if it is running.
+func (o *Orchestrator) Resume(ctx context.Context, teamID, id string, timeout time.Duration) (*store.Sandbox, error) {
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	resumed, err := o.resume(sandboxLog(ctx, e.sb), e, timeout, false)
+	if err != nil {
+		return nil, err
+	}
+	if !resumed {
+		return nil, fmt.Errorf("%w: sandbox %s is running", ErrConflict, id)
+	}
+	return o.Get(ctx, teamID, id)
+}
+
+// Connect makes a sandbox usable: it extends a running sandbox's TTL (never shortening it)
+// or resumes a paused one, and says which.
+func (o *Orchestrator) Connect(ctx context.Context, teamID, id string, timeout time.Duration) (*store.Sandbox, bool, error) {
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return nil, false, err
+	}
+	resumed, err := o.resume(sandboxLog(ctx, e.sb), e, timeout, true)
+	if err != nil {
+		return nil, false, err
+	}
+	sb, err := o.Get(ctx, teamID, id)
+	return sb, resumed, err
+}
+
+// resume thaws e if paused (reporting true); if running, with extend it lengthens the TTL.
+func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Duration, extend bool) (bool, error) {
+	begun := time.Now()
+	timeout, err := o.clampTimeout(timeout)
+	if err != nil {
+		return false, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.killed {
+		return false, gone(e.sb)
+	}
+	end := time.Now().Add(timeout)
+	if e.sb.State == store.StateRunning {
+		if extend && end.After(e.sb.EndAt) {
+			e.sb.EndAt, e.sb.UpdatedAt = end, time.Now()
+			if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+				return false, err
+			}
+			o.nudge()
+		}
+		return false, nil
+	}
+	if err := o.cfg.Runtime.Thaw(ctx, e.sb.ID); err != nil {
+		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
+		return false, fmt.Errorf("resume %s: %w", e.sb.ID, err)
+	}
+	e.sb.State, e.sb.PausedAt, e.sb.EndAt, e.sb.UpdatedAt = store.StateRunning, nil, end, time.Now()
+	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+		return false, err
+	}
+	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
+	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
+	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())
+	o.nudge()
+	o.logger(ctx).Info("sandbox resumed", "duration_ms", float64(time.Since(begun).Microseconds())/1000, "timeout_s", timeout.Seconds())
+	return true, nil
+}
+
+// DialPort opens a connection to a port inside the sandbox, resuming it first when it is
+// paused with auto-resume on.
+func (o *Orchestrator) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("%w: port %d", ErrInvalid, port)
+	}
+	e, err := o.entryFor(ctx, "", id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	state, auto, killed := e.sb.State, e.sb.AutoResume, e.killed
+	e.mu.Unlock()
+	if killed {
+		return nil, gone(e.sb)
+	}
+	if state == store.StatePaused {
+		if !auto {
+			return nil, &PausedError{ID: id}
+		}
+		if _, err := o.resume(sandboxLog(ctx, e.sb), e, 0, true); err != nil {
+			return nil, err
+		}
+	}
+	return o.cfg.Runtime.Dial(ctx, id, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+}
+
+// Watch registers c to be closed when the sandbox is paused or killed; stop unregisters it.
+func (o *Orchestrator) Watch(id string, c io.Closer) (stop func()) {
+	o.mu.Lock()
+	e := o.live[id]
+	o.mu.Unlock()
+	if e == nil {
+		_ = c.Close()
+		return func() {}
+	}
+	cl := &closer{c: c}
+	e.mu.Lock()
+	if e.killed {
+		e.mu.Unlock()
+		_ = c.Close()
+		return func() {}
+	}
+	e.closers[cl] = struct{}{}
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		delete(e.closers, cl)
+		e.mu.Unlock()
+	}
+}
+
+// SecureSandboxes lists live secure sandboxes with their tokens, to route signed URLs.
+func (o *Orchestrator) SecureSandboxes(ctx context.Context) []*store.Sandbox {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*store.Sandbox
+	for _, e := range o.live {
+		if e.sb.Secure {
+			out = append(out, copySandbox(e.sb))
+		}
+	}
+	return out
+}
+
+// evictor pauses (autoPause) or kills sandboxes whose TTL passed. It sleeps until the
+// earliest deadline; every TTL change wakes it to look again.
+func (o *Orchestrator) evictor() {
+	defer o.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := o.evictDue()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-o.stop:
+			return
+		case <-o.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// evictDue acts on every running sandbox past its TTL and returns the next deadline.
+func (o *Orchestrator) evictDue() time.Time {
+	now := time.Now()
+	var due []*entry
+	var next time.Time
+	o.mu.Lock()
+	for _, e := range o.live {
+		e.mu.Lock()
+		end, running := e.sb.EndAt, e.sb.State == store.StateRunning && !e.killed
+		e.mu.Unlock()
+		if !running {
+			continue
+		}
+		if !end.After(now) {
+			due = append(due, e)
+		} else if next.IsZero() || end.Before(next) {
+			next = end
+		}
+	}
+	o.mu.Unlock()
+	for _, e := range due {
+		ctx := o.systemContext()
+		if e.sb.AutoPause {
+			if err := o.pause(sandboxLog(ctx, e.sb), e); err != nil {
+				o.logger(ctx).Error("timeout pause failed; killing", telemetry.KeySandboxID, e.sb.ID, "error", err.Error())
+				_ = o.kill(ctx, e, reason.KillTimeout, "", "auto-pause failed: "+err.Error())
+			}
+			continue
+		}
+		_ = o.kill(ctx, e, reason.KillTimeout, "", "")
+	}
+	return next
+}
+
+// Recover runs at start-up: sandboxes recorded as live from a previous run cannot be
+// re-adopted by this driver, so each is killed with reason orphaned (never lost silently),
+// and runtime leftovers without a record are destroyed.
+func (o *Orchestrator) Recover(ctx context.Context) error {
+	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
+	recs, err := o.cfg.Store.LiveSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, sb := range recs {
+		e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+		telemetry.SandboxesLive.WithLabelValues(string(sb.State)).Inc()
+		if err := o.kill(ctx, e, reason.KillOrphaned, "", "the server restarted while it was "+string(sb.State)); err != nil {
+			o.logger(ctx).Error("recover: kill orphaned sandbox", telemetry.KeySandboxID, sb.ID, "error", err.Error())
+		}
+	}
+	ids, err := o.cfg.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("recover: list runtime sandboxes: %w", err)
+	}
+	for _, id := range ids {
+		o.mu.Lock()
+		_, held := o.live[id]
+		o.mu.Unlock()
+		if held {
+			continue
+		}
+		if err := o.cfg.Runtime.Destroy(ctx, id); err != nil {
+			o.logger(ctx).Error("recover: destroy leftover", telemetry.KeySandboxID, id, "error", err.Error())
+			continue
+		}
+		o.logger(ctx).Info("recover: destroyed leftover sandbox without a record", telemetry.KeySandboxID, id)
+	}
+	return nil
+}
+
+// Shutdown stops the evictor and kills every live sandbox with reason server_shutdown.
+func (o *Orchestrator) Shutdown(ctx context.Context) {
+	o.closed.Do(func() { close(o.stop) })
+	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
+	o.mu.Lock()
+	entries := make([]*entry, 0, len(o.live))
+	for _, e := range o.live {
+		entries = append(entries, e)
+	}
+	o.mu.Unlock()
+	for _, e := range entries {
+		_ = o.kill(ctx, e, reason.KillServerShutdown, "", "")
+	}
+}

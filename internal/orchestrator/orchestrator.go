@@ -1,0 +1,425 @@
+// Package orchestrator owns every sandbox's lifecycle: create, pause, resume, timeouts and
+// kill, on top of a runtime.Runtime, the template store and the sandbox records.
+//
+// The one idea: each sandbox is one state machine (running ⇄ paused → killed) whose
+// transitions are serialised by the sandbox's own lock and written through to the store, and
+// every kill carries a reason.KillReason from the call that caused it, so "why is it gone?"
+// always has an answer: in the log, in the record, in the counter, and in the error a client
+// gets when it touches the dead sandbox.
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/reason"
+)
+
+// EnvdPort is where envd listens inside every sandbox.
+const EnvdPort = 49983
+
+// EnvdVersion is the envd protocol version Cove reports.
+const EnvdVersion = "0.6.4"
+
+// SystemRequestID marks transitions Cove made by itself (the TTL evictor, shutdown).
+const SystemRequestID = "system"
+
+// Runtime is what the orchestrator needs of a sandbox runtime: the Runtime interface and a
+// listing of the sandboxes it holds, to clean up after a crash.
+type Runtime interface {
+	runtime.Runtime
+	List(ctx context.Context) ([]string, error)
+}
+
+// Config configures an Orchestrator.
+type Config struct {
+	Store     store.Sandboxes
+	Runtime   Runtime
+	Templates *template.Store
+	// CoveBinary is the static cove binary bind-mounted read-only into every sandbox as envd.
+	CoveBinary string
+	// LogDir keeps each sandbox's envd output, <LogDir>/<id>.log, after the sandbox is gone.
+	LogDir string
+	Logger *slog.Logger
+
+	DefaultTimeout time.Duration // 300 s when 0
+	MaxTimeout     time.Duration // 24 h when 0
+	CPUCount       int           // per sandbox; 2 when 0
+	MemoryMB       int           // per sandbox; 512 when 0
+	DiskSizeMB     int           // reported disk size; 1024 when 0
+	PIDs           int64         // per sandbox; 1024 when 0
+}
+
+// CreateRequest is what a client asks for when it creates a sandbox.
+type CreateRequest struct {
+	TeamID, TemplateID, APIKeyID string
+	Timeout                      time.Duration // 0 means the default, 300 s
+	Metadata, EnvVars            map[string]string
+	Secure, AutoPause            bool
+	AutoResume, AllowInternet    bool
+}
+
+// Orchestrator runs sandboxes. All methods are safe for concurrent use.
+type Orchestrator struct {
+	cfg Config
+
+	mu   sync.Mutex
+	live map[string]*entry
+
+	wake   chan struct{} // the evictor recomputes its next deadline
+	stop   chan struct{}
+	closed sync.Once
+	wg     sync.WaitGroup
+}
+
+// entry is one live (running or paused) sandbox.
+type entry struct {
+	mu       sync.Mutex // serialises this sandbox's transitions
+	sb       *store.Sandbox
+	killed   bool
+	closers  map[*closer]struct{}
+	envd     *http.Client
+	logFile  *os.File
+	drainers sync.WaitGroup
+}
+
+type closer struct{ c io.Closer }
+
+// New returns an orchestrator and starts its TTL evictor. Call Recover before serving.
+func New(cfg Config) (*Orchestrator, error) {
+	if cfg.Store == nil || cfg.Runtime == nil || cfg.Templates == nil {
+		return nil, errors.New("orchestrator: store, runtime and templates are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = telemetry.Logger(context.Background())
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 300 * time.Second
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.CPUCount <= 0 {
+		cfg.CPUCount = 2
+	}
+	if cfg.MemoryMB <= 0 {
+		cfg.MemoryMB = 512
+	}
+	if cfg.DiskSizeMB <= 0 {
+		cfg.DiskSizeMB = 1024
+	}
+	if cfg.PIDs <= 0 {
+		cfg.PIDs = 1024
+	}
+	if cfg.CoveBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("orchestrator: find the cove binary: %w", err)
+		}
+		cfg.CoveBinary = exe
+	}
+	if cfg.LogDir != "" {
+		if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
+			return nil, fmt.Errorf("orchestrator: %w", err)
+		}
+	}
+	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	o.wg.Add(1)
+	go o.evictor()
+	return o, nil
+}
+
+// logger is the call's logger; calls Cove makes itself carry the orchestrator's.
+func (o *Orchestrator) logger(ctx context.Context) *slog.Logger { return telemetry.Logger(ctx) }
+
+// systemContext is the context of a transition Cove makes by itself (evictor, shutdown).
+func (o *Orchestrator) systemContext() context.Context {
+	return telemetry.WithRequestID(telemetry.WithLogger(context.Background(), o.cfg.Logger), SystemRequestID)
+}
+
+func (o *Orchestrator) nudge() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// newID mints an E2B-style sandbox id: "i" and 20 of [a-z0-9].
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return "i" + string(b)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (o *Orchestrator) clampTimeout(d time.Duration) (time.Duration, error) {
+	switch {
+	case d == 0:
+		return o.cfg.DefaultTimeout, nil
+	case d < 0:
+		return 0, fmt.Errorf("%w: timeout must not be negative", ErrInvalid)
+	case d > o.cfg.MaxTimeout:
+		return 0, fmt.Errorf("%w: timeout %s is over the maximum %s", ErrInvalid, d, o.cfg.MaxTimeout)
+	}
+	return d, nil
+}
+
+func requestID(ctx context.Context) string {
+	if id := telemetry.RequestID(ctx); id != "" {
+		return id
+	}
+	return SystemRequestID
+}
+
+func sandboxLog(ctx context.Context, sb *store.Sandbox) context.Context {
+	return telemetry.With(ctx, telemetry.KeySandboxID, sb.ID, telemetry.KeyTeamID, sb.TeamID, telemetry.KeyTemplateID, sb.TemplateID)
+}
+
+// Create starts a sandbox from a template and returns it once envd answers.
+func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, err error) {
+	begun := time.Now()
+	if req.TemplateID == "" {
+		req.TemplateID = "base"
+	}
+	timeout, err := o.clampTimeout(req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := o.cfg.Templates.Get(req.TemplateID)
+	if err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("template").Inc()
+		if errors.Is(err, template.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %q (build it with `cove template build %s`)", ErrTemplateNotFound, req.TemplateID, req.TemplateID)
+		}
+		return nil, fmt.Errorf("template %q: %w", req.TemplateID, err)
+	}
+	now := time.Now()
+	sb := &store.Sandbox{
+		ID: newID(), TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning,
+		Metadata: req.Metadata, CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
+		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
+		AllowInternet: req.AllowInternet, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	for k := range req.EnvVars {
+		sb.EnvVarNames = append(sb.EnvVarNames, k)
+	}
+	if req.Secure {
+		sb.EnvdAccessToken = randomHex(16)
+	}
+	ctx = sandboxLog(ctx, sb)
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+
+	stage := "runtime"
+	defer func() {
+		if err != nil {
+			telemetry.SandboxCreateFailures.WithLabelValues(stage).Inc()
+			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			e.closeLog()
+			o.logger(ctx).Error("sandbox create failed", "stage", stage, "error", err.Error())
+		}
+	}()
+	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
+		ID:     sb.ID,
+		Rootfs: tmpl.Rootfs,
+		Args:   []string{"/.cove/cove", "envd", "--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)},
+		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
+		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
+		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	o.drain(e, rsb)
+	if err = o.cfg.Runtime.Start(ctx, sb.ID); err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	e.envd = o.envdClient(sb.ID)
+	stage = "envd"
+	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
+		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
+	}
+	init := map[string]any{"envVars": req.EnvVars}
+	if sb.EnvdAccessToken != "" {
+		init["accessToken"] = sb.EnvdAccessToken
+	}
+	if hasUser(tmpl.Rootfs, template.UserName) {
+		init["defaultUser"], init["defaultWorkdir"] = template.UserName, template.UserHome
+	}
+	if err = postInit(ctx, e.envd, init); err != nil {
+		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
+	}
+	stage = "store"
+	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
+		return nil, fmt.Errorf("record sandbox: %w", err)
+	}
+	o.mu.Lock()
+	o.live[sb.ID] = e
+	o.mu.Unlock()
+	o.watchInit(e)
+	o.nudge()
+
+	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
+	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
+	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
+	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
+		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames)
+	return copySandbox(sb), nil
+}
+
+// drain copies the sandbox's stdout and stderr (envd's log lines) to its log file, which
+// outlives the sandbox for post-mortems. A sandbox whose pipes nobody reads would block.
+func (o *Orchestrator) drain(e *entry, rsb *runtime.Sandbox) {
+	var w io.Writer = io.Discard
+	if o.cfg.LogDir != "" {
+		if f, err := os.OpenFile(filepath.Join(o.cfg.LogDir, rsb.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+			e.logFile = f
+			w = &lockedWriter{w: f}
+		}
+	}
+	for _, r := range []io.ReadCloser{rsb.Stdout, rsb.Stderr} {
+		if r == nil {
+			continue
+		}
+		e.drainers.Add(1)
+		go func(r io.ReadCloser) {
+			defer e.drainers.Done()
+			_, _ = io.Copy(w, r)
+			_ = r.Close()
+		}(r)
+	}
+}
+
+func (e *entry) closeLog() {
+	if e.logFile != nil {
+		go func(f *os.File) { e.drainers.Wait(); _ = f.Close() }(e.logFile)
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// watchInit kills the sandbox, with the reason, if its envd exits on its own or is OOM-killed.
+func (o *Orchestrator) watchInit(e *entry) {
+	id := e.sb.ID
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		ex, err := o.cfg.Runtime.Wait(context.Background(), id)
+		if err != nil {
+			return
+		}
+		why := reason.KillEnvdExited
+		if ex.OOMKilled {
+			why = reason.KillOOM
+		}
+		ctx := o.systemContext()
+		if err := o.kill(ctx, e, why, "", fmt.Sprintf("envd exited: code %d signal %q", ex.Code, ex.Signal)); err == nil {
+			o.logger(ctx).Warn("sandbox init exited", telemetry.KeySandboxID, id, "exit_code", ex.Code, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
+		}
+	}()
+}
+
+func hasUser(rootfs, name string) bool {
+	b, err := os.ReadFile(filepath.Join(rootfs, "etc/passwd"))
+	return err == nil && (bytes.Contains(b, []byte("\n"+name+":")) || bytes.HasPrefix(b, []byte(name+":")))
+}
+
+// envdClient reaches envd inside the sandbox's network namespace.
+func (o *Orchestrator) envdClient(id string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return o.cfg.Runtime.Dial(ctx, id, network, fmt.Sprintf("127.0.0.1:%d", EnvdPort))
+		},
+		MaxIdleConns: 2, IdleConnTimeout: 30 * time.Second,
+	}}
+}
+
+func waitHealthy(ctx context.Context, c *http.Client, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var last error
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://envd/health", nil)
+		res, err := c.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusNoContent {
+				return nil
+			}
+			err = fmt.Errorf("health answered %s", res.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(delay):
+		}
+	}
+}
+
+func postInit(ctx context.Context, c *http.Client, body map[string]any) error {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if id := telemetry.RequestID(ctx); id != "" {
+		req.Header.Set(telemetry.HeaderRequestID, id)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		return fmt.Errorf("init answered %s: %s", res.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+func copySandbox(sb *store.Sandbox) *store.Sandbox {
+	c := *sb
+	c.Metadata = make(map[string]string, len(sb.Metadata))
+	for k, v := range sb.Metadata {
+		c.Metadata[k] = v
+	}
+	c.EnvVarNames = append([]string(nil), sb.EnvVarNames...)
+	return &c
+}

@@ -1,0 +1,127 @@
+// Package store defines Cove's persistent state behind interfaces: teams and API keys, and
+// sandbox records. SQLite (store/sqlite) implements them by default; the shapes are chosen
+// so PostgreSQL can take the same state without changing callers.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cove-dev/cove/reason"
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// Team owns sandboxes and API keys.
+type Team struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKey is a team's key. Only its SHA-256 is stored; the key itself is shown once.
+type APIKey struct {
+	ID        string
+	TeamID    string
+	Name      string
+	Mask      string // e.g. "e2b_1a2b…9f0e", for listings
+	CreatedAt time.Time
+	LastUsed  *time.Time
+	RevokedAt *time.Time
+}
+
+// SandboxState is a sandbox's lifecycle state as stored.
+type SandboxState string
+
+// Sandbox states.
+const (
+	StateRunning SandboxState = "running"
+	StatePaused  SandboxState = "paused"
+	StateKilled  SandboxState = "killed"
+)
+
+// Sandbox is one sandbox's record. Killed sandboxes stay, so a client asking about one learns
+// why it is gone.
+type Sandbox struct {
+	ID          string
+	TeamID      string
+	TemplateID  string
+	Alias       string
+	State       SandboxState
+	Metadata    map[string]string
+	EnvVarNames []string // values are never stored
+	CPUCount    int
+	MemoryMB    int
+	DiskSizeMB  int
+	EnvdVersion string
+	// EnvdAccessToken guards envd when Secure; it is returned to the sandbox's team.
+	EnvdAccessToken string
+	Secure          bool
+	AutoPause       bool
+	AutoResume      bool
+	AllowInternet   bool
+	StartedAt       time.Time
+	EndAt           time.Time // the TTL: when the evictor kills or pauses it
+	PausedAt        *time.Time
+	KilledAt        *time.Time
+	KillReason      reason.KillReason
+	KillRequestID   string // the request that killed it, or "system"
+	KillAPIKeyID    string // the key whose call killed it, when a client did
+	CreatedBy       string // request id of the create call
+	UpdatedAt       time.Time
+}
+
+// SandboxFilter selects sandboxes for a listing.
+type SandboxFilter struct {
+	TeamID   string
+	States   []SandboxState    // any of these; all live states when empty
+	Metadata map[string]string // every pair must match
+	Limit    int               // 1..100; 100 when 0
+	// Next is the opaque token a previous page returned.
+	Next string
+}
+
+// SandboxPage is one page of a listing.
+type SandboxPage struct {
+	Sandboxes []*Sandbox
+	Next      string // "" on the last page
+	Total     int    // sandboxes matching the filter, all pages
+}
+
+// Keys stores teams and API keys.
+type Keys interface {
+	CreateTeam(ctx context.Context, name string) (*Team, error)
+	GetTeam(ctx context.Context, id string) (*Team, error)
+	ListTeams(ctx context.Context) ([]*Team, error)
+	// CreateAPIKey makes a new "e2b_<40 hex>" key and returns it in clear, once.
+	CreateAPIKey(ctx context.Context, teamID, name string) (key string, rec *APIKey, err error)
+	// Authenticate returns the live key and team for a key in clear, and records its use;
+	// ErrNotFound for an unknown or revoked key.
+	Authenticate(ctx context.Context, key string) (*APIKey, *Team, error)
+	ListAPIKeys(ctx context.Context, teamID string) ([]*APIKey, error)
+	RevokeAPIKey(ctx context.Context, teamID, id string) error
+}
+
+// Sandboxes stores sandbox records.
+type Sandboxes interface {
+	InsertSandbox(ctx context.Context, sb *Sandbox) error
+	// UpdateSandbox replaces the record with sb's id; ErrNotFound when there is none.
+	UpdateSandbox(ctx context.Context, sb *Sandbox) error
+	GetSandbox(ctx context.Context, id string) (*Sandbox, error)
+	ListSandboxes(ctx context.Context, f SandboxFilter) (*SandboxPage, error)
+	// LiveSandboxes lists every running or paused sandbox of every team, for re-adoption
+	// after a restart and for the TTL evictor.
+	LiveSandboxes(ctx context.Context) ([]*Sandbox, error)
+}
+
+// Store is everything Cove persists.
+type Store interface {
+	Keys
+	Sandboxes
+	Close() error
+}

@@ -1,0 +1,54 @@
+package telemetry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cove-dev/cove/reason"
+)
+
+// Registry holds every Cove metric. Names live here and nowhere else: a cove_ prefix, base
+// units, _total on counters, and bounded labels only (never a sandbox id).
+var Registry = prometheus.NewRegistry()
+
+// Cove's metrics.
+var (
+	SandboxesCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_sandboxes_created_total", Help: "Sandboxes created, by template.",
+	}, []string{"template"})
+	SandboxesKilled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_sandboxes_killed_total", Help: "Sandboxes killed, by kill reason.",
+	}, []string{"kill_reason"})
+	SandboxCreateFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_sandbox_create_failures_total", Help: "Sandbox creations that failed, by stage.",
+	}, []string{"stage"})
+	SandboxesLive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_sandboxes", Help: "Sandboxes alive now, by state.",
+	}, []string{"state"})
+	SandboxCreateSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "cove_sandbox_create_seconds", Help: "Time from a create call to envd ready.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	SandboxTransitionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "cove_sandbox_transition_seconds", Help: "Time to pause, resume or kill a sandbox.",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"transition"})
+	ProxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_proxy_requests_total", Help: "Requests proxied to sandboxes, by outcome.",
+	}, []string{"outcome"})
+	APIRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_api_requests_total", Help: "REST API requests, by route and status class.",
+	}, []string{"route", "code"})
+)
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
+		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
+	)
+	for _, r := range reason.KillReasons {
+		SandboxesKilled.WithLabelValues(r.String())
+	}
+}
