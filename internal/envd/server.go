@@ -26,9 +26,9 @@ import (
 
 	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
-	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/envd/sysinfo"

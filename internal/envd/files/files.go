@@ -17,7 +17,6 @@ import (
 	"mime"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,11 +37,13 @@ func New(d *identity.Defaults) http.Handler {
 	return &Handler{defaults: d}
 }
 
-// Entry is one written file in the POST answer: [{"name","type":"file","path"}].
+// Entry is one written file in the POST answer: [{"name","type":"file","path","metadata"}],
+// metadata being what the upload stored on the file, left out when none.
 type Entry struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -198,27 +199,33 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		fault.WriteHTTP(ctx, w, err)
 		return
 	}
+	md, err := metadataOf(r.Header)
+	if err != nil {
+		fault.WriteHTTP(ctx, w, err)
+		return
+	}
 	body, err := decodedBody(r)
 	if err != nil {
 		fault.WriteHTTP(ctx, w, err)
 		return
 	}
+	up := &uploader{ctx: ctx, user: u, metadata: md}
 	ct := r.Header.Get("Content-Type")
 	mediaType, params, _ := mime.ParseMediaType(ct)
 	var written []Entry
 	var size int64
 	switch {
 	case mediaType == "multipart/form-data":
-		written, size, err = h.uploadMultipart(body, params["boundary"], u, p)
+		written, size, err = up.multipart(body, params["boundary"], p)
 	case ct == "" || mediaType == "application/octet-stream":
 		if p == "" {
 			err = fmt.Errorf("upload: %w: the path query parameter is required for an octet-stream body", fault.ErrInvalid)
 			break
 		}
-		var n int64
-		n, err = writeFile(p, u, body)
+		var e Entry
+		e, size, err = up.write(p, body)
 		if err == nil {
-			written, size = []Entry{entryOf(p)}, n
+			written = []Entry{e}
 		}
 	default:
 		err = fmt.Errorf("upload: %w: content type %q is neither multipart/form-data nor application/octet-stream", fault.ErrInvalid, ct)
@@ -254,7 +261,7 @@ func decodedBody(r *http.Request) (io.Reader, error) {
 // uploadMultipart writes every part named "file": to path when the query gives one (then
 // only one file part is allowed), otherwise to the part's filename, which the E2B SDKs set
 // to the target path.
-func (h *Handler) uploadMultipart(body io.Reader, boundary string, u *identity.User, path string) ([]Entry, int64, error) {
+func (up *uploader) multipart(body io.Reader, boundary string, path string) ([]Entry, int64, error) {
 	if boundary == "" {
 		return nil, 0, fmt.Errorf("upload: %w: multipart body without a boundary", fault.ErrInvalid)
 	}
@@ -282,16 +289,16 @@ func (h *Handler) uploadMultipart(body io.Reader, boundary string, u *identity.U
 			if name == "" {
 				return nil, total, fmt.Errorf("upload: %w: a file part has no filename and the path query parameter is missing", fault.ErrInvalid)
 			}
-			if target, err = u.ResolvePath(name); err != nil {
+			if target, err = up.user.ResolvePath(name); err != nil {
 				return nil, total, fmt.Errorf("upload: filename %q: %w: %v", name, fault.ErrInvalid, err)
 			}
 		}
-		n, err := writeFile(target, u, part)
+		e, n, err := up.write(target, part)
 		total += n
 		if err != nil {
 			return nil, total, err
 		}
-		out = append(out, entryOf(target))
+		out = append(out, e)
 	}
 	if len(out) == 0 {
 		return nil, total, fmt.Errorf("upload: %w: the multipart body has no part named \"file\"", fault.ErrInvalid)
@@ -307,8 +314,4 @@ func rawFileName(cd string) string {
 		return ""
 	}
 	return params["filename"]
-}
-
-func entryOf(p string) Entry {
-	return Entry{Name: filepath.Base(p), Type: "file", Path: p}
 }

@@ -22,7 +22,12 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 // renamed over the target once the body is complete, so a reader never sees half a file and
 // a failed upload leaves the old one. Missing parents are created for u. A symlink at target
 // is written through, as opening it would; an existing file keeps its permission bits.
-func writeFile(target string, u *identity.User, r io.Reader) (int64, error) {
+//
+// The file gets exactly the metadata md (user.e2b.* attributes), set on the temporary file
+// before the rename: the new inode starts without attributes, so earlier metadata is
+// replaced, and a failure leaves the old file as it was. stored is false when the file
+// system keeps no user attributes; the file is written anyway.
+func writeFile(target string, u *identity.User, r io.Reader, md map[string]string) (n int64, stored bool, err error) {
 	dest := target
 	mode := fs.FileMode(0o644)
 	fi, err := os.Lstat(target)
@@ -32,26 +37,26 @@ func writeFile(target string, u *identity.User, r io.Reader) (int64, error) {
 			dest = resolved
 			if fi, err = os.Stat(resolved); err == nil {
 				if fi.IsDir() {
-					return 0, fmt.Errorf("upload %s: %w: it is a directory", target, fault.ErrInvalid)
+					return 0, false, fmt.Errorf("upload %s: %w: it is a directory", target, fault.ErrInvalid)
 				}
 				mode = fi.Mode().Perm()
 			}
 		}
 	case err == nil && fi.IsDir():
-		return 0, fmt.Errorf("upload %s: %w: it is a directory", target, fault.ErrInvalid)
+		return 0, false, fmt.Errorf("upload %s: %w: it is a directory", target, fault.ErrInvalid)
 	case err == nil:
 		mode = fi.Mode().Perm()
 	case !errors.Is(err, fs.ErrNotExist):
-		return 0, filesystem.OSError("upload", target, err)
+		return 0, false, filesystem.OSError("upload", target, err)
 	}
 
 	dir := filepath.Dir(dest)
 	if _, err := filesystem.MkdirAll(dir, u); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	tmp, err := os.CreateTemp(dir, ".cove-upload-*")
 	if err != nil {
-		return 0, filesystem.OSError("upload", dest, err)
+		return 0, false, filesystem.OSError("upload", dest, err)
 	}
 	done := false
 	defer func() {
@@ -62,27 +67,35 @@ func writeFile(target string, u *identity.User, r io.Reader) (int64, error) {
 	}()
 
 	src := &errReader{r: r}
-	n, err := io.Copy(tmp, src)
+	n, err = io.Copy(tmp, src)
 	if err != nil {
 		if src.err != nil {
-			return n, fmt.Errorf("upload %s: %w: reading the request body failed after %d bytes: %v", target, fault.ErrInvalid, n, src.err)
+			return n, false, fmt.Errorf("upload %s: %w: reading the request body failed after %d bytes: %v", target, fault.ErrInvalid, n, src.err)
 		}
-		return n, filesystem.OSError("write", dest, err)
+		return n, false, filesystem.OSError("write", dest, err)
+	}
+	stored = true
+	if len(md) > 0 {
+		if err := filesystem.WriteMetadata(tmp, md); errors.Is(err, filesystem.ErrXattrUnsupported) {
+			stored = false
+		} else if err != nil {
+			return n, false, err
+		}
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		return n, filesystem.OSError("chmod", dest, err)
+		return n, false, filesystem.OSError("chmod", dest, err)
 	}
 	if err := filesystem.Chown(tmp.Name(), u); err != nil {
-		return n, err
+		return n, false, err
 	}
 	if err := tmp.Close(); err != nil {
-		return n, filesystem.OSError("write", dest, err)
+		return n, false, filesystem.OSError("write", dest, err)
 	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
-		return n, filesystem.OSError("upload", dest, err)
+		return n, false, filesystem.OSError("upload", dest, err)
 	}
 	done = true
-	return n, nil
+	return n, stored, nil
 }
 
 // errReader remembers the error of the reader it wraps, so that a failed copy can tell a

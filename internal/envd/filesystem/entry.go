@@ -16,7 +16,8 @@ import (
 
 // Entry describes path without following a final symlink: type, size, mode and permissions
 // are the link's own, and SymlinkTarget is where it leads (fully resolved when possible, the
-// raw link text made absolute when the target is missing).
+// raw link text made absolute when the target is missing). Metadata is the user.e2b.*
+// attributes, of the target for a symlink (see ReadMetadata).
 func Entry(path string) (*rpc.EntryInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -35,6 +36,7 @@ func entryFromInfo(path string, fi fs.FileInfo) *rpc.EntryInfo {
 		Mode:         uint32(mode.Perm()),
 		Permissions:  mode.String(),
 		ModifiedTime: timestamppb.New(fi.ModTime()),
+		Metadata:     ReadMetadata(path),
 	}
 	if path == "/" {
 		e.Name = "/"
