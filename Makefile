@@ -7,10 +7,14 @@ PGC_VER   := v1.21.1
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 
-.PHONY: build gen tools deps test test-short vet bench clean
+.PHONY: build run gen tools deps test test-short vet bench clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/cove ./cmd/cove
+
+# Bring Cove up: installs runc and debootstrap, builds the base template on first run.
+run: build
+	$(BIN)/cove server
 
 tools:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VER)

@@ -9,6 +9,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEnvdCmd())
+	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd())
 	return root
 }

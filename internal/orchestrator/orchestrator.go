@@ -225,7 +225,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		ID: newID(), TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning,
 		Metadata: req.Metadata, CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
-		AllowInternet: req.AllowInternet, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
+		AllowInternet: false, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -291,6 +291,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
+	if req.AllowInternet {
+		// The runtime gives every sandbox a loopback-only network: say so rather than pretend.
+		o.logger(ctx).Info("internet access requested; sandboxes have loopback-only networks", "allow_internet_access", false)
+	}
 	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
 		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames)
 	return copySandbox(sb), nil

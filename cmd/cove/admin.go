@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/template"
+)
+
+// printJSON writes v as indented JSON, for --json.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newAPIKeyCmd() *cobra.Command {
+	var data, team string
+	var asJSON bool
+	cmd := &cobra.Command{Use: "apikey", Short: "Create, list and revoke API keys (works on the data dir, beside a running server)"}
+	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory [$COVE_DATA]")
+	cmd.PersistentFlags().StringVar(&team, "team", "", "team id; the only team when there is one")
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	resolveTeam := func(cmd *cobra.Command) (string, error) {
+		if team != "" {
+			return team, nil
+		}
+		db, err := server.OpenStore(cmd.Context(), data)
+		if err != nil {
+			return "", err
+		}
+		defer db.Close()
+		teams, err := db.ListTeams(cmd.Context())
+		if err != nil {
+			return "", err
+		}
+		switch len(teams) {
+		case 0:
+			return "", fmt.Errorf("no team yet: start `cove server` once, or create one")
+		case 1:
+			return teams[0].ID, nil
+		}
+		return "", fmt.Errorf("%d teams: name one with --team", len(teams))
+	}
+
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create an API key; it is printed once", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			teamID, err := resolveTeam(cmd)
+			if err != nil {
+				return err
+			}
+			db, err := server.OpenStore(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			key, rec, err := db.CreateAPIKey(cmd.Context(), teamID, args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(map[string]any{"id": rec.ID, "team": rec.TeamID, "name": rec.Name, "key": key})
+			}
+			fmt.Printf("%s\n(id %s, team %s: the key is shown only now)\n", key, rec.ID, rec.TeamID)
+			return nil
+		},
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List a team's API keys", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			teamID, err := resolveTeam(cmd)
+			if err != nil {
+				return err
+			}
+			db, err := server.OpenStore(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			keys, err := db.ListAPIKeys(cmd.Context(), teamID)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(keys)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED\tREVOKED")
+			for _, k := range keys {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Mask, k.CreatedAt.Format(time.RFC3339), when(k.LastUsed), when(k.RevokedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Revoke an API key", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			teamID, err := resolveTeam(cmd)
+			if err != nil {
+				return err
+			}
+			db, err := server.OpenStore(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := db.RevokeAPIKey(cmd.Context(), teamID, args[0]); err != nil {
+				return fmt.Errorf("revoke %s: %w", args[0], err)
+			}
+			fmt.Println("revoked", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func when(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func newTemplateCmd() *cobra.Command {
+	var data string
+	var asJSON bool
+	cmd := &cobra.Command{Use: "template", Short: "Build, list and remove sandbox templates (works on the data dir)"}
+	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory [$COVE_DATA]")
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	var from string
+	var run []string
+	build := &cobra.Command{
+		Use:   "build NAME",
+		Short: "Build a template: a Debian base when --from is empty, else --from T plus --run steps",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ts, _, err := server.OpenTemplates(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			t, err := ts.Build(cmd.Context(), template.Spec{Name: args[0], From: from, Run: run}, os.Stdout)
+			if err != nil {
+				if log := ts.FailedLog(args[0]); log != "" {
+					return fmt.Errorf("%w (build log: %s)", err, log)
+				}
+				return err
+			}
+			if asJSON {
+				return printJSON(t)
+			}
+			fmt.Printf("template %s ready: %d MiB in %.1f s\n", t.Name, t.SizeBytes>>20, t.BuildTime)
+			return nil
+		},
+	}
+	build.Flags().StringVar(&from, "from", "", "template to start from")
+	build.Flags().StringArrayVar(&run, "run", nil, "shell command to run in the new template (repeatable, in order)")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List templates", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ts, _, err := server.OpenTemplates(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			all, err := ts.List()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(all)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tFROM\tSIZE\tCREATED")
+			for _, t := range all {
+				fmt.Fprintf(tw, "%s\t%s\t%d MiB\t%s\n", t.Name, t.From, t.SizeBytes>>20, t.CreatedAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	rm := &cobra.Command{
+		Use: "rm NAME", Short: "Remove a template", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ts, _, err := server.OpenTemplates(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			return ts.Remove(args[0])
+		},
+	}
+	cmd.AddCommand(build, list, rm)
+	return cmd
+}

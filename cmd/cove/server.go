@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// envOr returns the environment variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func dataDirFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVar(p, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory (state, templates, sandboxes, logs) [$COVE_DATA]")
+}
+
+func newServerCmd() *cobra.Command {
+	var cfg server.Config
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
+		Long: `cove server brings Cove up on this machine. On first run it installs the Debian packages
+it needs (runc, debootstrap), builds the base template from Debian bookworm (about a minute,
+progress shown), creates a team and an API key, and prints how to point the E2B SDK at it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With("service", "server")
+			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "addr", envOr("COVE_ADDR", "127.0.0.1:3000"), "listen address [$COVE_ADDR]")
+	dataDirFlag(cmd, &cfg.DataDir)
+	f.StringVar(&cfg.Domain, "domain", envOr("COVE_DOMAIN", ""), "domain for {port}-{id}.{domain} sandbox hosts [$COVE_DOMAIN]")
+	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
+	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
+	return cmd
+}

@@ -1,0 +1,347 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
+)
+
+// createBody is E2B's NewSandbox (POST /sandboxes and /v2/sandboxes).
+type createBody struct {
+	TemplateID string            `json:"templateID"`
+	Timeout    *float64          `json:"timeout"` // seconds
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	AutoPause  bool              `json:"autoPause"`
+	AutoResume *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	Secure              *bool `json:"secure"`
+	AllowInternetAccess *bool `json:"allow_internet_access"`
+}
+
+func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
+	var body createBody
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	timeout, err := seconds("timeout", body.Timeout)
+	if err != nil {
+		return err
+	}
+	// E2B's v2 create has no secure field: every sandbox it makes is secured (an envd access
+	// token, signed file URLs). The v1 create secures only when asked. An explicit value wins.
+	secure := r.URL.Path == "/v2/sandboxes"
+	if body.Secure != nil {
+		secure = *body.Secure
+	}
+	req := orchestrator.CreateRequest{
+		TeamID:     c.team.ID,
+		TemplateID: body.TemplateID,
+		APIKeyID:   c.key.ID,
+		Timeout:    timeout,
+		Metadata:   body.Metadata,
+		EnvVars:    body.EnvVars,
+		Secure:     secure,
+		AutoPause:  body.AutoPause,
+		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled,
+		// E2B allows internet access unless the client says false.
+		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+	}
+	ctx := r.Context()
+	if body.TemplateID != "" {
+		ctx = telemetry.With(ctx, telemetry.KeyTemplateID, body.TemplateID)
+	}
+	sb, err := a.cfg.Sandboxes.Create(ctx, req)
+	if err != nil {
+		if body.TemplateID != "" {
+			return fmt.Errorf("create sandbox from template %q: %w", body.TemplateID, err)
+		}
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	infoFrom(ctx).sandboxID = sb.ID
+	writeJSON(w, http.StatusCreated, a.newSandbox(sb))
+	return nil
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	sb, err := a.cfg.Sandboxes.Get(r.Context(), c.team.ID, id)
+	if err != nil {
+		return fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	writeJSON(w, http.StatusOK, a.detail(sb, true))
+	return nil
+}
+
+// list serves GET /v2/sandboxes: one page, filtered by state and metadata.
+func (a *api) list(w http.ResponseWriter, r *http.Request, c caller) error {
+	f, err := parseFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	f.TeamID = c.team.ID
+	page, err := a.cfg.Sandboxes.List(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	if page.Next != "" {
+		w.Header().Set("X-Next-Token", page.Next)
+	}
+	w.Header().Set("X-Total-Running", strconv.Itoa(page.Total))
+	writeJSON(w, http.StatusOK, a.details(page.Sandboxes))
+	return nil
+}
+
+// maxLegacyList bounds the legacy listing, which has no pagination.
+const maxLegacyList = 10000
+
+// listLegacy serves GET /sandboxes: every running sandbox, filtered by metadata.
+func (a *api) listLegacy(w http.ResponseWriter, r *http.Request, c caller) error {
+	q := r.URL.Query()
+	md, err := parseMetadata(q.Get("metadata"))
+	if err != nil {
+		return err
+	}
+	f := store.SandboxFilter{
+		TeamID:   c.team.ID,
+		States:   []store.SandboxState{store.StateRunning},
+		Metadata: md,
+		Limit:    100,
+	}
+	var all []*store.Sandbox
+	total := 0
+	for {
+		page, err := a.cfg.Sandboxes.List(r.Context(), f)
+		if err != nil {
+			return fmt.Errorf("list sandboxes: %w", err)
+		}
+		all = append(all, page.Sandboxes...)
+		total = page.Total
+		if page.Next == "" || page.Next == f.Next || len(all) >= maxLegacyList {
+			break
+		}
+		f.Next = page.Next
+	}
+	w.Header().Set("X-Total-Running", strconv.Itoa(total))
+	writeJSON(w, http.StatusOK, a.details(all))
+	return nil
+}
+
+func (a *api) kill(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	ctx := telemetry.With(r.Context(), telemetry.KeyKillReason, reason.KillRequest.String())
+	telemetry.Logger(ctx).Info("sandbox kill requested")
+	if err := a.cfg.Sandboxes.Kill(ctx, c.team.ID, id, reason.KillRequest, c.key.ID); err != nil {
+		return fmt.Errorf("kill sandbox %s: %w", id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *api) setTimeout(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	var body struct {
+		Timeout *float64 `json:"timeout"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Timeout == nil {
+		return fmt.Errorf("%w: timeout (seconds) is required", errBadRequest)
+	}
+	d, err := seconds("timeout", body.Timeout)
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Sandboxes.SetTimeout(r.Context(), c.team.ID, id, d); err != nil {
+		return fmt.Errorf("set timeout of sandbox %s: %w", id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *api) refresh(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	var body struct {
+		Duration *float64 `json:"duration"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	d, err := seconds("duration", body.Duration)
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Sandboxes.Refresh(r.Context(), c.team.ID, id, d); err != nil {
+		return fmt.Errorf("refresh sandbox %s: %w", id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *api) pause(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if err := a.cfg.Sandboxes.Pause(r.Context(), c.team.ID, id); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// timeoutBody is the body of resume and connect.
+type timeoutBody struct {
+	Timeout *float64 `json:"timeout"`
+}
+
+func (a *api) resume(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	var body timeoutBody
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	d, err := seconds("timeout", body.Timeout)
+	if err != nil {
+		return err
+	}
+	sb, err := a.cfg.Sandboxes.Resume(r.Context(), c.team.ID, id, d)
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	writeJSON(w, http.StatusCreated, a.newSandbox(sb))
+	return nil
+}
+
+func (a *api) connect(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	var body timeoutBody
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	d, err := seconds("timeout", body.Timeout)
+	if err != nil {
+		return err
+	}
+	sb, resumed, err := a.cfg.Sandboxes.Connect(r.Context(), c.team.ID, id, d)
+	if err != nil {
+		return fmt.Errorf("connect to sandbox %s: %w", id, err)
+	}
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, a.newSandbox(sb))
+	return nil
+}
+
+// parseFilter reads GET /v2/sandboxes's query: metadata (url-encoded k=v&k2=v2), state
+// (comma-separated or repeated), limit (1..100) and nextToken.
+func parseFilter(q url.Values) (store.SandboxFilter, error) {
+	var f store.SandboxFilter
+	md, err := parseMetadata(q.Get("metadata"))
+	if err != nil {
+		return f, err
+	}
+	f.Metadata = md
+	for _, v := range q["state"] {
+		for s := range strings.SplitSeq(v, ",") {
+			switch st := store.SandboxState(strings.TrimSpace(s)); st {
+			case "":
+			case store.StateRunning, store.StatePaused:
+				f.States = append(f.States, st)
+			default:
+				return f, fmt.Errorf("%w: state %q is not running or paused", errBadRequest, s)
+			}
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			return f, fmt.Errorf("%w: limit %q is not a number from 1 to 100", errBadRequest, s)
+		}
+		f.Limit = n
+	}
+	f.Next = q.Get("nextToken")
+	return f, nil
+}
+
+// parseMetadata reads the metadata filter, itself a query string: the SDKs url-encode each
+// key and value, join them as k=v&k2=v2 (encoding them a second time), and url-encode the
+// whole as one parameter.
+func parseMetadata(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metadata filter %q is not url-encoded key=value pairs: %v", errBadRequest, s, err)
+	}
+	md := make(map[string]string, len(vals))
+	for k, v := range vals {
+		// The SDKs encode each key and value once more before joining them (E2B's server
+		// decodes them again too); a decode that fails keeps the text as sent.
+		if dk, err := url.QueryUnescape(k); err == nil {
+			k = dk
+		}
+		val := v[len(v)-1]
+		if dv, err := url.QueryUnescape(val); err == nil {
+			val = dv
+		}
+		if k == "" {
+			return nil, fmt.Errorf("%w: metadata filter %q has an empty key", errBadRequest, s)
+		}
+		md[k] = val
+	}
+	return md, nil
+}
+
+// decode reads a JSON request body into v. An empty body leaves v as it is; bodies may be
+// chunked without a Content-Length.
+func decode(r *http.Request, v any) error {
+	if r.Body == nil {
+		return nil
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody+1))
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return fmt.Errorf("%w: request body is not valid JSON (at most %d bytes): %v", errBadRequest, maxBody, err)
+	}
+	return nil
+}
+
+// seconds converts an optional count of seconds to a duration; nil is 0 (the default).
+func seconds(field string, s *float64) (time.Duration, error) {
+	if s == nil {
+		return 0, nil
+	}
+	if *s < 0 || math.IsNaN(*s) || *s > float64(math.MaxInt64/int64(time.Second)) {
+		return 0, fmt.Errorf("%w: %s %v is not a number of seconds >= 0", errBadRequest, field, *s)
+	}
+	return time.Duration(*s * float64(time.Second)), nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

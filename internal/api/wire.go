@@ -1,0 +1,114 @@
+package api
+
+import (
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+)
+
+// newSandboxJSON is E2B's Sandbox: the answer to create, connect and resume.
+type newSandboxJSON struct {
+	SandboxID       string  `json:"sandboxID"`
+	TemplateID      string  `json:"templateID"`
+	Alias           string  `json:"alias,omitempty"`
+	ClientID        string  `json:"clientID"`
+	EnvdVersion     string  `json:"envdVersion"`
+	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
+	Domain          *string `json:"domain"`
+}
+
+// sandboxJSON is E2B's SandboxDetail (GET /sandboxes/{id}) and, without the access token,
+// its ListedSandbox.
+type sandboxJSON struct {
+	SandboxID           string            `json:"sandboxID"`
+	TemplateID          string            `json:"templateID"`
+	Alias               string            `json:"alias,omitempty"`
+	ClientID            string            `json:"clientID"`
+	StartedAt           string            `json:"startedAt"`
+	EndAt               string            `json:"endAt"`
+	State               string            `json:"state"`
+	CPUCount            int               `json:"cpuCount"`
+	MemoryMB            int               `json:"memoryMB"`
+	DiskSizeMB          int               `json:"diskSizeMB"`
+	EnvdVersion         string            `json:"envdVersion"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
+	Domain              *string           `json:"domain"`
+	AllowInternetAccess bool              `json:"allowInternetAccess"`
+}
+
+func (a *api) newSandbox(sb *store.Sandbox) newSandboxJSON {
+	return newSandboxJSON{
+		SandboxID:       sb.ID,
+		TemplateID:      sb.TemplateID,
+		Alias:           sb.Alias,
+		ClientID:        clientID,
+		EnvdVersion:     envdVersion(sb),
+		EnvdAccessToken: accessToken(sb),
+		Domain:          a.domain(),
+	}
+}
+
+// detail renders a sandbox; withToken adds its envd access token (only GET of one sandbox
+// returns it, never a listing).
+func (a *api) detail(sb *store.Sandbox, withToken bool) sandboxJSON {
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	out := sandboxJSON{
+		SandboxID:           sb.ID,
+		TemplateID:          sb.TemplateID,
+		Alias:               sb.Alias,
+		ClientID:            clientID,
+		StartedAt:           timestamp(sb.StartedAt),
+		EndAt:               timestamp(sb.EndAt),
+		State:               string(sb.State),
+		CPUCount:            sb.CPUCount,
+		MemoryMB:            sb.MemoryMB,
+		DiskSizeMB:          sb.DiskSizeMB,
+		EnvdVersion:         envdVersion(sb),
+		Metadata:            md,
+		Domain:              a.domain(),
+		AllowInternetAccess: sb.AllowInternet,
+	}
+	if withToken {
+		out.EnvdAccessToken = accessToken(sb)
+	}
+	return out
+}
+
+func (a *api) details(sbs []*store.Sandbox) []sandboxJSON {
+	out := make([]sandboxJSON, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, a.detail(sb, false))
+	}
+	return out
+}
+
+// domain is null when Cove has no sandbox domain, so SDKs keep their configured URLs.
+func (a *api) domain() *string {
+	if a.cfg.Domain == "" {
+		return nil
+	}
+	d := a.cfg.Domain
+	return &d
+}
+
+func envdVersion(sb *store.Sandbox) string {
+	if sb.EnvdVersion != "" {
+		return sb.EnvdVersion
+	}
+	return EnvdVersion
+}
+
+func accessToken(sb *store.Sandbox) string {
+	if !sb.Secure {
+		return ""
+	}
+	return sb.EnvdAccessToken
+}
+
+func timestamp(t time.Time) string {
+	return t.UTC().Format(time.RFC3339Nano)
+}

@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// statusClientClosed is nginx's status for a client that went away; it is only logged.
+const statusClientClosed = 499
+
+// errorBody is the proxy's error: E2B's {code, message} plus what an operator needs to
+// answer "why did this fail?" from the client side alone.
+type errorBody struct {
+	Code       int    `json:"code"`
+	Message    string `json:"message"`
+	SandboxID  string `json:"sandboxId,omitempty"`
+	Port       int    `json:"port,omitempty"`
+	State      string `json:"state,omitempty"`
+	KillReason string `json:"killReason,omitempty"`
+	RequestID  string `json:"requestId"`
+}
+
+// describe maps an error to the status and body the client gets. It is the one place that
+// mapping lives. A sandbox that is gone, paused or unknown is a 502 on every path, as E2B
+// answers: the SDKs' isRunning() reads a 502 from /health as "not running".
+func describe(err error, t target) (int, errorBody) {
+	body := errorBody{SandboxID: t.id, Port: t.port}
+	var gone *orchestrator.GoneError
+	var paused *orchestrator.PausedError
+	switch {
+	case errors.Is(err, errNoSigned):
+		body.Code = http.StatusNotFound
+		body.Message = err.Error()
+	case errors.Is(err, errBadTarget):
+		body.Code = http.StatusBadRequest
+		body.Message = err.Error()
+	case errors.As(err, &gone):
+		body.Code = http.StatusBadGateway
+		body.State = string(store.StateKilled)
+		body.KillReason = gone.Reason.String()
+		body.Message = gone.Error()
+	case errors.As(err, &paused):
+		body.Code = http.StatusBadGateway
+		body.State = string(store.StatePaused)
+		body.Message = paused.Error()
+	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		body.Code = http.StatusBadGateway
+		body.Message = fmt.Sprintf("sandbox %s not found", t.id)
+	case errors.Is(err, context.Canceled):
+		body.Code = statusClientClosed
+		body.Message = "client went away: " + err.Error()
+	default:
+		body.Code = http.StatusBadGateway
+		body.Message = fmt.Sprintf("sandbox %s port %d: %v", t.id, t.port, err)
+	}
+	return body.Code, body
+}
+
+// fail answers r with err as JSON and records it for the access line.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error) {
+	ctx := r.Context()
+	infoFrom(ctx).err = err
+	code, body := describe(err, t)
+	body.RequestID = telemetry.RequestID(ctx)
+	if body.RequestID != "" && !strings.Contains(body.Message, body.RequestID) {
+		body.Message += " (request id " + body.RequestID + ")"
+	}
+	b, _ := json.Marshal(body)
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// upstreamError is ReverseProxy's ErrorHandler: the dial or the round trip failed before
+// any response byte reached the client. A failure that is not about the sandbox's state is
+// explained by looking the sandbox up: it may have been paused or killed meanwhile.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	t, _ := r.Context().Value(targetKey{}).(target)
+	if isClientGone(r, err) {
+		infoFrom(r.Context()).err = fmt.Errorf("client went away: %w", err)
+		w.WriteHeader(statusClientClosed)
+		return
+	}
+	if code, _ := describe(err, t); code == http.StatusBadGateway && !isStateError(err) {
+		if _, lerr := p.cfg.Backend.Lookup(r.Context(), t.id); lerr != nil {
+			err = fmt.Errorf("%w (%v)", lerr, err)
+		}
+	}
+	p.fail(w, r, t, err)
+}
+
+// isStateError says err already explains the sandbox's state.
+func isStateError(err error) bool {
+	var gone *orchestrator.GoneError
+	var paused *orchestrator.PausedError
+	return errors.As(err, &gone) || errors.As(err, &paused) ||
+		errors.Is(err, orchestrator.ErrNotFound) || errors.Is(err, store.ErrNotFound)
+}
+
+// cutReason explains a response that was cut after it began: the client left, or the
+// sandbox was paused or killed (its connections are closed), or the upstream failed.
+func (p *Proxy) cutReason(ctx context.Context, id string, r *http.Request) error {
+	if r.Context().Err() != nil {
+		return fmt.Errorf("response cut: client went away: %w", context.Cause(r.Context()))
+	}
+	if id == "" {
+		return errors.New("response cut")
+	}
+	sb, err := p.cfg.Backend.Lookup(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("response cut: %w", err)
+	case sb.State != store.StateRunning:
+		return fmt.Errorf("response cut: sandbox %s is %s", id, sb.State)
+	default:
+		return errors.New("response cut: upstream connection failed")
+	}
+}

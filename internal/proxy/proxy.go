@@ -1,0 +1,316 @@
+// Package proxy forwards HTTP traffic to a port inside a sandbox: envd's RPCs and file
+// transfers, and whatever the user serves.
+//
+// The one idea: a request names its sandbox and port (E2b-Sandbox-Id / E2b-Sandbox-Port
+// headers, a {port}-{id}.{domain} Host, or a signed /files URL that only the sandbox's
+// access token could have made), and is forwarded by httputil.ReverseProxy over a
+// connection the backend dials inside the sandbox. Every such connection is registered with
+// the backend, which closes it when the sandbox is paused or killed, so open streams end
+// with the sandbox. Every failure is a 502 JSON body naming the sandbox, its state and kill
+// reason, and the request id.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Backend is what the proxy needs from the orchestrator. Its lookups span every team: a
+// sandbox id (or a valid signature) is the capability.
+type Backend interface {
+	// Lookup returns a sandbox of any team: orchestrator.ErrNotFound, or
+	// *orchestrator.GoneError for a killed one.
+	Lookup(ctx context.Context, id string) (*store.Sandbox, error)
+	// DialPort connects to port inside the sandbox, resuming a paused sandbox that has
+	// auto-resume; else *orchestrator.PausedError, *orchestrator.GoneError or
+	// orchestrator.ErrNotFound.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+	// Watch closes c when the sandbox is paused or killed, until stop is called.
+	Watch(id string, c io.Closer) (stop func())
+	// SecureSandboxes lists running and paused secure sandboxes with their access tokens.
+	SecureSandboxes(ctx context.Context) []*store.Sandbox
+}
+
+// Headers the SDKs send when one URL serves every sandbox.
+const (
+	HeaderSandboxID   = "E2b-Sandbox-Id"
+	HeaderSandboxPort = "E2b-Sandbox-Port"
+)
+
+// EnvdPort is envd's port inside every sandbox, the default target.
+const EnvdPort = 49983
+
+// Config is what New needs.
+type Config struct {
+	Backend Backend
+	// Domain is the sandboxes' base domain: Host {port}-{id}.{Domain} routes to that port.
+	// "" turns Host routing off.
+	Domain string
+	// Logger is the base logger; nil uses the one in each request's context.
+	Logger *slog.Logger
+}
+
+// Proxy forwards requests to sandboxes. It is an http.Handler; Match says which requests
+// are its.
+type Proxy struct {
+	cfg       Config
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+}
+
+// New returns a Proxy over cfg.Backend.
+func New(cfg Config) *Proxy {
+	p := &Proxy{cfg: cfg}
+	p.transport = &http.Transport{
+		DialContext:           p.dial,
+		ForceAttemptHTTP2:     false, // envd and user servers speak HTTP/1.1 in the clear
+		DisableCompression:    true,  // pass Accept-Encoding and bodies through untouched
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	base := cfg.Logger
+	if base == nil {
+		base = telemetry.Logger(context.Background())
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      p.transport,
+		FlushInterval:  -1, // flush every write: each stream frame reaches the client at once
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       log.New(slogWriter{base}, "", 0),
+	}
+	return p
+}
+
+// Close closes idle upstream connections.
+func (p *Proxy) Close() {
+	p.transport.CloseIdleConnections()
+}
+
+// Match reports whether r is for a sandbox: it carries E2b-Sandbox-Id, its Host is
+// {port}-{id}.{domain}, or it is a signed /files URL.
+func (p *Proxy) Match(r *http.Request) bool {
+	if r.Header.Get(HeaderSandboxID) != "" {
+		return true
+	}
+	if _, ok := p.hostTarget(r.Host); ok {
+		return true
+	}
+	return isSignedFiles(r)
+}
+
+// target is where a request goes.
+type target struct {
+	id   string
+	port int
+}
+
+type targetKey struct{}
+
+// ServeHTTP forwards r to its sandbox, or answers with a JSON error.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ctx := requestContext(r, p.cfg.Logger, w)
+	rec := &recorder{ResponseWriter: w}
+	info := &requestInfo{}
+	ctx = context.WithValue(ctx, requestInfoKey{}, info)
+	r = r.WithContext(ctx)
+	logCtx := ctx // the access line adds the target itself
+	defer func() {
+		v := recover()
+		if v != nil && info.err == nil {
+			info.err = p.cutReason(logCtx, info.target.id, r)
+		}
+		p.logRequest(logCtx, r, rec.status, start, info)
+		if v != nil {
+			panic(v)
+		}
+	}()
+
+	t, err := p.route(ctx, r)
+	if err != nil {
+		p.fail(rec, r, t, err)
+		return
+	}
+	info.target = t
+	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
+	ctx = context.WithValue(ctx, targetKey{}, t)
+	// Let a handler read the request body while it writes the response (bidi streams over
+	// HTTP/1.1); servers that cannot will refuse, which is fine.
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	p.rp.ServeHTTP(rec, r.WithContext(ctx))
+}
+
+// rewrite points the outgoing request at the target; the URL host is a key for the
+// connection pool ("{id}:{port}"), decoded again by dial. The client's Host and headers
+// stay, hop-by-hop headers are gone (ReverseProxy strips them), and the request id goes
+// upstream.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	ctx := pr.In.Context()
+	t, _ := ctx.Value(targetKey{}).(target)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
+	pr.SetXForwarded()
+	if id := telemetry.RequestID(ctx); id != "" {
+		pr.Out.Header.Set(telemetry.HeaderRequestID, id)
+	}
+}
+
+// modifyResponse drops upstream's request id header: the proxy already echoes the id.
+func modifyResponse(res *http.Response) error {
+	res.Header.Del(telemetry.HeaderRequestID)
+	return nil
+}
+
+// dial connects to "{id}:{port}" inside the sandbox and registers the connection so that
+// pausing or killing the sandbox closes it.
+func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	id, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := p.cfg.Backend.DialPort(ctx, id, port)
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: conn, stop: p.cfg.Backend.Watch(id, conn)}, nil
+}
+
+// watchedConn stops being watched when the transport closes it.
+type watchedConn struct {
+	net.Conn
+	once sync.Once
+	stop func()
+}
+
+func (c *watchedConn) Close() error {
+	c.once.Do(func() {
+		if c.stop != nil {
+			c.stop()
+		}
+	})
+	return c.Conn.Close()
+}
+
+// requestContext returns r's context with the request id and a logger carrying it, taking
+// the id from an outer middleware, the client's header, or minting one, and echoes it.
+func requestContext(r *http.Request, base *slog.Logger, w http.ResponseWriter) context.Context {
+	ctx := r.Context()
+	id := telemetry.RequestID(ctx)
+	fromCtx := id != ""
+	if id == "" {
+		id = telemetry.RequestIDFrom(r.Header)
+	}
+	if id == "" {
+		id = telemetry.NewRequestID()
+	}
+	w.Header().Set(telemetry.HeaderRequestID, id)
+	if base != nil {
+		return telemetry.WithRequestID(telemetry.WithLogger(ctx, base), id)
+	}
+	if !fromCtx {
+		ctx = telemetry.WithRequestID(ctx, id)
+	}
+	return ctx
+}
+
+// requestInfo collects what the access line reports.
+type requestInfo struct {
+	target target
+	err    error
+}
+
+type requestInfoKey struct{}
+
+func infoFrom(ctx context.Context) *requestInfo {
+	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
+		return info
+	}
+	return &requestInfo{}
+}
+
+func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, start time.Time, info *requestInfo) {
+	if status == 0 {
+		status = http.StatusOK
+		if info.err != nil {
+			status = statusClientClosed
+		}
+	}
+	attrs := []any{
+		"http.request.method", r.Method,
+		"url.path", r.URL.Path,
+		"http.response.status_code", status,
+		"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if info.target.id != "" {
+		attrs = append(attrs, telemetry.KeySandboxID, info.target.id, "sandbox.port", info.target.port)
+	}
+	level := slog.LevelInfo
+	if info.err != nil {
+		attrs = append(attrs, "error", info.err.Error())
+		level = slog.LevelWarn
+	}
+	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)
+}
+
+// recorder remembers the status for the access line, and flushes the headers of a
+// response without a Content-Length (a stream) at once, so the client sees them before
+// the first frame.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *recorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+	if code >= 200 && w.Header().Get("Content-Length") == "" {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// slogWriter sends ReverseProxy's own log lines (body copy errors) to the logger.
+type slogWriter struct{ l *slog.Logger }
+
+func (s slogWriter) Write(b []byte) (int, error) {
+	msg := string(b)
+	if n := len(msg); n > 0 && msg[n-1] == '\n' {
+		msg = msg[:n-1]
+	}
+	s.l.Debug("reverse proxy", "detail", msg)
+	return len(b), nil
+}
+
+// isClientGone says the client cancelled or disconnected.
+func isClientGone(r *http.Request, err error) bool {
+	return r.Context().Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, r.Context().Err()))
+}

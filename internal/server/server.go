@@ -1,0 +1,222 @@
+// Package server composes `cove server`: the REST API, the proxy and /metrics on one port,
+// over the orchestrator, the runc runtime, the template store and the SQLite store.
+//
+// The one idea: first run on a bare Debian machine must just work. Run installs the Debian
+// packages it needs, builds the base template with its progress shown, creates a team and an
+// API key, and prints the two environment variables the official E2B SDK needs.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/proxy"
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
+)
+
+// Config configures Run.
+type Config struct {
+	Addr    string // listen address; 127.0.0.1:3000 by default
+	DataDir string // state, templates, sandboxes and logs; /var/lib/cove by default
+	Domain  string // sandbox host domain for {port}-{id}.{domain} routing; "" disables it
+	// BaseTemplate is built on first run when missing, unless NoBuild.
+	NoBuild bool
+	Logger  *slog.Logger
+	// Ready, if set, is called with the listener's address once the server serves.
+	Ready func(addr string, apiKey string)
+}
+
+// Paths inside the data dir.
+func dbPath(data string) string { return filepath.Join(data, "cove.db") }
+
+// KeyFile holds the API key made on first run, readable by root only.
+func KeyFile(data string) string { return filepath.Join(data, "initial-api-key") }
+
+// OpenStore opens the data dir's store, for CLI verbs that work beside a running server.
+func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, err
+	}
+	return sqlite.Open(ctx, dbPath(data))
+}
+
+// OpenTemplates opens the data dir's template store with a runc runtime for build steps.
+func OpenTemplates(ctx context.Context, data string) (*template.Store, *runtime.Runc, error) {
+	rt, err := runtime.NewRunc(ctx, runtime.Config{DataDir: filepath.Join(data, "sandboxes")})
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := template.Open(data, rt)
+	return ts, rt, err
+}
+
+// Run brings Cove up and serves until ctx ends; progress lines go to progress.
+func Run(ctx context.Context, cfg Config, progress io.Writer) error {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:3000"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "/var/lib/cove"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = telemetry.NewLogger(os.Stderr, slog.LevelInfo)
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(progress, "==> "+format+"\n", args...) }
+	ctx = telemetry.WithLogger(ctx, cfg.Logger)
+
+	if os.Geteuid() != 0 {
+		return errors.New("cove server runs sandboxes with runc and needs root")
+	}
+	say("checking host packages (runc, debootstrap)")
+	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap"); err != nil {
+		return fmt.Errorf("install host packages: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	templates, rt, err := OpenTemplates(ctx, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	if _, err := templates.Get("base"); errors.Is(err, template.ErrNotFound) && !cfg.NoBuild {
+		say("building the base template (Debian bookworm, about a minute, first run only)")
+		begun := time.Now()
+		if _, err := templates.Build(ctx, template.Spec{Name: "base"}, progress); err != nil {
+			return fmt.Errorf("build base template: %w", err)
+		}
+		say("base template ready in %s", time.Since(begun).Round(time.Second))
+	}
+
+	db, err := OpenStore(ctx, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer db.Close()
+	apiKey, err := firstRunKey(ctx, db, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+
+	orch, err := orchestrator.New(orchestrator.Config{
+		Store: db, Runtime: rt, Templates: templates,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	if err := orch.Recover(ctx); err != nil {
+		return err
+	}
+
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger})
+	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
+	metrics := promhttp.HandlerFor(telemetry.Registry, promhttp.HandlerOpts{})
+	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case px.Match(r):
+			px.ServeHTTP(w, r)
+		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
+			metrics.ServeHTTP(w, r)
+		default:
+			apiHandler.ServeHTTP(w, r)
+		}
+	})
+	handler := withLogger(cfg.Logger, telemetry.RequestIDMiddleware(root))
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+
+	url := "http://" + ln.Addr().String()
+	say("Cove is up at %s", url)
+	if apiKey != "" {
+		say("point the E2B SDK at it:\n    export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=%s", url, url, apiKey)
+	} else {
+		say("point the E2B SDK at it: export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=<a key from `cove apikey create`, or %s>", url, url, KeyFile(cfg.DataDir))
+	}
+	cfg.Logger.Info("cove server listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
+	if cfg.Ready != nil {
+		key := apiKey
+		if key == "" {
+			if b, err := os.ReadFile(KeyFile(cfg.DataDir)); err == nil {
+				key = string(trimNL(b))
+			}
+		}
+		cfg.Ready(ln.Addr().String(), key)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		orch.Shutdown(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	cfg.Logger.Info("cove server stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// firstRunKey makes the default team and its first API key when the store has no team, and
+// returns the key in clear (once), keeping a root-only copy in the data dir.
+func firstRunKey(ctx context.Context, db *sqlite.DB, data string) (string, error) {
+	teams, err := db.ListTeams(ctx)
+	if err != nil {
+		return "", fmt.Errorf("store: %w", err)
+	}
+	if len(teams) > 0 {
+		return "", nil
+	}
+	team, err := db.CreateTeam(ctx, "default")
+	if err != nil {
+		return "", fmt.Errorf("create default team: %w", err)
+	}
+	key, _, err := db.CreateAPIKey(ctx, team.ID, "initial")
+	if err != nil {
+		return "", fmt.Errorf("create first API key: %w", err)
+	}
+	if err := os.WriteFile(KeyFile(data), []byte(key+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func withLogger(l *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(telemetry.WithLogger(r.Context(), l)))
+	})
+}
