@@ -47,6 +47,8 @@ const SystemRequestID = "system"
 type Runtime interface {
 	runtime.Runtime
 	List(ctx context.Context) ([]string, error)
+	// OOMEvents reports the sandbox's OOM kill count each time the OOM killer acts in it.
+	OOMEvents(ctx context.Context, id string) (<-chan uint64, error)
 }
 
 // Config configures an Orchestrator.
@@ -260,6 +262,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	o.drain(e, rsb)
+	o.watchOOM(ctx, sb.ID)
 	if err = o.cfg.Runtime.Start(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
@@ -357,6 +360,27 @@ func (o *Orchestrator) watchInit(e *entry) {
 		ctx := o.systemContext()
 		if err := o.kill(ctx, e, why, "", fmt.Sprintf("envd exited: code %d signal %q", ex.Code, ex.Signal)); err == nil {
 			o.logger(ctx).Warn("sandbox init exited", telemetry.KeySandboxID, id, "exit_code", ex.Code, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
+		}
+	}()
+}
+
+// watchOOM logs every OOM kill inside the sandbox. envd raises its children's OOM score, so
+// the kernel kills the runaway command and the sandbox lives on; if envd itself dies of it,
+// watchInit kills the sandbox with reason oom.
+func (o *Orchestrator) watchOOM(ctx context.Context, id string) {
+	logger := o.logger(ctx)
+	events, err := o.cfg.Runtime.OOMEvents(context.Background(), id)
+	if err != nil {
+		logger.Warn("oom events unavailable", "error", err.Error())
+		return
+	}
+	go func() {
+		for n := range events {
+			attrs := []any{"oom_kills", n}
+			if st, err := o.cfg.Runtime.Stats(context.Background(), id); err == nil {
+				attrs = append(attrs, "memory.limit_bytes", st.MemoryLimit, "memory.max_usage_bytes", st.MemoryMaxUsage)
+			}
+			logger.Warn("sandbox oom kill", attrs...)
 		}
 	}()
 }

@@ -582,3 +582,37 @@ func TestTemplateSymlinksCannotReachTheHost(t *testing.T) {
 		t.Errorf("sandbox output = %q", out)
 	}
 }
+
+func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	// Init survives (the child is the biggest process); the child's allocation is OOM-killed.
+	s := create(t, r, runtime.Spec{
+		Rootfs: rootfs,
+		Args:   sh(`sh -c 'x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
+		Limits: runtime.Limits{MemoryBytes: 32 << 20},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	events, err := r.OOMEvents(ctx, s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx, s.id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n, ok := <-events:
+		if !ok || n == 0 {
+			t.Fatalf("oom event: count %d open %v, want a count of at least 1", n, ok)
+		}
+	case <-ctx.Done():
+		t.Fatal("no OOM event within 20 s")
+	}
+	s.stdout.waitFor(t, "child-done", 10*time.Second)
+	if st, err := r.State(ctx, s.id); err != nil || st != runtime.StateRunning {
+		t.Fatalf("init after the child's OOM kill: state %v err %v, want running", st, err)
+	}
+	if strings.Contains(s.stdout.String(), "survived") {
+		t.Fatal("the allocation survived the memory limit")
+	}
+}

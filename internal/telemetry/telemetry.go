@@ -37,8 +37,10 @@ func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// WithLogger returns a context whose Logger is l.
+// WithLogger returns a context whose Logger is l. The fields With added to the previous
+// logger are forgotten along with it.
 func WithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	ctx = context.WithValue(ctx, fieldsKey{}, map[string]bool(nil))
 	return context.WithValue(ctx, loggerKey{}, l)
 }
 
@@ -52,7 +54,32 @@ func Logger(ctx context.Context) *slog.Logger {
 
 var defaultLogger = NewLogger(os.Stderr, slog.LevelInfo)
 
-// With returns a context whose logger carries the given attributes on every line.
+type fieldsKey struct{}
+
+// With returns a context whose logger carries the given key-value pairs on every line. A key
+// the context's logger already carries is not added again: JSON lines keep unique keys.
 func With(ctx context.Context, args ...any) context.Context {
-	return WithLogger(ctx, Logger(ctx).With(args...))
+	have, _ := ctx.Value(fieldsKey{}).(map[string]bool)
+	var keep []any
+	next := make(map[string]bool, len(have)+len(args)/2)
+	for k := range have {
+		next[k] = true
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		k, ok := args[i].(string)
+		if !ok {
+			keep = append(keep, args[i], args[i+1])
+			continue
+		}
+		if next[k] {
+			continue
+		}
+		next[k] = true
+		keep = append(keep, k, args[i+1])
+	}
+	if len(keep) == 0 {
+		return ctx
+	}
+	l := Logger(ctx).With(keep...)
+	return context.WithValue(context.WithValue(ctx, loggerKey{}, l), fieldsKey{}, next)
 }

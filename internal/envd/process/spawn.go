@@ -23,6 +23,9 @@ import (
 
 const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// oomScoreAdj is what envd, as a sandbox's init, gives every process it starts.
+const oomScoreAdj = "500"
+
 // pipeSize is the kernel buffer asked for each output pipe: fewer wake-ups at high volume.
 const pipeSize = 1 << 20
 
@@ -121,6 +124,11 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 	}
 	p.pid = pid
 	p.started = time.Now()
+	if s.reaper.central {
+		// As the sandbox's init, let the OOM killer prefer the command over envd: raising a
+		// score needs no privilege, and the command's own children inherit it.
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(oomScoreAdj), 0)
+	}
 	_ = cmd.Process.Release() // the reaper owns the wait
 	if p.pty != nil {
 		p.outs = []*os.File{p.pty}
