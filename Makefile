@@ -7,7 +7,7 @@ PGC_VER   := v1.21.1
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 
-.PHONY: build run gen tools deps test test-short vet bench clean
+.PHONY: build run gen tools deps test test-templates test-short vet bench clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/cove ./cmd/cove
@@ -31,10 +31,21 @@ vet:
 deps:
 	./scripts/deps.sh
 
-# The whole suite: unit, envd, runtime (real runc sandboxes) and the official e2b SDK compat
-# test. Tests that need root, runc or Node.js say so when they skip.
-test: deps build vet
-	$(GO) test -count=1 -timeout 20m ./...
+# The shared template store of whole-system tests: the base template is built once per machine
+# (about a minute), before the test packages run in parallel.
+TEST_TEMPLATES ?= /var/lib/cove-test-templates
+export COVE_TEST_TEMPLATES := $(TEST_TEMPLATES)
+
+test-templates: build
+	@if [ "$$(id -u)" = 0 ] && [ ! -f $(TEST_TEMPLATES)/base/meta.json ]; then \
+		echo "==> building the test base template in $(TEST_TEMPLATES)"; \
+		$(BIN)/cove template build base --data $$(mktemp -d) --templates $(TEST_TEMPLATES); \
+	fi
+
+# The whole suite: unit, envd, runtime (real runc sandboxes), whole-system tests against a real
+# cove server, and the official e2b SDK. Tests that need root, runc or Node.js say so when they skip.
+test: deps build vet test-templates
+	$(GO) test -count=1 -timeout 25m ./...
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -131,10 +131,11 @@ func when(t *time.Time) string {
 }
 
 func newTemplateCmd() *cobra.Command {
-	var data string
+	var data, templateDir string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "template", Short: "Build, list and remove sandbox templates (works on the data dir)"}
 	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory [$COVE_DATA]")
+	cmd.PersistentFlags().StringVar(&templateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	var from string
@@ -144,7 +145,7 @@ func newTemplateCmd() *cobra.Command {
 		Short: "Build a template: a Debian base when --from is empty, else --from T plus --run steps",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ts, _, err := server.OpenTemplates(cmd.Context(), data)
+			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}
@@ -168,7 +169,7 @@ func newTemplateCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List templates", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ts, _, err := server.OpenTemplates(cmd.Context(), data)
+			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}
@@ -190,7 +191,7 @@ func newTemplateCmd() *cobra.Command {
 	rm := &cobra.Command{
 		Use: "rm NAME", Short: "Remove a template", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ts, _, err := server.OpenTemplates(cmd.Context(), data)
+			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}

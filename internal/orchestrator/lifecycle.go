@@ -95,11 +95,12 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("kill").Observe(time.Since(begun).Seconds())
 
-	attrs := []any{telemetry.KeyKillReason, why.String(), "state_before", string(wasState),
-		"execution_ms", now.Sub(e.sb.StartedAt).Milliseconds(), "duration_ms", time.Since(begun).Milliseconds()}
+	ctx = telemetry.With(ctx, telemetry.KeyKillReason, why.String())
 	if apiKeyID != "" {
-		attrs = append(attrs, "api_key.id", apiKeyID)
+		ctx = telemetry.With(ctx, "api_key.id", apiKeyID)
 	}
+	attrs := []any{"state_before", string(wasState),
+		"execution_ms", now.Sub(e.sb.StartedAt).Milliseconds(), "duration_ms", time.Since(begun).Milliseconds()}
 	if detail != "" {
 		attrs = append(attrs, "detail", detail)
 	}

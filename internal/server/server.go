@@ -34,6 +34,8 @@ type Config struct {
 	Addr    string // listen address; 127.0.0.1:3000 by default
 	DataDir string // state, templates, sandboxes and logs; /var/lib/cove by default
 	Domain  string // sandbox host domain for {port}-{id}.{domain} routing; "" disables it
+	// TemplateDir is the template store; <DataDir>/templates when empty.
+	TemplateDir string
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -55,13 +57,17 @@ func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
 	return sqlite.Open(ctx, dbPath(data))
 }
 
-// OpenTemplates opens the data dir's template store with a runc runtime for build steps.
-func OpenTemplates(ctx context.Context, data string) (*template.Store, *runtime.Runc, error) {
+// OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
+// with a runc runtime for build steps.
+func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Store, *runtime.Runc, error) {
 	rt, err := runtime.NewRunc(ctx, runtime.Config{DataDir: filepath.Join(data, "sandboxes")})
 	if err != nil {
 		return nil, nil, err
 	}
-	ts, err := template.Open(data, rt)
+	if templateDir == "" {
+		templateDir = filepath.Join(data, "templates")
+	}
+	ts, err := template.OpenAt(templateDir, rt)
 	return ts, rt, err
 }
 
@@ -92,7 +98,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
-	templates, rt, err := OpenTemplates(ctx, cfg.DataDir)
+	templates, rt, err := OpenTemplates(ctx, cfg.DataDir, cfg.TemplateDir)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}

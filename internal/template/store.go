@@ -71,7 +71,13 @@ func ValidName(name string) error {
 // and removals left. rt runs the Run steps of builds; it may be nil for a store that only
 // debootstraps, imports, lists and removes.
 func Open(dataDir string, rt runtime.Runtime) (*Store, error) {
-	dir, err := filepath.Abs(filepath.Join(dataDir, "templates"))
+	return OpenAt(filepath.Join(dataDir, "templates"), rt)
+}
+
+// OpenAt opens the template store in dir itself, which several data dirs may share (test
+// servers share one base template this way).
+func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
+	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +94,7 @@ func Open(dataDir string, rt runtime.Runtime) (*Store, error) {
 	return &Store{dir: dir, rt: rt}, nil
 }
 
-// Dir is the store's directory, <data>/templates.
+// Dir is the store's directory, <data>/templates unless opened elsewhere.
 func (s *Store) Dir() string { return s.dir }
 
 // Get returns the ready template called name, or ErrNotFound.

@@ -1,0 +1,229 @@
+// Package covetest starts real `cove server` processes for whole-system tests: it builds the
+// cove binary once per test binary, runs the server as a child on its own data dir with the
+// shared test template store, and can crash, stop and restart it.
+//
+// The one idea: tests talk to Cove the way users do, over its port, with nothing faked.
+package covetest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TemplatesEnv names the shared template store; TemplatesDefault is used when it is unset.
+const (
+	TemplatesEnv     = "COVE_TEST_TEMPLATES"
+	TemplatesDefault = "/var/lib/cove-test-templates"
+)
+
+var build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Binary builds ./cmd/cove once per test binary and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	build.once.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			build.err = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(out)))
+		dir, err := os.MkdirTemp("", "covetest-bin-")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.path = filepath.Join(dir, "cove")
+		cmd := exec.Command("go", "build", "-o", build.path, "./cmd/cove")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("build cove: %v\n%s", err, b)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.path
+}
+
+// Skip skips t unless the machine can run real sandboxes: root, not -short, runc present.
+func Skip(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("covetest: whole-system test skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("covetest: cove server needs root to run sandboxes")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Skip("covetest: runc is not installed (make deps installs it)")
+	}
+}
+
+// Templates returns the shared template store, building the base template there first when
+// it is missing (about a minute, once per machine).
+func Templates(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(TemplatesEnv)
+	if dir == "" {
+		dir = TemplatesDefault
+	}
+	if _, err := os.Stat(filepath.Join(dir, "base", "meta.json")); err == nil {
+		return dir
+	}
+	scratch := t.TempDir()
+	cmd := exec.Command(Binary(t), "template", "build", "base", "--data", scratch, "--templates", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the shared base template in %s: %v\n%s", dir, err, tail(out, 4000))
+	}
+	return dir
+}
+
+// Server is a running `cove server`.
+type Server struct {
+	URL     string // http://127.0.0.1:PORT
+	Key     string // an API key of the default team
+	DataDir string
+
+	t         testing.TB
+	templates string
+	cmd       *exec.Cmd
+	logs      *syncBuffer
+	exited    chan struct{}
+}
+
+// Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup.
+func Start(t testing.TB, dataDir string) *Server {
+	t.Helper()
+	Skip(t)
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	s := &Server{t: t, DataDir: dataDir, templates: Templates(t)}
+	s.start()
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("cove server log (%s):\n%s", s.DataDir, tail(s.logs.Bytes(), 20000))
+		}
+	})
+	return s
+}
+
+func (s *Server) start() {
+	t := s.t
+	t.Helper()
+	if s.logs == nil {
+		s.logs = &syncBuffer{} // kept across restarts: a test reads what every run logged
+	}
+	cmd := exec.Command(Binary(t), "server", "--data", s.DataDir, "--templates", s.templates,
+		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug")
+	cmd.Stderr = s.logs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			s.logs.Write([]byte(line + "\n"))
+			if u, ok := strings.CutPrefix(line, "==> Cove is up at "); ok {
+				urls <- strings.TrimSpace(u)
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	select {
+	case s.URL = <-urls:
+	case <-s.exited:
+		t.Fatalf("cove server exited before it was up:\n%s", tail(s.logs.Bytes(), 8000))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("cove server not up after 60 s:\n%s", tail(s.logs.Bytes(), 8000))
+	}
+	key, err := os.ReadFile(filepath.Join(s.DataDir, "initial-api-key"))
+	if err != nil {
+		t.Fatalf("read the API key: %v", err)
+	}
+	s.Key = strings.TrimSpace(string(key))
+}
+
+// Logs returns what the server has logged so far (JSON lines on stderr, progress on stdout).
+func (s *Server) Logs() string { return string(s.logs.Bytes()) }
+
+// Stop stops the server gracefully (SIGTERM) and waits for it.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+// Crash kills the server with SIGKILL, as a crash would, leaving its sandboxes behind.
+func (s *Server) Crash() { s.signal(syscall.SIGKILL) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		s.t.Errorf("cove server did not stop within 30 s of %s", sig)
+	}
+}
+
+// Restart starts the server again on the same data dir, after Stop or Crash.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.start()
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf.Bytes()...)
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
