@@ -143,6 +143,7 @@ func New(cfg Config) (*Orchestrator, error) {
 			return nil, fmt.Errorf("orchestrator: %w", err)
 		}
 	}
+	telemetry.Metrics()
 	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	o.wg.Add(1)
 	go o.evictor()

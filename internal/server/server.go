@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
-	metrics := promhttp.HandlerFor(telemetry.Registry, promhttp.HandlerOpts{})
+	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case px.Match(r):

@@ -1,15 +1,27 @@
 package telemetry
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cove-dev/cove/reason"
 )
 
-// Registry holds every Cove metric. Names live here and nowhere else: a cove_ prefix, base
-// units, _total on counters, and bounded labels only (never a sandbox id).
+// Registry holds every Cove metric once Metrics has been called. Names live here and nowhere
+// else: a cove_ prefix, base units, _total on counters, and bounded labels only (never a
+// sandbox id).
 var Registry = prometheus.NewRegistry()
+
+var registerOnce sync.Once
+
+// Metrics registers Cove's metrics and the Go and process collectors, once, and returns the
+// registry. It is not done at init: `cove envd` shares the binary and must stay small.
+func Metrics() *prometheus.Registry {
+	registerOnce.Do(register)
+	return Registry
+}
 
 // Cove's metrics.
 var (
@@ -41,7 +53,7 @@ var (
 	}, []string{"route", "code"})
 )
 
-func init() {
+func register() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -31,8 +31,57 @@ type User struct {
 	Home   string
 }
 
+// accounts caches lookups until /etc/passwd or /etc/group change: every call names a user,
+// and reading both files per call was a measurable part of a command's round trip.
+var accounts struct {
+	sync.Mutex
+	stamp string
+	users map[string]*User
+}
+
+func accountStamp() string {
+	var b strings.Builder
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		if st, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%d:%d;", st.ModTime().UnixNano(), st.Size())
+		}
+	}
+	return b.String()
+}
+
 // Lookup returns the account named name.
 func Lookup(name string) (*User, error) {
+	stamp := accountStamp()
+	accounts.Lock()
+	if accounts.stamp != stamp {
+		accounts.stamp, accounts.users = stamp, map[string]*User{}
+	}
+	cached := accounts.users[name]
+	accounts.Unlock()
+	if cached != nil {
+		return permitted(cached)
+	}
+	u, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	accounts.Lock()
+	if accounts.stamp == stamp {
+		accounts.users[name] = u
+	}
+	accounts.Unlock()
+	return permitted(u)
+}
+
+// permitted refuses, for an envd not running as root, any account but its own.
+func permitted(u *User) (*User, error) {
+	if u.UID != os.Geteuid() && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: envd runs as uid %d, not root, and %q is uid %d", ErrForbiddenUser, os.Geteuid(), u.Name, u.UID)
+	}
+	return u, nil
+}
+
+func lookup(name string) (*User, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return nil, fmt.Errorf("%w %q", ErrUnknownUser, name)
@@ -49,9 +98,6 @@ func Lookup(name string) (*User, error) {
 	}
 	if out.Home == "" {
 		out.Home = "/"
-	}
-	if uid != os.Geteuid() && os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: envd runs as uid %d, not root, and %q is uid %d", ErrForbiddenUser, os.Geteuid(), name, uid)
 	}
 	return out, nil
 }

@@ -13,6 +13,10 @@ import (
 // chunkSize bounds one data event, as E2B's envd does.
 const chunkSize = 32 << 10
 
+// readSize is how much one read of a process's output takes at most: a burst is read at once
+// and handed to streams as one batch of chunkSize events.
+const readSize = 256 << 10
+
 // drainGrace is how long output may keep arriving after the process exited before the pipes
 // are cut: a background grandchild that keeps stdout open must not hold the stream forever.
 const drainGrace = 100 * time.Millisecond
@@ -48,12 +52,12 @@ type proc struct {
 
 // subscriber is one stream's view of a process's events.
 type subscriber struct {
-	ch   chan *pb.ProcessEvent
+	ch   chan []*pb.ProcessEvent
 	gone <-chan struct{} // the stream's context: a sender never blocks on a departed stream
 }
 
 func newSubscriber(gone <-chan struct{}) *subscriber {
-	return &subscriber{ch: make(chan *pb.ProcessEvent, 64), gone: gone}
+	return &subscriber{ch: make(chan []*pb.ProcessEvent, 16), gone: gone}
 }
 
 // subscribe attaches s and reports the end event when the process already ended, in which
@@ -80,9 +84,9 @@ func (p *proc) ended() bool {
 	return p.endEvent != nil
 }
 
-// broadcast hands ev to every attached stream, waiting for slow ones (backpressure reaches
-// the process through its pipe) but never for one whose client has gone.
-func (p *proc) broadcast(ev *pb.ProcessEvent) {
+// broadcast hands a batch of events to every attached stream, waiting for slow ones
+// (backpressure reaches the process through its pipe) but never for one whose client has gone.
+func (p *proc) broadcast(evs []*pb.ProcessEvent) {
 	p.mu.Lock()
 	subs := make([]*subscriber, 0, len(p.subs))
 	for s := range p.subs {
@@ -91,7 +95,7 @@ func (p *proc) broadcast(ev *pb.ProcessEvent) {
 	p.mu.Unlock()
 	for _, s := range subs {
 		select {
-		case s.ch <- ev:
+		case s.ch <- evs:
 		case <-s.gone:
 		}
 	}
@@ -100,12 +104,23 @@ func (p *proc) broadcast(ev *pb.ProcessEvent) {
 // pump reads one output until EOF or until cut, sending each chunk as a data event.
 func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, counter *atomic.Int64, wg *sync.WaitGroup) {
 	defer wg.Done()
+	size := chunkSize // grows to readSize while output keeps filling reads
 	for {
-		buf := make([]byte, chunkSize)
+		buf := make([]byte, size)
 		n, err := r.Read(buf)
 		if n > 0 {
 			counter.Add(int64(n))
-			p.broadcast(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(buf[:n])}})
+			evs := make([]*pb.ProcessEvent, 0, (n+chunkSize-1)/chunkSize)
+			for off := 0; off < n; off += chunkSize {
+				end := min(off+chunkSize, n)
+				evs = append(evs, &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(buf[off:end:end])}})
+			}
+			p.broadcast(evs)
+			if n == size {
+				size = min(size*2, readSize)
+			} else if n < chunkSize {
+				size = chunkSize
+			}
 		}
 		if err != nil {
 			return
@@ -146,7 +161,7 @@ func (p *proc) finish(ex exit, pumps *sync.WaitGroup) {
 	p.mu.Unlock()
 	for _, s := range subs {
 		select {
-		case s.ch <- ev:
+		case s.ch <- []*pb.ProcessEvent{ev}:
 		case <-s.gone:
 		}
 	}

@@ -99,7 +99,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	sub := newSubscriber(ctx.Done())
 	if end := p.subscribe(sub); end != nil {
 		// Already ended: the start and the kept end event, nothing between.
-		sub.ch <- end
+		sub.ch <- []*pb.ProcessEvent{end}
 	}
 	return s.follow(ctx, p, sub, send, keepaliveInterval(req.Header()), st, false)
 }
@@ -116,20 +116,27 @@ func (s *Service) follow(ctx context.Context, p *proc, sub *subscriber, send fun
 	tick := time.NewTicker(keepalive)
 	defer tick.Stop()
 	keep := &pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}
+	gate := gateFrom(ctx)
+	defer gate.release()
 	for {
 		select {
-		case ev := <-sub.ch:
-			if err := send(ev); err != nil {
-				return st.sendFailed(ctx, p, err, killOnDeadline, s)
+		case evs := <-sub.ch:
+			for i, ev := range evs {
+				// Hold connect's flush while more is queued; the last event of a burst flushes.
+				gate.setHold(i < len(evs)-1 || len(sub.ch) > 0)
+				if err := send(ev); err != nil {
+					return st.sendFailed(ctx, p, err, killOnDeadline, s)
+				}
+				if d := ev.GetData(); d != nil {
+					st.bytes += int64(len(d.GetStdout()) + len(d.GetStderr()) + len(d.GetPty()))
+				}
+				if ev.GetEnd() != nil {
+					st.procEnded = true
+					st.end = reason.StreamCompleted
+					return nil
+				}
 			}
-			if d := ev.GetData(); d != nil {
-				st.bytes += int64(len(d.GetStdout()) + len(d.GetStderr()) + len(d.GetPty()))
-			}
-			if ev.GetEnd() != nil {
-				st.procEnded = true
-				st.end = reason.StreamCompleted
-				return nil
-			}
+			gate.release()
 		case <-tick.C:
 			if err := send(keep); err != nil {
 				return st.sendFailed(ctx, p, err, killOnDeadline, s)

@@ -1,0 +1,472 @@
+// Command envd benchmarks `cove envd` against bare process spawning and prints figures,
+// targets and pass/miss. It never fails on a missed target: it is a measuring tool, not a test.
+//
+//	go run ./bench/envd            # full run, a couple of minutes
+//	go run ./bench/envd -quick     # CI smoke run, well under 20 s
+//	go run ./bench/envd -json      # the table, then the same results as JSON
+//
+// It builds cove (or takes -cove), starts `cove envd` on a free loopback port, waits for
+// GET /health, then measures: /bin/true round trips, stdout throughput, concurrent sleepers,
+// and envd's idle RSS and CPU. -only runs a subset (for profiling envd under perf or pprof).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/gen/process/processconnect"
+)
+
+type config struct {
+	cove       string
+	iters      int
+	bytes      int64
+	conc       []int
+	settle     time.Duration
+	idle       time.Duration
+	acceptGzip bool
+	only       map[string]bool
+	asJSON     bool
+}
+
+// result is one row of the table.
+type result struct {
+	Metric string  `json:"metric"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Target string  `json:"target,omitempty"`
+	Pass   *bool   `json:"pass,omitempty"` // nil: informational
+}
+
+func main() {
+	var c config
+	var quick bool
+	var conc, only string
+	flag.StringVar(&c.cove, "cove", "", "cove binary to run (default: go build ./cmd/cove into a temp dir)")
+	flag.IntVar(&c.iters, "n", 2000, "iterations of the /bin/true round trip (each way)")
+	flag.Int64Var(&c.bytes, "bytes", 1<<30, "bytes for the stdout throughput run")
+	flag.StringVar(&conc, "conc", "50,200", "comma-separated counts of concurrent `sleep 1; echo x` streams")
+	flag.DurationVar(&c.settle, "settle", 3*time.Second, "pause after the runs before sampling idle RSS")
+	flag.DurationVar(&c.idle, "idle", 10*time.Second, "window for idle CPU")
+	flag.BoolVar(&c.acceptGzip, "accept-gzip", true, "let the client accept gzip responses (connect-go's default)")
+	flag.StringVar(&only, "only", "true,tput,conc,idle", "phases to run")
+	flag.BoolVar(&quick, "quick", false, "fast smoke run: -n 200 -bytes 256MiB -settle 1s -idle 3s")
+	flag.BoolVar(&c.asJSON, "json", false, "also print the results as JSON")
+	flag.Parse()
+	if quick {
+		c.iters, c.bytes, c.settle, c.idle = 200, 256<<20, time.Second, 3*time.Second
+	}
+	for _, s := range strings.Split(conc, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
+			c.conc = append(c.conc, n)
+		}
+	}
+	c.only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		c.only[strings.TrimSpace(s)] = true
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/envd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if c.cove == "" {
+		dir, err := os.MkdirTemp("", "bench-envd-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		c.cove = filepath.Join(dir, "cove")
+		fmt.Fprintln(os.Stderr, "building cove ...")
+		build := exec.CommandContext(ctx, "go", "build", "-o", c.cove, "github.com/cove-dev/cove/cmd/cove")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build cove: %w", err)
+		}
+	}
+
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	// --subreaper: envd reaps every child from SIGCHLD, as it does as a sandbox's PID 1.
+	envd := exec.Command(c.cove, "envd", "--addr", addr, "--log-level", "warn", "--subreaper")
+	envd.Stdout, envd.Stderr = os.Stderr, os.Stderr
+	envd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with us, even on a crash
+	if err := envd.Start(); err != nil {
+		return fmt.Errorf("start envd: %w", err)
+	}
+	defer func() { _ = envd.Process.Kill(); _ = envd.Wait() }()
+	pid := envd.Process.Pid
+	base := "http://" + addr
+
+	hc := &http.Client{Transport: &http.Transport{
+		Protocols:           httpProtocols(),
+		MaxIdleConnsPerHost: 512,
+		DisableCompression:  true,
+	}}
+	if err := waitHealthy(ctx, hc, base, 10*time.Second); err != nil {
+		return err
+	}
+	rssStart, _ := vmRSS(pid)
+	fmt.Fprintf(os.Stderr, "envd pid %d on %s\n", pid, addr)
+
+	var opts []connect.ClientOption
+	if !c.acceptGzip {
+		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
+	}
+	client := processconnect.NewProcessClient(hc, base, opts...)
+
+	var rows []result
+	add := func(metric string, v float64, unit, target string, pass *bool) {
+		rows = append(rows, result{metric, v, unit, target, pass})
+	}
+	info := func(metric string, v float64, unit string) { add(metric, v, unit, "", nil) }
+	check := func(metric string, v float64, unit, target string, ok bool) { add(metric, v, unit, target, &ok) }
+
+	if c.only["true"] {
+		fmt.Fprintf(os.Stderr, "true round trips x%d ...\n", c.iters)
+		envdRT, bareRT, err := roundTrips(ctx, client, c.iters)
+		if err != nil {
+			return err
+		}
+		e50, e99 := pct(envdRT, 50), pct(envdRT, 99)
+		b50, b99 := pct(bareRT, 50), pct(bareRT, 99)
+		info("true p50 via envd", ms(e50), "ms")
+		info("true p99 via envd", ms(e99), "ms")
+		info("true p50 bare spawn", ms(b50), "ms")
+		info("true p99 bare spawn", ms(b99), "ms")
+		check("true overhead p50 (envd-bare)", ms(e50-b50), "ms", "<= 0.3 ms", e50-b50 <= 300*time.Microsecond)
+		info("true ratio p50 (envd/bare)", float64(e50)/float64(b50), "x")
+	}
+
+	if c.only["tput"] {
+		fmt.Fprintf(os.Stderr, "stdout throughput %d MiB ...\n", c.bytes>>20)
+		ev, err := throughputEnvd(ctx, client, c.bytes)
+		if err != nil {
+			return err
+		}
+		bv, err := throughputBare(c.bytes)
+		if err != nil {
+			return err
+		}
+		check("stdout via envd", ev, "MiB/s", ">= 1024 MiB/s", ev >= 1024)
+		info("stdout bare spawn", bv, "MiB/s")
+		info("stdout ratio (envd/bare)", ev/bv, "x")
+	}
+
+	if c.only["conc"] {
+		for _, n := range c.conc {
+			fmt.Fprintf(os.Stderr, "%d concurrent sleepers ...\n", n)
+			wall, okCount := concurrent(ctx, client, n)
+			check(fmt.Sprintf("%d x `sleep 1; echo x` wall (%d/%d ok)", n, okCount, n), wall.Seconds(), "s",
+				"all ok, < 2 s", okCount == n && wall < 2*time.Second)
+		}
+	}
+
+	if c.only["idle"] {
+		hc.CloseIdleConnections()
+		fmt.Fprintf(os.Stderr, "idle: settle %v, CPU over %v ...\n", c.settle, c.idle)
+		sleep(ctx, c.settle)
+		rssAfter, err := vmRSS(pid)
+		if err != nil {
+			return err
+		}
+		cpu0, err := cpuTicks(pid)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		sleep(ctx, c.idle)
+		cpu1, err := cpuTicks(pid)
+		if err != nil {
+			return err
+		}
+		rssIdle, _ := vmRSS(pid)
+		const clkTck = 100 // USER_HZ on Linux
+		cpuPct := float64(cpu1-cpu0) / clkTck / time.Since(t0).Seconds() * 100
+		check("envd RSS right after start", mib(rssStart), "MiB", "<= 8 MiB", rssStart <= 8<<20)
+		check("envd idle RSS after runs+settle", mib(rssAfter), "MiB", "<= 8 MiB", rssAfter <= 8<<20)
+		info("envd RSS after idle window", mib(rssIdle), "MiB")
+		check("envd idle CPU", cpuPct, "% core", "~0 (< 0.5 %)", cpuPct < 0.5)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	printTable(rows)
+	if c.asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	return nil
+}
+
+// start runs one Start stream to its end event and returns stdout and the exit code; it
+// reads the stream to its end so the keep-alive connection is reused.
+func start(ctx context.Context, client processconnect.ProcessClient, cmd string, args []string, onStdout func([]byte)) (int32, error) {
+	noStdin := false
+	stream, err := client.Start(ctx, connect.NewRequest(&pb.StartRequest{
+		Process: &pb.ProcessConfig{Cmd: cmd, Args: args},
+		Stdin:   &noStdin,
+	}))
+	if err != nil {
+		return 0, err
+	}
+	defer stream.Close()
+	code, ended := int32(0), false
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil && onStdout != nil {
+			onStdout(d.GetStdout())
+		}
+		if end := ev.GetEnd(); end != nil {
+			code, ended = end.GetExitCode(), true
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return 0, err
+	}
+	if !ended {
+		return 0, errors.New("stream closed without an end event")
+	}
+	return code, nil
+}
+
+// roundTrips times /bin/true through envd (send to end event) and by bare spawn.
+func roundTrips(ctx context.Context, client processconnect.ProcessClient, n int) (viaEnvd, bare []time.Duration, err error) {
+	noStdin := false
+	req := &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}, Stdin: &noStdin}
+	one := func() (time.Duration, error) {
+		t0 := time.Now()
+		stream, err := client.Start(ctx, connect.NewRequest(req))
+		if err != nil {
+			return 0, err
+		}
+		defer stream.Close()
+		var took time.Duration
+		for stream.Receive() {
+			if stream.Msg().GetEvent().GetEnd() != nil && took == 0 {
+				took = time.Since(t0)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			return 0, err
+		}
+		if took == 0 {
+			return 0, errors.New("/bin/true: no end event")
+		}
+		return took, nil
+	}
+	warm := max(n/10, 20)
+	for range warm {
+		if _, err := one(); err != nil {
+			return nil, nil, fmt.Errorf("warm-up: %w", err)
+		}
+		_ = exec.Command("/bin/true").Run()
+	}
+	for range n {
+		d, err := one()
+		if err != nil {
+			return nil, nil, err
+		}
+		viaEnvd = append(viaEnvd, d)
+	}
+	for range n {
+		t0 := time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			return nil, nil, err
+		}
+		bare = append(bare, time.Since(t0))
+	}
+	return viaEnvd, bare, nil
+}
+
+func headArgs(n int64) []string { return []string{"-c", strconv.FormatInt(n, 10), "/dev/zero"} }
+
+func throughputEnvd(ctx context.Context, client processconnect.ProcessClient, n int64) (float64, error) {
+	var got int64
+	t0 := time.Now()
+	code, err := start(ctx, client, "head", headArgs(n), func(b []byte) { got += int64(len(b)) })
+	took := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if code != 0 || got != n {
+		return 0, fmt.Errorf("head via envd: exit %d, %d of %d bytes", code, got, n)
+	}
+	return float64(n) / (1 << 20) / took.Seconds(), nil
+}
+
+// throughputBare reads head's stdout pipe in 32 KiB reads, the size of envd's data events.
+func throughputBare(n int64) (float64, error) {
+	t0 := time.Now()
+	cmd := exec.Command("head", headArgs(n)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	got, err := io.CopyBuffer(struct{ io.Writer }{io.Discard}, out, make([]byte, 32<<10))
+	if werr := cmd.Wait(); err == nil {
+		err = werr
+	}
+	took := time.Since(t0)
+	if err != nil || got != n {
+		return 0, fmt.Errorf("head bare: %v, %d of %d bytes", err, got, n)
+	}
+	return float64(n) / (1 << 20) / took.Seconds(), nil
+}
+
+// concurrent starts n `sleep 1; echo x` streams at once and returns the wall time until all
+// ended and how many printed exactly "x\n" and exited 0.
+func concurrent(ctx context.Context, client processconnect.ProcessClient, n int) (time.Duration, int) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	t0 := time.Now()
+	for range n {
+		wg.Go(func() {
+			var out []byte
+			code, err := start(ctx, client, "/bin/bash", []string{"-c", "sleep 1; echo x"}, func(b []byte) { out = append(out, b...) })
+			if err != nil || code != 0 || string(out) != "x\n" {
+				fmt.Fprintf(os.Stderr, "  sleeper: err=%v exit=%d out=%q\n", err, code, out)
+				return
+			}
+			mu.Lock()
+			ok++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return time.Since(t0), ok
+}
+
+func printTable(rows []result) {
+	w := 0
+	for _, r := range rows {
+		w = max(w, len(r.Metric))
+	}
+	fmt.Printf("%-*s  %15s  %-16s  %s\n", w, "metric", "value", "target", "result")
+	for _, r := range rows {
+		verdict := "info"
+		if r.Pass != nil {
+			verdict = map[bool]string{true: "pass", false: "MISS"}[*r.Pass]
+		}
+		target := r.Target
+		if target == "" {
+			target = "-"
+		}
+		fmt.Printf("%-*s  %15s  %-16s  %s\n", w, r.Metric, fmt.Sprintf("%.3f %s", r.Value, r.Unit), target, verdict)
+	}
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func mib(b int64) float64        { return float64(b) / (1 << 20) }
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func httpProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true) // HTTP/1.1 keep-alive, as the brief asks
+	return p
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitHealthy(ctx context.Context, hc *http.Client, base string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if resp, err := hc.Get(base + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("envd not healthy (GET /health != 204) after %v", limit)
+}
+
+// vmRSS reads VmRSS from /proc/PID/status, in bytes.
+func vmRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// cpuTicks reads utime+stime (clock ticks) from /proc/PID/stat.
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the ")" that ends comm: state(3) ... utime(14) stime(15).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	return u + s, errors.Join(err1, err2)
+}
