@@ -226,4 +226,3 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
-
