@@ -405,7 +405,14 @@ func waitHealthy(ctx context.Context, c *http.Client, limit time.Duration) error
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var last error
-	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+	begun := time.Now()
+	for {
+		// envd is usually up within 10 ms of start: poll every millisecond at first, so its
+		// readiness is noticed at once, then back off.
+		delay := time.Millisecond
+		if time.Since(begun) > 50*time.Millisecond {
+			delay = 10 * time.Millisecond
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://envd/health", nil)
 		res, err := c.Do(req)
 		if err == nil {
