@@ -3,12 +3,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/template"
 )
@@ -199,5 +203,91 @@ func newTemplateCmd() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(build, list, rm)
+	return cmd
+}
+
+func newTeamCmd() *cobra.Command {
+	var data string
+	var asJSON bool
+	cmd := &cobra.Command{Use: "team", Short: "Create and list teams (works on the data dir, beside a running server)"}
+	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory [$COVE_DATA]")
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a team; give it keys with `cove apikey create --team ID`", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := server.OpenStore(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			team, err := db.CreateTeam(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(team)
+			}
+			fmt.Println(team.ID)
+			return nil
+		},
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List teams", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := server.OpenStore(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			teams, err := db.ListTeams(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(teams)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tCREATED")
+			for _, t := range teams {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", t.ID, t.Name, t.CreatedAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(create, list)
+	return cmd
+}
+
+func newAdminCmd() *cobra.Command {
+	var data, apiURL string
+	cmd := &cobra.Command{Use: "admin", Short: "Operator actions on any team's sandboxes (needs the data dir's admin token)"}
+	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory holding admin-token [$COVE_DATA]")
+	cmd.PersistentFlags().StringVar(&apiURL, "api-url", envOr("COVE_API_URL", "http://127.0.0.1:3000"), "Cove server URL [$COVE_API_URL]")
+	kill := &cobra.Command{
+		Use: "kill SANDBOX", Short: "Kill any team's sandbox, recorded with kill reason admin", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token, err := os.ReadFile(server.AdminTokenFile(data))
+			if err != nil {
+				return fmt.Errorf("read the admin token: %w", err)
+			}
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodDelete, strings.TrimRight(apiURL, "/")+"/admin/sandboxes/"+args[0], nil)
+			if err != nil {
+				return err
+			}
+			req.Header.Set(api.HeaderAdminToken, strings.TrimSpace(string(token)))
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer res.Body.Close()
+			if res.StatusCode != http.StatusNoContent {
+				b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+				return fmt.Errorf("kill %s: %s: %s (request id %s)", args[0], res.Status, strings.TrimSpace(string(b)), res.Header.Get("X-E2B-Request-Id"))
+			}
+			fmt.Println("killed", args[0], "(kill reason admin)")
+			return nil
+		},
+	}
+	cmd.AddCommand(kill)
 	return cmd
 }

@@ -47,6 +47,8 @@ type Config struct {
 	Domain string
 	// Logger is the base logger; nil uses the one in each request's context.
 	Logger *slog.Logger
+	// AdminToken enables the /admin routes for callers that send it; "" disables them.
+	AdminToken string
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -85,6 +87,7 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/resume", a.resume)
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
+	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errNoRoute(r))
 	})

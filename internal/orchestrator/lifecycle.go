@@ -10,6 +10,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -250,6 +251,13 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 			o.nudge()
 		}
 		return false, nil
+	}
+	if _, err := o.cfg.Templates.Get(e.sb.TemplateID); errors.Is(err, template.ErrNotFound) {
+		// The template under a paused sandbox was removed: what it would resume onto is gone.
+		go func() {
+			_ = o.kill(o.systemContext(), e, reason.KillTemplateMissing, "", "template "+e.sb.TemplateID+" was removed while the sandbox was paused")
+		}()
+		return false, fmt.Errorf("resume %s: template %s was removed: %w", e.sb.ID, e.sb.TemplateID, &GoneError{ID: e.sb.ID, Reason: reason.KillTemplateMissing, At: time.Now()})
 	}
 	if err := o.cfg.Runtime.Thaw(ctx, e.sb.ID); err != nil {
 		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()

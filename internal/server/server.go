@@ -8,6 +8,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +50,25 @@ func dbPath(data string) string { return filepath.Join(data, "cove.db") }
 
 // KeyFile holds the API key made on first run, readable by root only.
 func KeyFile(data string) string { return filepath.Join(data, "initial-api-key") }
+
+// AdminTokenFile holds the operator's admin token, readable by root only.
+func AdminTokenFile(data string) string { return filepath.Join(data, "admin-token") }
+
+// adminToken reads the data dir's admin token, making it on first use.
+func adminToken(data string) (string, error) {
+	if b, err := os.ReadFile(AdminTokenFile(data)); err == nil && len(trimNL(b)) > 0 {
+		return string(trimNL(b)), nil
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := "cove_admin_" + hex.EncodeToString(b)
+	if err := os.WriteFile(AdminTokenFile(data), []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin token: %w", err)
+	}
+	return token, nil
+}
 
 // OpenStore opens the data dir's store, for CLI verbs that work beside a running server.
 func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
@@ -132,7 +153,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return err
 	}
 
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger})
+	admin, err := adminToken(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
