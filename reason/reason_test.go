@@ -1,0 +1,49 @@
+package reason
+
+import "testing"
+
+func TestClosedSetsRoundTripAndRejectUnknownValues(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, name string, all []string, parse func(string) (string, error)) {
+		t.Run(name+" values parse back to themselves", func(t *testing.T) {
+			for _, v := range all {
+				got, err := parse(v)
+				if err != nil || got != v {
+					t.Errorf("parse(%q) = %q, %v", v, got, err)
+				}
+			}
+		})
+		t.Run(name+" rejects an unknown value", func(t *testing.T) {
+			if _, err := parse("no-such-value"); err == nil {
+				t.Error("accepted an unknown value")
+			}
+		})
+	}
+	check(t, "kill reason", strs(KillReasons), func(s string) (string, error) { v, err := ParseKillReason(s); return string(v), err })
+	check(t, "cancel cause", strs(CancelCauses), func(s string) (string, error) { v, err := ParseCancelCause(s); return string(v), err })
+	check(t, "stream end", strs(StreamEnds), func(s string) (string, error) { v, err := ParseStreamEnd(s); return string(v), err })
+	check(t, "stream phase", strs(StreamPhases), func(s string) (string, error) { v, err := ParseStreamPhase(s); return string(v), err })
+}
+
+func TestEmptyValuesReadAsADefinedMember(t *testing.T) {
+	t.Parallel()
+	if got := KillReason("").String(); got != "unknown" {
+		t.Errorf(`empty kill reason reads %q, want "unknown"`, got)
+	}
+	if k, err := ParseKillReason(""); err != nil || k != KillUnknown {
+		t.Errorf(`ParseKillReason("") = %q, %v`, k, err)
+	}
+	for _, s := range []interface{ String() string }{CancelCause(""), StreamEnd(""), StreamPhase("")} {
+		if s.String() == "" {
+			t.Errorf("%T zero value reads as empty", s)
+		}
+	}
+}
+
+func strs[T ~string](xs []T) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = string(x)
+	}
+	return out
+}
