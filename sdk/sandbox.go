@@ -1,0 +1,348 @@
+package cove
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sandbox is one running sandbox and the way into it: its commands, files and terminals.
+// Get one from Client.Create or Client.Connect.
+type Sandbox struct {
+	ID          string
+	TemplateID  string
+	Alias       string
+	EnvdVersion string
+	// Secure sandboxes have an access token; the SDK sends it on every envd call.
+	Secure bool
+
+	Commands *Commands
+	Files    *Files
+	PTY      *PTY
+
+	client      *Client
+	accessToken string
+	requestID   string
+}
+
+// RequestID returns the request id of the call that returned the sandbox.
+func (s *Sandbox) RequestID() string { return s.requestID }
+
+// Client returns the client the sandbox was made with.
+func (s *Sandbox) Client() *Client { return s.client }
+
+// SandboxState is a sandbox's state in listings.
+type SandboxState string
+
+// The states a listing can filter on.
+const (
+	StateRunning SandboxState = "running"
+	StatePaused  SandboxState = "paused"
+)
+
+// SandboxOptions are Create's parameters; the zero value makes a sandbox from the base
+// template with the server's default timeout.
+type SandboxOptions struct {
+	// Template is the template id or alias; "base" when empty.
+	Template string
+	// Timeout is how long the sandbox lives before it is killed (or paused, with
+	// AutoPause); the server's default when 0. SetTimeout changes it.
+	Timeout time.Duration
+	// Metadata is kept with the sandbox and can filter List.
+	Metadata map[string]string
+	// EnvVars are set for every command run in the sandbox.
+	EnvVars map[string]string
+	// Secure gives the sandbox an access token that every envd call must carry.
+	Secure bool
+	// AutoPause pauses the sandbox instead of killing it when its timeout passes.
+	AutoPause bool
+	// AutoResume resumes a paused sandbox when traffic reaches it.
+	AutoResume bool
+	// NoInternet cuts the sandbox off from the internet.
+	NoInternet bool
+}
+
+// newSandboxJSON is E2B's answer to create, connect and resume.
+type newSandboxJSON struct {
+	SandboxID       string `json:"sandboxID"`
+	TemplateID      string `json:"templateID"`
+	Alias           string `json:"alias"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+func (c *Client) newSandbox(j newSandboxJSON, requestID string) *Sandbox {
+	s := &Sandbox{
+		ID: j.SandboxID, TemplateID: j.TemplateID, Alias: j.Alias, EnvdVersion: j.EnvdVersion,
+		Secure: j.EnvdAccessToken != "", client: c, accessToken: j.EnvdAccessToken, requestID: requestID,
+	}
+	e := newEnvd(c, s)
+	s.Commands = &Commands{e: e}
+	s.Files = &Files{e: e}
+	s.PTY = &PTY{e: e}
+	return s
+}
+
+// Create makes a sandbox and returns it once its envd answers.
+func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
+	body := map[string]any{
+		"templateID":            cmpOr(opts.Template, "base"),
+		"secure":                opts.Secure,
+		"autoPause":             opts.AutoPause,
+		"allow_internet_access": !opts.NoInternet,
+	}
+	if opts.Timeout > 0 {
+		body["timeout"] = seconds(opts.Timeout)
+	}
+	if opts.Metadata != nil {
+		body["metadata"] = opts.Metadata
+	}
+	if opts.EnvVars != nil {
+		body["envVars"] = opts.EnvVars
+	}
+	if opts.AutoResume {
+		body["autoResume"] = map[string]bool{"enabled": true}
+	}
+	var out newSandboxJSON
+	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
+	if err != nil {
+		return nil, err
+	}
+	return c.newSandbox(out, res.requestID), nil
+}
+
+// Connect returns a running sandbox by id, resuming it if it is paused. A timeout > 0
+// extends its life to at least that long from now (never shortens it).
+func (c *Client) Connect(ctx context.Context, sandboxID string, timeout time.Duration) (*Sandbox, error) {
+	body := map[string]any{}
+	if timeout > 0 {
+		body["timeout"] = seconds(timeout)
+	}
+	var out newSandboxJSON
+	res, err := c.do(ctx, "connect to sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/connect", body, &out)
+	if err != nil {
+		return nil, err
+	}
+	if out.SandboxID == "" {
+		out.SandboxID = sandboxID
+	}
+	return c.newSandbox(out, res.requestID), nil
+}
+
+// Resume resumes a paused sandbox (ErrConflict when it runs); Connect does the same
+// without failing on a running one.
+func (c *Client) Resume(ctx context.Context, sandboxID string, timeout time.Duration) (*Sandbox, error) {
+	body := map[string]any{}
+	if timeout > 0 {
+		body["timeout"] = seconds(timeout)
+	}
+	var out newSandboxJSON
+	res, err := c.do(ctx, "resume sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/resume", body, &out)
+	if err != nil {
+		return nil, err
+	}
+	if out.SandboxID == "" {
+		out.SandboxID = sandboxID
+	}
+	return c.newSandbox(out, res.requestID), nil
+}
+
+// SandboxInfo describes a sandbox, as Info and List return it.
+type SandboxInfo struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	State       SandboxState      `json:"state"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
+
+	requestID string
+}
+
+// RequestID returns the request id of the call that returned the info (for List, of
+// the page it came in).
+func (i *SandboxInfo) RequestID() string { return i.requestID }
+
+// Info describes a sandbox. A killed sandbox's error is a *SandboxKilledError.
+func (c *Client) Info(ctx context.Context, sandboxID string) (*SandboxInfo, error) {
+	var out SandboxInfo
+	res, err := c.do(ctx, "get sandbox", sandboxID, http.MethodGet, "/sandboxes/"+url.PathEscape(sandboxID), nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.requestID = res.requestID
+	return &out, nil
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	// Metadata keeps sandboxes whose metadata has every one of these pairs.
+	Metadata map[string]string
+	// States keeps sandboxes in these states; running and paused when empty.
+	States []SandboxState
+	// PageSize is how many sandboxes one request fetches (1..100); the server's default
+	// when 0.
+	PageSize int
+}
+
+// List iterates over the team's sandboxes, fetching pages as the loop needs them. An
+// error ends the iteration: it is yielded with a nil info.
+func (c *Client) List(ctx context.Context, opts ListOptions) iter.Seq2[*SandboxInfo, error] {
+	return func(yield func(*SandboxInfo, error) bool) {
+		q := url.Values{}
+		if len(opts.Metadata) > 0 {
+			md := url.Values{}
+			for k, v := range opts.Metadata {
+				md.Set(k, v)
+			}
+			q.Set("metadata", md.Encode())
+		}
+		if len(opts.States) > 0 {
+			states := make([]string, len(opts.States))
+			for i, s := range opts.States {
+				states[i] = string(s)
+			}
+			q.Set("state", strings.Join(states, ","))
+		}
+		if opts.PageSize > 0 {
+			q.Set("limit", strconv.Itoa(opts.PageSize))
+		}
+		for {
+			var page []*SandboxInfo
+			res, err := c.do(ctx, "list sandboxes", "", http.MethodGet, "/v2/sandboxes?"+q.Encode(), nil, &page)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, info := range page {
+				info.requestID = res.requestID
+				if !yield(info, nil) {
+					return
+				}
+			}
+			next := res.header.Get("X-Next-Token")
+			if next == "" || next == q.Get("nextToken") || len(page) == 0 {
+				return
+			}
+			q.Set("nextToken", next)
+		}
+	}
+}
+
+// Kill kills a sandbox. An unknown sandbox is ErrNotFound; one already killed is a
+// *SandboxKilledError (which matches ErrNotFound too).
+func (c *Client) Kill(ctx context.Context, sandboxID string) error {
+	_, err := c.do(ctx, "kill sandbox", sandboxID, http.MethodDelete, "/sandboxes/"+url.PathEscape(sandboxID), nil, nil)
+	return err
+}
+
+// SetTimeout makes the sandbox live until timeout from now, shorter or longer.
+func (c *Client) SetTimeout(ctx context.Context, sandboxID string, timeout time.Duration) error {
+	_, err := c.do(ctx, "set sandbox timeout", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/timeout",
+		map[string]any{"timeout": seconds(timeout)}, nil)
+	return err
+}
+
+// Pause pauses a running sandbox (ErrConflict when it is paused already).
+func (c *Client) Pause(ctx context.Context, sandboxID string) error {
+	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", map[string]any{}, nil)
+	return err
+}
+
+// Metric is one sample of a sandbox's resource use.
+type Metric struct {
+	Timestamp  time.Time `json:"timestamp"`
+	CPUCount   int       `json:"cpuCount"`
+	CPUUsedPct float64   `json:"cpuUsedPct"`
+	MemUsed    int64     `json:"memUsed"`
+	MemTotal   int64     `json:"memTotal"`
+	MemCache   int64     `json:"memCache"`
+	DiskUsed   int64     `json:"diskUsed"`
+	DiskTotal  int64     `json:"diskTotal"`
+}
+
+// Metrics returns a sandbox's resource samples between start and end (zero times leave
+// that end open).
+func (c *Client) Metrics(ctx context.Context, sandboxID string, start, end time.Time) ([]Metric, error) {
+	q := url.Values{}
+	if !start.IsZero() {
+		q.Set("start", strconv.FormatInt(start.Unix(), 10))
+	}
+	if !end.IsZero() {
+		q.Set("end", strconv.FormatInt(end.Unix(), 10))
+	}
+	path := "/sandboxes/" + url.PathEscape(sandboxID) + "/metrics"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out []Metric
+	if _, err := c.do(ctx, "get sandbox metrics", sandboxID, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Info describes the sandbox.
+func (s *Sandbox) Info(ctx context.Context) (*SandboxInfo, error) { return s.client.Info(ctx, s.ID) }
+
+// Kill kills the sandbox.
+func (s *Sandbox) Kill(ctx context.Context) error { return s.client.Kill(ctx, s.ID) }
+
+// SetTimeout makes the sandbox live until timeout from now.
+func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) error {
+	return s.client.SetTimeout(ctx, s.ID, timeout)
+}
+
+// Pause pauses the sandbox.
+func (s *Sandbox) Pause(ctx context.Context) error { return s.client.Pause(ctx, s.ID) }
+
+// Resume resumes the paused sandbox, keeping this value usable.
+func (s *Sandbox) Resume(ctx context.Context, timeout time.Duration) error {
+	r, err := s.client.Resume(ctx, s.ID, timeout)
+	if err != nil {
+		return err
+	}
+	s.requestID = r.requestID
+	return nil
+}
+
+// Metrics returns the sandbox's resource samples between start and end.
+func (s *Sandbox) Metrics(ctx context.Context, start, end time.Time) ([]Metric, error) {
+	return s.client.Metrics(ctx, s.ID, start, end)
+}
+
+// IsRunning asks the sandbox's envd for its health through the proxy: false when the
+// sandbox is paused or gone.
+func (s *Sandbox) IsRunning(ctx context.Context) (bool, error) {
+	resp, ci, err := s.Files.e.httpDo(ctx, "health", http.MethodGet, "/health", nil, "")
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode < 300:
+		return true, nil
+	case resp.StatusCode == http.StatusBadGateway:
+		return false, nil
+	}
+	return false, &Error{Op: "health", SandboxID: s.ID, StatusCode: resp.StatusCode, RequestID: ci.requestID}
+}
+
+func (s *Sandbox) String() string { return fmt.Sprintf("sandbox %s", s.ID) }
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
