@@ -49,6 +49,9 @@ type Config struct {
 	Logger *slog.Logger
 	// AdminToken enables the /admin routes for callers that send it; "" disables them.
 	AdminToken string
+	// Events, when set, serves /events/ behind the API's authentication; it reads the
+	// caller's team with telemetry.Caller.
+	Events http.Handler
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -88,6 +91,12 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
+	if a.cfg.Events != nil {
+		a.handle("/events/", func(w http.ResponseWriter, r *http.Request, _ caller) error {
+			a.cfg.Events.ServeHTTP(w, r)
+			return nil
+		})
+	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errNoRoute(r))
 	})
@@ -119,6 +128,7 @@ func (a *api) handle(pattern string, h handlerFunc) {
 		}
 		info.teamID = team.ID
 		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, "api_key.id", key.ID)
+		ctx = telemetry.WithCaller(ctx, team.ID, key.ID)
 		r = r.WithContext(ctx)
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
 			a.fail(w, r, err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
@@ -92,6 +93,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	delete(o.live, e.sb.ID)
 	o.mu.Unlock()
 	o.nudge()
+	o.emit(ctx, events.SandboxKilled, e.sb, events.KilledData(why, events.ExecutionOf(e.sb, now)))
 	telemetry.SandboxesKilled.WithLabelValues(why.String()).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("kill").Observe(time.Since(begun).Seconds())
@@ -158,6 +160,7 @@ func (o *Orchestrator) setTTL(ctx context.Context, teamID, id string, d time.Dur
 		return fmt.Errorf("set timeout of %s: %w", id, err)
 	}
 	o.nudge()
+	o.emit(ctx, events.SandboxUpdated, e.sb, events.UpdatedData(end, d))
 	o.logger(sandboxLog(ctx, e.sb)).Info("sandbox timeout set", "end_at", end.UTC(), "previous_end_at", old.UTC(), "timeout_s", d.Seconds())
 	return nil
 }
@@ -190,6 +193,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry) error {
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
 	}
+	o.emit(ctx, events.SandboxPaused, e.sb, events.PausedData(events.ExecutionOf(e.sb, now)))
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(time.Since(begun).Seconds())
@@ -250,6 +254,9 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 			}
 			o.nudge()
 		}
+		if extend {
+			o.emit(ctx, events.SandboxConnected, e.sb, map[string]any{"end_at": e.sb.EndAt.UTC()})
+		}
 		return false, nil
 	}
 	if _, err := o.cfg.Templates.Get(e.sb.TemplateID); errors.Is(err, template.ErrNotFound) {
@@ -267,6 +274,7 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return false, err
 	}
+	o.emit(ctx, events.SandboxResumed, e.sb, map[string]any{"end_at": end.UTC(), "timeout": timeout.Seconds()})
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())

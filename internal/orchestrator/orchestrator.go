@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -62,12 +63,33 @@ type Config struct {
 	LogDir string
 	Logger *slog.Logger
 
+	// Events receives every lifecycle event; nil drops them.
+	Events Events
+
 	DefaultTimeout time.Duration // 300 s when 0
 	MaxTimeout     time.Duration // 24 h when 0
 	CPUCount       int           // per sandbox; 2 when 0
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // reported disk size; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
+}
+
+// Events receives lifecycle events (events.Bus in cove server).
+type Events interface {
+	Emit(ctx context.Context, ev events.Event) error
+}
+
+// emit sends a lifecycle event for sb; a failure is logged and never fails the transition.
+func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.Sandbox, data map[string]any) {
+	if o.cfg.Events == nil {
+		return
+	}
+	ev := events.ForSandbox(t, copySandbox(sb))
+	ev.Data = data
+	_, ev.APIKeyID = telemetry.Caller(ctx)
+	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
+		o.logger(ctx).Warn("event not recorded", "event.type", t.String(), "error", err.Error())
+	}
 }
 
 // CreateRequest is what a client asks for when it creates a sandbox.
@@ -292,6 +314,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	o.watchInit(e)
 	o.nudge()
 
+	o.emit(ctx, events.SandboxCreated, sb, map[string]any{"timeout": timeout.Seconds(), "secure": sb.Secure, "auto_pause": sb.AutoPause})
 	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
@@ -370,18 +393,27 @@ func (o *Orchestrator) watchInit(e *entry) {
 // watchInit kills the sandbox with reason oom.
 func (o *Orchestrator) watchOOM(ctx context.Context, id string) {
 	logger := o.logger(ctx)
-	events, err := o.cfg.Runtime.OOMEvents(context.Background(), id)
+	oom, err := o.cfg.Runtime.OOMEvents(context.Background(), id)
 	if err != nil {
 		logger.Warn("oom events unavailable", "error", err.Error())
 		return
 	}
 	go func() {
-		for n := range events {
+		for n := range oom {
 			attrs := []any{"oom_kills", n}
 			if st, err := o.cfg.Runtime.Stats(context.Background(), id); err == nil {
 				attrs = append(attrs, "memory.limit_bytes", st.MemoryLimit, "memory.max_usage_bytes", st.MemoryMaxUsage)
 			}
 			logger.Warn("sandbox oom kill", attrs...)
+			o.mu.Lock()
+			e := o.live[id]
+			o.mu.Unlock()
+			if e != nil {
+				e.mu.Lock()
+				sb := copySandbox(e.sb)
+				e.mu.Unlock()
+				o.emit(o.systemContext(), events.SandboxOOM, sb, events.OOMData(int(n)))
+			}
 		}
 	}()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -142,8 +143,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return err
 	}
 
+	bus, err := events.New(ctx, events.Config{
+		Store: db, Logger: cfg.Logger,
+		Team: func(ctx context.Context) (string, bool) {
+			team, _ := telemetry.Caller(ctx)
+			return team, team != ""
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	defer bus.Close()
+
 	orch, err := orchestrator.New(orchestrator.Config{
-		Store: db, Runtime: rt, Templates: templates,
+		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -157,7 +170,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin})
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin, Events: bus.Handler()})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -83,3 +83,20 @@ func With(ctx context.Context, args ...any) context.Context {
 	l := Logger(ctx).With(keep...)
 	return context.WithValue(context.WithValue(ctx, loggerKey{}, l), fieldsKey{}, next)
 }
+
+type callerKey struct{}
+
+type caller struct{ team, apiKey string }
+
+// WithCaller records who made the call: the authenticated team and API key. Events and
+// records read it to say who caused them.
+func WithCaller(ctx context.Context, teamID, apiKeyID string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller{team: teamID, apiKey: apiKeyID})
+}
+
+// Caller returns the call's team and API key ids, "" when the call was not authenticated
+// (Cove's own transitions).
+func Caller(ctx context.Context) (teamID, apiKeyID string) {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c.team, c.apiKey
+}

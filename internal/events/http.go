@@ -1,0 +1,453 @@
+package events
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Limits of the HTTP API.
+const (
+	defaultLimit  = 100
+	maxLimit      = 1000
+	maxBody       = 64 << 10
+	maxURLLen     = 2048
+	maxSecretLen  = 256
+	maxNameLen    = 256
+	headerNextTok = "X-Next-Token"
+)
+
+// Errors of the HTTP API, mapped to statuses by statusOf.
+var (
+	errBadRequest   = errors.New("bad request")
+	errUnauthorized = errors.New("unauthorized")
+)
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+type api struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// NewAPI returns the events HTTP API on cfg.Store, for the team cfg.Team finds in each
+// request's context (run it behind the API's authentication):
+//
+//	GET    /events/sandboxes                    the team's events
+//	GET    /events/sandboxes/{id}               one sandbox's events
+//	POST   /events/webhooks                     {url, events, secret?, name?} → 201, secret shown once
+//	GET    /events/webhooks                     the team's webhooks
+//	GET    /events/webhooks/{id}
+//	DELETE /events/webhooks/{id}                → 204
+//	GET    /events/webhooks/{id}/deliveries     newest deliveries with their attempts
+//
+// Event listings take type (repeated or comma-separated; also "types"), since and until
+// (RFC 3339 or unix milliseconds; since inclusive, until exclusive), limit (1..1000, 100),
+// order (asc or desc, the default) and nextToken; they answer a JSON array and, when more
+// follow, the X-Next-Token header.
+func NewAPI(cfg Config) http.Handler {
+	a := &api{cfg: cfg, mux: http.NewServeMux()}
+	a.handle("GET /events/sandboxes", a.listEvents)
+	a.handle("GET /events/sandboxes/{id}", a.listEvents)
+	a.handle("POST /events/webhooks", a.createWebhook)
+	a.handle("GET /events/webhooks", a.listWebhooks)
+	a.handle("GET /events/webhooks/{id}", a.getWebhook)
+	a.handle("DELETE /events/webhooks/{id}", a.deleteWebhook)
+	a.handle("GET /events/webhooks/{id}/deliveries", a.listDeliveries)
+	return a
+}
+
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Behind Cove's API the request id is in the context already; standalone, take the
+	// client's or mint one, the same way.
+	if telemetry.RequestID(r.Context()) == "" {
+		telemetry.RequestIDMiddleware(a.mux).ServeHTTP(w, r)
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
+
+func (a *api) handle(pattern string, h handlerFunc) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var team string
+		ok := false
+		if a.cfg.Team != nil {
+			team, ok = a.cfg.Team(r.Context())
+		}
+		var err error
+		if !ok || team == "" {
+			err = fmt.Errorf("%w: no team for this request", errUnauthorized)
+		} else {
+			err = h(w, r, team)
+		}
+		if err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, errUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorBody is E2B's error shape, with the request id.
+type errorBody struct {
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"requestId"`
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	code := statusOf(err)
+	id := telemetry.RequestID(ctx)
+	msg := err.Error()
+	if id != "" && !strings.Contains(msg, id) {
+		msg += " (request id " + id + ")"
+	}
+	if code >= 500 {
+		telemetry.Logger(ctx).Error("events api", "http.route", r.Pattern, "error", err)
+	}
+	writeJSON(w, code, errorBody{Code: code, Message: msg, RequestID: id})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// listEvents serves both event listings; the sandbox one has a path id.
+func (a *api) listEvents(w http.ResponseWriter, r *http.Request, teamID string) error {
+	f, err := eventFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	f.TeamID, f.SandboxID = teamID, r.PathValue("id")
+	page, err := a.cfg.Store.ListEvents(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := make([]wireEvent, 0, len(page.Events))
+	for _, ev := range page.Events {
+		out = append(out, toWire(ev))
+	}
+	if page.More {
+		last := page.Events[len(page.Events)-1]
+		w.Header().Set(headerNextTok, encodeToken(store.EventPosition{Timestamp: last.Timestamp, ID: last.ID}))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func eventFilter(q url.Values) (store.EventFilter, error) {
+	f := store.EventFilter{Limit: defaultLimit, Desc: true}
+	for _, v := range append(q["type"], q["types"]...) {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			t, err := ParseEventType(s)
+			if err != nil {
+				return f, badRequest("type: %v", err)
+			}
+			if !slices.Contains(f.Types, string(t)) {
+				f.Types = append(f.Types, string(t))
+			}
+		}
+	}
+	var err error
+	if f.Since, err = parseTime(q.Get("since")); err != nil {
+		return f, badRequest("since: %v", err)
+	}
+	if f.Until, err = parseTime(q.Get("until")); err != nil {
+		return f, badRequest("until: %v", err)
+	}
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		return f, err
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		f.Desc = false
+	default:
+		return f, badRequest("order %q: want asc or desc", o)
+	}
+	if s := q.Get("orderAsc"); s != "" { // E2B's spelling
+		asc, err := strconv.ParseBool(s)
+		if err != nil {
+			return f, badRequest("orderAsc %q: want true or false", s)
+		}
+		f.Desc = !asc
+	}
+	if tok := q.Get("nextToken"); tok != "" {
+		pos, err := decodeToken(tok)
+		if err != nil {
+			return f, badRequest("nextToken %q: %v", tok, err)
+		}
+		f.After = &pos
+	}
+	return f, nil
+}
+
+func parseLimit(s string) (int, error) {
+	if s == "" {
+		return defaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxLimit {
+		return 0, badRequest("limit %q: want 1..%d", s, maxLimit)
+	}
+	return n, nil
+}
+
+// parseTime reads RFC 3339 or unix milliseconds; "" is the zero time.
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.UnixMilli(ms).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 nor unix milliseconds", s)
+	}
+	return t, nil
+}
+
+// A next token is the position of a page's last event: base64url("<unix µs>:<id>").
+func encodeToken(p store.EventPosition) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.Timestamp.UnixMicro(), 10) + ":" + p.ID))
+}
+
+func decodeToken(s string) (store.EventPosition, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return store.EventPosition{}, errors.New("not base64url")
+	}
+	us, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || id == "" {
+		return store.EventPosition{}, errors.New("malformed")
+	}
+	return store.EventPosition{Timestamp: time.UnixMicro(n).UTC(), ID: id}, nil
+}
+
+// webhookRequest is POST /events/webhooks's body. signatureSecret is E2B's name for secret.
+type webhookRequest struct {
+	Name            string   `json:"name"`
+	URL             string   `json:"url"`
+	Events          []string `json:"events"`
+	Secret          *string  `json:"secret"`
+	SignatureSecret *string  `json:"signatureSecret"`
+}
+
+type wireWebhook struct {
+	ID        string    `json:"id"`
+	TeamID    string    `json:"teamId"`
+	Name      string    `json:"name"`
+	URL       string    `json:"url"`
+	Events    []string  `json:"events"`
+	Enabled   bool      `json:"enabled"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Secret is shown once, in the answer to the create.
+	Secret string `json:"secret,omitempty"`
+}
+
+func toWireWebhook(h *store.Webhook) wireWebhook {
+	return wireWebhook{ID: h.ID, TeamID: h.TeamID, Name: h.Name, URL: h.URL, Events: h.Events,
+		Enabled: true, CreatedAt: h.CreatedAt}
+}
+
+// ValidateURL checks that a webhook URL is absolute http or https with a host.
+func ValidateURL(raw string) error {
+	if raw == "" {
+		return errors.New("required")
+	}
+	if len(raw) > maxURLLen {
+		return fmt.Errorf("longer than %d bytes", maxURLLen)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return errors.New("no host")
+	}
+	return nil
+}
+
+func (a *api) createWebhook(w http.ResponseWriter, r *http.Request, teamID string) error {
+	var req webhookRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
+		return badRequest("body: %v", err)
+	}
+	if err := ValidateURL(req.URL); err != nil {
+		return badRequest("url: %v", err)
+	}
+	if len(req.Name) > maxNameLen {
+		return badRequest("name: longer than %d bytes", maxNameLen)
+	}
+	if len(req.Events) == 0 {
+		return badRequest("events: at least one event type is required")
+	}
+	var types []string
+	for _, s := range req.Events {
+		t, err := ParseEventType(s)
+		if err != nil {
+			return badRequest("events: %v", err)
+		}
+		if !slices.Contains(types, string(t)) {
+			types = append(types, string(t))
+		}
+	}
+	secret := req.Secret
+	if secret == nil {
+		secret = req.SignatureSecret
+	}
+	var s string
+	switch {
+	case secret == nil:
+		s = newSecret()
+	case *secret == "":
+		return badRequest("secret: empty; omit it to have one generated")
+	case len(*secret) > maxSecretLen:
+		return badRequest("secret: longer than %d bytes", maxSecretLen)
+	default:
+		s = *secret
+	}
+	h := &store.Webhook{ID: newID("wh_"), TeamID: teamID, Name: req.Name, URL: req.URL,
+		Events: types, Secret: s, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := a.cfg.Store.InsertWebhook(r.Context(), h); err != nil {
+		return err
+	}
+	telemetry.Logger(r.Context()).Info("webhook created", "webhook.id", h.ID, telemetry.KeyTeamID, teamID)
+	out := toWireWebhook(h)
+	out.Secret = h.Secret
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// newSecret generates a webhook secret: 32 random bytes.
+func newSecret() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return "whsec_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (a *api) listWebhooks(w http.ResponseWriter, r *http.Request, teamID string) error {
+	hs, err := a.cfg.Store.ListWebhooks(r.Context(), teamID)
+	if err != nil {
+		return err
+	}
+	out := make([]wireWebhook, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, toWireWebhook(h))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) getWebhook(w http.ResponseWriter, r *http.Request, teamID string) error {
+	h, err := a.cfg.Store.GetWebhook(r.Context(), teamID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toWireWebhook(h))
+	return nil
+}
+
+func (a *api) deleteWebhook(w http.ResponseWriter, r *http.Request, teamID string) error {
+	id := r.PathValue("id")
+	if err := a.cfg.Store.DeleteWebhook(r.Context(), teamID, id); err != nil {
+		return err
+	}
+	telemetry.Logger(r.Context()).Info("webhook deleted", "webhook.id", id, telemetry.KeyTeamID, teamID)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type wireAttempt struct {
+	Attempt     int        `json:"attempt"`
+	StartedAt   time.Time  `json:"startedAt"`
+	StatusCode  int        `json:"statusCode,omitempty"`
+	LatencyMS   float64    `json:"latencyMs"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	NextRetryAt *time.Time `json:"nextRetryAt,omitempty"`
+}
+
+type wireDelivery struct {
+	ID            string        `json:"id"`
+	WebhookID     string        `json:"webhookId"`
+	EventID       string        `json:"eventId"`
+	EventType     string        `json:"eventType"`
+	State         string        `json:"state"`
+	NextAttemptAt *time.Time    `json:"nextAttemptAt,omitempty"`
+	CreatedAt     time.Time     `json:"createdAt"`
+	UpdatedAt     time.Time     `json:"updatedAt"`
+	Attempts      []wireAttempt `json:"attempts"`
+}
+
+func (a *api) listDeliveries(w http.ResponseWriter, r *http.Request, teamID string) error {
+	limit, err := parseLimit(r.URL.Query().Get("limit"))
+	if err != nil {
+		return err
+	}
+	ds, err := a.cfg.Store.ListDeliveries(r.Context(), teamID, r.PathValue("id"), limit)
+	if err != nil {
+		return err
+	}
+	out := make([]wireDelivery, 0, len(ds))
+	for _, d := range ds {
+		wd := wireDelivery{ID: d.ID, WebhookID: d.WebhookID, EventID: d.EventID, EventType: d.EventType,
+			State: string(d.State), CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Attempts: []wireAttempt{}}
+		if d.State == store.DeliveryPending {
+			next := d.NextAttemptAt
+			wd.NextAttemptAt = &next
+		}
+		for _, at := range d.History {
+			wd.Attempts = append(wd.Attempts, wireAttempt{
+				Attempt: at.Attempt, StartedAt: at.StartedAt, StatusCode: at.StatusCode,
+				LatencyMS: float64(at.Latency.Microseconds()) / 1000, ErrorClass: at.ErrorClass,
+				Error: at.Error, NextRetryAt: at.NextRetryAt,
+			})
+		}
+		out = append(out, wd)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// Handler returns NewAPI on the Bus's configuration.
+func (b *Bus) Handler() http.Handler { return NewAPI(b.cfg) }
