@@ -152,10 +152,12 @@ func run(c config) error {
 
 	if c.only["true"] {
 		fmt.Fprintf(os.Stderr, "true round trips x%d ...\n", c.iters)
+		cpu0, _ := cpuTicks(pid)
 		envdRT, bareRT, err := roundTrips(ctx, client, c.iters)
 		if err != nil {
 			return err
 		}
+		cpu1, _ := cpuTicks(pid)
 		e50, e99 := pct(envdRT, 50), pct(envdRT, 99)
 		b50, b99 := pct(bareRT, 50), pct(bareRT, 99)
 		info("true p50 via envd", ms(e50), "ms")
@@ -164,14 +166,18 @@ func run(c config) error {
 		info("true p99 bare spawn", ms(b99), "ms")
 		check("true overhead p50 (envd-bare)", ms(e50-b50), "ms", "<= 0.3 ms", e50-b50 <= 300*time.Microsecond)
 		info("true ratio p50 (envd/bare)", float64(e50)/float64(b50), "x")
+		// envd's own CPU per round trip: steadier than wall time on a busy machine.
+		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+max(c.iters/10, 20)), "ms")
 	}
 
 	if c.only["tput"] {
 		fmt.Fprintf(os.Stderr, "stdout throughput %d MiB ...\n", c.bytes>>20)
+		cpu0, _ := cpuTicks(pid)
 		ev, err := throughputEnvd(ctx, client, c.bytes)
 		if err != nil {
 			return err
 		}
+		cpu1, _ := cpuTicks(pid)
 		bv, err := throughputBare(c.bytes)
 		if err != nil {
 			return err
@@ -179,6 +185,7 @@ func run(c config) error {
 		check("stdout via envd", ev, "MiB/s", ">= 1024 MiB/s", ev >= 1024)
 		info("stdout bare spawn", bv, "MiB/s")
 		info("stdout ratio (envd/bare)", ev/bv, "x")
+		info("stdout envd CPU per GiB", float64(cpu1-cpu0)/100/(float64(c.bytes)/(1<<30)), "s")
 	}
 
 	if c.only["conc"] {

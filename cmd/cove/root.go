@@ -9,6 +9,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd(), newTeamCmd(), newAdminCmd())
+	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd(), newTeamCmd(), newAdminCmd(),
+		newSandboxCmd(), newExecCmd(), newFilesCmd())
 	return root
 }

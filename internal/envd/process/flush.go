@@ -4,17 +4,71 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // flushGate sits between connect-go and the response writer of a process stream. connect
 // flushes after every message; while the stream has more events queued the gate holds those
 // flushes, and the stream releases them once its queue is empty, so a burst of output leaves
 // in few writes and an idle stream still gets every event at once.
+//
+// While holding, the gate also gathers the messages written (connect writes each as a 5-byte
+// prefix then the payload) and passes them on in writes of up to gatherSize: net/http's
+// small buffers would otherwise turn each 32 KiB event into two syscalls and several chunks.
+// Whatever is gathered goes out, in order, before any write made while not holding.
 type flushGate struct {
 	http.ResponseWriter
 	flusher http.Flusher
 	hold    bool
 	pending bool
+	buf     *[]byte // gathered writes; nil when none
+	err     error   // of a gathered write that failed, reported by the next Write or Flush
+}
+
+// gatherSize is how much the gate gathers before it writes.
+const gatherSize = 256 << 10
+
+var gatherPool = sync.Pool{New: func() any { b := make([]byte, 0, gatherSize); return &b }}
+
+func (g *flushGate) Write(p []byte) (int, error) {
+	if !g.hold {
+		if err := g.writeGathered(); err != nil {
+			return 0, err
+		}
+		return g.ResponseWriter.Write(p)
+	}
+	if g.err != nil {
+		return 0, g.err
+	}
+	if g.buf == nil {
+		g.buf = gatherPool.Get().(*[]byte)
+	}
+	*g.buf = append(*g.buf, p...)
+	if len(*g.buf) >= gatherSize {
+		if err := g.writeGathered(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// writeGathered passes on what was gathered.
+func (g *flushGate) writeGathered() error {
+	if g.err != nil {
+		return g.err
+	}
+	if g.buf == nil {
+		return nil
+	}
+	b := g.buf
+	g.buf = nil
+	_, err := g.ResponseWriter.Write(*b)
+	if cap(*b) <= gatherSize*2 {
+		*b = (*b)[:0]
+		gatherPool.Put(b)
+	}
+	g.err = err
+	return err
 }
 
 func (g *flushGate) Flush() {
@@ -22,6 +76,7 @@ func (g *flushGate) Flush() {
 		g.pending = true
 		return
 	}
+	_ = g.writeGathered()
 	g.flusher.Flush()
 	g.pending = false
 }
@@ -31,7 +86,7 @@ func (g *flushGate) Unwrap() http.ResponseWriter { return g.ResponseWriter }
 // release stops holding and flushes what was held.
 func (g *flushGate) release() {
 	g.hold = false
-	if g.pending {
+	if g.pending || g.buf != nil {
 		g.Flush()
 	}
 }

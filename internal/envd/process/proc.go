@@ -48,17 +48,64 @@ type proc struct {
 	stdoutBytes atomic.Int64
 	stderrBytes atomic.Int64
 	done        chan struct{} // closed after endEvent is set and delivered
+
+	// The end event goes out once both the exit status and every output's EOF are in; the
+	// last of them to arrive delivers it (guarded by mu). A process that exited with output
+	// still open gets drainGrace before its pipes are cut.
+	pumpsLeft int
+	exit      *exit
+	grace     *time.Timer
+	onEnd     func(exit) // after the end event was delivered: log and retire
 }
 
 // subscriber is one stream's view of a process's events.
 type subscriber struct {
-	ch   chan []*pb.ProcessEvent
+	ch   chan *batch
 	gone <-chan struct{} // the stream's context: a sender never blocks on a departed stream
 }
 
 func newSubscriber(gone <-chan struct{}) *subscriber {
-	return &subscriber{ch: make(chan []*pb.ProcessEvent, 16), gone: gone}
+	return &subscriber{ch: make(chan *batch, 16), gone: gone}
 }
+
+// batch is events handed to streams at once. Data events point into buf, a pooled read
+// buffer that goes back to its pool once every stream the batch reached has sent it; a batch
+// stranded in a departed stream's queue is simply left to the garbage collector.
+type batch struct {
+	evs  []*pb.ProcessEvent
+	buf  *[]byte
+	refs atomic.Int32
+}
+
+func single(ev *pb.ProcessEvent) *batch { return &batch{evs: []*pb.ProcessEvent{ev}} }
+
+// release drops one holder's reference.
+func (b *batch) release() {
+	if b.buf != nil && b.refs.Add(-1) == 0 {
+		putBuf(b.buf)
+	}
+}
+
+// Read buffers come in the sizes pump uses, chunkSize doubling up to readSize.
+var bufPools [4]sync.Pool
+
+func bufClass(size int) int {
+	c := 0
+	for s := chunkSize; s < size; s <<= 1 {
+		c++
+	}
+	return c
+}
+
+func getBuf(size int) *[]byte {
+	if b, ok := bufPools[bufClass(size)].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, size)
+	return &b
+}
+
+func putBuf(b *[]byte) { bufPools[bufClass(len(*b))].Put(b) }
 
 // subscribe attaches s and reports the end event when the process already ended, in which
 // case s is not attached.
@@ -86,41 +133,48 @@ func (p *proc) ended() bool {
 
 // broadcast hands a batch of events to every attached stream, waiting for slow ones
 // (backpressure reaches the process through its pipe) but never for one whose client has gone.
-func (p *proc) broadcast(evs []*pb.ProcessEvent) {
+func (p *proc) broadcast(b *batch) {
 	p.mu.Lock()
-	subs := make([]*subscriber, 0, len(p.subs))
+	var one [1]*subscriber
+	subs := one[:0]
 	for s := range p.subs {
 		subs = append(subs, s)
 	}
 	p.mu.Unlock()
+	b.refs.Store(int32(len(subs)) + 1) // each stream's, and ours until the loop is done
 	for _, s := range subs {
 		select {
-		case s.ch <- evs:
+		case s.ch <- b:
 		case <-s.gone:
+			b.release()
 		}
 	}
+	b.release()
 }
 
 // pump reads one output until EOF or until cut, sending each chunk as a data event.
-func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, counter *atomic.Int64, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, counter *atomic.Int64) {
+	defer p.pumpDone()
 	size := chunkSize // grows to readSize while output keeps filling reads
 	for {
-		buf := make([]byte, size)
+		bp := getBuf(size)
+		buf := *bp
 		n, err := r.Read(buf)
 		if n > 0 {
 			counter.Add(int64(n))
-			evs := make([]*pb.ProcessEvent, 0, (n+chunkSize-1)/chunkSize)
+			b := &batch{evs: make([]*pb.ProcessEvent, 0, (n+chunkSize-1)/chunkSize), buf: bp}
 			for off := 0; off < n; off += chunkSize {
 				end := min(off+chunkSize, n)
-				evs = append(evs, &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(buf[off:end:end])}})
+				b.evs = append(b.evs, &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(buf[off:end:end])}})
 			}
-			p.broadcast(evs)
+			p.broadcast(b)
 			if n == size {
 				size = min(size*2, readSize)
 			} else if n < chunkSize {
 				size = chunkSize
 			}
+		} else {
+			putBuf(bp)
 		}
 		if err != nil {
 			return
@@ -128,23 +182,51 @@ func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, co
 	}
 }
 
-// finish waits for the output to drain after the process exited, then delivers the end event.
-func (p *proc) finish(ex exit, pumps *sync.WaitGroup) {
-	drained := make(chan struct{})
-	go func() { pumps.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainGrace):
-		for _, f := range p.outs {
-			_ = f.SetReadDeadline(time.Now())
-		}
-		<-drained
+// pumpDone records one output's EOF (or cut) and ends the process if it was the last thing
+// the end waited for.
+func (p *proc) pumpDone() {
+	p.mu.Lock()
+	p.pumpsLeft--
+	ready := p.pumpsLeft == 0 && p.exit != nil
+	p.mu.Unlock()
+	if ready {
+		p.finish()
+	}
+}
+
+// exited records the process's exit. It never blocks: called from the reaper, it hands the
+// end to a goroutine when the output already drained, else arms the drain grace timer.
+func (p *proc) exited(ex exit) {
+	p.mu.Lock()
+	p.exit = &ex
+	ready := p.pumpsLeft == 0
+	if !ready {
+		p.grace = time.AfterFunc(drainGrace, p.cut)
+	}
+	p.mu.Unlock()
+	if ready {
+		go p.finish()
+	}
+}
+
+// cut makes the pumps' pending reads return: output kept open past the grace is dropped.
+func (p *proc) cut() {
+	for _, f := range p.outs {
+		_ = f.SetReadDeadline(time.Now())
+	}
+}
+
+// finish runs once, after the process exited and its output drained: it delivers the end event.
+func (p *proc) finish() {
+	if p.grace != nil {
+		p.grace.Stop()
 	}
 	for _, f := range p.outs {
 		_ = f.Close()
 	}
 	p.closeStdin()
 
+	ex := *p.exit
 	end := &pb.ProcessEvent_EndEvent{ExitCode: ex.Code, Exited: ex.Exited, Status: ex.Text}
 	if !ex.Exited {
 		msg := ex.Text
@@ -153,19 +235,24 @@ func (p *proc) finish(ex exit, pumps *sync.WaitGroup) {
 	ev := &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
 	p.mu.Lock()
 	p.endEvent = ev
-	subs := make([]*subscriber, 0, len(p.subs))
+	var one [1]*subscriber
+	subs := one[:0]
 	for s := range p.subs {
 		subs = append(subs, s)
 	}
-	p.subs = map[*subscriber]struct{}{}
+	p.subs = nil
 	p.mu.Unlock()
+	b := single(ev)
 	for _, s := range subs {
 		select {
-		case s.ch <- []*pb.ProcessEvent{ev}:
+		case s.ch <- b:
 		case <-s.gone:
 		}
 	}
 	close(p.done)
+	if p.onEnd != nil {
+		p.onEnd(ex)
+	}
 }
 
 var errStdinClosed = errors.New("stdin is closed")

@@ -41,11 +41,11 @@ func exitFrom(ws unix.WaitStatus, ru unix.Rusage) exit {
 type reaper struct {
 	central bool
 	mu      sync.Mutex
-	waiting map[int]chan exit
+	waiting map[int]func(exit)
 }
 
 func newReaper(central bool) *reaper {
-	r := &reaper{central: central, waiting: map[int]chan exit{}}
+	r := &reaper{central: central, waiting: map[int]func(exit){}}
 	if central {
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, syscall.SIGCHLD)
@@ -58,29 +58,28 @@ func newReaper(central bool) *reaper {
 	return r
 }
 
-// start runs startFn, which forks the child and returns its pid, and returns a channel that
-// receives the child's exit exactly once.
-func (r *reaper) start(startFn func() (int, error)) (int, <-chan exit, error) {
-	ch := make(chan exit, 1)
+// start runs startFn, which forks the child and returns its pid, and calls onExit with the
+// child's exit exactly once. onExit must not block: in PID 1 mode the reaper calls it.
+func (r *reaper) start(startFn func() (int, error), onExit func(exit)) (int, error) {
 	if !r.central {
 		pid, err := startFn()
 		if err != nil {
-			return 0, nil, err
+			return 0, err
 		}
-		go func() { ch <- waitPID(pid) }()
-		return pid, ch, nil
+		go func() { onExit(waitPID(pid)) }()
+		return pid, nil
 	}
 	r.mu.Lock()
 	pid, err := startFn()
 	if err == nil {
-		r.waiting[pid] = ch
+		r.waiting[pid] = onExit
 	}
 	r.mu.Unlock()
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	r.reapAll() // the child may have exited before it was registered
-	return pid, ch, nil
+	return pid, nil
 }
 
 func (r *reaper) reapAll() {
@@ -99,9 +98,9 @@ func (r *reaper) reapAll() {
 		if ws.Stopped() || ws.Continued() {
 			continue
 		}
-		if ch, ok := r.waiting[pid]; ok {
+		if onExit, ok := r.waiting[pid]; ok {
 			delete(r.waiting, pid)
-			ch <- exitFrom(ws, ru)
+			onExit(exitFrom(ws, ru))
 		}
 		// Anything else was an orphan re-parented to us: reaped, nothing to report.
 	}

@@ -99,7 +99,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	sub := newSubscriber(ctx.Done())
 	if end := p.subscribe(sub); end != nil {
 		// Already ended: the start and the kept end event, nothing between.
-		sub.ch <- []*pb.ProcessEvent{end}
+		sub.ch <- single(end)
 	}
 	return s.follow(ctx, p, sub, send, keepaliveInterval(req.Header()), st, false)
 }
@@ -120,7 +120,8 @@ func (s *Service) follow(ctx context.Context, p *proc, sub *subscriber, send fun
 	defer gate.release()
 	for {
 		select {
-		case evs := <-sub.ch:
+		case b := <-sub.ch:
+			evs := b.evs
 			for i, ev := range evs {
 				// Hold connect's flush while more is queued; the last event of a burst flushes.
 				gate.setHold(i < len(evs)-1 || len(sub.ch) > 0)
@@ -136,6 +137,7 @@ func (s *Service) follow(ctx context.Context, p *proc, sub *subscriber, send fun
 					return nil
 				}
 			}
+			b.release() // sent: the read buffer may be reused
 			gate.release()
 		case <-tick.C:
 			if err := send(keep); err != nil {
@@ -400,6 +402,17 @@ func (st *streamLog) phase() reason.StreamPhase {
 
 // write logs the stream's one end line at the level its end deserves.
 func (st *streamLog) write(ctx context.Context) {
+	level := slog.LevelInfo
+	switch st.end {
+	case reason.StreamDeadline, streamRejected:
+		level = slog.LevelWarn
+	case reason.StreamServerError:
+		level = slog.LevelError
+	}
+	logger := telemetry.Logger(ctx)
+	if !logger.Enabled(ctx, level) {
+		return
+	}
 	code := "ok"
 	if st.code != 0 {
 		code = st.code.String()
@@ -416,12 +429,5 @@ func (st *streamLog) write(ctx context.Context) {
 	if st.err != nil {
 		attrs = append(attrs, slog.String("error", st.err.Error()))
 	}
-	level := slog.LevelInfo
-	switch st.end {
-	case reason.StreamDeadline, streamRejected:
-		level = slog.LevelWarn
-	case reason.StreamServerError:
-		level = slog.LevelError
-	}
-	telemetry.Logger(ctx).LogAttrs(ctx, level, "stream end", attrs...)
+	logger.LogAttrs(ctx, level, "stream end", attrs...)
 }

@@ -3,10 +3,12 @@ package process
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,15 +89,16 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 				return 0, err
 			}
 			p.pty = f
+			p.outs = []*os.File{f}
 			return cmd.Process.Pid, nil
 		}
 	} else {
 		cmd.SysProcAttr.Setpgid = true // signals reach the whole tree the command started
-		stdoutR, stdoutW, err := pipe()
+		stdoutR, stdoutW, err := pipe(0, pipeSize)
 		if err != nil {
 			return nil, s.unreserve(p, err)
 		}
-		stderrR, stderrW, err := pipe()
+		stderrR, stderrW, err := pipe(0, pipeSize)
 		if err != nil {
 			closeAll(stdoutR, stdoutW)
 			return nil, s.unreserve(p, err)
@@ -104,7 +107,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		p.outs = []*os.File{stdoutR, stderrR}
 		childEnds = []*os.File{stdoutW, stderrW}
 		if req.Stdin == nil || req.GetStdin() {
-			stdinR, stdinW, err := os.Pipe()
+			stdinW, stdinR, err := pipe(1, 0)
 			if err != nil {
 				closeAll(stdoutR, stdoutW, stderrR, stderrW)
 				return nil, s.unreserve(p, err)
@@ -112,10 +115,16 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 			cmd.Stdin = stdinR
 			p.stdin = stdinW
 			childEnds = append(childEnds, stdinR)
+		} else if devNull, err := devNullFile(); err == nil {
+			cmd.Stdin = devNull // what exec would open for a nil Stdin, opened once
 		}
 	}
 
-	pid, exited, err := s.reaper.start(startFn)
+	p.pumpsLeft = len(p.outs) // set before the exit can be reported, which waits for them
+	if req.Pty != nil {
+		p.pumpsLeft = 1
+	}
+	pid, err := s.reaper.start(startFn, p.exited)
 	closeAll(childEnds...)
 	if err != nil {
 		closeAll(p.outs...)
@@ -127,47 +136,47 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 	if s.reaper.central {
 		// As the sandbox's init, let the OOM killer prefer the command over envd: raising a
 		// score needs no privilege, and the command's own children inherit it.
-		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(oomScoreAdj), 0)
+		setOOMScoreAdj(pid)
 	}
 	_ = cmd.Process.Release() // the reaper owns the wait
-	if p.pty != nil {
-		p.outs = []*os.File{p.pty}
-	}
 	s.table.add(p)
 
+	logger := telemetry.Logger(ctx)
+	if logger.Enabled(ctx, slog.LevelInfo) {
+		logStart(logger, p, cfg, u, cwd)
+	}
+
+	p.onEnd = func(ex exit) {
+		if logger.Enabled(context.Background(), slog.LevelInfo) {
+			s.logProcessEnd(logger, p, ex)
+		}
+		s.table.retire(p, s.keepEnded)
+	}
+	if p.pty != nil {
+		go p.pump(p.pty, func(b []byte) *pb.ProcessEvent_DataEvent {
+			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
+		}, &p.stdoutBytes)
+	} else {
+		go p.pump(p.outs[0], func(b []byte) *pb.ProcessEvent_DataEvent {
+			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+		}, &p.stdoutBytes)
+		go p.pump(p.outs[1], func(b []byte) *pb.ProcessEvent_DataEvent {
+			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
+		}, &p.stderrBytes)
+	}
+	return p, nil
+}
+
+func logStart(logger *slog.Logger, p *proc, cfg *pb.ProcessConfig, u *identity.User, cwd string) {
 	envNames := make([]string, 0, len(cfg.GetEnvs()))
 	for k := range cfg.GetEnvs() {
 		envNames = append(envNames, k)
 	}
 	sort.Strings(envNames)
-	telemetry.Logger(ctx).Info("process start",
-		telemetry.KeyPID, pid, "process.command", cfg.GetCmd(), "process.args_count", len(cfg.GetArgs()),
+	logger.Info("process start",
+		telemetry.KeyPID, p.pid, "process.command", cfg.GetCmd(), "process.args_count", len(cfg.GetArgs()),
 		"process.tag", p.tag, "process.user", u.Name, "process.cwd", cwd, "process.pty", p.pty != nil,
 		"process.env_names", envNames)
-
-	var pumps sync.WaitGroup
-	if p.pty != nil {
-		pumps.Add(1)
-		go p.pump(p.pty, func(b []byte) *pb.ProcessEvent_DataEvent {
-			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
-		}, &p.stdoutBytes, &pumps)
-	} else {
-		pumps.Add(2)
-		go p.pump(p.outs[0], func(b []byte) *pb.ProcessEvent_DataEvent {
-			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-		}, &p.stdoutBytes, &pumps)
-		go p.pump(p.outs[1], func(b []byte) *pb.ProcessEvent_DataEvent {
-			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
-		}, &p.stderrBytes, &pumps)
-	}
-	logger := telemetry.Logger(ctx)
-	go func() {
-		ex := <-exited
-		p.finish(ex, &pumps)
-		s.logProcessEnd(logger, p, ex)
-		s.table.retire(p, s.keepEnded)
-	}()
-	return p, nil
 }
 
 func (s *Service) unreserve(p *proc, err error) error {
@@ -276,16 +285,49 @@ func workdir(u *identity.User, requested *string, sandboxDefault string) (string
 	return dir, nil
 }
 
-func pipe() (r, w *os.File, err error) {
-	r, w, err = os.Pipe()
+// pipe returns a pipe's two ends as (ours, the child's): ours (end 0 is the read end, 1 the
+// write end) is non-blocking and polled by the runtime, as os.Pipe's are; the child's is a
+// plain blocking descriptor, never registered with the poller, which os.Pipe would register
+// and exec then switch back to blocking: two fcntl calls and two epoll_ctl saved per pipe.
+// size, when not 0, is the kernel buffer asked for.
+func pipe(ours int, size int) (own, child *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fds[1-ours]), unix.F_SETFL, 0); err != nil { // child's end blocking
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	if size != 0 {
+		_, _ = unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, size)
+	}
+	names := [2]string{"|0", "|1"}
+	return os.NewFile(uintptr(fds[ours]), names[ours]), os.NewFile(uintptr(fds[1-ours]), names[1-ours]), nil
+}
+
+var devNull struct {
+	once sync.Once
+	f    *os.File
+	err  error
+}
+
+// devNullFile is /dev/null, opened once for every process started without stdin.
+func devNullFile() (*os.File, error) {
+	devNull.once.Do(func() { devNull.f, devNull.err = os.Open(os.DevNull) })
+	return devNull.f, devNull.err
+}
+
+// setOOMScoreAdj writes oomScoreAdj for pid with plain syscalls: an *os.File would also try
+// to register the /proc file with the poller and fail, on every process start.
+func setOOMScoreAdj(pid int) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, err
+		return
 	}
-	// Not r.Fd(): that would switch the pipe to blocking mode and disable read deadlines.
-	if rc, err := r.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
-	}
-	return r, w, nil
+	_, _ = unix.Write(fd, []byte(oomScoreAdj))
+	_ = unix.Close(fd)
 }
 
 func closeAll(files ...*os.File) {

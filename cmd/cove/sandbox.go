@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+func newSandboxCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{
+		Use:     "sandbox",
+		Aliases: []string{"sb"},
+		Short:   "Create, list, inspect, pause, resume and kill sandboxes (through the API, with the Go SDK)",
+	}
+	f.register(cmd)
+	cmd.AddCommand(
+		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
+		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f),
+	)
+	return cmd
+}
+
+func sandboxCreateCmd(f *apiFlags) *cobra.Command {
+	var opts cove.SandboxOptions
+	var metadata, envs []string
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if opts.Metadata, err = parsePairs("metadata", metadata); err != nil {
+				return err
+			}
+			if opts.EnvVars, err = parsePairs("env", envs); err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Create(cmd.Context(), opts)
+			if err != nil {
+				return cliError(err)
+			}
+			if f.asJSON {
+				return printJSON(map[string]any{
+					"sandboxID": sb.ID, "templateID": sb.TemplateID, "alias": sb.Alias,
+					"envdVersion": sb.EnvdVersion, "secure": sb.Secure, "requestID": sb.RequestID(),
+				})
+			}
+			fmt.Println(sb.ID)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&opts.Template, "template", "t", "base", "template id or alias")
+	durationFlag(cmd, &opts.Timeout, "timeout", 0, "how long the sandbox lives (300, 90s, 5m); the server's default when 0")
+	fl.StringArrayVarP(&metadata, "metadata", "m", nil, "metadata KEY=VALUE, kept with the sandbox (repeatable)")
+	fl.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE for every command (repeatable)")
+	fl.BoolVar(&opts.Secure, "secure", false, "give the sandbox an access token every envd call must carry")
+	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
+	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
+	f.jsonFlag(cmd)
+	return cmd
+}
+
+func sandboxListCmd(f *apiFlags) *cobra.Command {
+	var metadata, states []string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the team's sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			md, err := parsePairs("metadata", metadata)
+			if err != nil {
+				return err
+			}
+			opts := cove.ListOptions{Metadata: md}
+			for _, s := range states {
+				switch st := cove.SandboxState(s); st {
+				case cove.StateRunning, cove.StatePaused:
+					opts.States = append(opts.States, st)
+				default:
+					return fmt.Errorf("--state %q: want running or paused", s)
+				}
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			infos := []*cove.SandboxInfo{}
+			for info, err := range c.List(cmd.Context(), opts) {
+				if err != nil {
+					return cliError(err)
+				}
+				infos = append(infos, info)
+			}
+			if f.asJSON {
+				return printJSON(infos)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tSTARTED\tENDS\tMETADATA")
+			for _, i := range infos {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.SandboxID, i.TemplateID, i.State,
+					i.StartedAt.Local().Format(time.DateTime), i.EndAt.Local().Format(time.DateTime), pairs(i.Metadata))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringArrayVarP(&metadata, "metadata", "m", nil, "keep sandboxes with metadata KEY=VALUE (repeatable; all must match)")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "keep sandboxes in these states: running, paused (default both)")
+	f.jsonFlag(cmd)
+	return cmd
+}
+
+func sandboxInfoCmd(f *apiFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:               "info SANDBOX",
+		Short:             "Describe a sandbox; a killed one's error says why and when",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			i, err := c.Info(cmd.Context(), args[0])
+			if err != nil {
+				return cliError(err)
+			}
+			if f.asJSON {
+				return printJSON(i)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			for _, row := range [][2]string{
+				{"id", i.SandboxID}, {"template", i.TemplateID}, {"alias", i.Alias}, {"state", string(i.State)},
+				{"started", i.StartedAt.Local().Format(time.RFC3339)}, {"ends", i.EndAt.Local().Format(time.RFC3339)},
+				{"cpus", fmt.Sprint(i.CPUCount)}, {"memory", fmt.Sprintf("%d MB", i.MemoryMB)},
+				{"disk", fmt.Sprintf("%d MB", i.DiskSizeMB)}, {"envd", i.EnvdVersion}, {"metadata", pairs(i.Metadata)},
+			} {
+				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+			}
+			return tw.Flush()
+		},
+	}
+	f.jsonFlag(cmd)
+	return cmd
+}
+
+func sandboxKillCmd(f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "kill SANDBOX...",
+		Short:             "Kill sandboxes (kill reason: request)",
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				return cliError(c.Kill(cmd.Context(), args[0]))
+			}
+			failed := 0
+			for _, id := range args {
+				if err := c.Kill(cmd.Context(), id); err != nil {
+					fmt.Fprintln(os.Stderr, "cove:", cliError(err))
+					failed++
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d kills failed", failed, len(args))
+			}
+			return nil
+		},
+	}
+}
+
+func sandboxPauseCmd(f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "pause SANDBOX",
+		Short:             "Pause a running sandbox",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return cliError(c.Pause(cmd.Context(), args[0]))
+		},
+	}
+}
+
+func sandboxResumeCmd(f *apiFlags) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:               "resume SANDBOX",
+		Short:             "Resume a paused sandbox",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			_, err = c.Resume(cmd.Context(), args[0], timeout)
+			return cliError(err)
+		},
+	}
+	durationFlag(cmd, &timeout, "timeout", 0, "how long it lives from now (300, 90s, 5m); the server's default when 0")
+	return cmd
+}
+
+func sandboxTimeoutCmd(f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "timeout SANDBOX DURATION",
+		Short:             "Make a sandbox live DURATION from now (300, 90s, 5m), shorter or longer",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := parseDuration(args[1])
+			if err != nil {
+				return err
+			}
+			if d < time.Second {
+				return fmt.Errorf("timeout %q: at least one second", args[1])
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return cliError(c.SetTimeout(cmd.Context(), args[0], d))
+		},
+	}
+}
+
+// pairs renders metadata as k=v,k=v in key order.
+func pairs(m map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + m[k])
+	}
+	return b.String()
+}
