@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/envd"
+	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -21,6 +22,7 @@ func newEnvdCmd() *cobra.Command {
 		keepEnded time.Duration
 		subreaper bool
 		logLevel  string
+		collect   string
 	)
 	cmd := &cobra.Command{
 		Use:   "envd",
@@ -46,7 +48,19 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", addr, err)
 			}
-			srv := envd.New(envd.Config{Logger: logger, MaxMessageBytes: maxMsg, KeepEnded: keepEnded, Reap: reap})
+			var sink *process.Sink
+			switch collect {
+			case "on":
+				sink = process.NewSink(os.Stdout, 0)
+			case "auto":
+				if os.Getpid() == 1 { // inside a sandbox: stdout is the host's pipe
+					sink = process.NewSink(os.Stdout, 0)
+				}
+			case "off":
+			default:
+				return fmt.Errorf("--collect must be auto, on or off, not %q", collect)
+			}
+			srv := envd.New(envd.Config{Logger: logger, MaxMessageBytes: maxMsg, KeepEnded: keepEnded, Reap: reap, Sink: sink})
 			logger.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid(), "reap", reap)
 			return srv.Serve(cmd.Context(), ln)
 		},
@@ -57,5 +71,6 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 	f.DurationVar(&keepEnded, "keep-ended", 30*time.Second, "how long an exited process's end event stays available to Connect")
 	f.BoolVar(&subreaper, "subreaper", false, "become a child subreaper and reap orphans (automatic as PID 1)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&collect, "collect", "auto", "write output lines and command records as JSON to stdout: auto (when PID 1), on or off")
 	return cmd
 }

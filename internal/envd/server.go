@@ -54,6 +54,9 @@ type Config struct {
 	MaxMessageBytes int           // per Connect message; DefaultMaxMessageBytes when 0
 	KeepEnded       time.Duration // how long an exited process's end event is kept
 	Reap            bool          // reap orphans: envd is PID 1 or a subreaper
+	// Sink, when set, carries output lines and command records to the host (envd's stdout
+	// in a sandbox).
+	Sink *process.Sink
 	Defaults        *identity.Defaults
 }
 
@@ -88,7 +91,7 @@ func New(cfg Config) *Server {
 		cfg.Defaults = &identity.Defaults{}
 	}
 	s := &Server{cfg: cfg, defaults: cfg.Defaults}
-	s.procs = process.New(s.defaults, process.Options{KeepEnded: cfg.KeepEnded, Reap: cfg.Reap})
+	s.procs = process.New(s.defaults, process.Options{KeepEnded: cfg.KeepEnded, Reap: cfg.Reap, Sink: cfg.Sink})
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxMessageBytes),
@@ -323,6 +326,8 @@ type initRequest struct {
 	AccessToken    *string           `json:"accessToken"`
 	DefaultUser    *string           `json:"defaultUser"`
 	DefaultWorkdir *string           `json:"defaultWorkdir"`
+	// CollectOutput switches the collection of processes' output lines (Cove's extension).
+	CollectOutput *bool `json:"collectOutput"`
 	Timestamp      *time.Time        `json:"timestamp"`
 }
 
@@ -341,6 +346,9 @@ func (s *Server) serveInit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.defaults.Update(req.EnvVars, req.DefaultUser, req.DefaultWorkdir, req.AccessToken)
+	if req.CollectOutput != nil && s.cfg.Sink != nil {
+		s.cfg.Sink.SetOutput(*req.CollectOutput)
+	}
 	names := make([]string, 0, len(req.EnvVars))
 	for k := range req.EnvVars {
 		names = append(names, k)

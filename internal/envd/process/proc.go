@@ -43,7 +43,9 @@ type proc struct {
 	signal   struct {         // the last SendSignal, to attribute a kill
 		requestID string
 		name      string
+		cause     string // killed (SendSignal) or timeout (the Start stream's deadline)
 	}
+	caps []*capture // per output (stdout or pty, stderr) when a Sink collects
 
 	stdoutBytes atomic.Int64
 	stderrBytes atomic.Int64
@@ -153,8 +155,11 @@ func (p *proc) broadcast(b *batch) {
 }
 
 // pump reads one output until EOF or until cut, sending each chunk as a data event.
-func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, counter *atomic.Int64) {
+func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, counter *atomic.Int64, c *capture) {
 	defer p.pumpDone()
+	if c != nil {
+		defer c.flush()
+	}
 	size := chunkSize // grows to readSize while output keeps filling reads
 	for {
 		bp := getBuf(size)
@@ -162,6 +167,9 @@ func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, co
 		n, err := r.Read(buf)
 		if n > 0 {
 			counter.Add(int64(n))
+			if c != nil {
+				c.write(buf[:n]) // copies what it keeps: buf goes back to its pool
+			}
 			b := &batch{evs: make([]*pb.ProcessEvent, 0, (n+chunkSize-1)/chunkSize), buf: bp}
 			for off := 0; off < n; off += chunkSize {
 				end := min(off+chunkSize, n)

@@ -34,6 +34,8 @@ type Options struct {
 	// Reap makes the service reap every child, orphans included: set it when envd is PID 1
 	// or a subreaper.
 	Reap bool
+	// Sink, when set, receives every process's output lines and command records.
+	Sink *Sink
 }
 
 // Service implements processconnect.ProcessHandler.
@@ -42,6 +44,7 @@ type Service struct {
 	table     *table
 	reaper    *reaper
 	keepEnded time.Duration
+	sink      *Sink
 }
 
 var _ processconnect.ProcessHandler = (*Service)(nil)
@@ -51,7 +54,7 @@ func New(d *identity.Defaults, opts Options) *Service {
 	if opts.KeepEnded <= 0 {
 		opts.KeepEnded = 30 * time.Second
 	}
-	return &Service{defaults: d, table: newTable(), reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded}
+	return &Service{defaults: d, table: newTable(), reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded, sink: opts.Sink}
 }
 
 // HeaderKeepalive is the client's keepalive interval in seconds for server streams.
@@ -257,7 +260,7 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
-	if err := s.signal(p, sig, telemetry.RequestID(ctx)); err != nil {
+	if err := s.signal(p, sig, telemetry.RequestID(ctx), "killed"); err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
 	telemetry.Logger(ctx).Info("process signalled", telemetry.KeyPID, p.pid, telemetry.KeySignal, sigName(sig))
@@ -266,13 +269,13 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 
 // signal delivers sig to p's process group (its own group, or its PTY session), falling back
 // to the process alone, and remembers who sent it.
-func (s *Service) signal(p *proc, sig syscall.Signal, requestID string) error {
+func (s *Service) signal(p *proc, sig syscall.Signal, requestID, cause string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.endEvent != nil {
 		return fmt.Errorf("%w: process %d has exited", fault.ErrNotFound, p.pid)
 	}
-	p.signal.requestID, p.signal.name = requestID, sigName(sig)
+	p.signal.requestID, p.signal.name, p.signal.cause = requestID, sigName(sig), cause
 	if err := syscall.Kill(-p.pid, sig); err == nil {
 		return nil
 	}
@@ -379,7 +382,7 @@ func (st *streamLog) cancelled(ctx context.Context, p *proc, killOnDeadline bool
 		st.end, st.code = reason.StreamDeadline, connect.CodeDeadlineExceeded
 		msg := "stream deadline (Connect-Timeout-Ms) passed"
 		if killOnDeadline && !st.procEnded {
-			_ = s.signal(p, syscall.SIGKILL, telemetry.RequestID(ctx))
+			_ = s.signal(p, syscall.SIGKILL, telemetry.RequestID(ctx), "timeout")
 			msg = fmt.Sprintf("process %d killed: its deadline (Connect-Timeout-Ms) passed", p.pid)
 		}
 		st.err = errors.New(msg)

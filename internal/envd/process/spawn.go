@@ -146,25 +146,77 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		logStart(logger, p, cfg, u, cwd)
 	}
 
+	var outCap, errCap *capture
+	if s.sink != nil {
+		first := "stdout"
+		if p.pty != nil {
+			first = "pty"
+		}
+		outCap, errCap = &capture{sink: s.sink, p: p, stream: first}, &capture{sink: s.sink, p: p, stream: "stderr"}
+		p.caps = []*capture{outCap, errCap}
+		s.sink.emit(commandStart{Kind: "command_start", PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
+			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started})
+	}
 	p.onEnd = func(ex exit) {
 		if logger.Enabled(context.Background(), slog.LevelInfo) {
 			s.logProcessEnd(logger, p, ex)
+		}
+		if s.sink != nil {
+			s.sink.emit(p.commandEnd(ex, s.sink))
 		}
 		s.table.retire(p, s.keepEnded)
 	}
 	if p.pty != nil {
 		go p.pump(p.pty, func(b []byte) *pb.ProcessEvent_DataEvent {
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
-		}, &p.stdoutBytes)
+		}, &p.stdoutBytes, outCap)
 	} else {
 		go p.pump(p.outs[0], func(b []byte) *pb.ProcessEvent_DataEvent {
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-		}, &p.stdoutBytes)
+		}, &p.stdoutBytes, outCap)
 		go p.pump(p.outs[1], func(b []byte) *pb.ProcessEvent_DataEvent {
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
-		}, &p.stderrBytes)
+		}, &p.stderrBytes, errCap)
 	}
 	return p, nil
+}
+
+// commandEnd builds the process's command record; the pumps have finished, so the captures
+// are no longer written.
+func (p *proc) commandEnd(ex exit, sink *Sink) commandEnd {
+	now := time.Now()
+	rec := commandEnd{Kind: "command_end", PID: p.pid, Tag: p.tag, RequestID: p.requestID,
+		StartedAt: p.started, EndedAt: now, DurationMS: now.Sub(p.started).Milliseconds(),
+		StdoutBytes: p.stdoutBytes.Load(), StderrBytes: p.stderrBytes.Load(),
+		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: "exited"}
+	if ex.Exited {
+		code := ex.Code
+		rec.ExitCode = &code
+	} else {
+		rec.Signal = unix.SignalName(ex.Signal)
+		p.mu.Lock()
+		rec.EndCause, rec.SignalRequestID = "killed", p.signal.requestID
+		if p.signal.cause == "timeout" {
+			rec.EndCause = "timeout"
+		}
+		p.mu.Unlock()
+	}
+	keep := func(c *capture, total int64) (head, tail string) {
+		if c == nil {
+			return "", ""
+		}
+		rec.LinesDropped += c.dropped
+		head = string(c.head)
+		if total > int64(len(c.head)) {
+			tail = string(c.tailBytes())
+		}
+		return head, tail
+	}
+	if len(p.caps) == 2 {
+		rec.StdoutHead, rec.StdoutTail = keep(p.caps[0], rec.StdoutBytes)
+		rec.StderrHead, rec.StderrTail = keep(p.caps[1], rec.StderrBytes)
+	}
+	return rec
 }
 
 func logStart(logger *slog.Logger, p *proc, cfg *pb.ProcessConfig, u *identity.User, cwd string) {
