@@ -338,12 +338,18 @@ func (o *Orchestrator) Watch(id string, c io.Closer) (stop func()) {
 // SecureSandboxes lists live secure sandboxes with their tokens, to route signed URLs.
 func (o *Orchestrator) SecureSandboxes(ctx context.Context) []*store.Sandbox {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []*store.Sandbox
+	live := make([]*entry, 0, len(o.live))
 	for _, e := range o.live {
-		if e.sb.Secure {
+		live = append(live, e)
+	}
+	o.mu.Unlock()
+	var out []*store.Sandbox
+	for _, e := range live {
+		e.mu.Lock()
+		if e.sb.Secure && !e.killed {
 			out = append(out, copySandbox(e.sb))
 		}
+		e.mu.Unlock()
 	}
 	return out
 }
@@ -375,8 +381,15 @@ func (o *Orchestrator) evictDue() time.Time {
 	now := time.Now()
 	var due []*entry
 	var next time.Time
+	// Lock order: an entry's lock is never taken while o.mu is held (kill holds e.mu and
+	// then takes o.mu), so copy the live entries first.
 	o.mu.Lock()
+	live := make([]*entry, 0, len(o.live))
 	for _, e := range o.live {
+		live = append(live, e)
+	}
+	o.mu.Unlock()
+	for _, e := range live {
 		e.mu.Lock()
 		end, running := e.sb.EndAt, e.sb.State == store.StateRunning && !e.killed
 		e.mu.Unlock()
@@ -389,7 +402,6 @@ func (o *Orchestrator) evictDue() time.Time {
 			next = end
 		}
 	}
-	o.mu.Unlock()
 	for _, e := range due {
 		ctx := o.systemContext()
 		if e.sb.AutoPause {

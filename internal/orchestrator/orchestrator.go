@@ -105,6 +105,8 @@ type CreateRequest struct {
 type Orchestrator struct {
 	cfg Config
 
+	// mu guards live. Lock order: an entry's mu may be held when taking mu, never the
+	// other way round.
 	mu   sync.Mutex
 	live map[string]*entry
 

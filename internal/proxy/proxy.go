@@ -149,9 +149,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info.target = t
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
-	// Let a handler read the request body while it writes the response (bidi streams over
-	// HTTP/1.1); servers that cannot will refuse, which is fine.
-	_ = http.NewResponseController(w).EnableFullDuplex()
+	// No EnableFullDuplex: E2B's clients never stream both ways over HTTP/1.1, and with it a
+	// failed dial left the body half-read and net/http panicked on the connection's reuse
+	// (golang/go#68560), dropping the client's keep-alive connection after a 502.
 	p.rp.ServeHTTP(rec, r.WithContext(ctx))
 }
 

@@ -1,0 +1,206 @@
+// The official npm e2b SDK driving a real `cove server`, unchanged. test/e2e (sdk_test.go)
+// starts the server and runs this file with `node --test`; by hand:
+//
+//   E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key> node --test server.test.mjs
+//
+// Every scenario makes its own sandboxes from the `base` template and kills them at the end.
+
+import { after, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+
+import { Sandbox } from 'e2b'
+
+function requireEnv(name) {
+  const value = process.env[name]
+  if (!value) throw new Error(`${name} is not set: run this through test/e2e or see the comment at the top`)
+  return value
+}
+
+const apiUrl = requireEnv('E2B_API_URL')
+const sandboxUrl = requireEnv('E2B_SANDBOX_URL')
+const apiKey = requireEnv('E2B_API_KEY')
+const opts = { apiKey, apiUrl, sandboxUrl }
+
+const TIMEOUT = { timeout: 120_000 }
+const run = randomBytes(4).toString('hex')
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+const made = []
+/** create makes a sandbox from `base` that is killed when the file ends. */
+async function create(extra = {}) {
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 120_000, ...extra })
+  made.push(sbx.sandboxId)
+  return sbx
+}
+
+after(async () => {
+  for (const id of made) await Sandbox.kill(id, opts).catch(() => {})
+})
+
+/** rest calls the control plane directly, the way the SDK would, and returns status and JSON. */
+async function rest(method, path, body) {
+  const res = await fetch(apiUrl + path, {
+    method,
+    headers: { 'X-API-Key': apiKey, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await res.text()
+  let json
+  try {
+    json = text ? JSON.parse(text) : undefined
+  } catch {
+    json = { raw: text }
+  }
+  return { status: res.status, json }
+}
+
+/** envdCall calls envd's process.List through the proxy with the given extra headers. */
+async function envdCall(sandboxId, headers = {}) {
+  const res = await fetch(sandboxUrl + '/process.Process/List', {
+    method: 'POST',
+    headers: {
+      'E2b-Sandbox-Id': sandboxId,
+      'E2b-Sandbox-Port': '49983',
+      'Content-Type': 'application/json',
+      'Connect-Protocol-Version': '1',
+      ...headers,
+    },
+    body: '{}',
+  })
+  return { status: res.status, body: await res.text() }
+}
+
+test('Sandbox.create makes a running sandbox that keeps its metadata', TIMEOUT, async () => {
+  const sbx = await create({ metadata: { suite: `create-${run}`, owner: 'e2e' } })
+  assert.match(sbx.sandboxId, /^[a-z0-9]+$/)
+  assert.equal(await sbx.isRunning(), true)
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, 'base')
+  assert.equal(info.state, 'running')
+  assert.deepEqual(info.metadata, { suite: `create-${run}`, owner: 'e2e' })
+})
+
+test('commands.run returns stdout, stderr and exit code 0', TIMEOUT, async () => {
+  const sbx = await create()
+  const res = await sbx.commands.run('echo out-line; echo err-line >&2; whoami', { user: 'root' })
+  assert.equal(res.exitCode, 0)
+  assert.equal(res.stdout, 'out-line\nroot\n')
+  assert.equal(res.stderr, 'err-line\n')
+})
+
+test('files.write, files.read and files.list round-trip a file', TIMEOUT, async () => {
+  const sbx = await create()
+  const dir = `/tmp/e2e-${run}`
+  await sbx.files.makeDir(dir)
+  const content = `hello ${run}\n`.repeat(100)
+  await sbx.files.write(`${dir}/a.txt`, content)
+  assert.equal(await sbx.files.read(`${dir}/a.txt`), content)
+  const names = (await sbx.files.list(dir)).map((e) => e.name)
+  assert.deepEqual(names, ['a.txt'])
+  const viaShell = await sbx.commands.run(`wc -c < ${dir}/a.txt`)
+  assert.equal(viaShell.stdout.trim(), String(Buffer.byteLength(content)))
+})
+
+test('Sandbox.list filtered by metadata finds exactly the matching sandboxes', TIMEOUT, async () => {
+  const tag = `list-${run}`
+  const a = await create({ metadata: { suite: tag, which: 'a' } })
+  const b = await create({ metadata: { suite: tag, which: 'b' } })
+  await create({ metadata: { suite: `other-${run}` } })
+  const paginator = Sandbox.list({ ...opts, query: { metadata: { suite: tag } } })
+  const found = []
+  while (paginator.hasNext) found.push(...(await paginator.nextItems()))
+  assert.deepEqual(found.map((s) => s.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort())
+  const onlyA = Sandbox.list({ ...opts, query: { metadata: { suite: tag, which: 'a' } } })
+  assert.deepEqual((await onlyA.nextItems()).map((s) => s.sandboxId), [a.sandboxId])
+})
+
+test('pause makes isRunning false; Sandbox.connect resumes it and commands work again', TIMEOUT, async () => {
+  const sbx = await create()
+  await sbx.files.write('/tmp/kept.txt', 'kept across pause')
+  assert.equal(await sbx.pause(), true)
+  assert.equal(await sbx.isRunning(), false)
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  const again = await Sandbox.connect(sbx.sandboxId, opts)
+  assert.equal(await again.isRunning(), true)
+  assert.equal((await again.getInfo()).state, 'running')
+  const res = await again.commands.run('cat /tmp/kept.txt')
+  assert.equal(res.stdout, 'kept across pause')
+})
+
+test('a sandbox past its timeout is killed: SDK calls fail and GET says "was killed: timeout"', TIMEOUT, async () => {
+  const sbx = await create({ timeoutMs: 3000 })
+  assert.equal(await sbx.isRunning(), true)
+  await sleep(5000)
+  assert.equal(await sbx.isRunning(), false)
+  await assert.rejects(sbx.commands.run('echo still-here', { requestTimeoutMs: 10_000 }))
+  await assert.rejects(sbx.getInfo())
+  const got = await rest('GET', `/sandboxes/${sbx.sandboxId}`)
+  assert.equal(got.status, 404, JSON.stringify(got.json))
+  assert.equal(got.json.code, 404)
+  assert.match(got.json.message, /was killed: timeout/)
+})
+
+test('a secure sandbox refuses envd calls without its token, and the SDK works since it carries it', TIMEOUT, async () => {
+  const sbx = await create({ secure: true })
+  const token = sbx.envdAccessToken
+  assert.ok(token, 'create returned an envd access token')
+  const got = await rest('GET', `/sandboxes/${sbx.sandboxId}`)
+  assert.equal(got.json.envdAccessToken, token, 'GET /sandboxes/{id} returns the same token')
+  const none = await envdCall(sbx.sandboxId)
+  assert.equal(none.status, 401, `without X-Access-Token: ${none.status} ${none.body}`)
+  const wrong = await envdCall(sbx.sandboxId, { 'X-Access-Token': 'not-the-token' })
+  assert.equal(wrong.status, 401, `with a wrong X-Access-Token: ${wrong.status} ${wrong.body}`)
+  const right = await envdCall(sbx.sandboxId, { 'X-Access-Token': token })
+  assert.equal(right.status, 200, `with the token: ${right.status} ${right.body}`)
+  const res = await sbx.commands.run('echo secure-ok')
+  assert.equal(res.stdout, 'secure-ok\n')
+})
+
+test('two sandboxes at once see only their own files', TIMEOUT, async () => {
+  const [a, b] = await Promise.all([create(), create()])
+  await Promise.all([a.files.write('/tmp/who', 'a'), b.files.write('/tmp/who', 'b')])
+  await a.files.write('/tmp/only-a', 'x')
+  assert.equal(await a.files.read('/tmp/who'), 'a')
+  assert.equal(await b.files.read('/tmp/who'), 'b')
+  assert.equal(await b.files.exists('/tmp/only-a'), false)
+  const [ra, rb] = await Promise.all([a.commands.run('cat /tmp/who'), b.commands.run('cat /tmp/who')])
+  assert.equal(ra.stdout + rb.stdout, 'ab')
+})
+
+test('killing a sandbox during a running command: the SDK reports it was killed and isRunning is false', TIMEOUT, async () => {
+  const sbx = await create()
+  const started = Date.now()
+  const running = sbx.commands.run('echo started; sleep 60')
+  const outcome = running.then(
+    (r) => ({ ok: r }),
+    (err) => ({ err }),
+  )
+  await sleep(1500)
+  assert.equal(await Sandbox.kill(sbx.sandboxId, opts), true)
+  const { ok, err } = await outcome
+  assert.equal(ok, undefined, 'the command must not complete')
+  assert.match(String(err?.message), /killed/i, `error: ${err}`)
+  assert.ok(Date.now() - started < 20_000, 'the command fails promptly, not at its 60 s end')
+  assert.equal(await sbx.isRunning(), false)
+})
+
+test('setTimeout moves the sandbox end time', TIMEOUT, async () => {
+  const sbx = await create({ timeoutMs: 30_000 })
+  const before = new Date((await sbx.getInfo()).endAt).getTime()
+  await sbx.setTimeout(600_000)
+  const after = new Date((await sbx.getInfo()).endAt).getTime()
+  assert.ok(after - before > 500_000, `endAt moved by ${after - before} ms`)
+  assert.ok(Math.abs(after - (Date.now() + 600_000)) < 10_000, `endAt ${new Date(after).toISOString()} is now + 600 s`)
+  await sbx.setTimeout(5_000)
+  const shorter = new Date((await sbx.getInfo()).endAt).getTime()
+  assert.ok(Math.abs(shorter - (Date.now() + 5_000)) < 5_000, `endAt ${new Date(shorter).toISOString()} is now + 5 s`)
+})
+
+test('Sandbox.kill returns true for a running sandbox, then false', TIMEOUT, async () => {
+  const sbx = await create()
+  assert.equal(await Sandbox.kill(sbx.sandboxId, opts), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId, opts), false)
+  assert.equal(await sbx.isRunning(), false)
+})

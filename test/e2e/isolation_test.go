@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cove-dev/cove/gen/process"
+)
+
+func randomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestSandboxIsolation checks, through the REST API and the proxy, what a sandbox can see
+// of the host and what it may use.
+func TestSandboxIsolation(t *testing.T) {
+	need(t)
+
+	sb := create(t, nil)
+	e := envdOf(sb)
+
+	t.Run("the host's processes are invisible: ps lists only the sandbox's", func(t *testing.T) {
+		out := e.mustRun(t, "ps -e -o pid=,comm=")
+		procs := strings.Split(strings.TrimSpace(out), "\n")
+		for _, p := range procs {
+			f := strings.Fields(p)
+			if len(f) == 2 && (f[1] == "e2e.test" || f[1] == "runc" || f[1] == "node") {
+				t.Errorf("sandbox sees the host's process %q; ps -e:\n%s", p, out)
+			}
+		}
+		// envd, the command's bash and ps, and little else.
+		if len(procs) > 8 {
+			t.Errorf("sandbox sees %d processes, want only its own few; ps -e:\n%s", len(procs), out)
+		}
+	})
+
+	t.Run("PID 1 in the sandbox is envd, not the host's init", func(t *testing.T) {
+		comm := strings.TrimSpace(e.mustRun(t, "cat /proc/1/comm"))
+		if comm != "cove" && comm != "envd" {
+			t.Errorf("/proc/1/comm is %q, want cove or envd", comm)
+		}
+	})
+
+	t.Run("files the host makes in /tmp and /root are absent in the sandbox", func(t *testing.T) {
+		name := "cove-e2e-marker-" + randomHex(t, 6)
+		for _, dir := range []string{"/tmp", "/root"} {
+			p := filepath.Join(dir, name)
+			if err := os.WriteFile(p, []byte("host only"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Remove(p) })
+		}
+		out := e.mustRun(t, "for d in /tmp /root; do if [ -e $d/"+name+" ]; then echo visible:$d; fi; done; echo checked")
+		if strings.TrimSpace(out) != "checked" {
+			t.Errorf("host marker files are visible in the sandbox: %q", out)
+		}
+	})
+
+	t.Run("a process allocating past the memory limit is SIGKILLed and the sandbox lives on", func(t *testing.T) {
+		if mb := sb.info(t).MemoryMB; mb <= 0 || mb >= 1024 {
+			t.Fatalf("sandbox memoryMB is %d, want a limit under the 1 GiB the test allocates", mb)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		stdin := false
+		stream, err := e.proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+			Process: &process.ProcessConfig{Cmd: "python3", Args: []string{"-c", `b = b"x" * (1 << 30); print(len(b))`}},
+			Stdin:   &stdin,
+		}))
+		if err != nil {
+			t.Fatalf("start python3: %v", err)
+		}
+		res, err := collect(stream, nil)
+		if err != nil {
+			t.Fatalf("python3 allocating 1 GiB: %v (%s)", err, res)
+		}
+		if res.end.GetExited() || res.end.GetStatus() != "signal: killed" {
+			t.Errorf("python3 allocating 1 GiB ended with %s, want status \"signal: killed\" (the OOM killer)", res)
+		}
+		if got := e.health(t); got != http.StatusNoContent {
+			t.Errorf("GET /health after the OOM kill: %d, want 204", got)
+		}
+		if out := e.mustRun(t, "echo alive"); out != "alive\n" {
+			t.Errorf("a command after the OOM kill printed %q", out)
+		}
+		if st := sb.info(t).State; st != "running" {
+			t.Errorf("sandbox state after the OOM kill is %q, want running", st)
+		}
+	})
+
+	t.Run("the request id sent as X-E2B-Request-Id comes back and is in the sandbox's envd log", func(t *testing.T) {
+		id := "e2e-" + randomHex(t, 8)
+		req := connect.NewRequest(&process.ListRequest{})
+		req.Header().Set("X-E2B-Request-Id", id)
+		resp, err := e.proc.List(context.Background(), req)
+		if err != nil {
+			t.Fatalf("process.List: %v", err)
+		}
+		if got := resp.Header().Get("X-E2B-Request-Id"); got != id {
+			t.Errorf("response X-E2B-Request-Id is %q, want %q", got, id)
+		}
+		logPath := filepath.Join(server.DataDir, "logs", sb.ID+".log")
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			lines, err := logLinesWith(logPath, id)
+			if err != nil {
+				t.Fatalf("read envd log: %v", err)
+			}
+			if len(lines) > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no JSON line with request_id %q in %s", id, logPath)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+// logLinesWith returns the JSON log lines of path whose request_id is id.
+func logLinesWith(path, id string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			RequestID string `json:"request_id"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.RequestID == id {
+			out = append(out, sc.Text())
+		}
+	}
+	return out, sc.Err()
+}
+
+// TestSecureSandbox checks that a secure sandbox's envd refuses calls through the proxy
+// without its access token, and answers them with it.
+func TestSecureSandbox(t *testing.T) {
+	need(t)
+
+	sb := create(t, map[string]any{"secure": true})
+	if sb.AccessToken == "" {
+		t.Fatal("create of a secure sandbox returned no envdAccessToken")
+	}
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  connect.Code // 0: success
+	}{
+		{"process.List without X-Access-Token is unauthenticated", "", connect.CodeUnauthenticated},
+		{"process.List with a wrong X-Access-Token is unauthenticated", "wrong-" + sb.AccessToken, connect.CodeUnauthenticated},
+		{"process.List with the sandbox's X-Access-Token succeeds", sb.AccessToken, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := envdWith(sb, tc.token).proc.List(context.Background(), connect.NewRequest(&process.ListRequest{}))
+			if got := connect.CodeOf(err); tc.want == 0 && err != nil || tc.want != 0 && got != tc.want {
+				t.Errorf("process.List: %v (code %v), want code %v", err, got, tc.want)
+			}
+		})
+	}
+}

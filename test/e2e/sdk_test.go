@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestOfficialSDK runs test/compat/server.test.mjs, the official npm e2b SDK's scenarios,
+// against the package's server. The scenarios themselves live in that file.
+func TestOfficialSDK(t *testing.T) {
+	need(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
+	}
+	compat, err := filepath.Abs("../compat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
+		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	if deadline, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), deadline.Add(-10*time.Second))
+	}
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "server.test.mjs")
+	cmd.Dir = compat
+	cmd.Env = append(os.Environ(),
+		"E2B_API_URL="+server.URL,
+		"E2B_SANDBOX_URL="+server.URL,
+		"E2B_API_KEY="+server.APIKey,
+		"NO_COLOR=1",
+	)
+	cmd.WaitDelay = 5 * time.Second
+	out := &lineLogger{t: t, prefix: "node: "}
+	cmd.Stdout = out
+	cmd.Stderr = out
+	err = cmd.Run()
+	out.Flush()
+	if err != nil {
+		t.Fatalf("node --test server.test.mjs: %v (the SDK scenarios above name what failed)", err)
+	}
+}
+
+// lineLogger writes each complete line it receives to t.Log as it arrives.
+type lineLogger struct {
+	t      *testing.T
+	prefix string
+	mu     sync.Mutex
+	buf    bytes.Buffer
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		line, err := l.buf.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			l.buf.WriteString(line)
+			return len(p), nil
+		}
+		l.t.Log(l.prefix + strings.TrimRight(line, "\r\n"))
+	}
+}
+
+// Flush logs a final line that had no newline.
+func (l *lineLogger) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rest := l.buf.String(); rest != "" {
+		l.t.Log(l.prefix + rest)
+		l.buf.Reset()
+	}
+}
