@@ -52,6 +52,9 @@ type Config struct {
 	// Events, when set, serves /events/ behind the API's authentication; it reads the
 	// caller's team with telemetry.Caller.
 	Events http.Handler
+	// Metrics, when set, serves GET /sandboxes/{id}/metrics and GET /sandboxes/metrics
+	// behind the API's authentication.
+	Metrics http.Handler
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -91,6 +94,14 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
+	if a.cfg.Metrics != nil {
+		forward := func(w http.ResponseWriter, r *http.Request, _ caller) error {
+			a.cfg.Metrics.ServeHTTP(w, r)
+			return nil
+		}
+		a.handle("GET /sandboxes/{id}/metrics", forward)
+		a.handle("GET /sandboxes/metrics", forward)
+	}
 	if a.cfg.Events != nil {
 		a.handle("/events/", func(w http.ResponseWriter, r *http.Request, _ caller) error {
 			a.cfg.Events.ServeHTTP(w, r)

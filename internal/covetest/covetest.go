@@ -132,7 +132,7 @@ func (s *Server) start() {
 		s.logs = &syncBuffer{} // kept across restarts: a test reads what every run logged
 	}
 	cmd := exec.Command(Binary(t), "server", "--data", s.DataDir, "--templates", s.templates,
-		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug")
+		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms")
 	cmd.Stderr = s.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -335,6 +335,25 @@ func (o *Orchestrator) Watch(id string, c io.Closer) (stop func()) {
 	}
 }
 
+// Running lists the running sandboxes (for the resource sampler).
+func (o *Orchestrator) Running() []*store.Sandbox {
+	o.mu.Lock()
+	live := make([]*entry, 0, len(o.live))
+	for _, e := range o.live {
+		live = append(live, e)
+	}
+	o.mu.Unlock()
+	var out []*store.Sandbox
+	for _, e := range live {
+		e.mu.Lock()
+		if e.sb.State == store.StateRunning && !e.killed {
+			out = append(out, copySandbox(e.sb))
+		}
+		e.mu.Unlock()
+	}
+	return out
+}
+
 // SecureSandboxes lists live secure sandboxes with their tokens, to route signed URLs.
 func (o *Orchestrator) SecureSandboxes(ctx context.Context) []*store.Sandbox {
 	o.mu.Lock()

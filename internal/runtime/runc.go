@@ -121,6 +121,9 @@ func (r *Runc) cgroupPath(id string) string { return filepath.Join(r.cfg.CgroupP
 // NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`).
 func (r *Runc) NetnsPath(id string) string { return r.netnsPath(id) }
 
+// UpperDir is the overlay's upper directory: everything the sandbox wrote.
+func (r *Runc) UpperDir(id string) string { return filepath.Join(r.dir(id), "upper") }
+
 // CgroupPath is the sandbox's absolute cgroup path, the same in every hierarchy.
 func (r *Runc) CgroupPath(id string) string { return r.cgroupPath(id) }
 

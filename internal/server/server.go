@@ -27,6 +27,8 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sampler"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
@@ -39,6 +41,8 @@ type Config struct {
 	Domain  string // sandbox host domain for {port}-{id}.{domain} routing; "" disables it
 	// TemplateDir is the template store; <DataDir>/templates when empty.
 	TemplateDir string
+	// SampleInterval is how often each sandbox's resources are sampled; 5 s when 0.
+	SampleInterval time.Duration
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -165,12 +169,32 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}
+	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: orch, rt: rt}, Store: db, Logger: cfg.Logger, Interval: cfg.SampleInterval})
+	if err != nil {
+		return err
+	}
+	go func() { _ = smp.Run(ctx) }()
+	defer smp.Close()
+	metricsAPI := sampler.NewAPI(sampler.APIConfig{Store: db,
+		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
+		Sandbox: func(ctx context.Context, team, id string) error {
+			// A killed sandbox's samples stay readable; another team's sandbox is not found.
+			_, err := orch.Get(ctx, team, id)
+			var gone *orchestrator.GoneError
+			switch {
+			case err == nil, errors.As(err, &gone):
+				return nil
+			case errors.Is(err, orchestrator.ErrNotFound):
+				return store.ErrNotFound
+			}
+			return err
+		}})
 
 	admin, err := adminToken(cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin, Events: bus.Handler()})
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin, Events: bus.Handler(), Metrics: metricsAPI})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -226,6 +250,24 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// sampleSource tells the resource sampler which sandboxes run and where their cgroup,
+// network namespace and overlay upper dir are.
+type sampleSource struct {
+	orch *orchestrator.Orchestrator
+	rt   *runtime.Runc
+}
+
+func (s sampleSource) Live() []sampler.Target {
+	running := s.orch.Running()
+	out := make([]sampler.Target, 0, len(running))
+	for _, sb := range running {
+		out = append(out, sampler.Target{ID: sb.ID, TeamID: sb.TeamID, CPUCount: sb.CPUCount,
+			DiskTotal: uint64(sb.DiskSizeMB) << 20, CgroupPath: s.rt.CgroupPath(sb.ID),
+			NetnsPath: s.rt.NetnsPath(sb.ID), UpperDir: s.rt.UpperDir(sb.ID)})
+	}
+	return out
 }
 
 // firstRunKey makes the default team and its first API key when the store has no team, and

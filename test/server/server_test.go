@@ -242,3 +242,51 @@ func grep(b []byte, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestResourceMetrics(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	id := a.create(nil)
+	get := func(c client, path string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+		req.Header.Set("X-API-Key", c.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, b
+	}
+	t.Run("samples arrive in E2B's shape with network fields", func(t *testing.T) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, b := get(a, "/sandboxes/"+id+"/metrics")
+			var samples []map[string]any
+			_ = json.Unmarshal(b, &samples)
+			if code == http.StatusOK && len(samples) >= 2 {
+				last := samples[len(samples)-1]
+				for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal", "netRxBytes", "netTxBytes"} {
+					if _, ok := last[k]; !ok {
+						t.Errorf("sample lacks %s: %v", k, last)
+					}
+				}
+				if last["memUsed"].(float64) <= 0 || last["memTotal"].(float64) != 512<<20 {
+					t.Errorf("memory in sample: %v", last)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no samples after 10 s: %d %s", code, b)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+	t.Run("another team's sandbox metrics are a 404", func(t *testing.T) {
+		team := strings.TrimSpace(cli(t, s, "team", "create", "m"))
+		b := client{t: t, url: s.URL, key: strings.Fields(cli(t, s, "apikey", "create", "m", "--team", team))[0]}
+		if code, body := get(b, "/sandboxes/"+id+"/metrics"); code != http.StatusNotFound {
+			t.Errorf("%d %s", code, body)
+		}
+	})
+}

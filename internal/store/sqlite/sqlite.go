@@ -133,16 +133,28 @@ func (db *DB) migrate(ctx context.Context) error {
 		) STRICT`); err != nil {
 			return fmt.Errorf("schema_migrations: %w", err)
 		}
-		var have int
-		if err := tx.QueryRowContext(ctx,
-			`SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		// Every migration not yet recorded is applied, in order, even one numbered below the
+		// highest applied: migrations written on parallel branches land in any order.
+		applied := map[int]bool{}
+		rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+		if err != nil {
 			return fmt.Errorf("schema_migrations: %w", err)
 		}
+		have := 0
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return fmt.Errorf("schema_migrations: %w", err)
+			}
+			applied[v], have = true, max(have, v)
+		}
+		rows.Close()
 		if latest := ms[len(ms)-1].version; have > latest {
 			return fmt.Errorf("schema version %d is newer than this binary's %d", have, latest)
 		}
 		for _, m := range ms {
-			if m.version <= have {
+			if applied[m.version] {
 				continue
 			}
 			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
