@@ -56,8 +56,8 @@ type Config struct {
 	Reap            bool          // reap orphans: envd is PID 1 or a subreaper
 	// Sink, when set, carries output lines and command records to the host (envd's stdout
 	// in a sandbox).
-	Sink *process.Sink
-	Defaults        *identity.Defaults
+	Sink     *process.Sink
+	Defaults *identity.Defaults
 }
 
 // Server is envd's HTTP handler and the services behind it.
@@ -327,8 +327,8 @@ type initRequest struct {
 	DefaultUser    *string           `json:"defaultUser"`
 	DefaultWorkdir *string           `json:"defaultWorkdir"`
 	// CollectOutput switches the collection of processes' output lines (Cove's extension).
-	CollectOutput *bool `json:"collectOutput"`
-	Timestamp      *time.Time        `json:"timestamp"`
+	CollectOutput *bool      `json:"collectOutput"`
+	Timestamp     *time.Time `json:"timestamp"`
 }
 
 func (s *Server) serveInit(w http.ResponseWriter, r *http.Request) {
