@@ -49,12 +49,9 @@ type Config struct {
 	Logger *slog.Logger
 	// AdminToken enables the /admin routes for callers that send it; "" disables them.
 	AdminToken string
-	// Events, when set, serves /events/ behind the API's authentication; it reads the
-	// caller's team with telemetry.Caller.
-	Events http.Handler
-	// Metrics, when set, serves GET /sandboxes/{id}/metrics and GET /sandboxes/metrics
-	// behind the API's authentication.
-	Metrics http.Handler
+	// Routes are more handlers served behind the API's authentication, by mux pattern
+	// (events, metrics, logs); they read the caller's team with telemetry.Caller.
+	Routes map[string]http.Handler
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -94,17 +91,9 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
-	if a.cfg.Metrics != nil {
-		forward := func(w http.ResponseWriter, r *http.Request, _ caller) error {
-			a.cfg.Metrics.ServeHTTP(w, r)
-			return nil
-		}
-		a.handle("GET /sandboxes/{id}/metrics", forward)
-		a.handle("GET /sandboxes/metrics", forward)
-	}
-	if a.cfg.Events != nil {
-		a.handle("/events/", func(w http.ResponseWriter, r *http.Request, _ caller) error {
-			a.cfg.Events.ServeHTTP(w, r)
+	for pattern, h := range a.cfg.Routes {
+		a.handle(pattern, func(w http.ResponseWriter, r *http.Request, _ caller) error {
+			h.ServeHTTP(w, r)
 			return nil
 		})
 	}

@@ -335,7 +335,8 @@ func TestCreate(t *testing.T) {
 			req := e.fake.created[0]
 			wantReq := orchestrator.CreateRequest{TeamID: testTeam, TemplateID: "base", APIKeyID: "key1",
 				Timeout: time.Minute, Metadata: map[string]string{"a": "b"}, EnvVars: map[string]string{"K": "V"},
-				Secure: true, AutoPause: true, AutoResume: true, AllowInternet: false}
+				Secure: true, AutoPause: true, AutoResume: true, AllowInternet: false,
+				Secrets: []string{testKey}} // the caller's key is masked in what the sandbox outputs
 			if fmt.Sprint(req) != fmt.Sprint(wantReq) {
 				t.Errorf("create request\n got %+v\nwant %+v", req, wantReq)
 			}

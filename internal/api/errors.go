@@ -80,13 +80,19 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // authenticate reads the API key from X-API-Key or an Authorization bearer token.
-func (a *api) authenticate(r *http.Request) (*store.APIKey, *store.Team, error) {
+// apiKeyFrom returns the API key a request carries: X-API-Key, or a Bearer Authorization.
+func apiKeyFrom(r *http.Request) string {
 	key := strings.TrimSpace(r.Header.Get("X-API-Key"))
 	if key == "" {
 		if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
 			key = strings.TrimSpace(auth[7:])
 		}
 	}
+	return key
+}
+
+func (a *api) authenticate(r *http.Request) (*store.APIKey, *store.Team, error) {
+	key := apiKeyFrom(r)
 	if key == "" {
 		return nil, nil, fmt.Errorf("%w: missing API key: send it in the X-API-Key header", errUnauthorized)
 	}

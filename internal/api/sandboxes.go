@@ -30,6 +30,9 @@ type createBody struct {
 	} `json:"autoResume"`
 	Secure              *bool `json:"secure"`
 	AllowInternetAccess *bool `json:"allow_internet_access"`
+	// CollectLogs switches the collection of command output into the log store (Cove's
+	// extension; on when absent).
+	CollectLogs *bool `json:"collectLogs"`
 }
 
 func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -59,6 +62,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled,
 		// E2B allows internet access unless the client says false.
 		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+		CollectLogs:   body.CollectLogs,
+		// The caller's key is masked wherever the sandbox's output might echo it.
+		Secrets: []string{apiKeyFrom(r)},
 	}
 	ctx := r.Context()
 	if body.TemplateID != "" {

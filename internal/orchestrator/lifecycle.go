@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -84,6 +85,10 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	e.closeLog()
 
 	now := time.Now()
+	if e.collector != nil {
+		// After the pipes drain, what is still running was killed with the sandbox.
+		go func(c *collect.Collector, why string) { e.drainers.Wait(); c.SandboxKilled(why, now) }(e.collector, why.String())
+	}
 	why, _ = reason.ParseKillReason(string(why))
 	e.sb.State, e.sb.KilledAt, e.sb.KillReason = store.StateKilled, &now, why
 	e.sb.KillRequestID, e.sb.KillAPIKeyID, e.sb.UpdatedAt = requestID(ctx), apiKeyID, now

@@ -26,7 +26,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -65,6 +67,11 @@ type Config struct {
 
 	// Events receives every lifecycle event; nil drops them.
 	Events Events
+	// Logs and Commands receive each sandbox's log lines and command records; nil skips.
+	Logs     collect.Logs
+	Commands store.CommandStore
+	// Redactor masks secrets in everything collected; each sandbox adds its own secrets.
+	Redactor *redact.Redactor
 
 	DefaultTimeout time.Duration // 300 s when 0
 	MaxTimeout     time.Duration // 24 h when 0
@@ -99,6 +106,11 @@ type CreateRequest struct {
 	Metadata, EnvVars            map[string]string
 	Secure, AutoPause            bool
 	AutoResume, AllowInternet    bool
+	// Secrets are values to mask in everything collected from the sandbox (the caller's API
+	// key); env var values whose names look secret are added too.
+	Secrets []string
+	// CollectLogs switches the collection of command output lines (default on).
+	CollectLogs *bool
 }
 
 // Orchestrator runs sandboxes. All methods are safe for concurrent use.
@@ -122,9 +134,10 @@ type entry struct {
 	sb       *store.Sandbox
 	killed   bool
 	closers  map[*closer]struct{}
-	envd     *http.Client
-	logFile  *os.File
-	drainers sync.WaitGroup
+	envd      *http.Client
+	logFile   *os.File
+	drainers  sync.WaitGroup
+	collector *collect.Collector
 }
 
 type closer struct{ c io.Closer }
@@ -286,7 +299,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	o.drain(e, rsb)
+	o.drain(ctx, e, rsb, req)
 	o.watchOOM(ctx, sb.ID)
 	if err = o.cfg.Runtime.Start(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
@@ -297,6 +310,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
 	init := map[string]any{"envVars": req.EnvVars}
+	if req.CollectLogs != nil {
+		init["collectOutput"] = *req.CollectLogs
+	}
 	if sb.EnvdAccessToken != "" {
 		init["accessToken"] = sb.EnvdAccessToken
 	}
@@ -329,44 +345,46 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	return copySandbox(sb), nil
 }
 
-// drain copies the sandbox's stdout and stderr (envd's log lines) to its log file, which
-// outlives the sandbox for post-mortems. A sandbox whose pipes nobody reads would block.
-func (o *Orchestrator) drain(e *entry, rsb *runtime.Sandbox) {
-	var w io.Writer = io.Discard
+// drain collects the sandbox's stdout (output lines and command records) and stderr (envd's
+// log lines, also kept in its log file, which outlives the sandbox for post-mortems) into
+// the stores, labelled and redacted. A sandbox whose pipes nobody read would block.
+func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox, req CreateRequest) {
+	var raw io.Writer
 	if o.cfg.LogDir != "" {
 		if f, err := os.OpenFile(filepath.Join(o.cfg.LogDir, rsb.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			e.logFile = f
-			w = &lockedWriter{w: f}
+			raw = f
 		}
 	}
-	for _, r := range []io.ReadCloser{rsb.Stdout, rsb.Stderr} {
-		if r == nil {
-			continue
+	secrets := append([]string{e.sb.EnvdAccessToken}, req.Secrets...)
+	for k, v := range req.EnvVars {
+		if redact.LooksSecret(k) {
+			secrets = append(secrets, v)
 		}
-		e.drainers.Add(1)
-		go func(r io.ReadCloser) {
-			defer e.drainers.Done()
-			_, _ = io.Copy(w, r)
-			_ = r.Close()
-		}(r)
 	}
+	base := o.cfg.Redactor
+	if base == nil {
+		base = redact.New(redact.Options{})
+	}
+	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
+		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	e.drainers.Add(2)
+	go func() {
+		defer e.drainers.Done()
+		e.collector.Stdout(rsb.Stdout)
+		_ = rsb.Stdout.Close()
+	}()
+	go func() {
+		defer e.drainers.Done()
+		e.collector.Stderr(rsb.Stderr, raw)
+		_ = rsb.Stderr.Close()
+	}()
 }
 
 func (e *entry) closeLog() {
 	if e.logFile != nil {
 		go func(f *os.File) { e.drainers.Wait(); _ = f.Close() }(e.logFile)
 	}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // watchInit kills the sandbox, with the reason, if its envd exits on its own or is OOM-killed.

@@ -311,3 +311,6 @@ func apply(s string, spans []span, c *Counts) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+// Kinds lists every Kind, in the order masks are applied.
+func Kinds() []Kind { return append([]Kind(nil), kinds[:]...) }

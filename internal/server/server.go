@@ -24,8 +24,10 @@ import (
 
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
+	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
 	"github.com/cove-dev/cove/internal/store"
@@ -147,6 +149,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return err
 	}
 
+	admin, err := adminToken(cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	bus, err := events.New(ctx, events.Config{
 		Store: db, Logger: cfg.Logger,
 		Team: func(ctx context.Context) (string, bool) {
@@ -159,8 +165,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	defer bus.Close()
 
+	ingester := logs.NewIngester(db, logs.Config{Logger: cfg.Logger})
+	defer ingester.Close()
+	redactor := redact.New(redact.Options{Secrets: []string{admin}})
+
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
+		Logs: ingester, Commands: db, Redactor: redactor,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -175,6 +186,22 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	defer smp.Close()
+	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
+		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
+		Sandbox: func(ctx context.Context, team, id string) (string, error) {
+			// A killed sandbox's logs and commands stay readable; another team's are not found.
+			sb, err := orch.Get(ctx, team, id)
+			var gone *orchestrator.GoneError
+			switch {
+			case err == nil:
+				return sb.TemplateID, nil
+			case errors.As(err, &gone):
+				return "", nil
+			case errors.Is(err, orchestrator.ErrNotFound):
+				return "", store.ErrNotFound
+			}
+			return "", err
+		}})
 	metricsAPI := sampler.NewAPI(sampler.APIConfig{Store: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) error {
@@ -190,11 +217,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			return err
 		}})
 
-	admin, err := adminToken(cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin, Events: bus.Handler(), Metrics: metricsAPI})
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin,
+		Routes: map[string]http.Handler{
+			"/events/":                           bus.Handler(),
+			"GET /sandboxes/{id}/metrics":        metricsAPI,
+			"GET /sandboxes/metrics":             metricsAPI,
+			"GET /v2/sandboxes/{id}/logs":        logsAPI,
+			"GET /sandboxes/{id}/logs":           logsAPI,
+			"GET /sandboxes/{id}/commands":       logsAPI,
+			"GET /sandboxes/{id}/commands/{pid}": logsAPI,
+		}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,334 @@
+// Package collect is the host's half of log collection: it reads what a sandbox's envd
+// writes on its two pipes (stdout: output lines and command records; stderr: envd's own JSON
+// log lines), labels every line with what the host knows for sure (sandbox, team, template
+// and the user's metadata), redacts it, and hands it to the log and command stores.
+//
+// The one idea: nothing inside the sandbox labels itself. envd says which pid and stream a
+// line came from; the host says which sandbox, team and task it belongs to, and host labels
+// win over any field a line carries.
+package collect
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cove-dev/cove/internal/redact"
+	"github.com/cove-dev/cove/internal/store"
+)
+
+// Labels are the host's facts about a sandbox, put on every line.
+type Labels struct {
+	SandboxID, TeamID, TemplateID string
+	Metadata                      map[string]string
+}
+
+// Logs takes log lines without blocking (logs.Ingester).
+type Logs interface {
+	Add(store.LogLine)
+}
+
+// Collector collects one sandbox's lines and command records.
+type Collector struct {
+	labels   Labels
+	redactor *redact.Redactor
+	logs     Logs
+	commands store.CommandStore
+	logger   *slog.Logger
+
+	mu      sync.Mutex
+	running map[int]*store.CommandRecord // started, not yet ended, by pid
+}
+
+// New returns a collector for one sandbox. logs or commands may be nil to skip them.
+func New(labels Labels, r *redact.Redactor, logs Logs, commands store.CommandStore, logger *slog.Logger) *Collector {
+	return &Collector{labels: labels, redactor: r, logs: logs, commands: commands, logger: logger, running: map[int]*store.CommandRecord{}}
+}
+
+// maxLine bounds one line read from a pipe; envd splits output lines well below it.
+const maxLine = 1 << 20
+
+func scanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	return sc
+}
+
+// Stdout reads envd's records (output lines, command_start, command_end) until EOF.
+func (c *Collector) Stdout(r io.Reader) {
+	sc := scanner(r)
+	for sc.Scan() {
+		c.record(sc.Bytes())
+	}
+}
+
+// Stderr reads envd's own log lines until EOF, copying each raw line to raw when set (the
+// sandbox's log file, kept for post-mortems).
+func (c *Collector) Stderr(r io.Reader, raw io.Writer) {
+	sc := scanner(r)
+	for sc.Scan() {
+		b := sc.Bytes()
+		if raw != nil {
+			_, _ = raw.Write(append(append([]byte(nil), b...), '\n'))
+		}
+		c.envdLine(b)
+	}
+}
+
+type record struct {
+	Kind      string    `json:"kind"`
+	Time      time.Time `json:"ts"`
+	PID       int       `json:"pid"`
+	Stream    string    `json:"stream"`
+	RequestID string    `json:"request_id"`
+	Tag       string    `json:"tag"`
+	Line      string    `json:"line"`
+
+	User            string    `json:"user"`
+	Command         string    `json:"command"`
+	Args            []string  `json:"args"`
+	Cwd             string    `json:"cwd"`
+	StartedAt       time.Time `json:"started_at"`
+	EndedAt         time.Time `json:"ended_at"`
+	DurationMS      int64     `json:"duration_ms"`
+	ExitCode        *int      `json:"exit_code"`
+	Signal          string    `json:"signal"`
+	EndCause        string    `json:"end_cause"`
+	SignalRequestID string    `json:"signal_request_id"`
+	StdoutBytes     int64     `json:"stdout_bytes"`
+	StderrBytes     int64     `json:"stderr_bytes"`
+	StdoutHead      string    `json:"stdout_head"`
+	StdoutTail      string    `json:"stdout_tail"`
+	StderrHead      string    `json:"stderr_head"`
+	StderrTail      string    `json:"stderr_tail"`
+	HeadBytes       int       `json:"head_bytes"`
+	TailBytes       int       `json:"tail_bytes"`
+	LinesDropped    int64     `json:"lines_dropped"`
+}
+
+func (c *Collector) record(b []byte) {
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		// Not envd's record: keep it as a line of the sandbox's own, labelled and redacted.
+		c.add(store.LogLine{Time: time.Now(), Level: "info", Source: store.SourceEnvd, Message: string(b)})
+		return
+	}
+	switch rec.Kind {
+	case "output":
+		c.outputLine(rec)
+	case "command_start":
+		c.commandStart(rec)
+	case "command_end":
+		c.commandEnd(rec)
+	}
+}
+
+// outputLine stores one line a command wrote; a JSON object line is parsed into fields.
+func (c *Collector) outputLine(rec record) {
+	line := store.LogLine{Time: rec.Time, Level: "info", Source: store.SourceProcess, Stream: rec.Stream,
+		PID: rec.PID, RequestID: rec.RequestID, Message: rec.Line}
+	if strings.HasPrefix(strings.TrimSpace(rec.Line), "{") {
+		var fields map[string]any
+		if json.Unmarshal([]byte(rec.Line), &fields) == nil {
+			line.Fields = fields
+			if lvl, ok := level(fields["level"]); ok {
+				line.Level = lvl
+			}
+		}
+	}
+	if rec.Tag != "" {
+		line.Fields = with(line.Fields, "process.tag", rec.Tag)
+	}
+	c.add(line)
+}
+
+// envdLine stores one of envd's own JSON log lines.
+func (c *Collector) envdLine(b []byte) {
+	line := store.LogLine{Time: time.Now(), Level: "info", Source: store.SourceEnvd, Message: string(b)}
+	var fields map[string]any
+	if json.Unmarshal(b, &fields) == nil {
+		if t, ok := fields["time"].(string); ok {
+			if ts, err := time.Parse(time.RFC3339Nano, t); err == nil {
+				line.Time = ts
+			}
+		}
+		if lvl, ok := level(fields["level"]); ok {
+			line.Level = lvl
+		}
+		if msg, ok := fields["msg"].(string); ok {
+			line.Message = msg
+		}
+		if id, ok := fields["request_id"].(string); ok {
+			line.RequestID = id
+		}
+		if pid, ok := fields["process.pid"].(float64); ok {
+			line.PID = int(pid)
+		}
+		for _, k := range []string{"time", "level", "msg", "request_id"} {
+			delete(fields, k)
+		}
+		line.Fields = fields
+	}
+	c.add(line)
+}
+
+func level(v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return "", false
+	}
+	switch strings.ToLower(s) {
+	case "debug", "trace":
+		return "debug", true
+	case "info", "notice":
+		return "info", true
+	case "warn", "warning":
+		return "warn", true
+	case "error", "err", "fatal", "critical", "panic":
+		return "error", true
+	}
+	return "", false
+}
+
+func with(fields map[string]any, k string, v any) map[string]any {
+	if fields == nil {
+		fields = map[string]any{}
+	}
+	fields[k] = v
+	return fields
+}
+
+// add labels, redacts and stores one line. Host labels win over the line's own fields.
+func (c *Collector) add(line store.LogLine) {
+	if c.logs == nil {
+		return
+	}
+	line.SandboxID, line.TeamID, line.TemplateID = c.labels.SandboxID, c.labels.TeamID, c.labels.TemplateID
+	line.Message, _ = c.redactor.String(line.Message)
+	for k, v := range line.Fields {
+		line.Fields[k] = c.redactValue(v)
+	}
+	for k, v := range c.labels.Metadata {
+		line.Fields = with(line.Fields, k, v)
+	}
+	line.Fields = with(line.Fields, "sandbox.id", c.labels.SandboxID)
+	c.logs.Add(line)
+}
+
+func (c *Collector) redactValue(v any) any {
+	switch t := v.(type) {
+	case string:
+		s, _ := c.redactor.String(t)
+		return s
+	case map[string]any:
+		for k, x := range t {
+			t[k] = c.redactValue(x)
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = c.redactValue(x)
+		}
+	}
+	return v
+}
+
+func (c *Collector) base(rec record) *store.CommandRecord {
+	return &store.CommandRecord{SandboxID: c.labels.SandboxID, TeamID: c.labels.TeamID, TemplateID: c.labels.TemplateID,
+		PID: rec.PID, Tag: rec.Tag, RequestID: rec.RequestID, StartedAt: rec.StartedAt}
+}
+
+func (c *Collector) commandStart(rec record) {
+	cr := c.base(rec)
+	cr.User, cr.Cwd = rec.User, rec.Cwd
+	cr.Command, _ = c.redactor.String(rec.Command)
+	for _, a := range rec.Args {
+		s, _ := c.redactor.String(a)
+		cr.Args = append(cr.Args, s)
+	}
+	c.mu.Lock()
+	c.running[rec.PID] = cr
+	c.mu.Unlock()
+	c.upsert(cr)
+}
+
+func (c *Collector) commandEnd(rec record) {
+	cr := c.base(rec)
+	cr.EndedAt, cr.Duration = rec.EndedAt, time.Duration(rec.DurationMS)*time.Millisecond
+	cr.ExitCode, cr.Signal, cr.EndCause, cr.SignalRequestID = rec.ExitCode, rec.Signal, rec.EndCause, rec.SignalRequestID
+	cr.StdoutBytes, cr.StderrBytes = rec.StdoutBytes, rec.StderrBytes
+	counts := redact.Counts{}
+	keep := func(head, tail string, total int64) (string, string, bool) {
+		h, hc := c.redactor.String(head)
+		t, tc := c.redactor.String(tail)
+		counts.Add(hc)
+		counts.Add(tc)
+		h, t = cutHead(h, rec.HeadBytes), cutTail(t, rec.TailBytes)
+		return h, t, total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
+	}
+	var outCut, errCut bool
+	cr.StdoutHead, cr.StdoutTail, outCut = keep(rec.StdoutHead, rec.StdoutTail, rec.StdoutBytes)
+	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes)
+	cr.Truncated = outCut || errCut || rec.LinesDropped > 0
+	if n := counts.Total(); n > 0 {
+		cr.Redactions = map[string]int{}
+		for _, k := range redact.Kinds() {
+			if v := counts.Of(k); v > 0 {
+				cr.Redactions[k.String()] = v
+			}
+		}
+	}
+	c.mu.Lock()
+	delete(c.running, rec.PID)
+	c.mu.Unlock()
+	c.upsert(cr)
+}
+
+// SandboxKilled ends the records of commands still running when the sandbox died.
+func (c *Collector) SandboxKilled(why string, at time.Time) {
+	c.mu.Lock()
+	running := c.running
+	c.running = map[int]*store.CommandRecord{}
+	c.mu.Unlock()
+	for _, cr := range running {
+		cr.EndedAt, cr.Duration, cr.EndCause, cr.KillReason = at, at.Sub(cr.StartedAt), store.EndSandboxKilled, why
+		c.upsert(cr)
+	}
+}
+
+func (c *Collector) upsert(cr *store.CommandRecord) {
+	if c.commands == nil {
+		return
+	}
+	if err := c.commands.UpsertCommand(context.Background(), cr); err != nil {
+		c.logger.Warn("command record not stored", "process.pid", cr.PID, "error", err.Error())
+	}
+}
+
+// cutHead keeps at most n bytes of s from its start, on a UTF-8 boundary.
+func cutHead(s string, n int) string {
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// cutTail keeps at most n bytes of s from its end, on a UTF-8 boundary.
+func cutTail(s string, n int) string {
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}

@@ -1,0 +1,141 @@
+package collect
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/redact"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/sqlite"
+)
+
+type lines struct {
+	mu sync.Mutex
+	l  []store.LogLine
+}
+
+func (s *lines) Add(l store.LogLine) { s.mu.Lock(); s.l = append(s.l, l); s.mu.Unlock() }
+
+const secret = "sk-live-0123456789abcdef" // an env value Cove was told is secret
+
+func setup(t *testing.T) (*Collector, *lines, *sqlite.DB) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	team, err := db.CreateTeam(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &lines{}
+	c := New(Labels{SandboxID: "isb1", TeamID: team.ID, TemplateID: "base", Metadata: map[string]string{"taskId": "task-7"}},
+		redact.New(redact.Options{Secrets: []string{secret}}), got, db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return c, got, db
+}
+
+func jsonl(v ...any) string {
+	var b strings.Builder
+	for _, x := range v {
+		j, _ := json.Marshal(x)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func TestCollectorLabelsRedactsAndRecords(t *testing.T) {
+	c, got, db := setup(t)
+	start := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	emoji := strings.Repeat("é", 3000) // two bytes each: cuts land mid-rune unless careful
+	c.Stdout(strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 42, "request_id": "req-1", "user": "user", "command": "/bin/bash",
+			"args": []string{"-c", "curl -H 'Authorization: Bearer abcdef0123456789' x"}, "cwd": "/home/user", "started_at": start},
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 42, "stream": "stdout", "request_id": "req-1", "line": "token is " + secret},
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 42, "stream": "stdout", "request_id": "req-1",
+			"line": `{"level":"error","msg":"upload failed","taskId":"forged","attempt":3}`},
+		map[string]any{"kind": "command_end", "pid": 42, "request_id": "req-1", "started_at": start, "ended_at": time.Now(),
+			"duration_ms": 1000, "exit_code": 1, "end_cause": "exited", "stdout_bytes": 20000, "stderr_bytes": 0,
+			"stdout_head": secret + emoji, "stdout_tail": emoji + secret, "head_bytes": 1001, "tail_bytes": 1001},
+	)))
+	c.Stderr(strings.NewReader(jsonl(map[string]any{"time": time.Now().Format(time.RFC3339Nano), "level": "WARN",
+		"msg": "stream end", "request_id": "req-1", "process.pid": 42, "stream.end": "deadline"})), nil)
+
+	t.Run("every line carries the host's labels and the user's metadata, which a line cannot forge", func(t *testing.T) {
+		if len(got.l) != 3 {
+			t.Fatalf("%d lines stored, want 3", len(got.l))
+		}
+		for _, l := range got.l {
+			if l.SandboxID != "isb1" || l.TemplateID != "base" || l.Fields["taskId"] != "task-7" || l.Fields["sandbox.id"] != "isb1" {
+				t.Errorf("line %q labels: sandbox %q template %q fields %v", l.Message, l.SandboxID, l.TemplateID, l.Fields)
+			}
+		}
+	})
+	t.Run("a JSON output line is parsed into fields with its level", func(t *testing.T) {
+		l := got.l[1]
+		if l.Level != "error" || l.Fields["attempt"] != float64(3) || l.Source != store.SourceProcess || l.PID != 42 || l.RequestID != "req-1" {
+			t.Errorf("parsed line: %+v", l)
+		}
+	})
+	t.Run("envd's own lines keep their level, message, request id and pid", func(t *testing.T) {
+		l := got.l[2]
+		if l.Level != "warn" || l.Message != "stream end" || l.RequestID != "req-1" || l.PID != 42 || l.Fields["stream.end"] != "deadline" {
+			t.Errorf("envd line: %+v", l)
+		}
+	})
+	t.Run("no secret reaches a stored line or record", func(t *testing.T) {
+		for _, l := range got.l {
+			if strings.Contains(l.Message, secret) {
+				t.Errorf("secret in line %q", l.Message)
+			}
+		}
+		rec, err := db.GetCommand(context.Background(), "isb1", 42, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := strings.Join(append(rec.Args, rec.StdoutHead, rec.StdoutTail), " ")
+		if strings.Contains(all, secret) || strings.Contains(all, "abcdef0123456789") {
+			t.Errorf("secret in record: %s", all)
+		}
+		if rec.Redactions["exact"] < 1 {
+			t.Errorf("redaction counts %v", rec.Redactions)
+		}
+	})
+	t.Run("the record keeps a head and tail cut to size on UTF-8 boundaries", func(t *testing.T) {
+		rec, _ := db.GetCommand(context.Background(), "isb1", 42, time.Time{})
+		if len(rec.StdoutHead) > 1001 || len(rec.StdoutTail) > 1001 || !rec.Truncated || rec.EndCause != "exited" || *rec.ExitCode != 1 {
+			t.Errorf("record: head %d tail %d truncated %v cause %q", len(rec.StdoutHead), len(rec.StdoutTail), rec.Truncated, rec.EndCause)
+		}
+		for _, s := range []string{rec.StdoutHead, rec.StdoutTail} {
+			if !strings.HasPrefix(strings.TrimPrefix(s, "[REDACTED:exact]"), "é") && !strings.HasSuffix(s, "é") && !strings.HasSuffix(s, "]") {
+				t.Errorf("cut not on a rune: %q…", s[:10])
+			}
+			if strings.ToValidUTF8(s, "?") != s {
+				t.Error("invalid UTF-8 after the cut")
+			}
+		}
+	})
+}
+
+func TestCommandsStillRunningAtTheKillEndAsSandboxKilled(t *testing.T) {
+	c, _, db := setup(t)
+	start := time.Now().UTC().Truncate(time.Microsecond)
+	c.Stdout(strings.NewReader(jsonl(map[string]any{"kind": "command_start", "pid": 7, "request_id": "r", "user": "user",
+		"command": "sleep", "args": []string{"100"}, "cwd": "/", "started_at": start})))
+	c.SandboxKilled("timeout", time.Now())
+	rec, err := db.GetCommand(context.Background(), "isb1", 7, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.EndCause != store.EndSandboxKilled || rec.KillReason != "timeout" || rec.EndedAt.IsZero() {
+		t.Errorf("record: %+v", rec)
+	}
+}

@@ -1,0 +1,434 @@
+package logs
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// APIConfig is what the logs HTTP API needs.
+type APIConfig struct {
+	Logs     store.LogStore
+	Commands store.CommandStore
+	// Team returns the team the request's caller belongs to; false when unauthenticated.
+	Team func(ctx context.Context) (teamID string, ok bool)
+	// Sandbox checks that team teamID has sandbox id (killed ones included) and returns its
+	// template; an error wrapping store.ErrNotFound answers 404. Nil skips the check: the
+	// stores' team filter still hides other teams' lines.
+	Sandbox func(ctx context.Context, teamID, id string) (templateID string, err error)
+}
+
+// Limits of the HTTP API.
+const (
+	maxLimit            = 1000
+	defaultLogLimit     = 1000
+	defaultCommandLimit = 100
+)
+
+// Errors of the HTTP API, mapped to statuses by statusOf.
+var (
+	errBadRequest   = errors.New("bad request")
+	errUnauthorized = errors.New("unauthorized")
+)
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+type api struct {
+	cfg APIConfig
+	mux *http.ServeMux
+}
+
+// NewAPI returns the logs HTTP API, for the team cfg.Team finds in each request's context
+// (run it behind the API's authentication):
+//
+//	GET /v2/sandboxes/{id}/logs          E2B's {logs:[{timestamp, message, level, fields}]}, plus nextCursor
+//	GET /sandboxes/{id}/logs             E2B's legacy {logs:[{timestamp, line}], logEntries}
+//	GET /sandboxes/{id}/commands         command records, newest first: {commands, nextCursor}
+//	GET /sandboxes/{id}/commands/{pid}   the latest record of pid
+//
+// The v2 listing takes cursor (unix ms, E2B's; or a nextCursor), limit (1..1000, 1000),
+// direction (forward, the default, or backward), level (the lowest kept), search, any
+// number of fields.<key>=<value>, request_id, source, stream and pid. The legacy one takes
+// start (unix ms) and limit. The command listing takes limit (1..1000, 100) and cursor.
+func NewAPI(cfg APIConfig) http.Handler {
+	a := &api{cfg: cfg, mux: http.NewServeMux()}
+	a.handle("GET /v2/sandboxes/{id}/logs", a.logsV2)
+	a.handle("GET /sandboxes/{id}/logs", a.logsLegacy)
+	a.handle("GET /sandboxes/{id}/commands", a.listCommands)
+	a.handle("GET /sandboxes/{id}/commands/{pid}", a.getCommand)
+	return a
+}
+
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Behind Cove's API the request id is in the context already; standalone, take the
+	// client's or mint one, the same way.
+	if telemetry.RequestID(r.Context()) == "" {
+		telemetry.RequestIDMiddleware(a.mux).ServeHTTP(w, r)
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
+
+// handle serves pattern for an authenticated team, after checking the team has the path's
+// sandbox.
+func (a *api) handle(pattern string, h handlerFunc) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var team string
+		ok := false
+		if a.cfg.Team != nil {
+			team, ok = a.cfg.Team(r.Context())
+		}
+		var err error
+		switch {
+		case !ok || team == "":
+			err = fmt.Errorf("%w: no team for this request", errUnauthorized)
+		case a.cfg.Sandbox != nil:
+			if _, err = a.cfg.Sandbox(r.Context(), team, r.PathValue("id")); err != nil {
+				break
+			}
+			fallthrough
+		default:
+			err = h(w, r, team)
+		}
+		if err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest), errors.Is(err, store.ErrBadCursor):
+		return http.StatusBadRequest
+	case errors.Is(err, errUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorBody is E2B's error shape, with the request id.
+type errorBody struct {
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"requestId"`
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	code := statusOf(err)
+	id := telemetry.RequestID(ctx)
+	msg := err.Error()
+	if id != "" && !strings.Contains(msg, id) {
+		msg += " (request id " + id + ")"
+	}
+	if code >= 500 {
+		telemetry.Logger(ctx).Error("logs api", "http.route", r.Pattern, "error", err)
+	}
+	writeJSON(w, code, errorBody{Code: code, Message: msg, RequestID: id})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// wireLog is E2B's SandboxLogEntry. Fields are strings, as E2B's are: other JSON values
+// are given as their JSON text.
+type wireLog struct {
+	Timestamp time.Time         `json:"timestamp"`
+	Message   string            `json:"message"`
+	Level     string            `json:"level"`
+	Fields    map[string]string `json:"fields"`
+}
+
+func toWireLog(l *store.LogLine) wireLog {
+	f := make(map[string]string, len(l.Fields)+4)
+	for k, v := range l.Fields {
+		if s, ok := v.(string); ok {
+			f[k] = s
+		} else if b, err := json.Marshal(v); err == nil {
+			f[k] = string(b)
+		}
+	}
+	// The host's labels win over a line's own fields of the same name.
+	f["source"] = l.Source
+	if l.Stream != "" {
+		f["stream"] = l.Stream
+	}
+	if l.PID != 0 {
+		f[telemetry.KeyPID] = strconv.Itoa(l.PID)
+	}
+	if l.RequestID != "" {
+		f[telemetry.KeyRequestID] = l.RequestID
+	}
+	return wireLog{Timestamp: l.Time, Message: l.Message, Level: l.Level, Fields: f}
+}
+
+type logsV2Response struct {
+	Logs []wireLog `json:"logs"`
+	// NextCursor continues the listing without repeats, as the cursor of the next call in
+	// the same direction; null on the last page.
+	NextCursor *string `json:"nextCursor"`
+}
+
+func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) error {
+	q, err := logQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	q.TeamID, q.SandboxID = teamID, r.PathValue("id")
+	page, err := a.cfg.Logs.QueryLogs(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	out := logsV2Response{Logs: make([]wireLog, 0, len(page.Lines))}
+	for i := range page.Lines {
+		out.Logs = append(out.Logs, toWireLog(&page.Lines[i]))
+	}
+	if page.Next != nil {
+		tok := encodeCursor(*page.Next)
+		out.NextCursor = &tok
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func logQuery(v url.Values) (store.LogQuery, error) {
+	var q store.LogQuery
+	var err error
+	if q.Limit, err = parseLimit(v.Get("limit"), defaultLogLimit); err != nil {
+		return q, err
+	}
+	switch d := v.Get("direction"); d {
+	case "", "forward":
+	case "backward":
+		q.Backward = true
+	default:
+		return q, badRequest("direction %q: want forward or backward", d)
+	}
+	if c := v.Get("cursor"); c != "" {
+		if ms, err := strconv.ParseInt(c, 10, 64); err == nil {
+			q.Cursor = time.UnixMilli(ms).UTC()
+		} else if pos, err := decodeCursor(c); err == nil {
+			q.After = &pos
+		} else {
+			return q, badRequest("cursor %q: neither unix milliseconds nor a nextCursor", c)
+		}
+	}
+	if l := v.Get("level"); l != "" {
+		if _, ok := store.LogLevelRank(strings.ToLower(l)); !ok {
+			return q, badRequest("level %q: want one of %s", l, strings.Join(store.LogLevels, ", "))
+		}
+		q.MinLevel = strings.ToLower(l)
+	}
+	q.Search = v.Get("search")
+	for k, vals := range v {
+		if key, ok := strings.CutPrefix(k, "fields."); ok && key != "" && len(vals) > 0 {
+			if q.Fields == nil {
+				q.Fields = map[string]string{}
+			}
+			q.Fields[key] = vals[0]
+		}
+	}
+	q.RequestID = v.Get("request_id")
+	switch s := v.Get("source"); s {
+	case "", store.SourceEnvd, store.SourceProcess:
+		q.Source = s
+	default:
+		return q, badRequest("source %q: want envd or process", s)
+	}
+	switch s := v.Get("stream"); s {
+	case "", "stdout", "stderr", "pty":
+		q.Stream = s
+	default:
+		return q, badRequest("stream %q: want stdout, stderr or pty", s)
+	}
+	if p := v.Get("pid"); p != "" {
+		if q.PID, err = strconv.Atoi(p); err != nil || q.PID < 1 {
+			return q, badRequest("pid %q: want a positive integer", p)
+		}
+	}
+	return q, nil
+}
+
+func parseLimit(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxLimit {
+		return 0, badRequest("limit %q: want 1..%d", s, maxLimit)
+	}
+	return n, nil
+}
+
+// A log cursor is a line's position: base64url("<unix µs>:<seq>"). It never parses as an
+// integer, so it cannot be mistaken for E2B's millisecond cursor.
+func encodeCursor(p store.LogPosition) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.Time.UnixMicro(), 10) + ":" + strconv.FormatInt(p.Seq, 10)))
+}
+
+func decodeCursor(s string) (store.LogPosition, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return store.LogPosition{}, errors.New("not base64url")
+	}
+	us, seq, ok := strings.Cut(string(b), ":")
+	t, err1 := strconv.ParseInt(us, 10, 64)
+	n, err2 := strconv.ParseInt(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return store.LogPosition{}, errors.New("malformed")
+	}
+	return store.LogPosition{Time: time.UnixMicro(t).UTC(), Seq: n}, nil
+}
+
+// legacyLog is E2B's SandboxLog.
+type legacyLog struct {
+	Timestamp time.Time `json:"timestamp"`
+	Line      string    `json:"line"`
+}
+
+type legacyResponse struct {
+	Logs       []legacyLog `json:"logs"`
+	LogEntries []wireLog   `json:"logEntries"`
+}
+
+func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) error {
+	v := r.URL.Query()
+	q := store.LogQuery{TeamID: teamID, SandboxID: r.PathValue("id")}
+	var err error
+	if q.Limit, err = parseLimit(v.Get("limit"), defaultLogLimit); err != nil {
+		return err
+	}
+	if s := v.Get("start"); s != "" {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return badRequest("start %q: want unix milliseconds", s)
+		}
+		q.Cursor = time.UnixMilli(ms).UTC()
+	}
+	page, err := a.cfg.Logs.QueryLogs(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	out := legacyResponse{Logs: make([]legacyLog, 0, len(page.Lines)), LogEntries: make([]wireLog, 0, len(page.Lines))}
+	for i := range page.Lines {
+		l := &page.Lines[i]
+		out.Logs = append(out.Logs, legacyLog{Timestamp: l.Time, Line: l.Message})
+		out.LogEntries = append(out.LogEntries, toWireLog(l))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// wireCommand is a command record on the wire.
+type wireCommand struct {
+	SandboxID       string         `json:"sandboxId"`
+	PID             int            `json:"pid"`
+	Tag             string         `json:"tag"`
+	RequestID       string         `json:"requestId"`
+	User            string         `json:"user"`
+	Command         string         `json:"command"`
+	Args            []string       `json:"args"`
+	Cwd             string         `json:"cwd"`
+	StartedAt       time.Time      `json:"startedAt"`
+	EndedAt         *time.Time     `json:"endedAt"`    // null while it runs
+	DurationMS      *float64       `json:"durationMs"` // null while it runs
+	ExitCode        *int           `json:"exitCode"`
+	Signal          string         `json:"signal"`
+	EndCause        string         `json:"endCause"`
+	SignalRequestID string         `json:"signalRequestId"`
+	KillReason      string         `json:"killReason"`
+	StdoutBytes     int64          `json:"stdoutBytes"`
+	StderrBytes     int64          `json:"stderrBytes"`
+	StdoutHead      string         `json:"stdoutHead"`
+	StdoutTail      string         `json:"stdoutTail"`
+	StderrHead      string         `json:"stderrHead"`
+	StderrTail      string         `json:"stderrTail"`
+	Truncated       bool           `json:"truncated"`
+	Redactions      map[string]int `json:"redactions"`
+}
+
+func toWireCommand(c *store.CommandRecord) wireCommand {
+	w := wireCommand{SandboxID: c.SandboxID, PID: c.PID, Tag: c.Tag, RequestID: c.RequestID, User: c.User,
+		Command: c.Command, Args: c.Args, Cwd: c.Cwd, StartedAt: c.StartedAt, ExitCode: c.ExitCode,
+		Signal: c.Signal, EndCause: c.EndCause, SignalRequestID: c.SignalRequestID, KillReason: c.KillReason,
+		StdoutBytes: c.StdoutBytes, StderrBytes: c.StderrBytes, StdoutHead: c.StdoutHead,
+		StdoutTail: c.StdoutTail, StderrHead: c.StderrHead, StderrTail: c.StderrTail,
+		Truncated: c.Truncated, Redactions: c.Redactions}
+	if w.Args == nil {
+		w.Args = []string{}
+	}
+	if w.Redactions == nil {
+		w.Redactions = map[string]int{}
+	}
+	if !c.EndedAt.IsZero() {
+		end := c.EndedAt
+		ms := float64(c.Duration.Microseconds()) / 1000
+		w.EndedAt, w.DurationMS = &end, &ms
+	}
+	return w
+}
+
+type commandsResponse struct {
+	Commands   []wireCommand `json:"commands"`
+	NextCursor *string       `json:"nextCursor"` // null on the last page
+}
+
+func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string) error {
+	v := r.URL.Query()
+	limit, err := parseLimit(v.Get("limit"), defaultCommandLimit)
+	if err != nil {
+		return err
+	}
+	page, err := a.cfg.Commands.ListCommands(r.Context(), r.PathValue("id"), limit, v.Get("cursor"))
+	if err != nil {
+		return err
+	}
+	out := commandsResponse{Commands: make([]wireCommand, 0, len(page.Commands))}
+	for _, c := range page.Commands {
+		if c.TeamID == teamID {
+			out.Commands = append(out.Commands, toWireCommand(c))
+		}
+	}
+	if page.Next != "" {
+		out.NextCursor = &page.Next
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) getCommand(w http.ResponseWriter, r *http.Request, teamID string) error {
+	id, p := r.PathValue("id"), r.PathValue("pid")
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid < 1 {
+		return badRequest("pid %q: want a positive integer", p)
+	}
+	c, err := a.cfg.Commands.GetCommand(r.Context(), id, pid, time.Time{})
+	if err != nil {
+		return err
+	}
+	if c.TeamID != teamID {
+		return fmt.Errorf("command %d of sandbox %s: %w", pid, id, store.ErrNotFound)
+	}
+	writeJSON(w, http.StatusOK, toWireCommand(c))
+	return nil
+}

@@ -1,0 +1,136 @@
+package logs
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/sqlite"
+)
+
+var benchWords = strings.Fields(`connecting to database request handled error timeout user file opened
+	closed retry cache miss hit build step npm install package warning deprecated compile python import
+	module failed success listening port GET POST 200 404 500 latency ms worker started finished`)
+
+func benchLine(r *rand.Rand, sandbox int, at time.Time) store.LogLine {
+	var b strings.Builder
+	for i := range 6 + r.Intn(10) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(benchWords[r.Intn(len(benchWords))])
+	}
+	fmt.Fprintf(&b, " id=%d", r.Intn(1_000_000))
+	levels := []string{"debug", "info", "info", "info", "warn", "error"}
+	// A sandbox's output comes from a few commands, each started by one request.
+	pid := 100 + r.Intn(5)
+	return store.LogLine{Time: at, SandboxID: fmt.Sprintf("sb%02d", sandbox), TeamID: "team", TemplateID: "base",
+		Level: levels[r.Intn(len(levels))], Source: store.SourceProcess, Stream: "stdout", PID: pid,
+		RequestID: fmt.Sprintf("req_%02d_%d", sandbox, pid), Message: b.String(),
+		Fields: map[string]any{"taskId": fmt.Sprintf("t%d", r.Intn(50))}}
+}
+
+// BenchmarkIngest measures lines per second through an Ingester into SQLite, from Add to
+// committed, across 50 sandboxes with the rate caps off. Every line has JSON fields.
+func BenchmarkIngest(b *testing.B) {
+	db := newDB(b)
+	r := rand.New(rand.NewSource(1))
+	lines := make([]store.LogLine, 10_000)
+	for i := range lines {
+		lines[i] = benchLine(r, i%50, time.Time{}) // stamped by Add
+	}
+	in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, QueueSize: b.N + 1})
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		in.Add(lines[i%len(lines)])
+	}
+	if err := in.Close(); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	var dropped uint64
+	for i := range 50 {
+		dropped += in.Dropped(fmt.Sprintf("sb%02d", i))
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "lines/s")
+	b.ReportMetric(float64(dropped), "dropped")
+}
+
+// searchDataVersion names the cached 1M-line file; change it when the schema or data do.
+const searchDataVersion = "v1"
+
+// BenchmarkSearch1M loads 1M lines over 10 sandboxes (100k each) once, into a file kept in
+// os.TempDir, and measures queries of one sandbox: searches for common, rare and absent
+// words, with and without other filters, forward and backward.
+func BenchmarkSearch1M(b *testing.B) {
+	ctx := context.Background()
+	path := filepath.Join(os.TempDir(), "cove-logs-bench-"+searchDataVersion+".db")
+	db, err := sqlite.Open(ctx, path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	const total, sandboxes = 1_000_000, 10
+	page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "sb09", Backward: true, Limit: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(page.Lines) == 0 || page.Lines[0].Message != "the last line" {
+		start := time.Now()
+		r := rand.New(rand.NewSource(1))
+		batch := make([]store.LogLine, 0, 5000)
+		for i := range total {
+			l := benchLine(r, i%sandboxes, base.Add(time.Duration(i)*time.Millisecond))
+			if i == total-1 {
+				l.Message = "the last line"
+			}
+			batch = append(batch, l)
+			if len(batch) == cap(batch) {
+				if err := db.InsertLogs(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+		b.Logf("loaded %d lines into %s in %v", total, path, time.Since(start))
+	}
+	end := base.Add(total * time.Millisecond)
+	queries := []store.LogQuery{
+		{Search: "timeout"},                                   // common: the first page fills fast
+		{Search: "deprecated compile", Backward: true},        // two words
+		{Search: "id=123456"},                                 // rare: scans the sandbox
+		{Search: "absent_word"},                               // none: scans the sandbox
+		{Search: "error", MinLevel: "error", Limit: 100},      // search and level
+		{Fields: map[string]string{"taskId": "t7"}},           // a field
+		{RequestID: "req_03_102", Backward: true, Limit: 100}, // a request
+		{PID: 101, Stream: "stdout", Limit: 100},              // a process
+		{Cursor: end.Add(-time.Minute), Search: "retry"},      // a recent window
+		{Search: `"cache miss"`, Backward: true, Limit: 50},   // a phrase
+		{MinLevel: "warn", Backward: true},                    // tail of warnings
+	}
+	var ds []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		q := queries[i%len(queries)]
+		q.TeamID, q.SandboxID = "team", fmt.Sprintf("sb%02d", i%sandboxes)
+		start := time.Now()
+		if _, err := db.QueryLogs(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(ds)
+	pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(pct(1), "max-ms")
+}

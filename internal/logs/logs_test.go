@@ -1,0 +1,386 @@
+package logs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/sqlite"
+)
+
+func newDB(t testing.TB) *sqlite.DB {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// clock is a fake clock for the rate limits.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// syncBuffer is a log sink tests read while the ingester writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+var base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func count(t *testing.T, db *sqlite.DB, team, sandbox string) int {
+	t.Helper()
+	n := 0
+	q := store.LogQuery{TeamID: team, SandboxID: sandbox}
+	for {
+		page, err := db.QueryLogs(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(page.Lines)
+		if page.Next == nil {
+			return n
+		}
+		q.After = page.Next
+	}
+}
+
+func TestIngester(t *testing.T) {
+	t.Parallel()
+
+	t.Run("close flushes every queued line", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		in := NewIngester(db, Config{FlushInterval: time.Hour, BatchSize: 100000})
+		for i := range 1500 {
+			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Source: store.SourceEnvd, Message: fmt.Sprint("line ", i)})
+		}
+		if err := in.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, "team", "sb"); n != 1500 {
+			t.Errorf("%d lines stored, want 1500", n)
+		}
+		in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "late"})
+		if in.Dropped("sb") != 1 {
+			t.Errorf("a line after Close: dropped %d, want 1", in.Dropped("sb"))
+		}
+	})
+
+	t.Run("the flush interval writes lines without a close", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		in := NewIngester(db, Config{FlushInterval: 20 * time.Millisecond})
+		t.Cleanup(func() { in.Close() })
+		in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "hello"})
+		deadline := time.Now().Add(5 * time.Second)
+		for count(t, db, "team", "sb") != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("line not written within 5 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+
+	t.Run("the line rate cap drops and counts, once per sandbox per minute in the log", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		clk := &clock{t: base}
+		var logs syncBuffer
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: 100, FlushInterval: time.Hour, Now: clk.Now,
+			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		for i := range 250 { // burst of 100, then nothing refills: the clock stands still
+			in.Add(store.LogLine{SandboxID: "noisy", TeamID: "team", Message: fmt.Sprint(i)})
+		}
+		in.Add(store.LogLine{SandboxID: "quiet", TeamID: "team", Message: "fine"})
+		clk.Add(500 * time.Millisecond) // refills 50
+		for range 60 {
+			in.Add(store.LogLine{SandboxID: "noisy", TeamID: "team", Message: "more"})
+		}
+		if got := in.Dropped("noisy"); got != 160 {
+			t.Errorf("noisy dropped %d, want 160", got)
+		}
+		if got := in.Dropped("quiet"); got != 0 {
+			t.Errorf("quiet dropped %d, want 0", got)
+		}
+		if err := in.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, "team", "noisy"); n != 150 {
+			t.Errorf("noisy stored %d, want 150", n)
+		}
+		if n := strings.Count(logs.String(), `"msg":"log lines dropped"`); n != 1 {
+			t.Errorf("%d drop reports, want 1:\n%s", n, logs.String())
+		}
+		for _, want := range []string{`"sandbox.id":"noisy"`, `"dropped.total":160`, `"dropped.rate":160`} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("drop report lacks %s:\n%s", want, logs.String())
+			}
+		}
+	})
+
+	t.Run("the byte budget drops lines until the next minute", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		clk := &clock{t: base}
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: 100, Now: clk.Now})
+		for range 15 {
+			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "0123456789"})
+		}
+		clk.Add(time.Minute)
+		in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "0123456789"})
+		if got := in.Dropped("sb"); got != 5 {
+			t.Errorf("dropped %d, want 5", got)
+		}
+		in.Close()
+		if n := count(t, db, "team", "sb"); n != 11 {
+			t.Errorf("stored %d, want 11", n)
+		}
+	})
+
+	t.Run("a full queue drops instead of blocking", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, QueueSize: 10, BatchSize: 1000, FlushInterval: time.Hour})
+		for range 25 {
+			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "x"})
+		}
+		if got := in.Dropped("sb"); got != 15 {
+			t.Errorf("dropped %d, want 15", got)
+		}
+		in.Close()
+	})
+}
+
+func TestParseJSONLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in string
+		ok       bool
+		want     store.LogLine
+	}{
+		{"a slog line gives its time, level, message, request and pid", `{"time":"2026-03-01T12:00:00Z","level":"WARN","msg":"stream end","request_id":"r1","process.pid":7,"stream.end":"deadline"}`,
+			true, store.LogLine{Time: base, Level: "warn", Message: "stream end", RequestID: "r1", PID: 7,
+				Fields: map[string]any{"stream.end": "deadline"}}},
+		{"plain text is not JSON", `hello`, false, store.LogLine{}},
+		{"a JSON array is not a line", `[1]`, false, store.LogLine{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ParseJSONLine([]byte(tc.in))
+			if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// server is the logs API on a store with two teams' sandboxes.
+func server(t *testing.T) (*sqlite.DB, http.Handler) {
+	db := newDB(t)
+	owners := map[string]string{"sb_a": "team_a", "sb_b": "team_b"}
+	h := NewAPI(APIConfig{
+		Logs: db, Commands: db,
+		Team: func(ctx context.Context) (string, bool) {
+			team, ok := ctx.Value(teamKey{}).(string)
+			return team, ok
+		},
+		Sandbox: func(ctx context.Context, team, id string) (string, error) {
+			if owners[id] != team {
+				return "", fmt.Errorf("sandbox %s: %w", id, store.ErrNotFound)
+			}
+			return "base", nil
+		},
+	})
+	return db, h
+}
+
+type teamKey struct{}
+
+func get(t *testing.T, h http.Handler, team, url string) (int, map[string]any) {
+	t.Helper()
+	r := httptest.NewRequest("GET", url, nil)
+	if team != "" {
+		r = r.WithContext(context.WithValue(r.Context(), teamKey{}, team))
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var body map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("GET %s: %d %q: %v", url, w.Code, w.Body.String(), err)
+	}
+	return w.Code, body
+}
+
+func TestAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, h := server(t)
+	var lines []store.LogLine
+	for i := range 5 {
+		lines = append(lines, store.LogLine{Time: base.Add(time.Duration(i) * time.Millisecond), SandboxID: "sb_a",
+			TeamID: "team_a", TemplateID: "base", Level: "info", Source: store.SourceProcess, Stream: "stdout",
+			PID: 9, RequestID: "req_1", Message: fmt.Sprint("out ", i), Fields: map[string]any{"taskId": "t1", "n": float64(i)}})
+	}
+	lines = append(lines, store.LogLine{Time: base.Add(time.Second), SandboxID: "sb_a", TeamID: "team_a",
+		Level: "error", Source: store.SourceEnvd, Message: "envd failed"})
+	if err := db.InsertLogs(ctx, lines); err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	if err := db.UpsertCommand(ctx, &store.CommandRecord{SandboxID: "sb_a", TeamID: "team_a", PID: 9, Tag: "t",
+		RequestID: "req_1", User: "user", Command: "/bin/bash", Args: []string{"-c", "ls"}, Cwd: "/",
+		StartedAt: base, EndedAt: base.Add(1500 * time.Microsecond), ExitCode: &code, EndCause: store.EndExited,
+		StdoutBytes: 3, StdoutHead: "ls\n"}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("v2 logs have E2B's shape with string fields", func(t *testing.T) {
+		status, body := get(t, h, "team_a", "/v2/sandboxes/sb_a/logs?limit=1")
+		if status != 200 {
+			t.Fatalf("status %d: %v", status, body)
+		}
+		want := map[string]any{
+			"logs": []any{map[string]any{"timestamp": "2026-03-01T12:00:00Z", "message": "out 0", "level": "info",
+				"fields": map[string]any{"taskId": "t1", "n": "0", "source": "process", "stream": "stdout",
+					"process.pid": "9", "request_id": "req_1"}}},
+			"nextCursor": body["nextCursor"],
+		}
+		if !reflect.DeepEqual(body, want) {
+			t.Errorf("got %v\nwant %v", body, want)
+		}
+		if _, ok := body["nextCursor"].(string); !ok {
+			t.Errorf("nextCursor %v, want a string", body["nextCursor"])
+		}
+	})
+
+	t.Run("nextCursor pages without repeats", func(t *testing.T) {
+		var got []string
+		url := "/v2/sandboxes/sb_a/logs?limit=2&direction=backward"
+		for range 10 {
+			_, body := get(t, h, "team_a", url)
+			for _, l := range body["logs"].([]any) {
+				got = append(got, l.(map[string]any)["message"].(string))
+			}
+			next, ok := body["nextCursor"].(string)
+			if !ok {
+				break
+			}
+			url = "/v2/sandboxes/sb_a/logs?limit=2&direction=backward&cursor=" + next
+		}
+		if want := []string{"envd failed", "out 4", "out 3", "out 2", "out 1", "out 0"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	})
+
+	for _, tc := range []struct{ name, query, want string }{
+		{"level is the lowest kept", "level=error", "envd failed"},
+		{"search", "search=OUT+3", "out 3"},
+		{"a field filter", "fields.n=2", "out 2"},
+		{"two field filters", "fields.n=4&fields.taskId=t1", "out 4"},
+		{"an E2B millisecond cursor", "cursor=" + fmt.Sprint(base.Add(time.Second).UnixMilli()), "envd failed"},
+		{"request id, source, stream and pid", "request_id=req_1&source=process&stream=stdout&pid=9&limit=1", "out 0"},
+		{"source envd", "source=envd", "envd failed"},
+	} {
+		t.Run("v2 filter: "+tc.name, func(t *testing.T) {
+			status, body := get(t, h, "team_a", "/v2/sandboxes/sb_a/logs?"+tc.query)
+			logs, _ := body["logs"].([]any)
+			if status != 200 || len(logs) != 1 || logs[0].(map[string]any)["message"] != tc.want {
+				t.Errorf("status %d, body %v; want only %q", status, body, tc.want)
+			}
+		})
+	}
+
+	t.Run("the legacy listing has timestamp and line", func(t *testing.T) {
+		status, body := get(t, h, "team_a", "/sandboxes/sb_a/logs?limit=1&start="+fmt.Sprint(base.UnixMilli()))
+		logs, _ := body["logs"].([]any)
+		if status != 200 || len(logs) != 1 || !reflect.DeepEqual(logs[0], map[string]any{"timestamp": "2026-03-01T12:00:00Z", "line": "out 0"}) {
+			t.Errorf("status %d, body %v", status, body)
+		}
+	})
+
+	t.Run("a command record has camelCase fields", func(t *testing.T) {
+		status, body := get(t, h, "team_a", "/sandboxes/sb_a/commands/9")
+		want := map[string]any{"sandboxId": "sb_a", "pid": 9.0, "tag": "t", "requestId": "req_1", "user": "user",
+			"command": "/bin/bash", "args": []any{"-c", "ls"}, "cwd": "/", "startedAt": "2026-03-01T12:00:00Z",
+			"endedAt": "2026-03-01T12:00:00.0015Z", "durationMs": 1.5, "exitCode": 0.0, "signal": "",
+			"endCause": "exited", "signalRequestId": "", "killReason": "", "stdoutBytes": 3.0, "stderrBytes": 0.0,
+			"stdoutHead": "ls\n", "stdoutTail": "", "stderrHead": "", "stderrTail": "", "truncated": false,
+			"redactions": map[string]any{}}
+		if status != 200 || !reflect.DeepEqual(body, want) {
+			t.Errorf("status %d\ngot  %v\nwant %v", status, body, want)
+		}
+	})
+
+	t.Run("the command listing wraps records with a cursor", func(t *testing.T) {
+		status, body := get(t, h, "team_a", "/sandboxes/sb_a/commands?limit=5")
+		cmds, _ := body["commands"].([]any)
+		if status != 200 || len(cmds) != 1 || body["nextCursor"] != nil {
+			t.Errorf("status %d, body %v", status, body)
+		}
+	})
+
+	for _, tc := range []struct {
+		name, team, url string
+		code            int
+	}{
+		{"another team's sandbox logs are not found", "team_b", "/v2/sandboxes/sb_a/logs", 404},
+		{"another team's legacy logs are not found", "team_b", "/sandboxes/sb_a/logs", 404},
+		{"another team's commands are not found", "team_b", "/sandboxes/sb_a/commands", 404},
+		{"another team's command is not found", "team_b", "/sandboxes/sb_a/commands/9", 404},
+		{"an unknown pid is not found", "team_a", "/sandboxes/sb_a/commands/10", 404},
+		{"no team is unauthorized", "", "/v2/sandboxes/sb_a/logs", 401},
+		{"a bad level is a bad request", "team_a", "/v2/sandboxes/sb_a/logs?level=loud", 400},
+		{"a bad direction is a bad request", "team_a", "/v2/sandboxes/sb_a/logs?direction=up", 400},
+		{"a limit over 1000 is a bad request", "team_a", "/v2/sandboxes/sb_a/logs?limit=1001", 400},
+		{"a bad cursor is a bad request", "team_a", "/v2/sandboxes/sb_a/logs?cursor=zz!", 400},
+		{"a bad command cursor is a bad request", "team_a", "/sandboxes/sb_a/commands?cursor=zz!", 400},
+		{"a bad pid is a bad request", "team_a", "/sandboxes/sb_a/commands/x", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := get(t, h, tc.team, tc.url)
+			if status != tc.code || body["code"] != float64(tc.code) || body["requestId"] == "" || body["message"] == "" {
+				t.Errorf("status %d, body %v; want %d", status, body, tc.code)
+			}
+		})
+	}
+
+	t.Run("without a sandbox check, another team still sees no lines", func(t *testing.T) {
+		h := NewAPI(APIConfig{Logs: db, Commands: db, Team: func(context.Context) (string, bool) { return "team_b", true }})
+		status, body := get(t, h, "", "/v2/sandboxes/sb_a/logs")
+		if logs, _ := body["logs"].([]any); status != 200 || len(logs) != 0 {
+			t.Errorf("status %d, body %v", status, body)
+		}
+		if status, _ := get(t, h, "", "/sandboxes/sb_a/commands/9"); status != 404 {
+			t.Errorf("command: status %d, want 404", status)
+		}
+	})
+}

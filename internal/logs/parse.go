@@ -1,0 +1,63 @@
+package logs
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// ParseJSONLine reads one of envd's JSON log lines (log/slog's JSON shape) into a LogLine
+// from the sandbox: Time from "time", Level from "level", Message from "msg", RequestID from
+// "request_id", PID from "process.pid", and every other key into Fields. ok is false when
+// b is not a JSON object; the caller then keeps the text as the message. The caller sets
+// the sandbox, team, template and source, which a line never chooses for itself.
+func ParseJSONLine(b []byte) (l store.LogLine, ok bool) {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return l, false
+	}
+	if s, ok := m["time"].(string); ok {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			l.Time = t.UTC()
+			delete(m, "time")
+		}
+	}
+	if s, ok := m["level"].(string); ok {
+		l.Level = NormalizeLevel(s)
+		delete(m, "level")
+	}
+	if s, ok := m["msg"].(string); ok {
+		l.Message = s
+		delete(m, "msg")
+	}
+	if s, ok := m[telemetry.KeyRequestID].(string); ok {
+		l.RequestID = s
+		delete(m, telemetry.KeyRequestID)
+	}
+	if f, ok := m[telemetry.KeyPID].(float64); ok {
+		l.PID = int(f)
+		delete(m, telemetry.KeyPID)
+	}
+	if len(m) > 0 {
+		l.Fields = m
+	}
+	return l, true
+}
+
+// NormalizeLevel maps a level's common spellings (slog's DEBUG..ERROR, warning, fatal)
+// to store.LogLevels; anything else is info.
+func NormalizeLevel(s string) string {
+	switch l := strings.ToLower(strings.TrimSpace(s)); {
+	case strings.HasPrefix(l, "debug"), strings.HasPrefix(l, "trace"):
+		return "debug"
+	case strings.HasPrefix(l, "warn"):
+		return "warn"
+	case strings.HasPrefix(l, "err"), l == "fatal", l == "panic", l == "critical":
+		return "error"
+	default:
+		return "info"
+	}
+}

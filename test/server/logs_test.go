@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/internal/covetest"
+)
+
+// run runs a bash script in a sandbox through the proxy with a chosen request id.
+func run(t *testing.T, s *covetest.Server, id, script, requestID string) {
+	t.Helper()
+	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
+	f := false
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}, Stdin: &f})
+	req.Header().Set("E2b-Sandbox-Id", id)
+	req.Header().Set("E2b-Sandbox-Port", "49983")
+	req.Header().Set("X-E2B-Request-Id", requestID)
+	stream, err := c.Start(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("run %q: %v", script, err)
+	}
+}
+
+func getJSON(t *testing.T, s *covetest.Server, path string, v any) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	req.Header.Set("X-API-Key", s.Key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(b, v); err != nil && res.StatusCode == http.StatusOK {
+		t.Fatalf("GET %s: %v in %s", path, err, b)
+	}
+	return res.StatusCode
+}
+
+func TestLogsAndCommandRecords(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	const secret = "planted-secret-0123456789"
+	id := a.create(map[string]any{"metadata": map[string]string{"taskId": "task-logs"}, "envVars": map[string]string{"API_TOKEN": secret}})
+	run(t, s, id, `echo hello-from-task; echo "token=$API_TOKEN"; echo '{"level":"error","msg":"json-line","n":7}' >&2; exit 3`, "req-logs-1")
+
+	type wire struct {
+		Logs []struct {
+			Timestamp string         `json:"timestamp"`
+			Message   string         `json:"message"`
+			Level     string         `json:"level"`
+			Fields    map[string]any `json:"fields"`
+		} `json:"logs"`
+	}
+	var page wire
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		getJSON(t, s, "/v2/sandboxes/"+id+"/logs?fields.taskId=task-logs&request_id=req-logs-1&limit=100", &page)
+		if len(page.Logs) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs after 10 s: %+v", page)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Run("a command's lines are stored with the task id, pid, stream and request id", func(t *testing.T) {
+		found := false
+		for _, l := range page.Logs {
+			if l.Message == "hello-from-task" {
+				found = true
+				if l.Fields["taskId"] != "task-logs" || l.Fields["sandbox.id"] != id {
+					t.Errorf("line fields %v", l.Fields)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("hello-from-task not in %+v", page.Logs)
+		}
+	})
+	t.Run("a JSON line keeps its level and fields", func(t *testing.T) {
+		var p wire
+		getJSON(t, s, "/v2/sandboxes/"+id+"/logs?search="+url.QueryEscape("json-line")+"&level=error", &p)
+		// E2B's log fields are strings: a JSON number comes back as its text.
+		if len(p.Logs) != 1 || p.Logs[0].Level != "error" || fmt.Sprint(p.Logs[0].Fields["n"]) != "7" {
+			t.Errorf("search json-line at error: %+v", p.Logs)
+		}
+	})
+	t.Run("the planted secret is in no stored line", func(t *testing.T) {
+		var all wire
+		getJSON(t, s, "/v2/sandboxes/"+id+"/logs?limit=1000", &all)
+		b, _ := json.Marshal(all)
+		if strings.Contains(string(b), secret) {
+			t.Errorf("secret stored in logs: %s", b)
+		}
+		if !strings.Contains(string(b), "token=[REDACTED") {
+			t.Errorf("the secret's line is missing or unmasked: %s", b)
+		}
+	})
+	t.Run("the command record has its exit code, output head and request id, redacted", func(t *testing.T) {
+		var cmds struct {
+			Commands []map[string]any `json:"commands"`
+		}
+		var list []map[string]any
+		code := getJSON(t, s, "/sandboxes/"+id+"/commands", &cmds)
+		list = cmds.Commands
+		if code != http.StatusOK || len(list) == 0 {
+			var bare []map[string]any
+			getJSON(t, s, "/sandboxes/"+id+"/commands", &bare)
+			list = bare
+		}
+		var rec map[string]any
+		for _, c := range list {
+			if c["requestId"] == "req-logs-1" {
+				rec = c
+			}
+		}
+		if rec == nil {
+			t.Fatalf("no record for req-logs-1 in %v", list)
+		}
+		head, _ := rec["stdoutHead"].(string)
+		if rec["exitCode"] != float64(3) || rec["endCause"] != "exited" || !strings.Contains(head, "hello-from-task") || strings.Contains(head, secret) {
+			t.Errorf("record %v", rec)
+		}
+	})
+	t.Run("a command running when its sandbox is killed ends as sandbox_killed with the reason", func(t *testing.T) {
+		go func() { // the stream fails when the sandbox dies under it: that is the point
+			c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
+			req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"60"}}})
+			req.Header().Set("E2b-Sandbox-Id", id)
+			req.Header().Set("X-E2B-Request-Id", "req-logs-sleep")
+			if stream, err := c.Start(context.Background(), req); err == nil {
+				for stream.Receive() {
+				}
+			}
+		}()
+		time.Sleep(500 * time.Millisecond)
+		if code, _, _ := a.do(http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+			t.Fatalf("kill: %d", code)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var cmds struct {
+				Commands []map[string]any `json:"commands"`
+			}
+			getJSON(t, s, "/sandboxes/"+id+"/commands", &cmds)
+			for _, c := range cmds.Commands {
+				if c["requestId"] == "req-logs-sleep" && c["endCause"] == "sandbox_killed" && c["killReason"] == "request" {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no sandbox_killed record: %v", cmds.Commands)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
