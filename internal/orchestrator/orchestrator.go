@@ -130,10 +130,10 @@ type Orchestrator struct {
 
 // entry is one live (running or paused) sandbox.
 type entry struct {
-	mu       sync.Mutex // serialises this sandbox's transitions
-	sb       *store.Sandbox
-	killed   bool
-	closers  map[*closer]struct{}
+	mu        sync.Mutex // serialises this sandbox's transitions
+	sb        *store.Sandbox
+	killed    bool
+	closers   map[*closer]struct{}
 	envd      *http.Client
 	logFile   *os.File
 	drainers  sync.WaitGroup
