@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -44,6 +45,23 @@ type Collector struct {
 
 	mu      sync.Mutex
 	running map[int]*store.CommandRecord // started, not yet ended, by pid
+	recent  []string                     // the last output lines, redacted, for post-mortems
+}
+
+// recentLines is how many output lines a collector keeps for a post-mortem.
+const recentLines = 20
+
+// Redact masks the sandbox's secrets in s.
+func (c *Collector) Redact(s string) string {
+	out, _ := c.redactor.String(s)
+	return out
+}
+
+// Recent returns the sandbox's last output lines, oldest first, redacted.
+func (c *Collector) Recent() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.recent...)
 }
 
 // New returns a collector for one sandbox. logs or commands may be nil to skip them.
@@ -206,11 +224,16 @@ func with(fields map[string]any, k string, v any) map[string]any {
 
 // add labels, redacts and stores one line. Host labels win over the line's own fields.
 func (c *Collector) add(line store.LogLine) {
-	if c.logs == nil {
-		return
-	}
 	line.SandboxID, line.TeamID, line.TemplateID = c.labels.SandboxID, c.labels.TeamID, c.labels.TemplateID
 	line.Message, _ = c.redactor.String(line.Message)
+	if line.Source == store.SourceProcess {
+		c.mu.Lock()
+		c.recent = append(c.recent, fmt.Sprintf("[%d %s] %s", line.PID, line.Stream, line.Message))
+		if len(c.recent) > recentLines {
+			c.recent = c.recent[len(c.recent)-recentLines:]
+		}
+		c.mu.Unlock()
+	}
 	for k, v := range line.Fields {
 		line.Fields[k] = c.redactValue(v)
 	}
@@ -218,7 +241,9 @@ func (c *Collector) add(line store.LogLine) {
 		line.Fields = with(line.Fields, k, v)
 	}
 	line.Fields = with(line.Fields, "sandbox.id", c.labels.SandboxID)
-	c.logs.Add(line)
+	if c.logs != nil {
+		c.logs.Add(line)
+	}
 }
 
 func (c *Collector) redactValue(v any) any {

@@ -81,6 +81,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	wasState := e.sb.State
 	e.killed = true
 	e.closeAll()
+	pm := o.postmortem(ctx, e)
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
 	e.closeLog()
 
@@ -98,7 +99,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	delete(o.live, e.sb.ID)
 	o.mu.Unlock()
 	o.nudge()
-	o.emit(ctx, events.SandboxKilled, e.sb, events.KilledData(why, events.ExecutionOf(e.sb, now)))
+	data := events.KilledData(why, events.ExecutionOf(e.sb, now))
+	data["postmortem"] = pm
+	o.emit(ctx, events.SandboxKilled, e.sb, data)
 	telemetry.SandboxesKilled.WithLabelValues(why.String()).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("kill").Observe(time.Since(begun).Seconds())
@@ -119,6 +122,37 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	}
 	o.logger(ctx).Info("sandbox killed", attrs...)
 	return nil
+}
+
+// maxPostmortemProcs bounds the process list a post-mortem keeps.
+const maxPostmortemProcs = 50
+
+// postmortem records what the sandbox looked like at its kill: its processes (biggest memory
+// first, so an OOM shows who held the memory), its resource use and its last output lines.
+// Caller holds e.mu; the sandbox still exists.
+func (o *Orchestrator) postmortem(ctx context.Context, e *entry) map[string]any {
+	pm := map[string]any{"at": time.Now().UTC()}
+	if procs, err := o.cfg.Runtime.Processes(ctx, e.sb.ID); err == nil {
+		list := make([]map[string]any, 0, min(len(procs), maxPostmortemProcs))
+		for _, p := range procs[:min(len(procs), maxPostmortemProcs)] {
+			cmd := p.Command
+			if e.collector != nil {
+				cmd = e.collector.Redact(cmd)
+			}
+			list = append(list, map[string]any{"pid": p.PID, "ppid": p.PPID, "state": p.State, "command": cmd, "rss_bytes": p.RSSBytes})
+		}
+		pm["processes"] = list
+		pm["process_count"] = len(procs)
+	}
+	if st, err := o.cfg.Runtime.Stats(ctx, e.sb.ID); err == nil {
+		pm["resources"] = map[string]any{"memory_bytes": st.MemoryUsage, "memory_max_bytes": st.MemoryMaxUsage,
+			"memory_limit_bytes": st.MemoryLimit, "oom_kills": st.OOMKills, "cpu_seconds": st.CPU.Seconds(),
+			"pids": st.PIDs, "pids_limit": st.PIDsLimit}
+	}
+	if e.collector != nil {
+		pm["last_output"] = e.collector.Recent()
+	}
+	return pm
 }
 
 // closeAll cuts every connection the proxy registered for this sandbox. Caller holds e.mu.

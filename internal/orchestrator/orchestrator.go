@@ -52,6 +52,8 @@ type Runtime interface {
 	List(ctx context.Context) ([]string, error)
 	// OOMEvents reports the sandbox's OOM kill count each time the OOM killer acts in it.
 	OOMEvents(ctx context.Context, id string) (<-chan uint64, error)
+	// Processes lists the sandbox's processes, biggest memory first.
+	Processes(ctx context.Context, id string) ([]runtime.Process, error)
 }
 
 // Config configures an Orchestrator.

@@ -615,3 +615,31 @@ func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 		t.Fatal("the allocation survived the memory limit")
 	}
 }
+
+func TestProcessesListTheSandboxTreeWithSandboxPidsAndMemory(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; sleep 30`)})
+	s.stdout.waitFor(t, "ready", 10*time.Second)
+	procs, err := r.Processes(context.Background(), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var init, sleeper bool
+	for _, p := range procs {
+		if p.PID == 1 && p.PPID == 0 && strings.HasPrefix(p.Command, "/bin/sh") {
+			init = true
+			if p.RSSBytes < 5_000_000 {
+				t.Errorf("init holds the 5 MB string but RSS is %d", p.RSSBytes)
+			}
+		}
+		if strings.HasPrefix(p.Command, "sleep 30") && p.PPID == 1 && p.HostPID != p.PID {
+			sleeper = true
+		}
+	}
+	if !init || !sleeper {
+		t.Fatalf("processes %+v: want init (pid 1) and its sleeping child with sandbox pids", procs)
+	}
+	if procs[0].PID != 1 {
+		t.Errorf("biggest memory first: %+v", procs)
+	}
+}

@@ -173,3 +173,75 @@ func TestLogsAndCommandRecords(t *testing.T) {
 		}
 	})
 }
+
+func TestKilledEventKeepsAPostmortem(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	id := a.create(nil)
+	go func() { // holds 200 MB until the kill; its stream ends with the sandbox
+		c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
+		req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/usr/bin/python3", Args: []string{"-c",
+			"b = bytearray(200 << 20); print('holding memory', flush=True); import time; time.sleep(60)"}}})
+		req.Header().Set("E2b-Sandbox-Id", id)
+		if stream, err := c.Start(context.Background(), req); err == nil {
+			for stream.Receive() {
+			}
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var p struct {
+			Logs []struct{ Message string } `json:"logs"`
+		}
+		getJSON(t, s, "/v2/sandboxes/"+id+"/logs?search=holding", &p)
+		if len(p.Logs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the memory holder never printed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, _, _ := a.do(http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+		t.Fatalf("kill: %d", code)
+	}
+	var evs []struct {
+		Type      string `json:"type"`
+		EventData struct {
+			Postmortem struct {
+				Processes []struct {
+					PID      int    `json:"pid"`
+					Command  string `json:"command"`
+					RSSBytes uint64 `json:"rss_bytes"`
+				} `json:"processes"`
+				Resources  map[string]any `json:"resources"`
+				LastOutput []string       `json:"last_output"`
+			} `json:"postmortem"`
+		} `json:"eventData"`
+	}
+	getJSON(t, s, "/events/sandboxes/"+id+"?type=sandbox.lifecycle.killed", &evs)
+	if len(evs) != 1 {
+		t.Fatalf("killed events: %+v", evs)
+	}
+	pm := evs[0].EventData.Postmortem
+	t.Run("the process that held the memory comes first, with its RSS", func(t *testing.T) {
+		if len(pm.Processes) < 2 || !strings.Contains(pm.Processes[0].Command, "python3") || pm.Processes[0].RSSBytes < 150<<20 {
+			t.Errorf("processes %+v", pm.Processes)
+		}
+		envd := false
+		for _, p := range pm.Processes {
+			envd = envd || (p.PID == 1 && strings.Contains(p.Command, "envd"))
+		}
+		if !envd {
+			t.Errorf("envd (pid 1) missing from %+v", pm.Processes)
+		}
+	})
+	t.Run("the last output and the resources at the kill are kept", func(t *testing.T) {
+		if len(pm.LastOutput) == 0 || !strings.Contains(strings.Join(pm.LastOutput, "\n"), "holding memory") {
+			t.Errorf("last output %v", pm.LastOutput)
+		}
+		if mem, _ := pm.Resources["memory_bytes"].(float64); mem < 150<<20 {
+			t.Errorf("resources %v", pm.Resources)
+		}
+	})
+}
