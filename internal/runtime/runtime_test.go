@@ -618,7 +618,8 @@ func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 
 func TestProcessesListTheSandboxTreeWithSandboxPidsAndMemory(t *testing.T) {
 	r, rootfs := newRuntime(t)
-	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; sleep 30`)})
+	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; while :; do sleep 1; done`)})
+	// (a loop, not a final sleep: the shell would exec its last command and lose the string)
 	s.stdout.waitFor(t, "ready", 10*time.Second)
 	procs, err := r.Processes(context.Background(), s.id)
 	if err != nil {
