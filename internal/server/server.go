@@ -34,6 +34,7 @@ import (
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/trace"
 )
 
 // Config configures Run.
@@ -167,6 +168,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	ingester := logs.NewIngester(db, logs.Config{Logger: cfg.Logger})
 	defer ingester.Close()
+	// From here on, the server's own lines about a sandbox also go to the log store, so a
+	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
+	cfg.Logger = slog.New(trace.Tee(cfg.Logger.Handler(), ingester.Add, func(id string) string {
+		if sb, err := db.GetSandbox(context.Background(), id); err == nil {
+			return sb.TeamID
+		}
+		return ""
+	}))
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
 
 	orch, err := orchestrator.New(orchestrator.Config{
@@ -226,6 +235,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			"GET /sandboxes/{id}/logs":           logsAPI,
 			"GET /sandboxes/{id}/commands":       logsAPI,
 			"GET /sandboxes/{id}/commands/{pid}": logsAPI,
+			"GET /traces/{requestId}": trace.NewAPI(trace.APIConfig{Store: db,
+				Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" }}),
 		}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})

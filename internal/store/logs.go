@@ -26,6 +26,7 @@ func LogLevelRank(level string) (rank int, ok bool) {
 const (
 	SourceEnvd    = "envd"    // envd's own log lines
 	SourceProcess = "process" // a command's output
+	SourceServer  = "server"  // cove server's own lines about a sandbox (API, proxy, orchestrator)
 )
 
 // LogLine is one line a sandbox logged: one of envd's own lines, or one line of a command's

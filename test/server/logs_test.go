@@ -245,3 +245,51 @@ func TestKilledEventKeepsAPostmortem(t *testing.T) {
 		}
 	})
 }
+
+func TestTraceJoinsEverySideOfOneRequest(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	id := a.create(nil)
+	// The client gives up after the first line; the process goes on and exits 0.
+	ctx, cancel := context.WithCancel(context.Background())
+	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "echo first; sleep 0.5; echo second"}}})
+	req.Header().Set("E2b-Sandbox-Id", id)
+	req.Header().Set("X-E2B-Request-Id", "req-trace-1")
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if string(stream.Msg().GetEvent().GetData().GetStdout()) == "first\n" {
+			break
+		}
+	}
+	cancel()
+	time.Sleep(1500 * time.Millisecond) // the process finishes; lines are flushed
+	var tl struct {
+		Entries []struct {
+			Source  string         `json:"source"`
+			Message string         `json:"message"`
+			Fields  map[string]any `json:"fields"`
+		} `json:"entries"`
+	}
+	if code := getJSON(t, s, "/traces/req-trace-1", &tl); code != http.StatusOK {
+		t.Fatalf("GET /traces: %d", code)
+	}
+	var steps []string
+	for _, e := range tl.Entries {
+		steps = append(steps, e.Source+": "+e.Message)
+	}
+	joined := strings.Join(steps, "\n")
+	for _, want := range []string{"server: proxy", "envd: stream end", "process: first", "command: process", "exited 0"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, joined)
+		}
+	}
+	for _, e := range tl.Entries {
+		if e.Source == "envd" && e.Message == "stream end" && fmt.Sprint(e.Fields["stream.end"]) != "client_cancel" {
+			t.Errorf("envd's stream end: %v", e.Fields)
+		}
+	}
+}

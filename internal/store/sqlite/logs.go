@@ -189,20 +189,9 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 	page := &store.LogPage{Lines: make([]store.LogLine, 0, min(limit, 64))}
 	var seqs []int64
 	for rows.Next() {
-		var l store.LogLine
-		var ts, seq int64
-		var level int
-		var fields sql.NullString
-		if err := rows.Scan(&ts, &seq, &l.SandboxID, &l.TeamID, &l.TemplateID, &level, &l.Source,
-			&l.Stream, &l.PID, &l.RequestID, &l.Message, &fields); err != nil {
+		l, seq, err := scanLogLine(rows)
+		if err != nil {
 			return nil, fmt.Errorf("query logs of %s: %w", q.SandboxID, err)
-		}
-		l.Time = fromMicros(ts)
-		l.Level = store.LogLevels[max(0, min(level, len(store.LogLevels)-1))]
-		if fields.Valid {
-			if err := json.Unmarshal([]byte(fields.String), &l.Fields); err != nil {
-				return nil, fmt.Errorf("query logs of %s: fields: %w", q.SandboxID, err)
-			}
 		}
 		page.Lines = append(page.Lines, l)
 		seqs = append(seqs, seq)
@@ -215,6 +204,26 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 		page.Next = &store.LogPosition{Time: page.Lines[limit-1].Time, Seq: seqs[limit-1]}
 	}
 	return page, nil
+}
+
+// scanLogLine reads one row of logColumns, returning the line and its seq.
+func scanLogLine(row scanner) (store.LogLine, int64, error) {
+	var l store.LogLine
+	var ts, seq int64
+	var level int
+	var fields sql.NullString
+	if err := row.Scan(&ts, &seq, &l.SandboxID, &l.TeamID, &l.TemplateID, &level, &l.Source,
+		&l.Stream, &l.PID, &l.RequestID, &l.Message, &fields); err != nil {
+		return l, 0, err
+	}
+	l.Time = fromMicros(ts)
+	l.Level = store.LogLevels[max(0, min(level, len(store.LogLevels)-1))]
+	if fields.Valid {
+		if err := json.Unmarshal([]byte(fields.String), &l.Fields); err != nil {
+			return l, 0, fmt.Errorf("fields: %w", err)
+		}
+	}
+	return l, seq, nil
 }
 
 // PruneLogs deletes lines older than olderThan, sandbox by sandbox, in transactions of at

@@ -1,0 +1,192 @@
+// Package trace answers "what happened to request X?": it merges every line, event and
+// command record Cove stored under one request id into one timeline, and tees cove server's
+// own log lines about sandboxes into the log store so they take part.
+package trace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Entry is one step of a request's timeline.
+type Entry struct {
+	Time      time.Time      `json:"time"`
+	Source    string         `json:"source"` // server, envd, process, event, command
+	SandboxID string         `json:"sandboxId,omitempty"`
+	Level     string         `json:"level,omitempty"`
+	Message   string         `json:"message"`
+	Fields    map[string]any `json:"fields,omitempty"`
+}
+
+// Timeline is everything stored under one request id, oldest first.
+type Timeline struct {
+	RequestID string  `json:"requestId"`
+	Entries   []Entry `json:"entries"`
+}
+
+// Build gathers the team's timeline for requestID.
+func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (*Timeline, error) {
+	tl := &Timeline{RequestID: requestID, Entries: []Entry{}}
+	lines, err := st.TraceLogs(ctx, teamID, requestID, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range lines {
+		tl.Entries = append(tl.Entries, Entry{Time: l.Time, Source: l.Source, SandboxID: l.SandboxID, Level: l.Level, Message: l.Message, Fields: l.Fields})
+	}
+	evs, err := st.TraceEvents(ctx, teamID, requestID, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		var data map[string]any
+		_ = json.Unmarshal(ev.Data, &data)
+		tl.Entries = append(tl.Entries, Entry{Time: ev.Timestamp, Source: "event", SandboxID: ev.SandboxID, Level: "info", Message: ev.Type, Fields: data})
+	}
+	cmds, err := st.TraceCommands(ctx, teamID, requestID, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		if c.RequestID == requestID {
+			tl.Entries = append(tl.Entries, Entry{Time: c.StartedAt, Source: "command", SandboxID: c.SandboxID, Level: "info",
+				Message: fmt.Sprintf("process %d started: %s", c.PID, c.Command), Fields: map[string]any{"process.pid": c.PID, "user": c.User, "cwd": c.Cwd}})
+		}
+		if c.EndedAt.IsZero() {
+			continue
+		}
+		f := map[string]any{"process.pid": c.PID, "end_cause": c.EndCause, "duration_ms": c.Duration.Milliseconds()}
+		msg := fmt.Sprintf("process %d %s after %s", c.PID, ended(c), c.Duration.Round(time.Millisecond))
+		if c.SignalRequestID != "" {
+			f["signal_request_id"] = c.SignalRequestID
+		}
+		if c.KillReason != "" {
+			f["kill_reason"] = c.KillReason
+		}
+		tl.Entries = append(tl.Entries, Entry{Time: c.EndedAt, Source: "command", SandboxID: c.SandboxID, Level: "info", Message: msg, Fields: f})
+	}
+	sort.SliceStable(tl.Entries, func(i, j int) bool { return tl.Entries[i].Time.Before(tl.Entries[j].Time) })
+	return tl, nil
+}
+
+func ended(c *store.CommandRecord) string {
+	switch {
+	case c.EndCause == store.EndSandboxKilled:
+		return "ended with its sandbox (" + c.KillReason + ")"
+	case c.ExitCode != nil:
+		return fmt.Sprintf("exited %d", *c.ExitCode)
+	case c.EndCause == store.EndTimeout:
+		return "was killed at its deadline"
+	case c.Signal != "":
+		return "was killed by " + c.Signal
+	}
+	return c.EndCause
+}
+
+// APIConfig configures NewAPI.
+type APIConfig struct {
+	Store store.TraceStore
+	Team  func(ctx context.Context) (teamID string, ok bool)
+}
+
+// NewAPI serves GET /traces/{requestId}: the caller's team's timeline for that id.
+func NewAPI(cfg APIConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /traces/{requestId}", func(w http.ResponseWriter, r *http.Request) {
+		team, ok := cfg.Team(r.Context())
+		if !ok {
+			writeError(w, r, http.StatusUnauthorized, "no team")
+			return
+		}
+		tl, err := Build(r.Context(), cfg.Store, team, r.PathValue("requestId"))
+		if err != nil {
+			writeError(w, r, http.StatusInternalServerError, "trace: "+err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(tl)
+	})
+	return mux
+}
+
+func writeError(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	id := telemetry.RequestID(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg + " (request id " + id + ")", "requestId": id})
+}
+
+// Tee returns a slog handler that writes every record to next and, when the record is about
+// a sandbox (it carries sandbox.id and request_id), also to the log store as a server line,
+// so cove trace shows the API's, proxy's and orchestrator's steps. teamOf names the team of
+// a sandbox for lines that do not carry team.id (the proxy's).
+func Tee(next slog.Handler, add func(store.LogLine), teamOf func(sandboxID string) string) slog.Handler {
+	return &tee{next: next, add: add, teamOf: teamOf}
+}
+
+type tee struct {
+	next   slog.Handler
+	add    func(store.LogLine)
+	teamOf func(string) string
+	attrs  []slog.Attr
+}
+
+func (t *tee) Enabled(ctx context.Context, l slog.Level) bool { return t.next.Enabled(ctx, l) }
+
+func (t *tee) WithAttrs(as []slog.Attr) slog.Handler {
+	return &tee{next: t.next.WithAttrs(as), add: t.add, teamOf: t.teamOf, attrs: append(append([]slog.Attr(nil), t.attrs...), as...)}
+}
+
+func (t *tee) WithGroup(name string) slog.Handler {
+	return &tee{next: t.next.WithGroup(name), add: t.add, teamOf: t.teamOf, attrs: t.attrs}
+}
+
+func (t *tee) Handle(ctx context.Context, r slog.Record) error {
+	err := t.next.Handle(ctx, r)
+	line := store.LogLine{Time: r.Time, Source: store.SourceServer, Message: r.Message, Level: level(r.Level), Fields: map[string]any{}}
+	take := func(a slog.Attr) {
+		switch v := a.Value.Resolve().String(); a.Key {
+		case telemetry.KeySandboxID:
+			line.SandboxID = v
+		case telemetry.KeyTeamID:
+			line.TeamID = v
+		case telemetry.KeyTemplateID:
+			line.TemplateID = v
+		case telemetry.KeyRequestID:
+			line.RequestID = v
+		default:
+			line.Fields[a.Key] = v
+		}
+	}
+	for _, a := range t.attrs {
+		take(a)
+	}
+	r.Attrs(func(a slog.Attr) bool { take(a); return true })
+	if line.SandboxID != "" && line.TeamID == "" && t.teamOf != nil {
+		line.TeamID = t.teamOf(line.SandboxID)
+	}
+	if line.SandboxID != "" && line.TeamID != "" && line.RequestID != "" {
+		t.add(line)
+	}
+	return err
+}
+
+func level(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "error"
+	case l >= slog.LevelWarn:
+		return "warn"
+	case l >= slog.LevelInfo:
+		return "info"
+	}
+	return "debug"
+}
