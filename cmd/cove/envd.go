@@ -23,6 +23,7 @@ func newEnvdCmd() *cobra.Command {
 		subreaper bool
 		logLevel  string
 		collect   string
+		otelURL   string
 	)
 	cmd := &cobra.Command{
 		Use:   "envd",
@@ -37,6 +38,11 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			logger := telemetry.NewLogger(os.Stderr, level).With("service", "envd")
+			stopOTel, err := startOTel(cmd.Context(), otelURL, "cove-envd")
+			if err != nil {
+				return fmt.Errorf("--otel-endpoint: %w", err)
+			}
+			defer stopOTel()
 			reap := os.Getpid() == 1
 			if subreaper && !reap {
 				if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -71,6 +77,7 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 	f.DurationVar(&keepEnded, "keep-ended", 30*time.Second, "how long an exited process's end event stays available to Connect")
 	f.BoolVar(&subreaper, "subreaper", false, "become a child subreaper and reap orphans (automatic as PID 1)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	otelFlag(cmd, &otelURL)
 	f.StringVar(&collect, "collect", "auto", "write output lines and command records as JSON to stdout: auto (when PID 1), on or off")
 	return cmd
 }

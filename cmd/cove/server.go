@@ -26,7 +26,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel string
+	var logLevel, otelEndpoint string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -40,6 +40,11 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With("service", "server")
+			stopOTel, err := startOTel(cmd.Context(), otelEndpoint, "cove-server")
+			if err != nil {
+				return fmt.Errorf("--otel-endpoint: %w", err)
+			}
+			defer stopOTel()
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -51,5 +56,6 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", 5*time.Second, "how often each sandbox's CPU, memory, disk and network are sampled")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
+	otelFlag(cmd, &otelEndpoint)
 	return cmd
 }

@@ -98,7 +98,7 @@ func New(cfg Config) *Server {
 		// Never compress responses: output chunks are at most 32 KiB, the link is local, and
 		// gzip cost half of envd's CPU at high output rates. Compressed requests still work.
 		connect.WithCompressMinBytes(math.MaxInt32),
-		connect.WithInterceptors(s.interceptor()),
+		connect.WithInterceptors(append(traceInterceptors(), s.interceptor())...),
 	}
 	mux := http.NewServeMux()
 	s.fs = filesystem.New(s.defaults)
@@ -109,7 +109,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /envs", s.serveEnvs)
 	mux.HandleFunc("POST /init", s.serveInit)
-	s.handler = s.trimWhenIdle(s.withLogger(telemetry.RequestIDMiddleware(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux)))))))
+	s.handler = s.trimWhenIdle(s.withLogger(telemetry.RequestIDMiddleware(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux))))))))
 	s.trim = time.AfterFunc(time.Hour, func() {
 		if s.inflight.Load() == 0 {
 			runtime.GC() // twice: a sync.Pool's buffers survive one collection as its victim cache

@@ -157,8 +157,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // rewrite points the outgoing request at the target; the URL host is a key for the
 // connection pool ("{id}:{port}"), decoded again by dial. The client's Host and headers
-// stay, hop-by-hop headers are gone (ReverseProxy strips them), and the request id goes
-// upstream.
+// stay, hop-by-hop headers are gone (ReverseProxy strips them), and the request id (and, to
+// envd, Cove's traceparent) goes upstream.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	ctx := pr.In.Context()
 	t, _ := ctx.Value(targetKey{}).(target)
@@ -168,6 +168,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if id := telemetry.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(telemetry.HeaderRequestID, id)
 	}
+	traceHop(pr, t)
 }
 
 // modifyResponse drops upstream's request id header: the proxy already echoes the id.

@@ -250,7 +250,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			apiHandler.ServeHTTP(w, r)
 		}
 	})
-	handler := withLogger(cfg.Logger, telemetry.RequestIDMiddleware(root))
+	handler := withLogger(cfg.Logger, telemetry.RequestIDMiddleware(telemetry.TraceHTTP(root)))
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -32,9 +32,11 @@ const (
 
 type loggerKey struct{}
 
-// NewLogger returns Cove's JSON logger writing to w at the given level.
+// NewLogger returns Cove's JSON logger writing to w at the given level. Its lines carry
+// trace_id and span_id when their context has a span, and reach the OTLP collector too
+// while SetupOTel exports.
 func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(newLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})))
 }
 
 // WithLogger returns a context whose Logger is l. The fields With added to the previous
