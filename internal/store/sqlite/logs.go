@@ -39,6 +39,18 @@ func init() { logSeq.Store(time.Now().UnixNano()) }
 
 const logColumns = `ts, seq, sandbox_id, team_id, template_id, level, source, stream, pid, request_id, message, fields`
 
+// logColumnCount is the number of logColumns; logRowsPerInsert rows go in one INSERT.
+const (
+	logColumnCount   = 12
+	logRowsPerInsert = 200
+)
+
+// logInsert is an INSERT of n rows of logColumns.
+func logInsert(n int) string {
+	row := "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	return "INSERT INTO logs (" + logColumns + ") VALUES " + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+}
+
 // InsertLogs stores lines in one transaction with one prepared statement. A line with an
 // unknown level is stored as info.
 func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
@@ -51,31 +63,51 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 		}
 	}
 	seq := logSeq.Add(int64(len(lines))) - int64(len(lines))
+	// Rows go in multi-row INSERTs: per-statement overhead, not the rows, bounded ingest.
+	args := make([]any, 0, logRowsPerInsert*logColumnCount)
 	err := db.writeTx(ctx, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO logs (`+logColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		for i := range lines {
-			l := &lines[i]
-			level, ok := store.LogLevelRank(l.Level)
-			if !ok {
-				level = 1
+		var full *sql.Stmt
+		defer func() {
+			if full != nil {
+				full.Close()
 			}
-			var fields sql.NullString
-			if len(l.Fields) > 0 {
-				b, err := json.Marshal(l.Fields)
-				if err != nil {
-					return fmt.Errorf("line %d fields: %w", i, err)
+		}()
+		for start := 0; start < len(lines); start += logRowsPerInsert {
+			chunk := lines[start:min(start+logRowsPerInsert, len(lines))]
+			args = args[:0]
+			for i := range chunk {
+				l := &chunk[i]
+				level, ok := store.LogLevelRank(l.Level)
+				if !ok {
+					level = 1
 				}
-				fields = sql.NullString{String: string(b), Valid: true}
+				var fields sql.NullString
+				if len(l.Fields) > 0 {
+					b, err := json.Marshal(l.Fields)
+					if err != nil {
+						return fmt.Errorf("line %d fields: %w", start+i, err)
+					}
+					fields = sql.NullString{String: string(b), Valid: true}
+				}
+				seq++
+				args = append(args, toMicros(l.Time), seq, l.SandboxID, l.TeamID, l.TemplateID,
+					level, l.Source, l.Stream, l.PID, l.RequestID, l.Message, fields)
 			}
-			seq++
-			if _, err := st.ExecContext(ctx, toMicros(l.Time), seq, l.SandboxID, l.TeamID, l.TemplateID,
-				level, l.Source, l.Stream, l.PID, l.RequestID, l.Message, fields); err != nil {
-				return fmt.Errorf("line %d: %w", i, err)
+			if len(chunk) == logRowsPerInsert {
+				if full == nil {
+					st, err := tx.PrepareContext(ctx, logInsert(logRowsPerInsert))
+					if err != nil {
+						return err
+					}
+					full = st
+				}
+				if _, err := full.ExecContext(ctx, args...); err != nil {
+					return fmt.Errorf("lines %d-%d: %w", start, start+len(chunk)-1, err)
+				}
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, logInsert(len(chunk)), args...); err != nil {
+				return fmt.Errorf("lines %d-%d: %w", start, start+len(chunk)-1, err)
 			}
 		}
 		return nil
