@@ -69,7 +69,7 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", 3*time.Second, "pause after the runs before sampling idle RSS")
 	flag.DurationVar(&c.idle, "idle", 10*time.Second, "window for idle CPU")
 	flag.BoolVar(&c.acceptGzip, "accept-gzip", true, "let the client accept gzip responses (connect-go's default)")
-	flag.StringVar(&only, "only", "true,tput,conc,idle", "phases to run")
+	flag.StringVar(&only, "only", "true,obs,tput,conc,idle", "phases to run")
 	flag.BoolVar(&quick, "quick", false, "fast smoke run: -n 200 -bytes 256MiB -settle 1s -idle 3s")
 	flag.BoolVar(&c.asJSON, "json", false, "also print the results as JSON")
 	flag.Parse()
@@ -168,6 +168,19 @@ func run(c config) error {
 		info("true ratio p50 (envd/bare)", float64(e50)/float64(b50), "x")
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
 		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+max(c.iters/10, 20)), "ms")
+	}
+
+	if c.only["obs"] {
+		fmt.Fprintf(os.Stderr, "observability on vs off x%d ...\n", c.iters)
+		onRT, offRT, err := observability(ctx, c, hc, client)
+		if err != nil {
+			return err
+		}
+		on50, off50 := pct(onRT, 50), pct(offRT, 50)
+		info("`seq 100` p50, collection off", ms(off50), "ms")
+		info("`seq 100` p50, collection on", ms(on50), "ms")
+		overhead := (float64(on50)/float64(off50) - 1) * 100
+		check("observability overhead p50", overhead, "%", "<= 5 %", overhead <= 5)
 	}
 
 	if c.only["tput"] {
@@ -314,6 +327,53 @@ func roundTrips(ctx context.Context, client processconnect.ProcessClient, n int)
 		bare = append(bare, time.Since(t0))
 	}
 	return viaEnvd, bare, nil
+}
+
+// observability times a command that writes 100 lines through a second envd that collects
+// (output lines and command records on its stdout, read here as the host would) against the
+// first, which does not; calls alternate so the machine's noise falls on both alike.
+func observability(ctx context.Context, c config, hc *http.Client, off processconnect.ProcessClient) (on, offRT []time.Duration, err error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	envd := exec.Command(c.cove, "envd", "--addr", addr, "--log-level", "warn", "--subreaper", "--collect", "on")
+	envd.Stderr = os.Stderr
+	envd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := envd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := envd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start collecting envd: %w", err)
+	}
+	defer func() { _ = envd.Process.Kill(); _ = envd.Wait() }()
+	go func() { _, _ = io.Copy(io.Discard, out) }() // the host's side of the pipe
+	if err := waitHealthy(ctx, hc, "http://"+addr, 10*time.Second); err != nil {
+		return nil, nil, err
+	}
+	onClient := processconnect.NewProcessClient(hc, "http://"+addr)
+	one := func(cl processconnect.ProcessClient) (time.Duration, error) {
+		t0 := time.Now()
+		if _, err := start(ctx, cl, "/usr/bin/seq", []string{"100"}, nil); err != nil {
+			return 0, err
+		}
+		return time.Since(t0), nil
+	}
+	for i := 0; i < c.iters+max(c.iters/10, 20); i++ {
+		a, err := one(onClient)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := one(off)
+		if err != nil {
+			return nil, nil, err
+		}
+		if i >= max(c.iters/10, 20) { // after the warm-up
+			on, offRT = append(on, a), append(offRT, b)
+		}
+	}
+	return on, offRT, nil
 }
 
 func headArgs(n int64) []string { return []string{"-c", strconv.FormatInt(n, 10), "/dev/zero"} }
