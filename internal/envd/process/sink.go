@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Sink carries what envd records about its processes to the host: each line a process
@@ -213,11 +215,90 @@ func (c *capture) line(b []byte, partial bool) {
 		c.sink.dropped.Add(1)
 		return
 	}
-	ok := c.sink.emit(outputLine{Kind: "output", Time: time.Now(), PID: c.p.pid, Stream: c.stream,
-		RequestID: c.p.requestID, Tag: c.p.tag, Line: string(bytes.TrimSuffix(b, []byte{'\r'})), Partial: partial})
-	if !ok {
+	if !c.sink.queueLine(appendOutputLine(make([]byte, 0, len(b)+160), time.Now(), c.p.pid, c.stream,
+		c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)) {
 		c.dropped++
 	}
+}
+
+// queueLine queues an encoded line (with its newline); false when it was dropped.
+func (s *Sink) queueLine(b []byte) bool {
+	select {
+	case s.queue <- b:
+		return true
+	default:
+		s.dropped.Add(1)
+		return false
+	}
+}
+
+// appendOutputLine encodes an output record as outputLine's JSON would, without reflection:
+// it runs for every line a command writes.
+func appendOutputLine(b []byte, ts time.Time, pid int, stream, requestID, tag string, line []byte, partial bool) []byte {
+	b = append(b, `{"kind":"output","ts":"`...)
+	b = ts.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","pid":`...)
+	b = strconv.AppendInt(b, int64(pid), 10)
+	b = append(b, `,"stream":`...)
+	b = appendJSONString(b, stream)
+	if requestID != "" {
+		b = append(b, `,"request_id":`...)
+		b = appendJSONString(b, requestID)
+	}
+	if tag != "" {
+		b = append(b, `,"tag":`...)
+		b = appendJSONString(b, tag)
+	}
+	b = append(b, `,"line":`...)
+	b = appendJSONString(b, string(line))
+	if partial {
+		b = append(b, `,"partial":true`...)
+	}
+	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and control characters
+// escaped, invalid UTF-8 replaced by U+FFFD, as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 func (c *capture) tailBytes() []byte {
