@@ -46,6 +46,8 @@ type Config struct {
 	TemplateDir string
 	// SampleInterval is how often each sandbox's resources are sampled; 5 s when 0.
 	SampleInterval time.Duration
+	// Retention is how long log lines and ended commands are kept; 7 days when 0.
+	Retention time.Duration
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -195,6 +197,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	defer smp.Close()
+	go retain(ctx, db, cfg.Retention, cfg.Logger)
 	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) (string, error) {
@@ -293,6 +296,30 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// retain prunes log lines and ended commands older than the retention, every ten minutes.
+func retain(ctx context.Context, db *sqlite.DB, keep time.Duration, logger *slog.Logger) {
+	if keep <= 0 {
+		keep = 7 * 24 * time.Hour
+	}
+	tick := time.NewTicker(10 * time.Minute)
+	defer tick.Stop()
+	for {
+		before := time.Now().Add(-keep)
+		lines, err1 := db.PruneLogs(ctx, before)
+		cmds, err2 := db.PruneCommands(ctx, before)
+		if err := errors.Join(err1, err2); err != nil && ctx.Err() == nil {
+			logger.Warn("retention: prune failed", "error", err.Error())
+		} else if lines+cmds > 0 {
+			logger.Info("retention: pruned", "log_lines", lines, "commands", cmds, "before", before.UTC())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // sampleSource tells the resource sampler which sandboxes run and where their cgroup,
