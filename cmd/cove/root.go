@@ -11,5 +11,6 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd(), newTeamCmd(), newAdminCmd(),
 		newSandboxCmd(), newExecCmd(), newFilesCmd())
+	root.AddCommand(newObserveCmds()...)
 	return root
 }

@@ -128,7 +128,7 @@ func (a *api) handle(pattern string, h handlerFunc) {
 		}
 		info.teamID = team.ID
 		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, "api_key.id", key.ID)
-		ctx = telemetry.WithCaller(ctx, team.ID, key.ID)
+		ctx = telemetry.WithCaller(ctx, team.ID, key.ID, key.Name)
 		r = r.WithContext(ctx)
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
 			a.fail(w, r, err)

@@ -101,6 +101,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	o.nudge()
 	data := events.KilledData(why, events.ExecutionOf(e.sb, now))
 	data["postmortem"] = pm
+	data["end_at"] = e.sb.EndAt.UTC() // the TTL, which a timeout kill reached
 	o.emit(ctx, events.SandboxKilled, e.sb, data)
 	telemetry.SandboxesKilled.WithLabelValues(why.String()).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()

@@ -96,6 +96,12 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 	ev := events.ForSandbox(t, copySandbox(sb))
 	ev.Data = data
 	_, ev.APIKeyID = telemetry.Caller(ctx)
+	if name := telemetry.CallerKeyName(ctx); name != "" {
+		if ev.Data == nil {
+			ev.Data = map[string]any{}
+		}
+		ev.Data["api_key_name"] = name
+	}
 	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
 		o.logger(ctx).Warn("event not recorded", "event.type", t.String(), "error", err.Error())
 	}

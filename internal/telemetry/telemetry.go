@@ -88,12 +88,18 @@ func With(ctx context.Context, args ...any) context.Context {
 
 type callerKey struct{}
 
-type caller struct{ team, apiKey string }
+type caller struct{ team, apiKey, apiKeyName string }
 
-// WithCaller records who made the call: the authenticated team and API key. Events and
-// records read it to say who caused them.
-func WithCaller(ctx context.Context, teamID, apiKeyID string) context.Context {
-	return context.WithValue(ctx, callerKey{}, caller{team: teamID, apiKey: apiKeyID})
+// WithCaller records who made the call: the authenticated team and API key (id and name).
+// Events and records read it to say who caused them.
+func WithCaller(ctx context.Context, teamID, apiKeyID, apiKeyName string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller{team: teamID, apiKey: apiKeyID, apiKeyName: apiKeyName})
+}
+
+// CallerKeyName returns the name of the API key that made the call, "" when none did.
+func CallerKeyName(ctx context.Context) string {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c.apiKeyName
 }
 
 // Caller returns the call's team and API key ids, "" when the call was not authenticated
