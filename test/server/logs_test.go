@@ -21,12 +21,21 @@ import (
 // run runs a bash script in a sandbox through the proxy with a chosen request id.
 func run(t *testing.T, s *covetest.Server, id, script, requestID string) {
 	t.Helper()
+	runSecure(t, s, id, "", script, requestID)
+}
+
+// runSecure is run for a sandbox created secure, with its envd access token.
+func runSecure(t *testing.T, s *covetest.Server, id, token, script, requestID string) {
+	t.Helper()
 	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
 	f := false
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}, Stdin: &f})
 	req.Header().Set("E2b-Sandbox-Id", id)
 	req.Header().Set("E2b-Sandbox-Port", "49983")
 	req.Header().Set("X-E2B-Request-Id", requestID)
+	if token != "" {
+		req.Header().Set("X-Access-Token", token)
+	}
 	stream, err := c.Start(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)

@@ -282,6 +282,33 @@ func TestResourceMetrics(t *testing.T) {
 			time.Sleep(250 * time.Millisecond)
 		}
 	})
+	t.Run("envd's own /metrics agrees with the sandbox's limits", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/metrics", nil)
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("E2b-Sandbox-Port", "49983")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m map[string]float64
+		if err := json.NewDecoder(res.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		if m["mem_total"] != 512<<20 || m["mem_used"] <= 0 || m["mem_used"] > 512<<20 || m["disk_total"] <= 0 {
+			t.Errorf("envd /metrics %v: want the sandbox's 512 MiB limit as mem_total", m)
+		}
+		var samples []map[string]any
+		get(a, "/sandboxes/"+id+"/metrics")
+		code, b := get(a, "/sandboxes/"+id+"/metrics")
+		_ = json.Unmarshal(b, &samples)
+		if code == http.StatusOK && len(samples) > 0 {
+			host := samples[len(samples)-1]["memUsed"].(float64)
+			if ratio := m["mem_used"] / host; ratio < 0.5 || ratio > 2 {
+				t.Errorf("envd says %v bytes used, the host's sampler %v", m["mem_used"], host)
+			}
+		}
+	})
 	t.Run("another team's sandbox metrics are a 404", func(t *testing.T) {
 		team := strings.TrimSpace(cli(t, s, "team", "create", "m"))
 		b := client{t: t, url: s.URL, key: strings.Fields(cli(t, s, "apikey", "create", "m", "--team", team))[0]}
