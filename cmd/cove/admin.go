@@ -202,7 +202,28 @@ func newTemplateCmd() *cobra.Command {
 			return ts.Remove(args[0])
 		},
 	}
-	cmd.AddCommand(build, list, rm)
+	var collectLogs bool
+	set := &cobra.Command{
+		Use:   "set NAME",
+		Short: "Change a template's settings: --collect-logs=false stops collecting its sandboxes' command output",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("collect-logs") {
+				return fmt.Errorf("nothing to set: give --collect-logs=true or --collect-logs=false")
+			}
+			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
+			if err != nil {
+				return err
+			}
+			if err := ts.SetCollectLogs(args[0], collectLogs); err != nil {
+				return err
+			}
+			fmt.Printf("template %s: collect logs %v (for sandboxes created from now on)\n", args[0], collectLogs)
+			return nil
+		},
+	}
+	set.Flags().BoolVar(&collectLogs, "collect-logs", true, "collect the command output of this template's sandboxes")
+	cmd.AddCommand(build, list, rm, set)
 	return cmd
 }
 

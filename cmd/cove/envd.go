@@ -23,6 +23,8 @@ func newEnvdCmd() *cobra.Command {
 		subreaper bool
 		logLevel  string
 		collect   string
+		head      int
+		tail      int
 		otelURL   string
 	)
 	cmd := &cobra.Command{
@@ -66,6 +68,9 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			default:
 				return fmt.Errorf("--collect must be auto, on or off, not %q", collect)
 			}
+			if sink != nil {
+				sink.HeadBytes, sink.TailBytes = head, tail
+			}
 			srv := envd.New(envd.Config{Logger: logger, MaxMessageBytes: maxMsg, KeepEnded: keepEnded, Reap: reap, Sink: sink})
 			logger.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid(), "reap", reap)
 			return srv.Serve(cmd.Context(), ln)
@@ -78,6 +83,8 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 	f.BoolVar(&subreaper, "subreaper", false, "become a child subreaper and reap orphans (automatic as PID 1)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	otelFlag(cmd, &otelURL)
+	f.IntVar(&head, "record-head-bytes", 4096, "bytes of each command's stdout and stderr kept from the start, in its record")
+	f.IntVar(&tail, "record-tail-bytes", 4096, "bytes of each command's stdout and stderr kept from the end, in its record")
 	f.StringVar(&collect, "collect", "auto", "write output lines and command records as JSON to stdout: auto (when PID 1), on or off")
 	return cmd
 }

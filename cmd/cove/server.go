@@ -55,6 +55,8 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.StringVar(&cfg.Domain, "domain", envOr("COVE_DOMAIN", ""), "domain for {port}-{id}.{domain} sandbox hosts [$COVE_DOMAIN]")
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", 5*time.Second, "how often each sandbox's CPU, memory, disk and network are sampled")
 	f.DurationVar(&cfg.Retention, "retention", 7*24*time.Hour, "how long log lines and ended command records are kept")
+	f.IntVar(&cfg.RecordHeadBytes, "record-head-bytes", 4096, "bytes of each command's stdout and stderr its record keeps from the start")
+	f.IntVar(&cfg.RecordTailBytes, "record-tail-bytes", 4096, "bytes of each command's stdout and stderr its record keeps from the end")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

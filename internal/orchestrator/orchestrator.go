@@ -81,6 +81,8 @@ type Config struct {
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // reported disk size; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
+	// EnvdArgs are added to every sandbox's `cove envd` command line (record caps, say).
+	EnvdArgs []string
 }
 
 // Events receives lifecycle events (events.Bus in cove server).
@@ -299,7 +301,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
-		Args:   []string{"/.cove/cove", "envd", "--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)},
+		Args:   append([]string{"/.cove/cove", "envd", "--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}, o.cfg.EnvdArgs...),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
@@ -318,8 +320,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
 	init := map[string]any{"envVars": req.EnvVars}
-	if req.CollectLogs != nil {
-		init["collectOutput"] = *req.CollectLogs
+	if collect := req.CollectLogs; collect != nil {
+		init["collectOutput"] = *collect
+	} else if tmpl.CollectLogs != nil {
+		init["collectOutput"] = *tmpl.CollectLogs
 	}
 	if sb.EnvdAccessToken != "" {
 		init["accessToken"] = sb.EnvdAccessToken

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -48,6 +49,9 @@ type Config struct {
 	SampleInterval time.Duration
 	// Retention is how long log lines and ended commands are kept; 7 days when 0.
 	Retention time.Duration
+	// RecordHeadBytes and RecordTailBytes are how much of each command's stdout and stderr
+	// its record keeps from the start and the end; 4 KiB each when 0.
+	RecordHeadBytes, RecordTailBytes int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -182,7 +186,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor,
+		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg),
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -296,6 +300,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// envdArgs passes the server's record caps on to every sandbox's envd.
+func envdArgs(cfg Config) []string {
+	var args []string
+	if cfg.RecordHeadBytes > 0 {
+		args = append(args, "--record-head-bytes", strconv.Itoa(cfg.RecordHeadBytes))
+	}
+	if cfg.RecordTailBytes > 0 {
+		args = append(args, "--record-tail-bytes", strconv.Itoa(cfg.RecordTailBytes))
+	}
+	return args
 }
 
 // retain prunes log lines and ended commands older than the retention, every ten minutes.

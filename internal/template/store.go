@@ -40,6 +40,9 @@ type Template struct {
 	CreatedAt time.Time `json:"created_at"`
 	BuildTime float64   `json:"build_seconds"`
 	SizeBytes int64     `json:"size_bytes"`
+	// CollectLogs switches the collection of command output for sandboxes of this template
+	// (a create request's own collectLogs wins); nil means on.
+	CollectLogs *bool `json:"collect_logs,omitempty"`
 
 	// Rootfs is the template's root directory: a sandbox's read-only lower layer.
 	Rootfs string `json:"-"`
@@ -153,6 +156,27 @@ func (s *Store) Remove(name string) error {
 		return fmt.Errorf("remove template %s: %w", name, err)
 	}
 	return nil
+}
+
+// SetCollectLogs records whether sandboxes of the template collect their commands' output.
+func (s *Store) SetCollectLogs(name string, on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.Get(name)
+	if err != nil {
+		return err
+	}
+	t.CollectLogs = &on
+	dir := filepath.Join(s.dir, name)
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".meta.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("template %s: %w", name, err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, "meta.json"))
 }
 
 func readMeta(dir string) (*Template, error) {

@@ -302,3 +302,35 @@ func TestTraceJoinsEverySideOfOneRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestATemplateCanSwitchOutputCollectionOff(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	name := fmt.Sprintf("quiet-%d", time.Now().UnixNano()%1e9)
+	cli(t, s, "template", "build", name, "--from", "base", "--templates", covetest.Templates(t))
+	t.Cleanup(func() { cli(t, s, "template", "rm", name, "--templates", covetest.Templates(t)) })
+	cli(t, s, "template", "set", name, "--collect-logs=false", "--templates", covetest.Templates(t))
+
+	quiet := a.create(map[string]any{"templateID": name})
+	loud := a.create(map[string]any{"templateID": name, "collectLogs": true}) // the request wins
+	for _, id := range []string{quiet, loud} {
+		run(t, s, id, "echo line-of-"+id, "req-switch-"+id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for id, want := range map[string]bool{quiet: false, loud: true} {
+		var p struct {
+			Logs []struct{ Message string } `json:"logs"`
+		}
+		getJSON(t, s, "/v2/sandboxes/"+id+"/logs?search=line-of", &p)
+		if got := len(p.Logs) > 0; got != want {
+			t.Errorf("sandbox %s: output collected %v, want %v", id, got, want)
+		}
+		var cmds struct {
+			Commands []map[string]any `json:"commands"`
+		}
+		getJSON(t, s, "/sandboxes/"+id+"/commands", &cmds)
+		if len(cmds.Commands) == 0 {
+			t.Errorf("sandbox %s: command records are kept either way, got none", id)
+		}
+	}
+}
