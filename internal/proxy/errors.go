@@ -87,6 +87,9 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 // any response byte reached the client. A failure that is not about the sandbox's state is
 // explained by looking the sandbox up: it may have been paused or killed meanwhile.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if g, ok := r.Body.(*guardedBody); ok {
+		g.drain(http.NewResponseController(w))
+	}
 	t, _ := r.Context().Value(targetKey{}).(target)
 	if isClientGone(r, err) {
 		infoFrom(r.Context()).err = fmt.Errorf("client went away: %w", err)

@@ -149,10 +149,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info.target = t
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
-	// No EnableFullDuplex: E2B's clients never stream both ways over HTTP/1.1, and with it a
-	// failed dial left the body half-read and net/http panicked on the connection's reuse
-	// (golang/go#68560), dropping the client's keep-alive connection after a 502.
-	p.rp.ServeHTTP(rec, r.WithContext(ctx))
+	// Full duplex: the transport may still send the request body's last bytes after envd has
+	// answered; the guarded body makes sure its reads are over before this handler returns.
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	out := r.WithContext(ctx)
+	var body *guardedBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = guard(r.Body)
+		out.Body = body
+	}
+	p.rp.ServeHTTP(rec, out)
+	if body != nil {
+		// Read the body to its end before returning: with full duplex on, net/http would
+		// otherwise hit its EOF while closing it after the handler, start a read of the
+		// connection there, and race the next request's (golang/go#68560).
+		body.drain(rc)
+	}
 }
 
 // rewrite points the outgoing request at the target; the URL host is a key for the
