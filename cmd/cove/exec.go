@@ -56,16 +56,26 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 			// too, and the SDK would then log sibling_cancel instead of caller_exit.
 			ctx, stop := cove.NotifyExit(context.WithoutCancel(cmd.Context()))
 			defer stop()
+			interrupted := func(err error) error {
+				if ctx.Err() == nil || !errors.Is(context.Cause(ctx), cove.ErrCallerExit) {
+					return cliError(err)
+				}
+				log.Warn("exec interrupted", slog.String("cancel.cause", reason.CancelCallerExit.String()),
+					slog.String("sandbox.id", args[0]), slog.String("request_id", cove.RequestIDOf(err)),
+					slog.String("hint", "interrupted before the command started"))
+				os.Exit(130)
+				return nil
+			}
 			sb, err := f.sandbox(ctx, args[0])
 			if err != nil {
-				return interrupted(ctx, err)
+				return interrupted(err)
 			}
 			line := shellLine(args[1:])
 			opts := []cove.Option{cove.Timeout(timeout), cove.Cwd(cwd), cove.User(user), cove.Envs(env)}
 			if background {
 				h, err := sb.Commands.Start(ctx, line, opts...)
 				if err != nil {
-					return interrupted(ctx, cliError(err))
+					return interrupted(err)
 				}
 				fmt.Println(h.PID())
 				h.Disconnect()
@@ -76,7 +86,7 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 				cove.OnStderr(func(s string) { os.Stderr.WriteString(s) }))
 			h, err := sb.Commands.Start(ctx, line, opts...)
 			if err != nil {
-				return interrupted(ctx, cliError(err))
+				return interrupted(err)
 			}
 			<-h.Done()
 			_, err = h.Wait(context.Background())
@@ -107,15 +117,6 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 	fl.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.register(cmd)
 	return cmd
-}
-
-// interrupted turns an error that Ctrl-C caused into exit code 130.
-func interrupted(ctx context.Context, err error) error {
-	if errors.Is(context.Cause(ctx), cove.ErrCallerExit) && ctx.Err() != nil {
-		fmt.Fprintln(os.Stderr, "cove: interrupted")
-		os.Exit(130)
-	}
-	return err
 }
 
 // shellLine makes the command line bash runs: one argument as it is, several quoted.
