@@ -305,15 +305,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
+		Start:  true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	o.drain(ctx, e, rsb, req)
 	o.watchOOM(ctx, sb.ID)
-	if err = o.cfg.Runtime.Start(ctx, sb.ID); err != nil {
-		return nil, fmt.Errorf("start sandbox: %w", err)
-	}
 	e.envd = o.envdClient(sb.ID)
 	stage = "envd"
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {

@@ -242,8 +242,12 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}
 	logFile := filepath.Join(dir, "runc.log")
 	pidFile := filepath.Join(dir, "init.pid")
-	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, "--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json",
-		"create", "--bundle", dir, "--pid-file", pidFile, s.ID)
+	verb := []string{"create"}
+	if s.Start {
+		verb = []string{"run", "--detach"} // one runc process instead of create, then start
+	}
+	args := append([]string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json"}, verb...)
+	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
 	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
 	cmd.Stdout, cmd.Stderr = outW, errW
 	runErr := cmd.Run()

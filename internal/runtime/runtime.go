@@ -73,6 +73,9 @@ type Spec struct {
 	// Direct mounts Rootfs itself, writable, as the root instead of an overlay on it. Template
 	// builds use it to change a rootfs in place; sandboxes never should.
 	Direct bool
+	// Start lets the init process run as part of Create (runc run --detach), saving a runc
+	// invocation; Start must not be called for such a sandbox.
+	Start bool
 }
 
 // Bind is a host path mounted into the sandbox.

@@ -644,3 +644,12 @@ func TestProcessesListTheSandboxTreeWithSandboxPidsAndMemory(t *testing.T) {
 		t.Errorf("biggest memory first: %+v", procs)
 	}
 }
+
+func TestCreateCanStartTheSandboxInOneStep(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	s := create(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`echo started-at-once; sleep 30`), Start: true})
+	s.stdout.waitFor(t, "started-at-once", 10*time.Second)
+	if st, err := r.State(context.Background(), s.id); err != nil || st != runtime.StateRunning {
+		t.Fatalf("state %v %v, want running without a Start call", st, err)
+	}
+}
