@@ -525,7 +525,7 @@ func (b *bench) phaseProxy(ctx context.Context) error {
 	direct := &http.Client{Transport: &http.Transport{
 		Protocols: http1(), MaxIdleConnsPerHost: 4, DisableCompression: true,
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return dialInNetns(ctx, ns, network, fmt.Sprintf("127.0.0.1:%d", envdPort))
+			return runtime.DialNetns(ctx, ns, network, fmt.Sprintf("127.0.0.1:%d", envdPort))
 		},
 	}}
 	// Host: a `cove envd` on the host's loopback.
@@ -955,48 +955,6 @@ func timeN(n, warm int, f func() error) ([]time.Duration, error) {
 	return ds, nil
 }
 
-// dialInNetns dials address from inside the network namespace bound at path, on a locked
-// thread that returns to the host namespace before it is released.
-func dialInNetns(ctx context.Context, path, network, address string) (net.Conn, error) {
-	ns, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer ns.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		goruntime.LockOSThread()
-		self, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			goruntime.UnlockOSThread()
-			done <- res{nil, err}
-			return
-		}
-		defer self.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			goruntime.UnlockOSThread()
-			done <- res{nil, err}
-			return
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, address)
-		if serr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); serr != nil {
-			if c != nil {
-				c.Close()
-			}
-			done <- res{nil, serr} // the thread stays locked and dies with this goroutine
-			return
-		}
-		goruntime.UnlockOSThread()
-		done <- res{c, err}
-	}()
-	r := <-done
-	return r.c, r.err
-}
 
 func waitHealthy(ctx context.Context, hc *http.Client, url string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)

@@ -375,16 +375,22 @@ func (o *Orchestrator) Watch(id string, c io.Closer) (stop func()) {
 	}
 }
 
+// entries copies the live entries. Lock order: an entry's lock is never taken while o.mu is
+// held (kill holds e.mu and then takes o.mu), so callers lock entries only on the copy.
+func (o *Orchestrator) entries() []*entry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]*entry, 0, len(o.live))
+	for _, e := range o.live {
+		out = append(out, e)
+	}
+	return out
+}
+
 // Running lists the running sandboxes (for the resource sampler).
 func (o *Orchestrator) Running() []*store.Sandbox {
-	o.mu.Lock()
-	live := make([]*entry, 0, len(o.live))
-	for _, e := range o.live {
-		live = append(live, e)
-	}
-	o.mu.Unlock()
 	var out []*store.Sandbox
-	for _, e := range live {
+	for _, e := range o.entries() {
 		e.mu.Lock()
 		if e.sb.State == store.StateRunning && !e.killed {
 			out = append(out, copySandbox(e.sb))
@@ -396,14 +402,8 @@ func (o *Orchestrator) Running() []*store.Sandbox {
 
 // SecureSandboxes lists live secure sandboxes with their tokens, to route signed URLs.
 func (o *Orchestrator) SecureSandboxes(ctx context.Context) []*store.Sandbox {
-	o.mu.Lock()
-	live := make([]*entry, 0, len(o.live))
-	for _, e := range o.live {
-		live = append(live, e)
-	}
-	o.mu.Unlock()
 	var out []*store.Sandbox
-	for _, e := range live {
+	for _, e := range o.entries() {
 		e.mu.Lock()
 		if e.sb.Secure && !e.killed {
 			out = append(out, copySandbox(e.sb))
@@ -440,15 +440,7 @@ func (o *Orchestrator) evictDue() time.Time {
 	now := time.Now()
 	var due []*entry
 	var next time.Time
-	// Lock order: an entry's lock is never taken while o.mu is held (kill holds e.mu and
-	// then takes o.mu), so copy the live entries first.
-	o.mu.Lock()
-	live := make([]*entry, 0, len(o.live))
-	for _, e := range o.live {
-		live = append(live, e)
-	}
-	o.mu.Unlock()
-	for _, e := range live {
+	for _, e := range o.entries() {
 		e.mu.Lock()
 		end, running := e.sb.EndAt, e.sb.State == store.StateRunning && !e.killed
 		e.mu.Unlock()
@@ -515,13 +507,7 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 func (o *Orchestrator) Shutdown(ctx context.Context) {
 	o.closed.Do(func() { close(o.stop) })
 	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
-	o.mu.Lock()
-	entries := make([]*entry, 0, len(o.live))
-	for _, e := range o.live {
-		entries = append(entries, e)
-	}
-	o.mu.Unlock()
-	for _, e := range entries {
+	for _, e := range o.entries() {
 		_ = o.kill(ctx, e, reason.KillServerShutdown, "", "")
 	}
 }

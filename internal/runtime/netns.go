@@ -98,6 +98,12 @@ func removeNetns(path string) error {
 // a locked thread that has entered the namespace; a socket keeps the namespace it was made in,
 // so the connection works from any goroutine afterwards. Only IP literals and "localhost" are
 // accepted: a name lookup would run on other threads, in the host's namespace.
+// DialNetns opens a connection from inside the network namespace pinned at path (a file
+// under NetnsDir), for tools that reach a sandbox without its Runc (benchmarks).
+func DialNetns(ctx context.Context, path, network, address string) (net.Conn, error) {
+	return dialInNetns(ctx, path, network, address)
+}
+
 func dialInNetns(ctx context.Context, path, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
