@@ -955,7 +955,6 @@ func timeN(n, warm int, f func() error) ([]time.Duration, error) {
 	return ds, nil
 }
 
-
 func waitHealthy(ctx context.Context, hc *http.Client, url string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {

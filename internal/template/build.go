@@ -72,6 +72,12 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if err := os.Mkdir(build, 0o755); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
+	unlock, err := lockDir(build)
+	if err != nil {
+		os.RemoveAll(build)
+		return nil, fmt.Errorf("build template %s: lock: %w", spec.Name, err)
+	}
+	defer unlock()
 	logPath := filepath.Join(build, "build.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -152,6 +158,12 @@ func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Wri
 	if err := os.Mkdir(build, 0o755); err != nil {
 		return nil, err
 	}
+	unlock, err := lockDir(build)
+	if err != nil {
+		os.RemoveAll(build)
+		return nil, fmt.Errorf("import template %s: lock: %w", name, err)
+	}
+	defer unlock()
 	defer func() {
 		if err != nil {
 			removeTree(build)

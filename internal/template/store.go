@@ -90,7 +90,13 @@ func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
 	leftovers, _ := filepath.Glob(filepath.Join(dir, ".build-*"))
 	trash, _ := filepath.Glob(filepath.Join(dir, ".trash-*"))
 	for _, d := range append(leftovers, trash...) {
-		if err := removeTree(d); err != nil {
+		release, ok := abandoned(d)
+		if !ok {
+			continue // another process is building or removing there
+		}
+		err := removeTree(d)
+		release()
+		if err != nil {
 			return nil, fmt.Errorf("open template store: remove leftover %s: %w", d, err)
 		}
 	}
@@ -144,8 +150,12 @@ func (s *Store) Remove(name string) error {
 	}
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
+	unlock, lerr := lockDir(filepath.Join(s.dir, name)) // held across the rename: a sweep skips it
 	err := os.Rename(filepath.Join(s.dir, name), trash)
 	s.mu.Unlock()
+	if lerr == nil {
+		defer unlock()
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove template %s: %w", name, ErrNotFound)
 	}
