@@ -65,7 +65,7 @@ func BenchmarkIngest(b *testing.B) {
 }
 
 // searchDataVersion names the cached 1M-line file; change it when the schema or data do.
-const searchDataVersion = "v1"
+const searchDataVersion = "v2-chunks"
 
 // BenchmarkSearch1M loads 1M lines over 10 sandboxes (100k each) once, into a file kept in
 // os.TempDir, and measures queries of one sandbox: searches for common, rare and absent

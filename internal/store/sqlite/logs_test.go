@@ -186,13 +186,16 @@ func TestPruneLogs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newDB(t)
-	var lines []store.LogLine
-	for i := range 12000 {
-		sb := fmt.Sprintf("sb%d", i%3)
-		lines = append(lines, logLine("team", sb, base.Add(time.Duration(i)*time.Microsecond), "info", "x"))
-	}
-	if err := db.InsertLogs(ctx, lines); err != nil {
-		t.Fatal(err)
+	// 12 batches of 1000 lines over 3 sandboxes: each batch is one chunk per sandbox.
+	for batch := range 12 {
+		var lines []store.LogLine
+		for i := batch * 1000; i < (batch+1)*1000; i++ {
+			sb := fmt.Sprintf("sb%d", i%3)
+			lines = append(lines, logLine("team", sb, base.Add(time.Duration(i)*time.Microsecond), "info", "x"))
+		}
+		if err := db.InsertLogs(ctx, lines); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n, err := db.PruneLogs(ctx, base.Add(9000*time.Microsecond))
 	if err != nil || n != 9000 {
@@ -204,6 +207,156 @@ func TestPruneLogs(t *testing.T) {
 			t.Errorf("%s keeps %d lines from %v", sb, len(page.Lines), page.Lines[0].Time)
 		}
 	}
+	// A chunk straddling the cutoff is kept whole until its newest line is older.
+	if n, err := db.PruneLogs(ctx, base.Add(9500*time.Microsecond)); err != nil || n != 0 {
+		t.Fatalf("PruneLogs in a chunk = %d, %v; want 0", n, err)
+	}
+	if n, err := db.PruneLogs(ctx, base.Add(10000*time.Microsecond)); err != nil || n != 1000 {
+		t.Fatalf("PruneLogs after a chunk = %d, %v; want 1000", n, err)
+	}
+	var reqs int
+	db.read.QueryRowContext(ctx, `SELECT count(*) FROM log_chunks`).Scan(&reqs)
+	if reqs != 6 {
+		t.Errorf("%d chunks left, want 6", reqs)
+	}
+}
+
+func TestLogChunks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+
+	t.Run("a big batch is cut into chunks and pages through them in order", func(t *testing.T) {
+		var lines []store.LogLine
+		for i := range 4500 {
+			lines = append(lines, logLine("team", "big", base.Add(time.Duration(i/7)*time.Millisecond), "info", fmt.Sprintf("l%04d", i)))
+		}
+		if err := db.InsertLogs(ctx, lines); err != nil {
+			t.Fatal(err)
+		}
+		var chunks int
+		db.read.QueryRowContext(ctx, `SELECT count(*) FROM log_chunks WHERE sandbox_id = 'big'`).Scan(&chunks)
+		if chunks != 3 {
+			t.Errorf("%d chunks, want 3", chunks)
+		}
+		for _, backward := range []bool{false, true} {
+			var got []string
+			var after *store.LogPosition
+			for {
+				page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "big", Limit: 333, Backward: backward, After: after})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, messages(page)...)
+				if page.Next == nil {
+					break
+				}
+				after = page.Next
+			}
+			if len(got) != 4500 {
+				t.Fatalf("backward %v: %d lines", backward, len(got))
+			}
+			for i, m := range got {
+				want := i
+				if backward {
+					want = 4499 - i
+				}
+				if m != fmt.Sprintf("l%04d", want) {
+					t.Fatalf("backward %v: line %d is %s", backward, i, m)
+				}
+			}
+		}
+	})
+
+	t.Run("overlapping chunks merge in time order", func(t *testing.T) {
+		ms := time.Millisecond
+		for _, batch := range [][]int{{5, 1, 9}, {2, 7}, {0, 8, 3}, {6, 4}} {
+			var lines []store.LogLine
+			for _, at := range batch {
+				lines = append(lines, logLine("team", "mix", base.Add(time.Duration(at)*ms), "info", fmt.Sprint(at)))
+			}
+			if err := db.InsertLogs(ctx, lines); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "mix", Limit: 4})
+		if got := messages(page); err != nil || !reflect.DeepEqual(got, []string{"0", "1", "2", "3"}) {
+			t.Errorf("forward: %q, %v", got, err)
+		}
+		page, err = db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "mix", Limit: 3, Backward: true, After: page.Next})
+		if got := messages(page); err != nil || !reflect.DeepEqual(got, []string{"2", "1", "0"}) {
+			t.Errorf("backward after 3: %q, %v", got, err)
+		}
+		page, err = db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "mix", Cursor: base.Add(6 * ms)})
+		if got := messages(page); err != nil || !reflect.DeepEqual(got, []string{"6", "7", "8", "9"}) {
+			t.Errorf("cursor 6: %q, %v", got, err)
+		}
+	})
+
+	t.Run("fields keep their types and match as text", func(t *testing.T) {
+		l := logLine("team", "fields", base, "info", "f")
+		l.Fields = map[string]any{"s": "a\"b", "n": 1.5, "b": false, "z": nil, "o": map[string]any{"k": []any{1.0, "x"}},
+			"dotted.key": "v"}
+		if err := db.InsertLogs(ctx, []store.LogLine{l}); err != nil {
+			t.Fatal(err)
+		}
+		page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "fields"})
+		if err != nil || len(page.Lines) != 1 || !reflect.DeepEqual(page.Lines[0].Fields, l.Fields) {
+			t.Fatalf("got %+v, %v", page.Lines, err)
+		}
+		for k, v := range map[string]string{"s": "a\"b", "n": "1.5", "b": "false", "z": "null", "o": `{"k":[1,"x"]}`, "dotted.key": "v"} {
+			page, _ := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "fields", Fields: map[string]string{k: v}})
+			if len(page.Lines) != 1 {
+				t.Errorf("field %s=%s does not match", k, v)
+			}
+		}
+		page, _ = db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "fields", Fields: map[string]string{"s": `"a\"b"`}})
+		if len(page.Lines) != 0 {
+			t.Error("a string field matched its JSON")
+		}
+	})
+
+	t.Run("lines of the old table are read with the chunks", func(t *testing.T) {
+		for i, at := range []int{1, 3} {
+			if _, err := db.write.ExecContext(ctx, `INSERT INTO logs (`+logColumns+`) VALUES (?, ?, 'old', 'team', 'base', 2, 'envd', '', 0, 'req_old', ?, '{"k":"v"}')`,
+				toMicros(base.Add(time.Duration(at)*time.Millisecond)), int64(i), fmt.Sprintf("old %d", at)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var lines []store.LogLine
+		for _, at := range []int{0, 2, 4} {
+			l := logLine("team", "old", base.Add(time.Duration(at)*time.Millisecond), "warn", fmt.Sprintf("new %d", at))
+			l.RequestID = "req_old"
+			lines = append(lines, l)
+		}
+		if err := db.InsertLogs(ctx, lines); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		var after *store.LogPosition
+		for {
+			page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "old", Limit: 2, After: after, MinLevel: "warn"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, messages(page)...)
+			if page.Next == nil {
+				break
+			}
+			after = page.Next
+		}
+		if want := []string{"new 0", "old 1", "new 2", "old 3", "new 4"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("got %q, want %q", got, want)
+		}
+		trace, err := db.TraceLogs(ctx, "team", "req_old", 4)
+		if err != nil || len(trace) != 4 || trace[1].Message != "old 1" || trace[3].Message != "old 3" {
+			t.Errorf("trace: %+v, %v", trace, err)
+		}
+		page, _ := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "old", Fields: map[string]string{"k": "v"}})
+		if len(page.Lines) != 2 {
+			t.Errorf("old fields: %q", messages(page))
+		}
+	})
 }
 
 func TestCommands(t *testing.T) {

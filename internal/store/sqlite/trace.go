@@ -18,23 +18,43 @@ func traceLimit(n int) int {
 
 // Each query repeats its partial index's condition (!= '') so the planner may use it.
 
-// TraceLogs returns the team's lines logged with requestID, oldest first.
+// TraceLogs returns the team's lines logged with requestID, oldest first: those of the
+// chunks log_chunk_requests lists for it, merged with those of the old logs table.
 func (db *DB) TraceLogs(ctx context.Context, teamID, requestID string, limit int) ([]store.LogLine, error) {
+	if requestID == "" {
+		return nil, nil
+	}
+	limit = traceLimit(limit)
+	c := &lineCollector{need: limit}
+	err := db.scanChunks(ctx, `SELECT c.sandbox_id, c.team_id, c.template_id, c.min_ts, c.max_ts, c.min_seq, c.data
+		FROM log_chunk_requests r JOIN log_chunks c ON c.id = r.chunk_id
+		WHERE r.request_id = ? AND r.team_id = ? ORDER BY c.min_ts, c.id`, []any{requestID, teamID}, c,
+		func(l *chunkLine) bool { return string(l.request) == requestID })
+	if err != nil {
+		return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
+	}
 	rows, err := db.read.QueryContext(ctx, `SELECT `+logColumns+` FROM logs
-		WHERE request_id = ? AND request_id != '' AND team_id = ? ORDER BY ts, seq LIMIT ?`, requestID, teamID, traceLimit(limit))
+		WHERE request_id = ? AND request_id != '' AND team_id = ? ORDER BY ts, seq LIMIT ?`, requestID, teamID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
 	}
 	defer rows.Close()
-	var out []store.LogLine
 	for rows.Next() {
-		l, _, err := scanLogLine(rows)
+		l, seq, err := scanLogLine(rows)
 		if err != nil {
 			return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
 		}
-		out = append(out, l)
+		c.add(posLine{line: l, seq: seq})
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
+	}
+	c.settle()
+	var out []store.LogLine
+	for _, l := range c.lines {
+		out = append(out, l.line)
+	}
+	return out, nil
 }
 
 // TraceEvents returns the team's events caused by requestID, oldest first.
