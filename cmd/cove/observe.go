@@ -230,7 +230,7 @@ type command struct {
 	Command         string   `json:"command"`
 	Args            []string `json:"args"`
 	StartedAt       string   `json:"startedAt"`
-	DurationMS      *int64   `json:"durationMs"`
+	DurationMS      *float64 `json:"durationMs"`
 	ExitCode        *int     `json:"exitCode"`
 	Signal          string   `json:"signal"`
 	EndCause        string   `json:"endCause"`

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/url"
 	"slices"
@@ -28,19 +29,9 @@ const (
 	headerNextTok = "X-Next-Token"
 )
 
-// Errors of the HTTP API, mapped to statuses by statusOf.
-var (
-	errBadRequest   = errors.New("bad request")
-	errUnauthorized = errors.New("unauthorized")
-)
-
-func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
-}
-
 type api struct {
 	cfg Config
-	mux *http.ServeMux
+	mux *teamapi.Mux
 }
 
 // NewAPI returns the events HTTP API on cfg.Store, for the team cfg.Team finds in each
@@ -59,88 +50,15 @@ type api struct {
 // order (asc or desc, the default) and nextToken; they answer a JSON array and, when more
 // follow, the X-Next-Token header.
 func NewAPI(cfg Config) http.Handler {
-	a := &api{cfg: cfg, mux: http.NewServeMux()}
-	a.handle("GET /events/sandboxes", a.listEvents)
-	a.handle("GET /events/sandboxes/{id}", a.listEvents)
-	a.handle("POST /events/webhooks", a.createWebhook)
-	a.handle("GET /events/webhooks", a.listWebhooks)
-	a.handle("GET /events/webhooks/{id}", a.getWebhook)
-	a.handle("DELETE /events/webhooks/{id}", a.deleteWebhook)
-	a.handle("GET /events/webhooks/{id}/deliveries", a.listDeliveries)
-	return a
-}
-
-func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Behind Cove's API the request id is in the context already; standalone, take the
-	// client's or mint one, the same way.
-	if telemetry.RequestID(r.Context()) == "" {
-		telemetry.RequestIDMiddleware(a.mux).ServeHTTP(w, r)
-		return
-	}
-	a.mux.ServeHTTP(w, r)
-}
-
-type handlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
-
-func (a *api) handle(pattern string, h handlerFunc) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		var team string
-		ok := false
-		if a.cfg.Team != nil {
-			team, ok = a.cfg.Team(r.Context())
-		}
-		var err error
-		if !ok || team == "" {
-			err = fmt.Errorf("%w: no team for this request", errUnauthorized)
-		} else {
-			err = h(w, r, team)
-		}
-		if err != nil {
-			a.fail(w, r, err)
-		}
-	})
-}
-
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, errBadRequest):
-		return http.StatusBadRequest
-	case errors.Is(err, errUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, store.ErrConflict):
-		return http.StatusConflict
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-// errorBody is E2B's error shape, with the request id.
-type errorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId"`
-}
-
-func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	ctx := r.Context()
-	code := statusOf(err)
-	id := telemetry.RequestID(ctx)
-	msg := err.Error()
-	if id != "" && !strings.Contains(msg, id) {
-		msg += " (request id " + id + ")"
-	}
-	if code >= 500 {
-		telemetry.Logger(ctx).Error("events api", "http.route", r.Pattern, "error", err)
-	}
-	writeJSON(w, code, errorBody{Code: code, Message: msg, RequestID: id})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
+	a := &api{cfg: cfg, mux: teamapi.New("events api", cfg.Team)}
+	a.mux.Handle("GET /events/sandboxes", a.listEvents)
+	a.mux.Handle("GET /events/sandboxes/{id}", a.listEvents)
+	a.mux.Handle("POST /events/webhooks", a.createWebhook)
+	a.mux.Handle("GET /events/webhooks", a.listWebhooks)
+	a.mux.Handle("GET /events/webhooks/{id}", a.getWebhook)
+	a.mux.Handle("DELETE /events/webhooks/{id}", a.deleteWebhook)
+	a.mux.Handle("GET /events/webhooks/{id}/deliveries", a.listDeliveries)
+	return a.mux
 }
 
 // listEvents serves both event listings; the sandbox one has a path id.
@@ -162,7 +80,7 @@ func (a *api) listEvents(w http.ResponseWriter, r *http.Request, teamID string) 
 		last := page.Events[len(page.Events)-1]
 		w.Header().Set(headerNextTok, encodeToken(store.EventPosition{Timestamp: last.Timestamp, ID: last.ID}))
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -175,7 +93,7 @@ func eventFilter(q url.Values) (store.EventFilter, error) {
 			}
 			t, err := ParseEventType(s)
 			if err != nil {
-				return f, badRequest("type: %v", err)
+				return f, teamapi.BadRequest("type: %v", err)
 			}
 			if !slices.Contains(f.Types, string(t)) {
 				f.Types = append(f.Types, string(t))
@@ -184,10 +102,10 @@ func eventFilter(q url.Values) (store.EventFilter, error) {
 	}
 	var err error
 	if f.Since, err = parseTime(q.Get("since")); err != nil {
-		return f, badRequest("since: %v", err)
+		return f, teamapi.BadRequest("since: %v", err)
 	}
 	if f.Until, err = parseTime(q.Get("until")); err != nil {
-		return f, badRequest("until: %v", err)
+		return f, teamapi.BadRequest("until: %v", err)
 	}
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		return f, err
@@ -197,19 +115,19 @@ func eventFilter(q url.Values) (store.EventFilter, error) {
 	case "asc":
 		f.Desc = false
 	default:
-		return f, badRequest("order %q: want asc or desc", o)
+		return f, teamapi.BadRequest("order %q: want asc or desc", o)
 	}
 	if s := q.Get("orderAsc"); s != "" { // E2B's spelling
 		asc, err := strconv.ParseBool(s)
 		if err != nil {
-			return f, badRequest("orderAsc %q: want true or false", s)
+			return f, teamapi.BadRequest("orderAsc %q: want true or false", s)
 		}
 		f.Desc = !asc
 	}
 	if tok := q.Get("nextToken"); tok != "" {
 		pos, err := decodeToken(tok)
 		if err != nil {
-			return f, badRequest("nextToken %q: %v", tok, err)
+			return f, teamapi.BadRequest("nextToken %q: %v", tok, err)
 		}
 		f.After = &pos
 	}
@@ -222,7 +140,7 @@ func parseLimit(s string) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > maxLimit {
-		return 0, badRequest("limit %q: want 1..%d", s, maxLimit)
+		return 0, teamapi.BadRequest("limit %q: want 1..%d", s, maxLimit)
 	}
 	return n, nil
 }
@@ -310,22 +228,22 @@ func ValidateURL(raw string) error {
 func (a *api) createWebhook(w http.ResponseWriter, r *http.Request, teamID string) error {
 	var req webhookRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
-		return badRequest("body: %v", err)
+		return teamapi.BadRequest("body: %v", err)
 	}
 	if err := ValidateURL(req.URL); err != nil {
-		return badRequest("url: %v", err)
+		return teamapi.BadRequest("url: %v", err)
 	}
 	if len(req.Name) > maxNameLen {
-		return badRequest("name: longer than %d bytes", maxNameLen)
+		return teamapi.BadRequest("name: longer than %d bytes", maxNameLen)
 	}
 	if len(req.Events) == 0 {
-		return badRequest("events: at least one event type is required")
+		return teamapi.BadRequest("events: at least one event type is required")
 	}
 	var types []string
 	for _, s := range req.Events {
 		t, err := ParseEventType(s)
 		if err != nil {
-			return badRequest("events: %v", err)
+			return teamapi.BadRequest("events: %v", err)
 		}
 		if !slices.Contains(types, string(t)) {
 			types = append(types, string(t))
@@ -340,9 +258,9 @@ func (a *api) createWebhook(w http.ResponseWriter, r *http.Request, teamID strin
 	case secret == nil:
 		s = newSecret()
 	case *secret == "":
-		return badRequest("secret: empty; omit it to have one generated")
+		return teamapi.BadRequest("secret: empty; omit it to have one generated")
 	case len(*secret) > maxSecretLen:
-		return badRequest("secret: longer than %d bytes", maxSecretLen)
+		return teamapi.BadRequest("secret: longer than %d bytes", maxSecretLen)
 	default:
 		s = *secret
 	}
@@ -354,7 +272,7 @@ func (a *api) createWebhook(w http.ResponseWriter, r *http.Request, teamID strin
 	telemetry.Logger(r.Context()).Info("webhook created", "webhook.id", h.ID, telemetry.KeyTeamID, teamID)
 	out := toWireWebhook(h)
 	out.Secret = h.Secret
-	writeJSON(w, http.StatusCreated, out)
+	teamapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
 }
 
@@ -374,7 +292,7 @@ func (a *api) listWebhooks(w http.ResponseWriter, r *http.Request, teamID string
 	for _, h := range hs {
 		out = append(out, toWireWebhook(h))
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -383,7 +301,7 @@ func (a *api) getWebhook(w http.ResponseWriter, r *http.Request, teamID string) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toWireWebhook(h))
+	teamapi.WriteJSON(w, http.StatusOK, toWireWebhook(h))
 	return nil
 }
 
@@ -445,7 +363,7 @@ func (a *api) listDeliveries(w http.ResponseWriter, r *http.Request, teamID stri
 		}
 		out = append(out, wd)
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 

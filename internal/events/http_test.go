@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -201,7 +202,7 @@ func TestEventsAPI(t *testing.T) {
 		"since=yesterday", "until=2026-13-01T00:00:00Z", "order=sideways", "nextToken=%21%21", "orderAsc=maybe"} {
 		t.Run("bad query "+q+" is 400 with a JSON body", func(t *testing.T) {
 			resp, body := call(t, "GET", srv.URL+"/events/sandboxes?"+q, teamA, nil)
-			var e errorBody
+			var e teamapi.ErrorBody
 			if resp.StatusCode != 400 || json.Unmarshal(body, &e) != nil || e.Code != 400 || e.RequestID == "" {
 				t.Errorf("%d %s", resp.StatusCode, body)
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -35,19 +36,21 @@ const (
 	defaultCommandLimit = 100
 )
 
-// Errors of the HTTP API, mapped to statuses by statusOf.
-var (
-	errBadRequest   = errors.New("bad request")
-	errUnauthorized = errors.New("unauthorized")
-)
-
-func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
-}
-
 type api struct {
 	cfg APIConfig
-	mux *http.ServeMux
+	mux *teamapi.Mux
+}
+
+// sandboxed runs h only when the path's sandbox is the caller team's (killed ones included).
+func (a *api) sandboxed(h teamapi.HandlerFunc) teamapi.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, team string) error {
+		if a.cfg.Sandbox != nil {
+			if _, err := a.cfg.Sandbox(r.Context(), team, r.PathValue("id")); err != nil {
+				return err
+			}
+		}
+		return h(w, r, team)
+	}
 }
 
 // NewAPI returns the logs HTTP API, for the team cfg.Team finds in each request's context
@@ -63,91 +66,12 @@ type api struct {
 // number of fields.<key>=<value>, request_id, source, stream and pid. The legacy one takes
 // start (unix ms) and limit. The command listing takes limit (1..1000, 100) and cursor.
 func NewAPI(cfg APIConfig) http.Handler {
-	a := &api{cfg: cfg, mux: http.NewServeMux()}
-	a.handle("GET /v2/sandboxes/{id}/logs", a.logsV2)
-	a.handle("GET /sandboxes/{id}/logs", a.logsLegacy)
-	a.handle("GET /sandboxes/{id}/commands", a.listCommands)
-	a.handle("GET /sandboxes/{id}/commands/{pid}", a.getCommand)
-	return a
-}
-
-func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Behind Cove's API the request id is in the context already; standalone, take the
-	// client's or mint one, the same way.
-	if telemetry.RequestID(r.Context()) == "" {
-		telemetry.RequestIDMiddleware(a.mux).ServeHTTP(w, r)
-		return
-	}
-	a.mux.ServeHTTP(w, r)
-}
-
-type handlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
-
-// handle serves pattern for an authenticated team, after checking the team has the path's
-// sandbox.
-func (a *api) handle(pattern string, h handlerFunc) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		var team string
-		ok := false
-		if a.cfg.Team != nil {
-			team, ok = a.cfg.Team(r.Context())
-		}
-		var err error
-		switch {
-		case !ok || team == "":
-			err = fmt.Errorf("%w: no team for this request", errUnauthorized)
-		case a.cfg.Sandbox != nil:
-			if _, err = a.cfg.Sandbox(r.Context(), team, r.PathValue("id")); err != nil {
-				break
-			}
-			fallthrough
-		default:
-			err = h(w, r, team)
-		}
-		if err != nil {
-			a.fail(w, r, err)
-		}
-	})
-}
-
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, errBadRequest), errors.Is(err, store.ErrBadCursor):
-		return http.StatusBadRequest
-	case errors.Is(err, errUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-// errorBody is E2B's error shape, with the request id.
-type errorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId"`
-}
-
-func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	ctx := r.Context()
-	code := statusOf(err)
-	id := telemetry.RequestID(ctx)
-	msg := err.Error()
-	if id != "" && !strings.Contains(msg, id) {
-		msg += " (request id " + id + ")"
-	}
-	if code >= 500 {
-		telemetry.Logger(ctx).Error("logs api", "http.route", r.Pattern, "error", err)
-	}
-	writeJSON(w, code, errorBody{Code: code, Message: msg, RequestID: id})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
+	a := &api{cfg: cfg, mux: teamapi.New("logs api", cfg.Team)}
+	a.mux.Handle("GET /v2/sandboxes/{id}/logs", a.sandboxed(a.logsV2))
+	a.mux.Handle("GET /sandboxes/{id}/logs", a.sandboxed(a.logsLegacy))
+	a.mux.Handle("GET /sandboxes/{id}/commands", a.sandboxed(a.listCommands))
+	a.mux.Handle("GET /sandboxes/{id}/commands/{pid}", a.sandboxed(a.getCommand))
+	return a.mux
 }
 
 // wireLog is E2B's SandboxLogEntry. Fields are strings, as E2B's are: other JSON values
@@ -207,7 +131,7 @@ func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) erro
 		tok := encodeCursor(*page.Next)
 		out.NextCursor = &tok
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -222,7 +146,7 @@ func logQuery(v url.Values) (store.LogQuery, error) {
 	case "backward":
 		q.Backward = true
 	default:
-		return q, badRequest("direction %q: want forward or backward", d)
+		return q, teamapi.BadRequest("direction %q: want forward or backward", d)
 	}
 	if c := v.Get("cursor"); c != "" {
 		if ms, err := strconv.ParseInt(c, 10, 64); err == nil {
@@ -230,12 +154,12 @@ func logQuery(v url.Values) (store.LogQuery, error) {
 		} else if pos, err := decodeCursor(c); err == nil {
 			q.After = &pos
 		} else {
-			return q, badRequest("cursor %q: neither unix milliseconds nor a nextCursor", c)
+			return q, teamapi.BadRequest("cursor %q: neither unix milliseconds nor a nextCursor", c)
 		}
 	}
 	if l := v.Get("level"); l != "" {
 		if _, ok := store.LogLevelRank(strings.ToLower(l)); !ok {
-			return q, badRequest("level %q: want one of %s", l, strings.Join(store.LogLevels, ", "))
+			return q, teamapi.BadRequest("level %q: want one of %s", l, strings.Join(store.LogLevels, ", "))
 		}
 		q.MinLevel = strings.ToLower(l)
 	}
@@ -253,17 +177,17 @@ func logQuery(v url.Values) (store.LogQuery, error) {
 	case "", store.SourceEnvd, store.SourceProcess:
 		q.Source = s
 	default:
-		return q, badRequest("source %q: want envd or process", s)
+		return q, teamapi.BadRequest("source %q: want envd or process", s)
 	}
 	switch s := v.Get("stream"); s {
 	case "", "stdout", "stderr", "pty":
 		q.Stream = s
 	default:
-		return q, badRequest("stream %q: want stdout, stderr or pty", s)
+		return q, teamapi.BadRequest("stream %q: want stdout, stderr or pty", s)
 	}
 	if p := v.Get("pid"); p != "" {
 		if q.PID, err = strconv.Atoi(p); err != nil || q.PID < 1 {
-			return q, badRequest("pid %q: want a positive integer", p)
+			return q, teamapi.BadRequest("pid %q: want a positive integer", p)
 		}
 	}
 	return q, nil
@@ -275,7 +199,7 @@ func parseLimit(s string, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > maxLimit {
-		return 0, badRequest("limit %q: want 1..%d", s, maxLimit)
+		return 0, teamapi.BadRequest("limit %q: want 1..%d", s, maxLimit)
 	}
 	return n, nil
 }
@@ -321,7 +245,7 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 	if s := v.Get("start"); s != "" {
 		ms, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return badRequest("start %q: want unix milliseconds", s)
+			return teamapi.BadRequest("start %q: want unix milliseconds", s)
 		}
 		q.Cursor = time.UnixMilli(ms).UTC()
 	}
@@ -335,7 +259,7 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 		out.Logs = append(out.Logs, legacyLog{Timestamp: l.Time, Line: l.Message})
 		out.LogEntries = append(out.LogEntries, toWireLog(l))
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -412,7 +336,7 @@ func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string
 	if page.Next != "" {
 		out.NextCursor = &page.Next
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -420,7 +344,7 @@ func (a *api) getCommand(w http.ResponseWriter, r *http.Request, teamID string) 
 	id, p := r.PathValue("id"), r.PathValue("pid")
 	pid, err := strconv.Atoi(p)
 	if err != nil || pid < 1 {
-		return badRequest("pid %q: want a positive integer", p)
+		return teamapi.BadRequest("pid %q: want a positive integer", p)
 	}
 	c, err := a.cfg.Commands.GetCommand(r.Context(), id, pid, time.Time{})
 	if err != nil {
@@ -429,6 +353,6 @@ func (a *api) getCommand(w http.ResponseWriter, r *http.Request, teamID string) 
 	if c.TeamID != teamID {
 		return fmt.Errorf("command %d of sandbox %s: %w", pid, id, store.ErrNotFound)
 	}
-	writeJSON(w, http.StatusOK, toWireCommand(c))
+	teamapi.WriteJSON(w, http.StatusOK, toWireCommand(c))
 	return nil
 }

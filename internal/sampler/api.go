@@ -2,30 +2,18 @@ package sampler
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // maxSandboxIDs bounds one GET /sandboxes/metrics.
 const maxSandboxIDs = 100
-
-// Errors of the HTTP API, mapped to statuses by statusOf.
-var (
-	errBadRequest   = errors.New("bad request")
-	errUnauthorized = errors.New("unauthorized")
-)
-
-func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
-}
 
 // APIConfig is what NewAPI needs.
 type APIConfig struct {
@@ -40,7 +28,7 @@ type APIConfig struct {
 
 type api struct {
 	cfg APIConfig
-	mux *http.ServeMux
+	mux *teamapi.Mux
 }
 
 // NewAPI returns E2B's metrics API on cfg.Store (run it behind the API's authentication):
@@ -53,81 +41,10 @@ type api struct {
 // samples, are left out. A sample is E2B's SandboxMetric plus netRxBytes, netTxBytes,
 // netRxPackets and netTxPackets, counters since the sandbox started.
 func NewAPI(cfg APIConfig) http.Handler {
-	a := &api{cfg: cfg, mux: http.NewServeMux()}
-	a.handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
-	a.handle("GET /sandboxes/metrics", a.latestMetrics)
-	return a
-}
-
-func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Behind Cove's API the request id is in the context already; standalone, take the
-	// client's or mint one, the same way.
-	if telemetry.RequestID(r.Context()) == "" {
-		telemetry.RequestIDMiddleware(a.mux).ServeHTTP(w, r)
-		return
-	}
-	a.mux.ServeHTTP(w, r)
-}
-
-type handlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
-
-func (a *api) handle(pattern string, h handlerFunc) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		var team string
-		ok := false
-		if a.cfg.Team != nil {
-			team, ok = a.cfg.Team(r.Context())
-		}
-		var err error
-		if !ok || team == "" {
-			err = fmt.Errorf("%w: no team for this request", errUnauthorized)
-		} else {
-			err = h(w, r, team)
-		}
-		if err != nil {
-			a.fail(w, r, err)
-		}
-	})
-}
-
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, errBadRequest):
-		return http.StatusBadRequest
-	case errors.Is(err, errUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-// errorBody is E2B's error shape, with the request id.
-type errorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId"`
-}
-
-func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	ctx := r.Context()
-	code := statusOf(err)
-	id := telemetry.RequestID(ctx)
-	msg := err.Error()
-	if id != "" && !strings.Contains(msg, id) {
-		msg += " (request id " + id + ")"
-	}
-	if code >= 500 {
-		telemetry.Logger(ctx).Error("metrics api", "http.route", r.Pattern, "error", err)
-	}
-	writeJSON(w, code, errorBody{Code: code, Message: msg, RequestID: id})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
+	a := &api{cfg: cfg, mux: teamapi.New("metrics api", cfg.Team)}
+	a.mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
+	a.mux.Handle("GET /sandboxes/metrics", a.latestMetrics)
+	return a.mux
 }
 
 // wireMetric is E2B's SandboxMetric, with Cove's network counters.
@@ -170,7 +87,7 @@ func (a *api) sandboxMetrics(w http.ResponseWriter, r *http.Request, teamID stri
 		return err
 	}
 	if !start.IsZero() && !end.IsZero() && end.Before(start) {
-		return badRequest("end %s is before start %s", q.Get("end"), q.Get("start"))
+		return teamapi.BadRequest("end %s is before start %s", q.Get("end"), q.Get("start"))
 	}
 	if !end.IsZero() {
 		end = end.Add(time.Second - time.Microsecond) // the whole end second
@@ -190,7 +107,7 @@ func (a *api) sandboxMetrics(w http.ResponseWriter, r *http.Request, teamID stri
 			out = append(out, toWire(s))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -201,7 +118,7 @@ func parseUnix(v, name string) (time.Time, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return time.Time{}, badRequest("%s %q is not a unix time in seconds", name, v)
+		return time.Time{}, teamapi.BadRequest("%s %q is not a unix time in seconds", name, v)
 	}
 	return time.Unix(n, 0), nil
 }
@@ -218,10 +135,10 @@ func (a *api) latestMetrics(w http.ResponseWriter, r *http.Request, teamID strin
 		}
 	}
 	if len(ids) == 0 {
-		return badRequest("sandbox_ids is required: a comma-separated list of sandbox ids")
+		return teamapi.BadRequest("sandbox_ids is required: a comma-separated list of sandbox ids")
 	}
 	if len(ids) > maxSandboxIDs {
-		return badRequest("sandbox_ids has %d ids; at most %d", len(ids), maxSandboxIDs)
+		return teamapi.BadRequest("sandbox_ids has %d ids; at most %d", len(ids), maxSandboxIDs)
 	}
 	samples, err := a.cfg.Store.LatestSamples(r.Context(), teamID, ids)
 	if err != nil {
@@ -233,6 +150,6 @@ func (a *api) latestMetrics(w http.ResponseWriter, r *http.Request, teamID strin
 	for _, s := range samples {
 		out.Sandboxes[s.SandboxID] = toWire(s)
 	}
-	writeJSON(w, http.StatusOK, out)
+	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -99,29 +100,16 @@ type APIConfig struct {
 
 // NewAPI serves GET /traces/{requestId}: the caller's team's timeline for that id.
 func NewAPI(cfg APIConfig) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /traces/{requestId}", func(w http.ResponseWriter, r *http.Request) {
-		team, ok := cfg.Team(r.Context())
-		if !ok {
-			writeError(w, r, http.StatusUnauthorized, "no team")
-			return
-		}
+	mux := teamapi.New("trace api", cfg.Team)
+	mux.Handle("GET /traces/{requestId}", func(w http.ResponseWriter, r *http.Request, team string) error {
 		tl, err := Build(r.Context(), cfg.Store, team, r.PathValue("requestId"))
 		if err != nil {
-			writeError(w, r, http.StatusInternalServerError, "trace: "+err.Error())
-			return
+			return fmt.Errorf("trace: %w", err)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(tl)
+		teamapi.WriteJSON(w, http.StatusOK, tl)
+		return nil
 	})
 	return mux
-}
-
-func writeError(w http.ResponseWriter, r *http.Request, code int, msg string) {
-	id := telemetry.RequestID(r.Context())
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg + " (request id " + id + ")", "requestId": id})
 }
 
 // Tee returns a slog handler that writes every record to next and, when the record is about

@@ -1,0 +1,117 @@
+// Package teamapi is the scaffolding shared by Cove's team-scoped HTTP APIs (events and
+// webhooks, logs and commands, metrics, traces): the caller's team from the context, one
+// mapping from errors to statuses, and E2B's error body carrying the request id.
+package teamapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Errors handlers return for the client's mistakes; StatusOf maps them.
+var (
+	ErrBadRequest   = errors.New("bad request")
+	ErrUnauthorized = errors.New("unauthorized")
+)
+
+// BadRequest is an ErrBadRequest with a message.
+func BadRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
+}
+
+// StatusOf maps an error to its HTTP status: the one place the team APIs do so.
+func StatusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrBadRequest), errors.Is(err, store.ErrBadCursor):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+// HandlerFunc is a route's body: it writes the response or returns the error to answer.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
+
+// Mux routes a team API's requests to handlers that know the caller's team.
+type Mux struct {
+	name string
+	team func(context.Context) (string, bool)
+	mux  *http.ServeMux
+}
+
+// New returns a mux for the API called name (in its error log lines), taking each
+// request's team from team (nil answers 401 to every request).
+func New(name string, team func(context.Context) (string, bool)) *Mux {
+	return &Mux{name: name, team: team, mux: http.NewServeMux()}
+}
+
+// Handle registers h for pattern; requests without a team get 401.
+func (m *Mux) Handle(pattern string, h HandlerFunc) {
+	m.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		team, ok := "", false
+		if m.team != nil {
+			team, ok = m.team(r.Context())
+		}
+		var err error
+		if !ok || team == "" {
+			err = fmt.Errorf("%w: no team for this request", ErrUnauthorized)
+		} else {
+			err = h(w, r, team)
+		}
+		if err != nil {
+			m.Fail(w, r, err)
+		}
+	})
+}
+
+// ServeHTTP serves the routes. Behind Cove's API the request id is in the context already;
+// standalone, the client's is taken or one is minted, the same way.
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if telemetry.RequestID(r.Context()) == "" {
+		telemetry.RequestIDMiddleware(m.mux).ServeHTTP(w, r)
+		return
+	}
+	m.mux.ServeHTTP(w, r)
+}
+
+// ErrorBody is E2B's error shape, with the request id.
+type ErrorBody struct {
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"requestId"`
+}
+
+// Fail answers err with its status and a body naming the request id; server errors are
+// logged.
+func (m *Mux) Fail(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	code := StatusOf(err)
+	id := telemetry.RequestID(ctx)
+	msg := err.Error()
+	if id != "" && !strings.Contains(msg, id) {
+		msg += " (request id " + id + ")"
+	}
+	if code >= 500 {
+		telemetry.Logger(ctx).Error(m.name, "http.route", r.Pattern, "error", err.Error())
+	}
+	WriteJSON(w, code, ErrorBody{Code: code, Message: msg, RequestID: id})
+}
+
+// WriteJSON writes v as JSON with the status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
