@@ -166,6 +166,10 @@ type capture struct {
 	head    []byte
 	tail    []byte
 	dropped uint64
+
+	batch      []byte    // encoded lines of the current read, queued by send
+	batchLines int
+	now        time.Time // the current read's timestamp
 }
 
 func (c *capture) write(b []byte) {
@@ -180,6 +184,8 @@ func (c *capture) write(b []byte) {
 	if !c.sink.output.Load() {
 		return
 	}
+	// One read's lines go out as one batch: one timestamp, one queue send.
+	c.batch, c.now = c.batch[:0], time.Now()
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -188,7 +194,7 @@ func (c *capture) write(b []byte) {
 				c.line(c.partial[:c.sink.lineMax()], true)
 				c.partial = append(c.partial[:0], c.partial[c.sink.lineMax():]...)
 			}
-			return
+			break
 		}
 		if len(c.partial) > 0 {
 			c.partial = append(c.partial, b[:i]...)
@@ -199,13 +205,27 @@ func (c *capture) write(b []byte) {
 		}
 		b = b[i+1:]
 	}
+	c.send()
+}
+
+// send queues the lines batched since the last send.
+func (c *capture) send() {
+	if len(c.batch) == 0 {
+		return
+	}
+	if !c.sink.queueLine(append([]byte(nil), c.batch...)) {
+		c.dropped += uint64(c.batchLines)
+	}
+	c.batch, c.batchLines = c.batch[:0], 0
 }
 
 // flush emits a last line without its newline, at the end of the output.
 func (c *capture) flush() {
 	if len(c.partial) > 0 && c.sink.output.Load() {
+		c.now = time.Now()
 		c.line(c.partial, true)
 		c.partial = nil
+		c.send()
 	}
 }
 
@@ -215,10 +235,8 @@ func (c *capture) line(b []byte, partial bool) {
 		c.sink.dropped.Add(1)
 		return
 	}
-	if !c.sink.queueLine(appendOutputLine(make([]byte, 0, len(b)+160), time.Now(), c.p.pid, c.stream,
-		c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)) {
-		c.dropped++
-	}
+	c.batch = appendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)
+	c.batchLines++
 }
 
 // queueLine queues an encoded line (with its newline); false when it was dropped.
