@@ -167,7 +167,7 @@ type capture struct {
 	tail    []byte
 	dropped uint64
 
-	batch      []byte    // encoded lines of the current read, queued by send
+	batch      []byte // encoded lines of the current read, queued by send
 	batchLines int
 	now        time.Time // the current read's timestamp
 }
