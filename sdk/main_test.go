@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cove-dev/cove/internal/covetest"
 	"io"
 	"os"
 	"os/exec"
@@ -109,11 +110,8 @@ func startServer() (stop func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// Share the test template store that make test builds once (see internal/covetest).
-	templates := os.Getenv("COVE_TEST_TEMPLATES")
-	if templates == "" {
-		templates = "/var/lib/cove-test-templates"
-	}
+	// Share the test template store that make test builds once.
+	templates := covetest.TemplatesDir()
 	cmd := exec.Command(bin, "server", "--data", server.DataDir, "--templates", templates, "--addr", "127.0.0.1:0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = logFile

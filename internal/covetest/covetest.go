@@ -75,14 +75,19 @@ func Skip(t testing.TB) {
 	}
 }
 
+// TemplatesDir is the shared template store: $COVE_TEST_TEMPLATES or TemplatesDefault.
+func TemplatesDir() string {
+	if dir := os.Getenv(TemplatesEnv); dir != "" {
+		return dir
+	}
+	return TemplatesDefault
+}
+
 // Templates returns the shared template store, building the base template there first when
 // it is missing (about a minute, once per machine).
 func Templates(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv(TemplatesEnv)
-	if dir == "" {
-		dir = TemplatesDefault
-	}
+	dir := TemplatesDir()
 	if _, err := os.Stat(filepath.Join(dir, "base", "meta.json")); err == nil {
 		return dir
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cove-dev/cove/internal/covetest"
 	"io"
 	"os"
 	"os/exec"
@@ -129,7 +130,9 @@ func startServer() (stop func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(server.Cove, "server", "--data", server.DataDir, "--addr", "127.0.0.1:0")
+	// Share the test template store that make test builds once.
+	templates := covetest.TemplatesDir()
+	cmd := exec.Command(server.Cove, "server", "--data", server.DataDir, "--templates", templates, "--addr", "127.0.0.1:0")
 	// Pdeathsig: a test binary killed by -timeout must not leave the server running. It
 	// fires when the starting thread exits, so TestMain's thread stays locked.
 	goruntime.LockOSThread()
