@@ -491,8 +491,9 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 			}
 			pm, _ := k.Data["postmortem"].(map[string]any)
 			if res, ok := pm["resources"].(map[string]any); ok {
-				fmt.Printf("at the kill: memory %v of %v bytes (peak %v), %v OOM kills, %v processes\n",
-					res["memory_bytes"], res["memory_limit_bytes"], res["memory_max_bytes"], res["oom_kills"], res["pids"])
+				fmt.Printf("at the kill: memory %.1f of %.0f MiB (peak %.1f MiB), %v OOM kills, %v processes\n",
+					toFloat(res["memory_bytes"])/(1<<20), toFloat(res["memory_limit_bytes"])/(1<<20),
+					toFloat(res["memory_max_bytes"])/(1<<20), res["oom_kills"], res["pids"])
 			}
 			if procs, ok := pm["processes"].([]any); ok && len(procs) > 0 {
 				fmt.Println("processes at the kill, biggest memory first:")
