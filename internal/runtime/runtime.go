@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -161,11 +162,11 @@ type Stats struct {
 	PIDsLimit      uint64        // pids.max; 0 when unlimited
 }
 
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+var validID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`) }) // compiled on first use, not at every start of the binary
 
 // ValidID reports whether id can name a sandbox.
 func ValidID(id string) error {
-	if !validID.MatchString(id) {
+	if !validID().MatchString(id) {
 		return fmt.Errorf("%w: id %q must be 1-64 of [A-Za-z0-9_.-] starting with a letter or digit", ErrInvalid, id)
 	}
 	return nil

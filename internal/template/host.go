@@ -13,7 +13,7 @@ import (
 
 // debianPackage matches a Debian package name (Debian Policy 5.6.1), so that nothing that looks
 // like an option ever reaches apt-get.
-var debianPackage = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+var debianPackage = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`) }) // compiled on first use, not at every start of the binary
 
 var (
 	aptMu      sync.Mutex // one dpkg/apt run at a time in this process
@@ -25,7 +25,7 @@ var (
 // are already installed cost one dpkg-query and no network.
 func EnsureHostPackages(ctx context.Context, pkgs ...string) error {
 	for _, p := range pkgs {
-		if !debianPackage.MatchString(p) {
+		if !debianPackage().MatchString(p) {
 			return fmt.Errorf("ensure host packages: %q is not a Debian package name", p)
 		}
 	}

@@ -60,11 +60,11 @@ type Store struct {
 	mu sync.Mutex // serialises the final renames
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) }) // compiled on first use, not at every start of the binary
 
 // ValidName reports whether name can name a template.
 func ValidName(name string) error {
-	if !validName.MatchString(name) {
+	if !validName().MatchString(name) {
 		return fmt.Errorf("%w: name %q must be 1-63 of [a-z0-9_-] starting with a letter or digit", ErrInvalid, name)
 	}
 	return nil

@@ -58,20 +58,30 @@ func Lookup(name string) (*User, error) {
 	}
 	cached := accounts.users[name]
 	accounts.Unlock()
+	if cached == noUser {
+		return nil, fmt.Errorf("%w %q", ErrUnknownUser, name)
+	}
 	if cached != nil {
 		return permitted(cached)
 	}
-	u, err := lookup(name)
+	u, missing, err := lookup(name)
+	accounts.Lock()
+	if accounts.stamp == stamp && (err == nil || missing) {
+		if missing {
+			accounts.users[name] = noUser // a miss is cached too, until the files change
+		} else {
+			accounts.users[name] = u
+		}
+	}
+	accounts.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	accounts.Lock()
-	if accounts.stamp == stamp {
-		accounts.users[name] = u
-	}
-	accounts.Unlock()
 	return permitted(u)
 }
+
+// noUser marks a name the account files do not know, in the accounts cache.
+var noUser = &User{}
 
 // permitted refuses, for an envd not running as root, any account but its own.
 func permitted(u *User) (*User, error) {
@@ -81,10 +91,12 @@ func permitted(u *User) (*User, error) {
 	return u, nil
 }
 
-func lookup(name string) (*User, error) {
+// lookup reads the account files; missing reports that they do not name the account (a
+// failure to read them is not cached).
+func lookup(name string) (_ *User, missing bool, _ error) {
 	u, err := user.Lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q", ErrUnknownUser, name)
+		return nil, errors.As(err, new(user.UnknownUserError)), fmt.Errorf("%w %q", ErrUnknownUser, name)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
@@ -99,7 +111,7 @@ func lookup(name string) (*User, error) {
 	if out.Home == "" {
 		out.Home = "/"
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // IsSelf reports whether u is the account envd runs as, so no credential switch is needed.
@@ -192,7 +204,7 @@ func (d *Defaults) DefaultUserName() string {
 		return name
 	}
 	if os.Geteuid() == 0 {
-		if _, err := user.Lookup("user"); err == nil {
+		if _, err := Lookup("user"); err == nil { // cached: not a read of /etc/passwd per call
 			return "user"
 		}
 	}

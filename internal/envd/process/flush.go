@@ -105,6 +105,11 @@ func HoldFlushes(next http.Handler) http.Handler {
 		}
 		g := &flushGate{ResponseWriter: w, flusher: f}
 		next.ServeHTTP(g, r.WithContext(context.WithValue(r.Context(), gateKey{}, g)))
+		// A stream that ended holding (its end event and connect's end of stream) leaves
+		// what it gathered to be written here, unflushed: net/http's end of the response
+		// flushes it with its own last bytes, in one write.
+		g.hold = false
+		_ = g.writeGathered()
 	})
 }
 
@@ -115,7 +120,14 @@ func gateFrom(ctx context.Context) *gateControl {
 }
 
 // gateControl is the stream's handle on its gate; a nil gate makes it do nothing.
-type gateControl struct{ g *flushGate }
+type gateControl struct {
+	g        *flushGate
+	finished bool // the stream sent its last event: the gate holds until the handler returns
+}
+
+// finish leaves the gate holding: what the stream and connect still write goes out when
+// the handler returns (see HoldFlushes).
+func (c *gateControl) finish() { c.finished = true }
 
 func (c *gateControl) setHold(hold bool) {
 	if c.g != nil {
@@ -124,7 +136,7 @@ func (c *gateControl) setHold(hold bool) {
 }
 
 func (c *gateControl) release() {
-	if c.g != nil {
+	if c.g != nil && !c.finished {
 		c.g.release()
 	}
 }

@@ -235,12 +235,7 @@ func (p *proc) finish() {
 	p.closeStdin()
 
 	ex := *p.exit
-	end := &pb.ProcessEvent_EndEvent{ExitCode: ex.Code, Exited: ex.Exited, Status: ex.Text}
-	if !ex.Exited {
-		msg := ex.Text
-		end.Error = &msg
-	}
-	ev := &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
+	ev := endEvent(ex)
 	p.mu.Lock()
 	p.endEvent = ev
 	var one [1]*subscriber
@@ -261,6 +256,16 @@ func (p *proc) finish() {
 	if p.onEnd != nil {
 		p.onEnd(ex)
 	}
+}
+
+// endEvent is the event that reports ex.
+func endEvent(ex exit) *pb.ProcessEvent {
+	end := &pb.ProcessEvent_EndEvent{ExitCode: ex.Code, Exited: ex.Exited, Status: ex.Text}
+	if !ex.Exited {
+		msg := ex.Text
+		end.Error = &msg
+	}
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
 }
 
 var errStdinClosed = errors.New("stdin is closed")

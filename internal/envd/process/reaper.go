@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -23,7 +24,7 @@ type exit struct {
 func exitFrom(ws unix.WaitStatus, ru unix.Rusage) exit {
 	switch {
 	case ws.Exited():
-		return exit{Code: int32(ws.ExitStatus()), Exited: true, Text: fmt.Sprintf("exit status %d", ws.ExitStatus()), Rusage: ru}
+		return exit{Code: int32(ws.ExitStatus()), Exited: true, Text: "exit status " + strconv.Itoa(ws.ExitStatus()), Rusage: ru}
 	case ws.Signaled():
 		return exit{Code: -1, Signal: ws.Signal(), Text: "signal: " + ws.Signal().String(), Rusage: ru}
 	}

@@ -127,16 +127,20 @@ func (s *Service) follow(ctx context.Context, p *proc, sub *subscriber, send fun
 			evs := b.evs
 			for i, ev := range evs {
 				// Hold connect's flush while more is queued; the last event of a burst flushes.
-				gate.setHold(i < len(evs)-1 || len(sub.ch) > 0)
+				// The end event is held too: the end of the stream follows at once, and the
+				// gate passes both on in one write when the handler returns.
+				end := ev.GetEnd() != nil
+				gate.setHold(end || i < len(evs)-1 || len(sub.ch) > 0)
 				if err := send(ev); err != nil {
 					return st.sendFailed(ctx, p, err, killOnDeadline, s)
 				}
 				if d := ev.GetData(); d != nil {
 					st.bytes += int64(len(d.GetStdout()) + len(d.GetStderr()) + len(d.GetPty()))
 				}
-				if ev.GetEnd() != nil {
+				if end {
 					st.procEnded = true
 					st.end = reason.StreamCompleted
+					gate.finish()
 					return nil
 				}
 			}
