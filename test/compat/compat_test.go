@@ -7,12 +7,10 @@
 package compat
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
 )
 
 // envdVersion is what the fixture control plane reports. The SDK switches features off below
@@ -75,7 +75,7 @@ func TestSDKDrivesEnvd(t *testing.T) {
 		"NO_COLOR=1",
 	)
 	cmd.WaitDelay = 5 * time.Second
-	out := &lineLogger{t: t, prefix: "node: "}
+	out := covetest.NewLineLogger(t, "node: ")
 	cmd.Stdout = out
 	cmd.Stderr = out
 	err = cmd.Run()
@@ -309,36 +309,4 @@ func fixtureControlPlane(t *testing.T, sandboxID, apiKey string) http.Handler {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": 404, "message": "the compat fixture does not serve " + r.URL.Path})
 	})
 	return mux
-}
-
-// lineLogger writes each complete line it receives to t.Log as it arrives.
-type lineLogger struct {
-	t      *testing.T
-	prefix string
-	mu     sync.Mutex
-	buf    bytes.Buffer
-}
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Write(p)
-	for {
-		line, err := l.buf.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			l.buf.WriteString(line) // incomplete: keep for the next write
-			return len(p), nil
-		}
-		l.t.Log(l.prefix + strings.TrimRight(line, "\r\n"))
-	}
-}
-
-// Flush logs a final line that had no newline.
-func (l *lineLogger) Flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if rest := l.buf.String(); rest != "" {
-		l.t.Log(l.prefix + rest)
-		l.buf.Reset()
-	}
 }

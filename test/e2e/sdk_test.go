@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
 )
 
 // TestOfficialSDK runs test/compat/server.test.mjs, the official npm e2b SDK's scenarios,
@@ -45,44 +42,12 @@ func TestOfficialSDK(t *testing.T) {
 		"NO_COLOR=1",
 	)
 	cmd.WaitDelay = 5 * time.Second
-	out := &lineLogger{t: t, prefix: "node: "}
+	out := covetest.NewLineLogger(t, "node: ")
 	cmd.Stdout = out
 	cmd.Stderr = out
 	err = cmd.Run()
 	out.Flush()
 	if err != nil {
 		t.Fatalf("node --test server.test.mjs: %v (the SDK scenarios above name what failed)", err)
-	}
-}
-
-// lineLogger writes each complete line it receives to t.Log as it arrives.
-type lineLogger struct {
-	t      *testing.T
-	prefix string
-	mu     sync.Mutex
-	buf    bytes.Buffer
-}
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Write(p)
-	for {
-		line, err := l.buf.ReadString('\n')
-		if errors.Is(err, io.EOF) {
-			l.buf.WriteString(line)
-			return len(p), nil
-		}
-		l.t.Log(l.prefix + strings.TrimRight(line, "\r\n"))
-	}
-}
-
-// Flush logs a final line that had no newline.
-func (l *lineLogger) Flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if rest := l.buf.String(); rest != "" {
-		l.t.Log(l.prefix + rest)
-		l.buf.Reset()
 	}
 }
