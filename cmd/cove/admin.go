@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -32,95 +34,79 @@ func newAPIKeyCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&team, "team", "", "team id; the only team when there is one")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	resolveTeam := func(cmd *cobra.Command) (string, error) {
-		if team != "" {
-			return team, nil
-		}
-		db, err := server.OpenStore(cmd.Context(), data)
+	// withTeamStore opens the data dir's store once and resolves the team on it (--team, or
+	// the only one there is) for fn.
+	withTeamStore := func(cmd *cobra.Command, fn func(ctx context.Context, db *sqlite.DB, teamID string) error) error {
+		ctx := cmd.Context()
+		db, err := server.OpenStore(ctx, data)
 		if err != nil {
-			return "", err
+			return err
 		}
 		defer db.Close()
-		teams, err := db.ListTeams(cmd.Context())
-		if err != nil {
-			return "", err
+		teamID := team
+		if teamID == "" {
+			teams, err := db.ListTeams(ctx)
+			if err != nil {
+				return err
+			}
+			switch len(teams) {
+			case 0:
+				return fmt.Errorf("no team yet: start `cove server` once, or create one")
+			case 1:
+				teamID = teams[0].ID
+			default:
+				return fmt.Errorf("%d teams: name one with --team", len(teams))
+			}
 		}
-		switch len(teams) {
-		case 0:
-			return "", fmt.Errorf("no team yet: start `cove server` once, or create one")
-		case 1:
-			return teams[0].ID, nil
-		}
-		return "", fmt.Errorf("%d teams: name one with --team", len(teams))
+		return fn(ctx, db, teamID)
 	}
 
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create an API key; it is printed once", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			teamID, err := resolveTeam(cmd)
-			if err != nil {
-				return err
-			}
-			db, err := server.OpenStore(cmd.Context(), data)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			key, rec, err := db.CreateAPIKey(cmd.Context(), teamID, args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(map[string]any{"id": rec.ID, "team": rec.TeamID, "name": rec.Name, "key": key})
-			}
-			fmt.Printf("%s\n(id %s, team %s: the key is shown only now)\n", key, rec.ID, rec.TeamID)
-			return nil
+			return withTeamStore(cmd, func(ctx context.Context, db *sqlite.DB, teamID string) error {
+				key, rec, err := db.CreateAPIKey(ctx, teamID, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(map[string]any{"id": rec.ID, "team": rec.TeamID, "name": rec.Name, "key": key})
+				}
+				fmt.Printf("%s\n(id %s, team %s: the key is shown only now)\n", key, rec.ID, rec.TeamID)
+				return nil
+			})
 		},
 	}
 	list := &cobra.Command{
 		Use: "list", Short: "List a team's API keys", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			teamID, err := resolveTeam(cmd)
-			if err != nil {
-				return err
-			}
-			db, err := server.OpenStore(cmd.Context(), data)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			keys, err := db.ListAPIKeys(cmd.Context(), teamID)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(keys)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED\tREVOKED")
-			for _, k := range keys {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Mask, k.CreatedAt.Format(time.RFC3339), when(k.LastUsed), when(k.RevokedAt))
-			}
-			return tw.Flush()
+			return withTeamStore(cmd, func(ctx context.Context, db *sqlite.DB, teamID string) error {
+				keys, err := db.ListAPIKeys(ctx, teamID)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(keys)
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED\tREVOKED")
+				for _, k := range keys {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Mask, k.CreatedAt.Format(time.RFC3339), when(k.LastUsed), when(k.RevokedAt))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	revoke := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			teamID, err := resolveTeam(cmd)
-			if err != nil {
-				return err
-			}
-			db, err := server.OpenStore(cmd.Context(), data)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			if err := db.RevokeAPIKey(cmd.Context(), teamID, args[0]); err != nil {
-				return fmt.Errorf("revoke %s: %w", args[0], err)
-			}
-			fmt.Println("revoked", args[0])
-			return nil
+			return withTeamStore(cmd, func(ctx context.Context, db *sqlite.DB, teamID string) error {
+				if err := db.RevokeAPIKey(ctx, teamID, args[0]); err != nil {
+					return fmt.Errorf("revoke %s: %w", args[0], err)
+				}
+				fmt.Println("revoked", args[0])
+				return nil
+			})
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
