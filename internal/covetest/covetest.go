@@ -61,17 +61,11 @@ func Binary(t testing.TB) string {
 	return build.path
 }
 
-// Skip skips t unless the machine can run real sandboxes: root, not -short, runc present.
+// Skip skips t unless the machine can run real sandboxes (see SkipReason).
 func Skip(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("covetest: whole-system test skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("covetest: cove server needs root to run sandboxes")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("covetest: runc is not installed (make deps installs it)")
+	if reason := SkipReason(); reason != "" {
+		t.Skip("covetest: " + reason)
 	}
 }
 

@@ -2,7 +2,9 @@ package covetest
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +13,10 @@ import (
 	goruntime "runtime"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // BuildBinary builds ./cmd/cove into dir, for harnesses that start a server from TestMain
@@ -127,4 +132,71 @@ func PrintLog(w io.Writer, logPath string, n int) {
 		fmt.Fprintf(w, "cove server log %s:\n", logPath)
 	}
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
+}
+
+// SkipReason says why this machine cannot run whole-system tests, or "": they need root, a
+// machine that can run runc sandboxes, and not -short. A missing runc is fine where apt-get
+// can install it (cove server does on start).
+func SkipReason() string {
+	if testing.Short() {
+		return "whole-system tests start cove server and real sandboxes: skipped under -short"
+	}
+	h := runtime.Detect(context.Background(), "")
+	if !h.Root {
+		return "cove server runs sandboxes with runc and needs root"
+	}
+	if h.Runc == "" {
+		if _, err := exec.LookPath("apt-get"); err != nil {
+			return "runc is not installed and apt-get is missing to install it (Debian package runc)"
+		}
+		return ""
+	}
+	if err := h.Err(); err != nil {
+		return "this machine cannot run runc sandboxes: " + err.Error()
+	}
+	return ""
+}
+
+// Main is the TestMain of a package whose tests share one cove server. When the machine
+// cannot run one, it sets *skip to why (the package's tests skip with it) and runs them.
+// Otherwise it launches a server on dataDir (building cove unless bin names a binary), hands
+// it to started, runs the tests, stops the server and prints its log when anything failed.
+// It returns the exit code for os.Exit.
+func Main(m *testing.M, name, dataDir, bin string, started func(*Process), skip *string) int {
+	flag.Parse()
+	if *skip = SkipReason(); *skip != "" {
+		fmt.Fprintf(os.Stderr, "%s: skipping the tests that need a server: %s\n", name, *skip)
+		return m.Run()
+	}
+	tmp, err := os.MkdirTemp("", "cove-"+name+"-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if bin == "" {
+		if bin, err = BuildBinary(tmp); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			return 1
+		}
+	}
+	logPath := filepath.Join(tmp, "server.log")
+	p, err := Launch(bin, dataDir, logPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		PrintLog(os.Stderr, logPath, 400)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "%s: cove server at %s, data %s, log %s\n", name, p.URL, dataDir, logPath)
+	started(p)
+	code := m.Run()
+	if err := p.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: stop cove server: %v\n", name, err)
+		code = 1
+	}
+	if code != 0 {
+		PrintLog(os.Stderr, logPath, 400)
+	} else {
+		os.RemoveAll(tmp)
+	}
+	return code
 }

@@ -9,17 +9,10 @@
 package e2e
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/covetest"
-
-	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // server is the package's one `cove server`.
@@ -28,8 +21,6 @@ var server struct {
 	APIKey  string
 	DataDir string
 	LogPath string
-	tmp     string // the binary and the log; removed after a passing run
-	Cove    string // the built binary
 	// skip, when set, says why every test skips.
 	skip string
 }
@@ -43,29 +34,9 @@ func dataDir() string {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	server.skip = skipReason()
-	if server.skip != "" {
-		fmt.Fprintf(os.Stderr, "e2e: skipping every test: %s\n", server.skip)
-		os.Exit(m.Run())
-	}
-	stop, err := startServer()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		printLog()
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: stop cove server: %v\n", err)
-		code = 1
-	}
-	if code != 0 {
-		printLog()
-	} else {
-		os.RemoveAll(server.tmp)
-	}
-	os.Exit(code)
+	os.Exit(covetest.Main(m, "e2e", dataDir(), "", func(p *covetest.Process) {
+		server.URL, server.APIKey, server.DataDir, server.LogPath = p.URL, p.Key, p.DataDir, p.LogPath
+	}, &server.skip))
 }
 
 // need skips t when the package cannot run here.
@@ -75,49 +46,3 @@ func need(t *testing.T) {
 		t.Skip(server.skip)
 	}
 }
-
-// skipReason says why this machine cannot run the package, or "".
-func skipReason() string {
-	if testing.Short() {
-		return "e2e tests start cove server and real sandboxes: skipped under -short"
-	}
-	h := runtime.Detect(context.Background(), "")
-	if !h.Root {
-		return "e2e tests run cove server, which needs root"
-	}
-	if h.Runc == "" {
-		if _, err := exec.LookPath("apt-get"); err != nil {
-			return "runc is not installed and apt-get is missing to install it (Debian package runc)"
-		}
-		return "" // cove server installs it on start
-	}
-	if err := h.Err(); err != nil {
-		return "this machine cannot run runc sandboxes: " + err.Error()
-	}
-	return ""
-}
-
-// startServer builds cove, starts `cove server` on a free loopback port and waits for it to
-// serve. The returned stop sends SIGTERM and waits.
-func startServer() (stop func() error, err error) {
-	tmp, err := os.MkdirTemp("", "cove-e2e-")
-	if err != nil {
-		return nil, err
-	}
-	server.tmp = tmp
-	server.DataDir = dataDir()
-	server.LogPath = filepath.Join(tmp, "server.log")
-	if server.Cove, err = covetest.BuildBinary(tmp); err != nil {
-		return nil, err
-	}
-	p, err := covetest.Launch(server.Cove, server.DataDir, server.LogPath)
-	if err != nil {
-		return nil, err
-	}
-	server.URL, server.APIKey = p.URL, p.Key
-	fmt.Fprintf(os.Stderr, "e2e: cove server at %s, data %s, log %s\n", server.URL, server.DataDir, server.LogPath)
-	return p.Stop, nil
-}
-
-// printLog prints the server's log (the last 400 lines) after a failure.
-func printLog() { covetest.PrintLog(os.Stderr, server.LogPath, 400) }
