@@ -18,18 +18,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cove-dev/cove/bench/internal/measure"
 
 	"connectrpc.com/connect"
 
@@ -111,7 +111,7 @@ func run(c config) error {
 		}
 	}
 
-	addr, err := freeAddr()
+	addr, err := measure.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -158,13 +158,13 @@ func run(c config) error {
 			return err
 		}
 		cpu1, _ := cpuTicks(pid)
-		e50, e99 := pct(envdRT, 50), pct(envdRT, 99)
-		b50, b99 := pct(bareRT, 50), pct(bareRT, 99)
-		info("true p50 via envd", ms(e50), "ms")
-		info("true p99 via envd", ms(e99), "ms")
-		info("true p50 bare spawn", ms(b50), "ms")
-		info("true p99 bare spawn", ms(b99), "ms")
-		check("true overhead p50 (envd-bare)", ms(e50-b50), "ms", "<= 0.3 ms", e50-b50 <= 300*time.Microsecond)
+		e50, e99 := measure.Pct(envdRT, 50), measure.Pct(envdRT, 99)
+		b50, b99 := measure.Pct(bareRT, 50), measure.Pct(bareRT, 99)
+		info("true p50 via envd", measure.Ms(e50), "ms")
+		info("true p99 via envd", measure.Ms(e99), "ms")
+		info("true p50 bare spawn", measure.Ms(b50), "ms")
+		info("true p99 bare spawn", measure.Ms(b99), "ms")
+		check("true overhead p50 (envd-bare)", measure.Ms(e50-b50), "ms", "<= 0.3 ms", e50-b50 <= 300*time.Microsecond)
 		info("true ratio p50 (envd/bare)", float64(e50)/float64(b50), "x")
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
 		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+max(c.iters/10, 20)), "ms")
@@ -176,9 +176,9 @@ func run(c config) error {
 		if err != nil {
 			return err
 		}
-		on50, off50 := pct(onRT, 50), pct(offRT, 50)
-		info("`seq 100` p50, collection off", ms(off50), "ms")
-		info("`seq 100` p50, collection on", ms(on50), "ms")
+		on50, off50 := measure.Pct(onRT, 50), measure.Pct(offRT, 50)
+		info("`seq 100` p50, collection off", measure.Ms(off50), "ms")
+		info("`seq 100` p50, collection on", measure.Ms(on50), "ms")
 		overhead := (float64(on50)/float64(off50) - 1) * 100
 		check("observability overhead p50", overhead, "%", "<= 5 %", overhead <= 5)
 	}
@@ -213,7 +213,7 @@ func run(c config) error {
 	if c.only["idle"] {
 		hc.CloseIdleConnections()
 		fmt.Fprintf(os.Stderr, "idle: settle %v, CPU over %v ...\n", c.settle, c.idle)
-		sleep(ctx, c.settle)
+		measure.Sleep(ctx, c.settle)
 		rssAfter, err := vmRSS(pid)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func run(c config) error {
 			return err
 		}
 		t0 := time.Now()
-		sleep(ctx, c.idle)
+		measure.Sleep(ctx, c.idle)
 		cpu1, err := cpuTicks(pid)
 		if err != nil {
 			return err
@@ -333,7 +333,7 @@ func roundTrips(ctx context.Context, client processconnect.ProcessClient, n int)
 // (output lines and command records on its stdout, read here as the host would) against the
 // first, which does not; calls alternate so the machine's noise falls on both alike.
 func observability(ctx context.Context, c config, hc *http.Client, off processconnect.ProcessClient) (on, offRT []time.Duration, err error) {
-	addr, err := freeAddr()
+	addr, err := measure.FreeAddr()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -457,35 +457,12 @@ func printTable(rows []result) {
 	}
 }
 
-func pct(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func mib(b int64) float64        { return float64(b) / (1 << 20) }
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func httpProtocols() *http.Protocols {
 	p := new(http.Protocols)
 	p.SetHTTP1(true) // HTTP/1.1 keep-alive, as the brief asks
 	return p
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 func waitHealthy(ctx context.Context, hc *http.Client, base string, limit time.Duration) error {

@@ -44,6 +44,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/bench/internal/measure"
+
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
@@ -378,13 +380,13 @@ func (b *bench) phaseCreate(ctx context.Context) error {
 		}
 		total, api, first, kill = append(total, t2.Sub(t0)), append(api, t1.Sub(t0)), append(first, t2.Sub(t1)), append(kill, t3.Sub(t2))
 	}
-	p50 := pct(total, 50)
-	b.check("create -> /bin/true end, p50", ms(p50), "ms", "<= 50 ms", p50 <= 50*time.Millisecond)
-	b.info("create -> /bin/true end, p99", ms(pct(total, 99)), "ms")
-	b.info("  of which POST /sandboxes, p50", ms(pct(api, 50)), "ms")
-	b.info("  of which first /bin/true via proxy, p50", ms(pct(first, 50)), "ms")
-	b.info("kill (DELETE), p50", ms(pct(kill, 50)), "ms")
-	b.info("kill (DELETE), p99", ms(pct(kill, 99)), "ms")
+	p50 := measure.Pct(total, 50)
+	b.check("create -> /bin/true end, p50", measure.Ms(p50), "ms", "<= 50 ms", p50 <= 50*time.Millisecond)
+	b.info("create -> /bin/true end, p99", measure.Ms(measure.Pct(total, 99)), "ms")
+	b.info("  of which POST /sandboxes, p50", measure.Ms(measure.Pct(api, 50)), "ms")
+	b.info("  of which first /bin/true via proxy, p50", measure.Ms(measure.Pct(first, 50)), "ms")
+	b.info("kill (DELETE), p50", measure.Ms(measure.Pct(kill, 50)), "ms")
+	b.info("kill (DELETE), p99", measure.Ms(measure.Pct(kill, 99)), "ms")
 	return nil
 }
 
@@ -422,11 +424,11 @@ func (b *bench) phaseFreeze(ctx context.Context) error {
 		}
 		after = append(after, d)
 	}
-	b.info("pause (POST /pause), p50", ms(pct(pause, 50)), "ms")
-	b.info("pause (POST /pause), p99", ms(pct(pause, 99)), "ms")
-	b.info("thaw (POST /connect, paused), p50", ms(pct(thaw, 50)), "ms")
-	b.info("thaw (POST /connect, paused), p99", ms(pct(thaw, 99)), "ms")
-	b.info("first /bin/true after thaw, p50", ms(pct(after, 50)), "ms")
+	b.info("pause (POST /pause), p50", measure.Ms(measure.Pct(pause, 50)), "ms")
+	b.info("pause (POST /pause), p99", measure.Ms(measure.Pct(pause, 99)), "ms")
+	b.info("thaw (POST /connect, paused), p50", measure.Ms(measure.Pct(thaw, 50)), "ms")
+	b.info("thaw (POST /connect, paused), p99", measure.Ms(measure.Pct(thaw, 99)), "ms")
+	b.info("first /bin/true after thaw, p50", measure.Ms(measure.Pct(after, 50)), "ms")
 	return nil
 }
 
@@ -453,7 +455,7 @@ func (b *bench) phaseDensity(ctx context.Context) error {
 		}
 		ids = append(ids, id)
 	}
-	sleep(ctx, b.cfg.settle)
+	measure.Sleep(ctx, b.cfg.settle)
 	avail1, err := memAvailable()
 	if err != nil {
 		return err
@@ -503,7 +505,7 @@ func (b *bench) phaseDensity(ctx context.Context) error {
 		b.info("host MemAvailable drop per sandbox (grew: noise)", -mib(float64(avail1-avail0)/float64(n)), "MiB")
 	}
 	killAll()
-	sleep(ctx, time.Second)
+	measure.Sleep(ctx, time.Second)
 	if avail2, err := memAvailable(); err == nil && avail2 > avail1 {
 		b.info("host MemAvailable regained per sandbox killed", mib(per(avail2-avail1)), "MiB")
 	}
@@ -529,7 +531,7 @@ func (b *bench) phaseProxy(ctx context.Context) error {
 		},
 	}}
 	// Host: a `cove envd` on the host's loopback.
-	addr, err := freeAddr()
+	addr, err := measure.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -593,7 +595,7 @@ func (b *bench) phaseProxy(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.name, err)
 			}
-			s.out[w.name] = [2]time.Duration{pct(ds, 50), pct(ds, 99)}
+			s.out[w.name] = [2]time.Duration{measure.Pct(ds, 50), measure.Pct(ds, 99)}
 		}
 	}
 	for _, s := range []struct {
@@ -601,13 +603,13 @@ func (b *bench) phaseProxy(ctx context.Context) error {
 		m    map[string][2]time.Duration
 	}{{"GET /health", health}, {"Process/List", list}} {
 		for _, w := range ways {
-			b.info(fmt.Sprintf("%s %s, p50", s.what, w.name), ms(s.m[w.name][0]), "ms")
-			b.info(fmt.Sprintf("%s %s, p99", s.what, w.name), ms(s.m[w.name][1]), "ms")
+			b.info(fmt.Sprintf("%s %s, p50", s.what, w.name), measure.Ms(s.m[w.name][0]), "ms")
+			b.info(fmt.Sprintf("%s %s, p99", s.what, w.name), measure.Ms(s.m[w.name][1]), "ms")
 		}
 		p, d, h := s.m["proxy"], s.m["direct (netns)"], s.m["host envd"]
-		b.info(fmt.Sprintf("%s proxy overhead p50 (vs direct)", s.what), ms(p[0]-d[0]), "ms")
-		b.info(fmt.Sprintf("%s proxy overhead p99 (vs direct)", s.what), ms(p[1]-d[1]), "ms")
-		b.info(fmt.Sprintf("%s proxy overhead p50 (vs host envd)", s.what), ms(p[0]-h[0]), "ms")
+		b.info(fmt.Sprintf("%s proxy overhead p50 (vs direct)", s.what), measure.Ms(p[0]-d[0]), "ms")
+		b.info(fmt.Sprintf("%s proxy overhead p99 (vs direct)", s.what), measure.Ms(p[1]-d[1]), "ms")
+		b.info(fmt.Sprintf("%s proxy overhead p50 (vs host envd)", s.what), measure.Ms(p[0]-h[0]), "ms")
 	}
 	return nil
 }
@@ -660,8 +662,8 @@ func (b *bench) serverLogRows() {
 		}
 	}
 	if len(ds) > 0 {
-		b.info(fmt.Sprintf("server log `sandbox created` duration_ms, p50 (n=%d)", len(ds)), ms(pct(ds, 50)), "ms")
-		b.info("server log `sandbox created` duration_ms, p99", ms(pct(ds, 99)), "ms")
+		b.info(fmt.Sprintf("server log `sandbox created` duration_ms, p50 (n=%d)", len(ds)), measure.Ms(measure.Pct(ds, 50)), "ms")
+		b.info("server log `sandbox created` duration_ms, p99", measure.Ms(measure.Pct(ds, 99)), "ms")
 	}
 }
 
@@ -774,10 +776,10 @@ func (b *bench) phaseBreakdown(ctx context.Context) error {
 			continue
 		}
 		if s == stages[3] {
-			b.info("breakdown: "+s+", p50", float64(pct(times[s], 50)), "polls")
+			b.info("breakdown: "+s+", p50", float64(measure.Pct(times[s], 50)), "polls")
 			continue
 		}
-		b.info("breakdown: "+s+", p50", ms(pct(times[s], 50)), "ms")
+		b.info("breakdown: "+s+", p50", measure.Ms(measure.Pct(times[s], 50)), "ms")
 	}
 	return nil
 }
@@ -969,7 +971,7 @@ func waitHealthy(ctx context.Context, hc *http.Client, url string, limit time.Du
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not healthy after %v (last: %v)", url, limit, err)
 		}
-		sleep(ctx, 10*time.Millisecond)
+		measure.Sleep(ctx, 10*time.Millisecond)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -1141,36 +1143,10 @@ func readUint(file string) (uint64, error) {
 	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 }
 
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func mib(b float64) float64      { return b / (1 << 20) }
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
+func mib(b float64) float64 { return b / (1 << 20) }
 
 func http1() *http.Protocols {
 	p := new(http.Protocols)
 	p.SetHTTP1(true) // HTTP/1.1 keep-alive, as the SDKs speak
 	return p
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
