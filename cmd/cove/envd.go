@@ -35,6 +35,7 @@ and HTTP /files, /health, /metrics, /envs and /init. It logs JSON lines to stder
 Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			envd.LeanRuntime()
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)

@@ -18,8 +18,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,14 +68,8 @@ type Server struct {
 	opSeq    atomic.Uint64
 	handler  http.Handler
 
-	inflight atomic.Int64 // requests being served
-	trim     *time.Timer  // returns freed memory to the OS once envd has been idle a while
+	idle *idleTrimmer // hands memory back to the OS once envd has been idle a while
 }
-
-// trimAfter is how long envd must have served nothing before it hands the memory a burst of
-// work left behind back to the OS (the runtime's own scavenger takes minutes). One timer,
-// reset when the last request ends: nothing runs while envd stays idle.
-const trimAfter = time.Second
 
 // New builds envd's services and routes.
 func New(cfg Config) *Server {
@@ -110,24 +102,14 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /envs", s.serveEnvs)
 	mux.HandleFunc("POST /init", s.serveInit)
 	s.handler = s.trimWhenIdle(s.withLogger(telemetry.RequestIDMiddleware(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux))))))))
-	s.trim = time.AfterFunc(time.Hour, func() {
-		if s.inflight.Load() == 0 {
-			runtime.GC() // twice: a sync.Pool's buffers survive one collection as its victim cache
-			debug.FreeOSMemory()
-		}
-	})
-	s.trim.Stop()
+	s.idle = newIdleTrimmer()
 	return s
 }
 
 func (s *Server) trimWhenIdle(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.inflight.Add(1)
-		defer func() {
-			if s.inflight.Add(-1) == 0 {
-				s.trim.Reset(trimAfter)
-			}
-		}()
+		s.idle.begin()
+		defer s.idle.end()
 		next.ServeHTTP(w, r)
 	})
 }
