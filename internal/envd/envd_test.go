@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -826,4 +827,67 @@ func postInit(url, body string) error {
 		return errors.New(res.Status + ": " + string(b))
 	}
 	return nil
+}
+
+// TestRunningProcessesDoNotHoldAThreadEach: outside PID 1 mode each process's exit is
+// watched through a pidfd in the runtime's poller, not by a thread blocked in wait4.
+// Not parallel: the thread count is the whole test binary's.
+func TestRunningProcessesDoNotHoldAThreadEach(t *testing.T) {
+	h := start(t)
+	const n = 64
+	before := threads(t)
+	var started, ended sync.WaitGroup
+	results := make(chan result, n)
+	for range n {
+		started.Add(1)
+		ended.Add(1)
+		go func() {
+			defer ended.Done()
+			stream, err := h.client().Start(context.Background(), connect.NewRequest(bash("sleep 1")))
+			if err != nil {
+				started.Done()
+				results <- result{err: err}
+				return
+			}
+			if !stream.Receive() { // the start event: the process is running
+				started.Done()
+				results <- result{err: stream.Err()}
+				return
+			}
+			started.Done()
+			results <- collect[*pb.StartResponse](stream)
+		}()
+	}
+	started.Wait()
+	during := threads(t)
+	ended.Wait()
+	close(results)
+	for r := range results {
+		if r.err != nil || r.end == nil || r.end.ExitCode != 0 || r.end.Status != "exit status 0" {
+			t.Errorf("sleep 1: end %v, err %v", r.end, r.err)
+		}
+	}
+	t.Logf("threads: %d before, %d with %d processes running", before, during, n)
+	if during-before >= n/2 {
+		t.Errorf("%d processes running took %d more threads", n, during-before)
+	}
+}
+
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no Threads in /proc/self/status")
+	return 0
 }

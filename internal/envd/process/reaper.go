@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,10 +36,14 @@ func exitFrom(ws unix.WaitStatus, ru unix.Rusage) exit {
 //
 // As PID 1 (or a subreaper) envd inherits orphans that nobody waits for, and they must be
 // reaped or they fill pids.max. A Wait4(-1) loop would then race the waits for our own
-// children and steal their exit status, so in that mode one loop owns every wait: it runs
-// under the same mutex as start-and-register, so it can never reap a child whose pid is not
-// yet recorded, and it hands each status to the child's owner. Outside that mode each child
-// is waited for by pid and nothing else is touched.
+// children and steal their exit status, so in that mode one loop, run on every SIGCHLD, owns
+// every wait: it runs under the same mutex as start-and-register, so it can never reap a
+// child whose pid is not yet recorded, and it hands each status to the child's owner.
+// Outside that mode each child is waited for through a pidfd in the runtime's poller (its
+// exit wakes the same epoll wait as its pipes' EOF, and no thread blocks per child), or by
+// pid on a kernel without pidfds, and nothing else is touched.
+//
+// (Watching pidfds in PID 1 mode as well was measured: no faster, as SIGCHLD arrives anyway.)
 type reaper struct {
 	central bool
 	mu      sync.Mutex
@@ -59,23 +64,27 @@ func newReaper(central bool) *reaper {
 	return r
 }
 
-// start runs startFn, which forks the child and returns its pid, and calls onExit with the
-// child's exit exactly once. onExit must not block: in PID 1 mode the reaper calls it.
-func (r *reaper) start(startFn func() (int, error), onExit func(exit)) (int, error) {
+// start runs startFn, which forks the child and returns its pid and a pidfd for it (-1 when
+// the kernel gave none), and calls onExit with the child's exit exactly once. onExit must not
+// block: in PID 1 mode the reaper calls it.
+func (r *reaper) start(startFn func() (pid, pidfd int, err error), onExit func(exit)) (int, error) {
 	if !r.central {
-		pid, err := startFn()
+		pid, pidfd, err := startFn()
 		if err != nil {
 			return 0, err
 		}
-		go func() { onExit(waitPID(pid)) }()
+		go func() { onExit(waitChild(pid, pidfd)) }()
 		return pid, nil
 	}
 	r.mu.Lock()
-	pid, err := startFn()
+	pid, pidfd, err := startFn()
 	if err == nil {
 		r.waiting[pid] = onExit
 	}
 	r.mu.Unlock()
+	if pidfd >= 0 {
+		unix.Close(pidfd) // not asked for in this mode; closed should a caller pass one anyway
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -107,6 +116,39 @@ func (r *reaper) reapAll() {
 	}
 }
 
+// waitChild waits for the child pid to exit and reaps it: through pidfd in the poller when
+// there is one, else blocking a thread in wait4.
+func waitChild(pid, pidfd int) exit {
+	if pidfd < 0 {
+		return waitPID(pid)
+	}
+	f, rc := pollable(pidfd)
+	if f == nil {
+		unix.Close(pidfd)
+		return waitPID(pid)
+	}
+	defer f.Close()
+	var ex exit
+	err := rc.Read(func(fd uintptr) bool {
+		var info siginfoChild
+		var ru unix.Rusage
+		err := waitid(int(fd), &info, unix.WEXITED|unix.WNOHANG, &ru)
+		switch {
+		case err == unix.EAGAIN || (err == nil && info.Pid == 0):
+			return false // running: wait for the poller
+		case err != nil:
+			ex = exit{Code: -1, Text: "wait: " + err.Error()}
+		default:
+			ex = exitFrom(info.waitStatus(), ru)
+		}
+		return true
+	})
+	if err != nil { // the poller refused the pidfd after all: wait the old way
+		return waitPID(pid)
+	}
+	return ex
+}
+
 func waitPID(pid int) exit {
 	for {
 		var ws unix.WaitStatus
@@ -122,5 +164,64 @@ func waitPID(pid int) exit {
 			continue
 		}
 		return exitFrom(ws, ru)
+	}
+}
+
+// pollable makes pidfd non-blocking and hands it to the runtime's poller, which reports it
+// readable once the process has exited. It returns nil when the poller will not take it.
+func pollable(pidfd int) (*os.File, syscall.RawConn) {
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		return nil, nil
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil
+	}
+	return f, rc
+}
+
+// siginfoChild is the kernel's siginfo_t as waitid fills it for a child (128 bytes on
+// Linux): the fields after the header are the child's pid, uid and status.
+type siginfoChild struct {
+	Signo, Errno, Code int32
+	_                  int32
+	Pid                int32
+	UID                uint32
+	Status             int32
+	_                  [100]byte
+}
+
+// The si_code values of a child's exit (<asm-generic/siginfo.h>).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// waitStatus encodes info as the wait status wait4 would have returned.
+func (i *siginfoChild) waitStatus() unix.WaitStatus {
+	switch i.Code {
+	case cldExited:
+		return unix.WaitStatus(i.Status&0xff) << 8
+	case cldDumped:
+		return unix.WaitStatus(i.Status&0x7f) | 0x80
+	default: // cldKilled
+		return unix.WaitStatus(i.Status & 0x7f)
+	}
+}
+
+// waitid is waitid(P_PIDFD, pidfd, info, options, ru), retried on EINTR.
+func waitid(pidfd int, info *siginfoChild, options int, ru *unix.Rusage) error {
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_WAITID, unix.P_PIDFD, uintptr(pidfd),
+			uintptr(unsafe.Pointer(info)), uintptr(options), uintptr(unsafe.Pointer(ru)), 0)
+		if e != unix.EINTR {
+			if e != 0 {
+				return e
+			}
+			return nil
+		}
 	}
 }

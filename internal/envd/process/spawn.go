@@ -72,25 +72,27 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 	}
 
 	var childEnds []*os.File
-	startFn := func() (int, error) { // runs under the reaper's lock in PID 1 mode
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd        // ours to watch the exit with; the reaper closes it
+	startFn := func() (int, int, error) { // runs under the reaper's lock in PID 1 mode
 		if err := cmd.Start(); err != nil {
-			return 0, err
+			return 0, -1, err
 		}
-		return cmd.Process.Pid, nil
+		return cmd.Process.Pid, pidfd, nil
 	}
 	if size := req.GetPty().GetSize(); req.Pty != nil {
 		ws := &pty.Winsize{Cols: uint16(size.GetCols()), Rows: uint16(size.GetRows())}
 		if ws.Cols == 0 || ws.Rows == 0 {
 			ws.Cols, ws.Rows = 80, 24
 		}
-		startFn = func() (int, error) {
+		startFn = func() (int, int, error) {
 			f, err := pty.StartWithSize(cmd, ws)
 			if err != nil {
-				return 0, err
+				return 0, -1, err
 			}
 			p.pty = f
 			p.outs = []*os.File{f}
-			return cmd.Process.Pid, nil
+			return cmd.Process.Pid, pidfd, nil
 		}
 	} else {
 		cmd.SysProcAttr.Setpgid = true // signals reach the whole tree the command started
