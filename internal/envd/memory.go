@@ -6,7 +6,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,17 +29,80 @@ const (
 
 // idleTrimmer counts requests in flight and runs the two steps when envd goes idle.
 type idleTrimmer struct {
+	trimAfter, dropAfter time.Duration
+
 	inflight atomic.Int64
+	lastEnd  atomic.Int64 // when the last request ended, in Unix nanoseconds
 	trim     *time.Timer
 	drop     *time.Timer
 }
 
 // newIdleTrimmer arms both steps at once: start-up's garbage and mappings count as a burst.
-func newIdleTrimmer() *idleTrimmer {
-	t := &idleTrimmer{}
+// envd passes trimAfter and dropMappingsAfter.
+func newIdleTrimmer(trimAfter, dropAfter time.Duration) *idleTrimmer {
+	t := &idleTrimmer{trimAfter: trimAfter, dropAfter: dropAfter}
 	t.trim = time.AfterFunc(trimAfter, t.when(releaseHeap))
-	t.drop = time.AfterFunc(dropMappingsAfter, t.when(dropExecutableMappings))
+	t.drop = time.AfterFunc(dropAfter, t.when(t.dropMappings))
 	return t
+}
+
+// dropMappings trims the heap, turns the collector off, and drops the mappings. The order
+// matters: a collection after the drop would map the collector's code back, and the runtime
+// forces one every two minutes while it is on. An idle envd allocates nothing (and a memory
+// limit bounds what a command running without a stream makes it allocate); the next request
+// turns the collector back on.
+func (t *idleTrimmer) dropMappings() {
+	releaseHeap()
+	collector.off()
+	if t.inflight.Load() != 0 { // a request came in meanwhile: begin may have missed it
+		collector.on()
+		return
+	}
+	dropExecutableMappings()
+}
+
+// collector is the process's garbage collector switch (the setting is process-wide, and a
+// test binary runs many envd servers).
+var collector gcSwitch
+
+type gcSwitch struct {
+	mu      sync.Mutex
+	isOff   atomic.Bool
+	percent int   // the settings before off
+	limit   int64 //
+}
+
+// offHeadroom is how much more memory the runtime may take while the collector is off before
+// it collects anyway: a command left running without a stream still has its output read.
+const offHeadroom = 16 << 20
+
+// off turns the collector off, with a memory limit as the backstop: GOGC=off with a limit
+// collects only when the limit is near (and never on the two-minute timer).
+func (g *gcSwitch) off() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.isOff.Load() {
+		s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		inUse := int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+		g.limit = debug.SetMemoryLimit(inUse + offHeadroom)
+		g.percent = debug.SetGCPercent(-1)
+		g.isOff.Store(true)
+	}
+}
+
+// on restores the setting off found; it does nothing unless off turned the collector off.
+func (g *gcSwitch) on() {
+	if !g.isOff.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.isOff.Load() {
+		debug.SetGCPercent(g.percent)
+		debug.SetMemoryLimit(g.limit)
+		g.isOff.Store(false)
+	}
 }
 
 func (t *idleTrimmer) when(step func()) func() {
@@ -48,13 +113,28 @@ func (t *idleTrimmer) when(step func()) func() {
 	}
 }
 
-func (t *idleTrimmer) begin() { t.inflight.Add(1) }
+func (t *idleTrimmer) begin() {
+	t.inflight.Add(1)
+	collector.on()
+}
 
 func (t *idleTrimmer) end() {
+	t.lastEnd.Store(time.Now().UnixNano())
 	if t.inflight.Add(-1) == 0 {
-		t.trim.Reset(trimAfter)
-		t.drop.Reset(dropMappingsAfter)
+		t.trim.Reset(t.trimAfter)
+		t.drop.Reset(t.dropAfter)
 	}
+}
+
+// afterWork re-arms both steps after envd did work of its own while idle (the last kept end
+// event expiring): that work mapped code back and freed memory. The mappings still go no
+// sooner than dropMappingsAfter after the last request.
+func (t *idleTrimmer) afterWork() {
+	if t.inflight.Load() != 0 {
+		return // the end of the last request re-arms them
+	}
+	sinceRequest := time.Since(time.Unix(0, t.lastEnd.Load()))
+	t.drop.Reset(max(t.dropAfter-sinceRequest, t.trimAfter)) // the drop trims the heap first
 }
 
 // releaseHeap returns the free heap to the OS.

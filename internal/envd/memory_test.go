@@ -2,10 +2,13 @@ package envd
 
 import (
 	"bufio"
+	"math"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,4 +73,64 @@ func rssFileKiB(t *testing.T) int {
 	}
 	t.Skip("no RssFile in /proc/self/status")
 	return 0
+}
+
+// TestIdleTrimmerTurnsTheCollectorOffWhileDroppedAndBackOnForARequest: once the mappings are
+// dropped the collector is off (its forced two-minute cycle would map its code back), and
+// the next request turns it on again.
+func TestIdleTrimmerTurnsTheCollectorOffWhileDroppedAndBackOnForARequest(t *testing.T) {
+	gogc := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := gogc()
+	tr := newIdleTrimmer(10*time.Millisecond, 30*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for !collector.isOff.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the collector was never turned off")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := gogc(); got != math.MaxUint64 {
+		t.Errorf("GOGC while dropped = %d, want off (MaxUint64 here)", got)
+	}
+	tr.begin()
+	if collector.isOff.Load() || gogc() != before {
+		t.Errorf("after a request began: off=%v GOGC=%d, want on and %d", collector.isOff.Load(), gogc(), before)
+	}
+	tr.end()
+	tr.trim.Stop()
+	tr.drop.Stop()
+	collector.on()
+}
+
+// TestCollectorOffStillCollectsAtItsLimit: with the collector off, a long stream of garbage
+// (a command's output read while no client is attached) is collected at the memory limit
+// rather than kept.
+func TestCollectorOffStillCollectsAtItsLimit(t *testing.T) {
+	read := func() (cycles, inUse uint64) {
+		s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/memory/classes/total:bytes"},
+			{Name: "/memory/classes/heap/released:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64(), s[1].Value.Uint64() - s[2].Value.Uint64()
+	}
+	collector.off()
+	defer collector.on()
+	cycles0, inUse0 := read()
+	var sink []byte
+	for range 2000 { // 256 MiB of garbage, 128 KiB at a time
+		sink = make([]byte, 128<<10)
+		sink[0] = 1
+	}
+	_ = sink
+	cycles, inUse := read()
+	t.Logf("%d collections; runtime memory %d -> %d MiB", cycles-cycles0, inUse0>>20, inUse>>20)
+	if cycles == cycles0 {
+		t.Error("no collection while the collector was off: the limit did not act")
+	}
+	if inUse > inUse0+4*offHeadroom {
+		t.Errorf("runtime memory grew from %d to %d MiB with the collector off", inUse0>>20, inUse>>20)
+	}
 }

@@ -83,7 +83,9 @@ func New(cfg Config) *Server {
 		cfg.Defaults = &identity.Defaults{}
 	}
 	s := &Server{cfg: cfg, defaults: cfg.Defaults}
-	s.procs = process.New(s.defaults, process.Options{KeepEnded: cfg.KeepEnded, Reap: cfg.Reap, Sink: cfg.Sink})
+	s.idle = newIdleTrimmer(trimAfter, dropMappingsAfter)
+	s.procs = process.New(s.defaults, process.Options{KeepEnded: cfg.KeepEnded, Reap: cfg.Reap, Sink: cfg.Sink,
+		Drained: s.idle.afterWork})
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxMessageBytes),
@@ -102,7 +104,6 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /envs", s.serveEnvs)
 	mux.HandleFunc("POST /init", s.serveInit)
 	s.handler = s.trimWhenIdle(s.withLogger(telemetry.RequestIDMiddleware(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux))))))))
-	s.idle = newIdleTrimmer()
 	return s
 }
 

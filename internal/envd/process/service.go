@@ -36,6 +36,9 @@ type Options struct {
 	Reap bool
 	// Sink, when set, receives every process's output lines and command records.
 	Sink *Sink
+	// Drained, when set, is called after the last kept end event expired: the service has
+	// nothing left to do until the next request.
+	Drained func()
 }
 
 // Service implements processconnect.ProcessHandler.
@@ -54,7 +57,9 @@ func New(d *identity.Defaults, opts Options) *Service {
 	if opts.KeepEnded <= 0 {
 		opts.KeepEnded = 30 * time.Second
 	}
-	return &Service{defaults: d, table: newTable(), reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded, sink: opts.Sink}
+	t := newTable()
+	t.drained = opts.Drained
+	return &Service{defaults: d, table: t, reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded, sink: opts.Sink}
 }
 
 // HeaderKeepalive is the client's keepalive interval in seconds for server streams.

@@ -24,6 +24,7 @@ type table struct {
 	goneTags  map[string]*gone
 	goneQueue []*gone
 	expiry    *time.Timer
+	drained   func() // after the last kept record expired (may be nil)
 }
 
 // gone is what a retired process leaves: enough for a late Connect to rebuild its end event.
@@ -97,6 +98,13 @@ func (t *table) retire(p *proc, keep time.Duration) {
 
 // expire forgets the records whose time is up and arms the timer for the next one.
 func (t *table) expire() {
+	if t.expireLocked() && t.drained != nil {
+		t.drained()
+	}
+}
+
+// expireLocked does expire's work and reports whether no kept record is left.
+func (t *table) expireLocked() (empty bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -116,10 +124,14 @@ func (t *table) expire() {
 	clear(t.goneQueue[:n])
 	t.goneQueue = t.goneQueue[n:]
 	if len(t.goneQueue) == 0 {
-		t.goneQueue = nil // drop the backing array a burst grew
-		return
+		// Drop what a burst grew: the queue's backing array, and the maps' buckets (a Go map
+		// never shrinks).
+		t.goneQueue = nil
+		t.goneByPID, t.goneTags = map[int]*gone{}, map[string]*gone{}
+		return true
 	}
 	t.expiry.Reset(t.goneQueue[0].expires.Sub(now))
+	return false
 }
 
 // ghost is the proc a late Connect sees for a retired process: ended, with its end event.
