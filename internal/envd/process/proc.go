@@ -161,6 +161,7 @@ func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, co
 		defer c.flush()
 	}
 	size := chunkSize // grows to readSize while output keeps filling reads
+	grown := false    // the pipe's kernel buffer, on the first full read
 	for {
 		bp := getBuf(size)
 		buf := *bp
@@ -177,6 +178,10 @@ func (p *proc) pump(r *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent, co
 			}
 			p.broadcast(b)
 			if n == size {
+				if !grown && p.pty == nil {
+					growPipe(r)
+					grown = true
+				}
 				size = min(size*2, readSize)
 			} else if n < chunkSize {
 				size = chunkSize

@@ -88,7 +88,8 @@ func (r *reaper) start(startFn func() (pid, pidfd int, err error), onExit func(e
 	if err != nil {
 		return 0, err
 	}
-	r.reapAll() // the child may have exited before it was registered
+	// A child that exited before it was registered is reaped all the same: its SIGCHLD's
+	// reapAll waits for the lock held around fork and register.
 	return pid, nil
 }
 

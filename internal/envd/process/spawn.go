@@ -28,7 +28,8 @@ const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // oomScoreAdj is what envd, as a sandbox's init, gives every process it starts.
 const oomScoreAdj = "500"
 
-// pipeSize is the kernel buffer asked for each output pipe: fewer wake-ups at high volume.
+// pipeSize is the kernel buffer an output pipe grows to once a read finds it full: fewer
+// wake-ups at high volume. Pipes start at the kernel's default, as most commands print little.
 const pipeSize = 1 << 20
 
 // spawn starts the process a StartRequest describes, with sub already attached so that no
@@ -96,11 +97,11 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		}
 	} else {
 		cmd.SysProcAttr.Setpgid = true // signals reach the whole tree the command started
-		stdoutR, stdoutW, err := pipe(0, pipeSize)
+		stdoutR, stdoutW, err := pipe(0)
 		if err != nil {
 			return nil, s.unreserve(p, err)
 		}
-		stderrR, stderrW, err := pipe(0, pipeSize)
+		stderrR, stderrW, err := pipe(0)
 		if err != nil {
 			closeAll(stdoutR, stdoutW)
 			return nil, s.unreserve(p, err)
@@ -109,7 +110,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		p.outs = []*os.File{stdoutR, stderrR}
 		childEnds = []*os.File{stdoutW, stderrW}
 		if req.Stdin == nil || req.GetStdin() {
-			stdinW, stdinR, err := pipe(1, 0)
+			stdinW, stdinR, err := pipe(1)
 			if err != nil {
 				closeAll(stdoutR, stdoutW, stderrR, stderrW)
 				return nil, s.unreserve(p, err)
@@ -343,8 +344,7 @@ func workdir(u *identity.User, requested *string, sandboxDefault string) (string
 // write end) is non-blocking and polled by the runtime, as os.Pipe's are; the child's is a
 // plain blocking descriptor, never registered with the poller, which os.Pipe would register
 // and exec then switch back to blocking: two fcntl calls and two epoll_ctl saved per pipe.
-// size, when not 0, is the kernel buffer asked for.
-func pipe(ours int, size int) (own, child *os.File, err error) {
+func pipe(ours int) (own, child *os.File, err error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, nil, os.NewSyscallError("pipe2", err)
@@ -353,9 +353,6 @@ func pipe(ours int, size int) (own, child *os.File, err error) {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
 		return nil, nil, os.NewSyscallError("fcntl", err)
-	}
-	if size != 0 {
-		_, _ = unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, size)
 	}
 	names := [2]string{"|0", "|1"}
 	return os.NewFile(uintptr(fds[ours]), names[ours]), os.NewFile(uintptr(fds[1-ours]), names[1-ours]), nil
@@ -400,4 +397,12 @@ func startError(err error) error {
 		return fmt.Errorf("%w: %v", fault.ErrNotFound, err)
 	}
 	return err
+}
+
+// growPipe asks the kernel for pipeSize of buffer behind r, an output pipe a read found full.
+// Through the raw conn: Fd would put r back in blocking mode.
+func growPipe(r *os.File) {
+	if rc, err := r.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+	}
 }
