@@ -33,6 +33,7 @@ type idleTrimmer struct {
 
 	inflight atomic.Int64
 	lastEnd  atomic.Int64 // when the last request ended, in Unix nanoseconds
+	dirty    atomic.Bool  // work ran since the heap was last trimmed
 	trim     *time.Timer
 	drop     *time.Timer
 }
@@ -41,7 +42,8 @@ type idleTrimmer struct {
 // envd passes trimAfter and dropMappingsAfter.
 func newIdleTrimmer(trimAfter, dropAfter time.Duration) *idleTrimmer {
 	t := &idleTrimmer{trimAfter: trimAfter, dropAfter: dropAfter}
-	t.trim = time.AfterFunc(trimAfter, t.when(releaseHeap))
+	t.dirty.Store(true) // start-up
+	t.trim = time.AfterFunc(trimAfter, t.when(func() { t.dirty.Store(false); releaseHeap() }))
 	t.drop = time.AfterFunc(dropAfter, t.when(t.dropMappings))
 	return t
 }
@@ -52,7 +54,9 @@ func newIdleTrimmer(trimAfter, dropAfter time.Duration) *idleTrimmer {
 // limit bounds what a command running without a stream makes it allocate); the next request
 // turns the collector back on.
 func (t *idleTrimmer) dropMappings() {
-	releaseHeap()
+	if t.dirty.Swap(false) { // else the trim step did it, and nothing ran since
+		releaseHeap()
+	}
 	collector.off()
 	if t.inflight.Load() != 0 { // a request came in meanwhile: begin may have missed it
 		collector.on()
@@ -120,16 +124,18 @@ func (t *idleTrimmer) begin() {
 
 func (t *idleTrimmer) end() {
 	t.lastEnd.Store(time.Now().UnixNano())
+	t.dirty.Store(true)
 	if t.inflight.Add(-1) == 0 {
 		t.trim.Reset(t.trimAfter)
 		t.drop.Reset(t.dropAfter)
 	}
 }
 
-// afterWork re-arms both steps after envd did work of its own while idle (the last kept end
-// event expiring): that work mapped code back and freed memory. The mappings still go no
-// sooner than dropMappingsAfter after the last request.
+// afterWork re-arms the drop after envd did work of its own while idle (kept end events
+// expiring): that work mapped code back and freed memory. The mappings still go no sooner
+// than dropMappingsAfter after the last request.
 func (t *idleTrimmer) afterWork() {
+	t.dirty.Store(true)
 	if t.inflight.Load() != 0 {
 		return // the end of the last request re-arms them
 	}

@@ -85,7 +85,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, defaults: cfg.Defaults}
 	s.idle = newIdleTrimmer(trimAfter, dropMappingsAfter)
 	s.procs = process.New(s.defaults, process.Options{KeepEnded: cfg.KeepEnded, Reap: cfg.Reap, Sink: cfg.Sink,
-		Drained: s.idle.afterWork})
+		Expired: s.idle.afterWork})
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxMessageBytes),

@@ -22,10 +22,19 @@ type exit struct {
 	Rusage unix.Rusage
 }
 
+// exitTexts are the texts of exit codes 0-255, made once: a burst of ended commands keeps
+// them in their records, and should not keep one copy each.
+var exitTexts = func() (t [256]string) {
+	for i := range t {
+		t[i] = "exit status " + strconv.Itoa(i)
+	}
+	return t
+}()
+
 func exitFrom(ws unix.WaitStatus, ru unix.Rusage) exit {
 	switch {
 	case ws.Exited():
-		return exit{Code: int32(ws.ExitStatus()), Exited: true, Text: "exit status " + strconv.Itoa(ws.ExitStatus()), Rusage: ru}
+		return exit{Code: int32(ws.ExitStatus()), Exited: true, Text: exitTexts[ws.ExitStatus()&0xff], Rusage: ru}
 	case ws.Signaled():
 		return exit{Code: -1, Signal: ws.Signal(), Text: "signal: " + ws.Signal().String(), Rusage: ru}
 	}

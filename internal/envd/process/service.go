@@ -36,9 +36,9 @@ type Options struct {
 	Reap bool
 	// Sink, when set, receives every process's output lines and command records.
 	Sink *Sink
-	// Drained, when set, is called after the last kept end event expired: the service has
-	// nothing left to do until the next request.
-	Drained func()
+	// Expired, when set, is called after kept end events expired: work the service did on
+	// its own, between requests.
+	Expired func()
 }
 
 // Service implements processconnect.ProcessHandler.
@@ -58,7 +58,7 @@ func New(d *identity.Defaults, opts Options) *Service {
 		opts.KeepEnded = 30 * time.Second
 	}
 	t := newTable()
-	t.drained = opts.Drained
+	t.expired = opts.Expired
 	return &Service{defaults: d, table: t, reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded, sink: opts.Sink}
 }
 

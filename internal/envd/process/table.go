@@ -17,28 +17,32 @@ type table struct {
 	byPID map[int]*proc
 	tags  map[string]*proc // nil value: reserved by a Start in progress
 
-	// Ended processes, kept until their time is up: by pid and tag, and in the order they
-	// ended (which, keep being one duration, is the order they expire), with one timer for
-	// the oldest rather than one per process.
-	goneByPID map[int]*gone
-	goneTags  map[string]*gone
-	goneQueue []*gone
-	expiry    *time.Timer
-	drained   func() // after the last kept record expired (may be nil)
+	// Ended processes, kept until their time is up, in the order they ended (which, keep
+	// being one duration, is the order they expire), with one timer for the oldest rather
+	// than one per process. One slice of values and no index: a late Connect is rare, and a
+	// scan from the newest end finds the newest process that had the pid or tag, while a
+	// burst of thousands of ended commands costs 56 bytes each.
+	gone    []gone
+	expiry  *time.Timer
+	expired func() // after kept records expired (may be nil)
 }
+
+// expiryBatch is the least time between two expiry runs: a burst of ended processes expires
+// in a few runs, not in one timer firing each.
+const expiryBatch = time.Second
 
 // gone is what a retired process leaves: enough for a late Connect to rebuild its end event.
 type gone struct {
-	pid     int
 	tag     string
 	text    string // exit.Text
+	expires int64  // Unix nanoseconds
+	pid     int32
 	code    int32
 	exited  bool
-	expires time.Time
 }
 
 func newTable() *table {
-	return &table{byPID: map[int]*proc{}, tags: map[string]*proc{}, goneByPID: map[int]*gone{}, goneTags: map[string]*gone{}}
+	return &table{byPID: map[int]*proc{}, tags: map[string]*proc{}}
 }
 
 // reserveTag claims tag for a starting process; false when a live process holds it.
@@ -63,11 +67,9 @@ func (t *table) releaseTag(tag string) {
 func (t *table) add(p *proc) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.byPID[p.pid] = p
-	delete(t.goneByPID, p.pid) // a reused pid names the new process
+	t.byPID[p.pid] = p // a reused pid names the new process: find looks here first
 	if p.tag != "" {
 		t.tags[p.tag] = p
-		delete(t.goneTags, p.tag)
 	}
 }
 
@@ -75,19 +77,18 @@ func (t *table) add(p *proc) {
 // the request, captures, logger and pipes of an ended process are not held meanwhile.
 func (t *table) retire(p *proc, keep time.Duration) {
 	ex := p.exit // set before the end, never written again
-	g := &gone{pid: p.pid, tag: p.tag, text: ex.Text, code: ex.Code, exited: ex.Exited, expires: time.Now().Add(keep)}
+	g := gone{pid: int32(p.pid), tag: p.tag, text: ex.Text, code: ex.Code, exited: ex.Exited,
+		expires: time.Now().Add(keep).UnixNano()}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byPID[p.pid] == p {
 		delete(t.byPID, p.pid)
-		t.goneByPID[p.pid] = g
 	}
 	if p.tag != "" && t.tags[p.tag] == p {
 		delete(t.tags, p.tag)
-		t.goneTags[p.tag] = g
 	}
-	t.goneQueue = append(t.goneQueue, g)
-	if len(t.goneQueue) == 1 {
+	t.gone = append(t.gone, g)
+	if len(t.gone) == 1 {
 		if t.expiry == nil {
 			t.expiry = time.AfterFunc(keep, t.expire)
 		} else {
@@ -98,47 +99,49 @@ func (t *table) retire(p *proc, keep time.Duration) {
 
 // expire forgets the records whose time is up and arms the timer for the next one.
 func (t *table) expire() {
-	if t.expireLocked() && t.drained != nil {
-		t.drained()
+	t.expireLocked()
+	if t.expired != nil {
+		t.expired()
 	}
 }
 
-// expireLocked does expire's work and reports whether no kept record is left.
-func (t *table) expireLocked() (empty bool) {
+func (t *table) expireLocked() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := time.Now()
+	now := time.Now().UnixNano()
 	n := 0
-	for _, g := range t.goneQueue {
-		if g.expires.After(now) {
-			break
-		}
-		if t.goneByPID[g.pid] == g {
-			delete(t.goneByPID, g.pid)
-		}
-		if g.tag != "" && t.goneTags[g.tag] == g {
-			delete(t.goneTags, g.tag)
-		}
+	for n < len(t.gone) && t.gone[n].expires <= now {
 		n++
 	}
-	clear(t.goneQueue[:n])
-	t.goneQueue = t.goneQueue[n:]
-	if len(t.goneQueue) == 0 {
-		// Drop what a burst grew: the queue's backing array, and the maps' buckets (a Go map
-		// never shrinks).
-		t.goneQueue = nil
-		t.goneByPID, t.goneTags = map[int]*gone{}, map[string]*gone{}
-		return true
+	if n == len(t.gone) {
+		t.gone = nil // drop the backing array a burst grew
+		return
 	}
-	t.expiry.Reset(t.goneQueue[0].expires.Sub(now))
-	return false
+	// Keep the rest in a fresh array when most of the old one is spent.
+	if rest := t.gone[n:]; n > len(rest) {
+		t.gone = append([]gone(nil), rest...)
+	} else {
+		clear(t.gone[:n])
+		t.gone = rest
+	}
+	t.expiry.Reset(max(time.Duration(t.gone[0].expires-now), expiryBatch))
+}
+
+// findGone returns the newest kept record that matches, if any.
+func (t *table) findGone(match func(*gone) bool) *gone {
+	for i := len(t.gone) - 1; i >= 0; i-- {
+		if match(&t.gone[i]) {
+			return &t.gone[i]
+		}
+	}
+	return nil
 }
 
 // ghost is the proc a late Connect sees for a retired process: ended, with its end event.
 func (g *gone) ghost() *proc {
 	done := make(chan struct{})
 	close(done)
-	return &proc{pid: g.pid, tag: g.tag, endEvent: endEvent(exit{Code: g.code, Exited: g.exited, Text: g.text}), done: done}
+	return &proc{pid: int(g.pid), tag: g.tag, endEvent: endEvent(exit{Code: g.code, Exited: g.exited, Text: g.text}), done: done}
 }
 
 // find returns the process a selector names, ended or not.
@@ -150,7 +153,7 @@ func (t *table) find(sel *pb.ProcessSelector) (*proc, error) {
 		if p, ok := t.byPID[int(s.Pid)]; ok {
 			return p, nil
 		}
-		if g, ok := t.goneByPID[int(s.Pid)]; ok {
+		if g := t.findGone(func(g *gone) bool { return uint32(g.pid) == s.Pid }); g != nil {
 			return g.ghost(), nil
 		}
 		return nil, fmt.Errorf("%w: process with pid %d", fault.ErrNotFound, s.Pid)
@@ -158,7 +161,7 @@ func (t *table) find(sel *pb.ProcessSelector) (*proc, error) {
 		if p := t.tags[s.Tag]; p != nil {
 			return p, nil
 		}
-		if g, ok := t.goneTags[s.Tag]; ok {
+		if g := t.findGone(func(g *gone) bool { return g.tag != "" && g.tag == s.Tag }); g != nil {
 			return g.ghost(), nil
 		}
 		return nil, fmt.Errorf("%w: process with tag %q", fault.ErrNotFound, s.Tag)

@@ -7,12 +7,12 @@ import (
 	pb "github.com/cove-dev/cove/gen/process"
 )
 
-// TestKeptEndEventsExpireAndReportTheTableDrained: a retired process's end event is found
-// until its time is up, then it is gone and the drained hook runs once the last one expired.
-func TestKeptEndEventsExpireAndReportTheTableDrained(t *testing.T) {
+// TestKeptEndEventsExpireAndReportIt: a retired process's end event is found
+// until its time is up, then it is gone, and the expired hook runs.
+func TestKeptEndEventsExpireAndReportIt(t *testing.T) {
 	tb := newTable()
-	drained := make(chan struct{}, 4)
-	tb.drained = func() { drained <- struct{}{} }
+	expired := make(chan struct{}, 4)
+	tb.expired = func() { expired <- struct{}{} }
 
 	for pid, keep := range map[int]time.Duration{101: 50 * time.Millisecond, 102: 150 * time.Millisecond} {
 		p := &proc{pid: pid, tag: "t" + string(rune('a'+pid-101)), exit: &exit{Code: 3, Exited: true, Text: "exit status 3"}}
@@ -28,17 +28,56 @@ func TestKeptEndEventsExpireAndReportTheTableDrained(t *testing.T) {
 			t.Fatalf("pid %d right after its end: %v, %v", pid, p, err)
 		}
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err1 := tb.find(sel(101))
+		_, err2 := tb.find(sel(102))
+		if err1 != nil && err2 != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the kept records never expired")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	select {
-	case <-drained:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the table never reported drained")
+	case <-expired:
+	case <-time.After(time.Second):
+		t.Error("the expired hook did not run")
 	}
 	for _, pid := range []uint32{101, 102} {
 		if _, err := tb.find(sel(pid)); err == nil {
 			t.Errorf("pid %d still found after its record expired", pid)
 		}
 	}
-	if len(drained) != 0 {
-		t.Error("drained reported more than once for one burst")
+}
+
+// TestReusedPidsAndTagsNameTheNewestProcess: a live process shadows a kept record with its
+// pid or tag, and of two kept records the newer one answers.
+func TestReusedPidsAndTagsNameTheNewestProcess(t *testing.T) {
+	tb := newTable()
+	ended := func(pid int, tag string, code int32) *proc {
+		return &proc{pid: pid, tag: tag, exit: &exit{Code: code, Exited: true, Text: exitTexts[code]}}
+	}
+	byPID := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: 7}}
+	byTag := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: "job"}}
+
+	old := ended(7, "job", 1)
+	tb.add(old)
+	tb.retire(old, time.Minute)
+	live := &proc{pid: 7, tag: "job", done: make(chan struct{})}
+	tb.add(live)
+	for _, sel := range []*pb.ProcessSelector{byPID, byTag} {
+		if p, err := tb.find(sel); err != nil || p != live {
+			t.Errorf("%v with a live process: got %v, %v; want the live one", sel, p, err)
+		}
+	}
+	live.exit = &exit{Code: 2, Exited: true, Text: exitTexts[2]}
+	tb.retire(live, time.Minute)
+	for _, sel := range []*pb.ProcessSelector{byPID, byTag} {
+		p, err := tb.find(sel)
+		if err != nil || p.endEvent.GetEnd().GetExitCode() != 2 {
+			t.Errorf("%v after both ended: got %v, %v; want the newer (exit 2)", sel, p, err)
+		}
 	}
 }
