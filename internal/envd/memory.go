@@ -192,22 +192,12 @@ func readOnlyMappingOf(line []byte, dev, ino uint64) (start, end uintptr, ok boo
 	if n, err := strconv.ParseUint(string(f[4]), 10, 64); err != nil || n != ino {
 		return 0, 0, false
 	}
-	major, minor, found := bytes.Cut(f[3], []byte(":"))
-	if !found {
+	maj, mnr, ok := hexPair(f[3], ':')
+	if !ok || unix.Mkdev(uint32(maj), uint32(mnr)) != dev {
 		return 0, 0, false
 	}
-	maj, err1 := strconv.ParseUint(string(major), 16, 32)
-	mnr, err2 := strconv.ParseUint(string(minor), 16, 32)
-	if err1 != nil || err2 != nil || unix.Mkdev(uint32(maj), uint32(mnr)) != dev {
-		return 0, 0, false
-	}
-	lo, hi, found := bytes.Cut(f[0], []byte("-"))
-	if !found {
-		return 0, 0, false
-	}
-	s, err1 := strconv.ParseUint(string(lo), 16, 64)
-	e, err2 := strconv.ParseUint(string(hi), 16, 64)
-	if err1 != nil || err2 != nil || e <= s {
+	s, e, ok := hexPair(f[0], '-')
+	if !ok || e <= s {
 		return 0, 0, false
 	}
 	return uintptr(s), uintptr(e), true
@@ -227,4 +217,15 @@ func LeanRuntime() {
 		runtime.GOMAXPROCS(1)
 	}
 	runtime.MemProfileRate = 0
+}
+
+// hexPair parses "a<sep>b", two hexadecimal numbers.
+func hexPair(b []byte, sep byte) (a, c uint64, ok bool) {
+	x, y, found := bytes.Cut(b, []byte{sep})
+	if !found {
+		return 0, 0, false
+	}
+	a, err1 := strconv.ParseUint(string(x), 16, 64)
+	c, err2 := strconv.ParseUint(string(y), 16, 64)
+	return a, c, err1 == nil && err2 == nil
 }
