@@ -44,22 +44,23 @@ func serveFloor(addr string) error {
 }
 
 // floorRoundTrips starts the floor server and times n round trips through it (after a
-// warm-up), with the client envd's round trips use.
-func floorRoundTrips(ctx context.Context, hc *http.Client, n int) ([]time.Duration, error) {
+// warm-up), with the client envd's round trips use. cpuPerRun is the server's CPU per round
+// trip, in milliseconds, counted as envd's is.
+func floorRoundTrips(ctx context.Context, hc *http.Client, n int) (rts []time.Duration, cpuPerRun float64, err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	addr, err := measure.FreeAddr()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	srv := exec.Command(self, "-floor-server", addr)
 	srv.Env = append(os.Environ(), "GOMAXPROCS=1")
 	srv.Stderr = os.Stderr
 	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("start floor server: %w", err)
+		return nil, 0, fmt.Errorf("start floor server: %w", err)
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	url := "http://" + addr + "/"
@@ -86,19 +87,20 @@ func floorRoundTrips(ctx context.Context, hc *http.Client, n int) ([]time.Durati
 		if _, err := one(); err == nil {
 			break
 		} else if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, errors.Join(errors.New("floor server did not answer"), err)
+			return nil, 0, errors.Join(errors.New("floor server did not answer"), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var rts []time.Duration
+	cpu0, _ := cpuTicks(srv.Process.Pid)
 	for i := range max(n/10, 20) + n {
 		d, err := one()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if i >= max(n/10, 20) {
 			rts = append(rts, d)
 		}
 	}
-	return rts, nil
+	cpu1, _ := cpuTicks(srv.Process.Pid)
+	return rts, float64(cpu1-cpu0) * 10 / float64(n+max(n/10, 20)), nil
 }

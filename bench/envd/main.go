@@ -170,7 +170,7 @@ func run(c config) error {
 			return err
 		}
 		cpu1, _ := cpuTicks(pid)
-		floorRT, err := floorRoundTrips(ctx, hc, c.iters)
+		floorRT, floorCPU, err := floorRoundTrips(ctx, hc, c.iters)
 		if err != nil {
 			return err
 		}
@@ -186,6 +186,7 @@ func run(c config) error {
 		info("true overhead p50, floor: bare Go net/http + os/exec", measure.Ms(f50-b50), "ms")
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
 		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+max(c.iters/10, 20)), "ms")
+		info("true floor server CPU per run", floorCPU, "ms")
 	}
 
 	if c.only["obs"] {
