@@ -19,7 +19,7 @@ import (
 // overhead against. It reads the request, starts /bin/true with os/exec and a stdout pipe,
 // flushes a start line, drains the pipe, waits, and writes an end line: no Connect, no
 // protobuf, no logging, no middleware. It runs as this program started again with
-// -floor-server, on one core as envd does.
+// -floor-server.
 
 // serveFloor serves the floor handler on addr until the process is killed.
 func serveFloor(addr string) error {
@@ -56,7 +56,6 @@ func floorRoundTrips(ctx context.Context, hc *http.Client, n int) (rts []time.Du
 		return nil, 0, err
 	}
 	srv := exec.Command(self, "-floor-server", addr)
-	srv.Env = append(os.Environ(), "GOMAXPROCS=1")
 	srv.Stderr = os.Stderr
 	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {

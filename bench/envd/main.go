@@ -70,7 +70,7 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", 3*time.Second, "pause after the runs before sampling idle RSS")
 	flag.DurationVar(&c.idle, "idle", 10*time.Second, "window for idle CPU; envd drops its mappings of the binary after 10 s idle")
 	flag.BoolVar(&c.acceptGzip, "accept-gzip", true, "let the client accept gzip responses (connect-go's default)")
-	flag.StringVar(&only, "only", "true,obs,tput,conc,idle", "phases to run")
+	flag.StringVar(&only, "only", "true,busy,obs,tput,conc,idle", "phases to run")
 	flag.BoolVar(&quick, "quick", false, "fast smoke run: -n 200 -bytes 256MiB -settle 1s -idle 10s")
 	flag.BoolVar(&c.asJSON, "json", false, "also print the results as JSON")
 	floor := flag.String("floor-server", "", "internal: serve the floor handler on this address (see floor.go)")
@@ -187,6 +187,17 @@ func run(c config) error {
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
 		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+max(c.iters/10, 20)), "ms")
 		info("true floor server CPU per run", floorCPU, "ms")
+	}
+
+	if c.only["busy"] {
+		fmt.Fprintf(os.Stderr, "true round trips during two gzip downloads ...\n")
+		rts, moved, err := busyRoundTrips(ctx, base, client, 4*time.Second)
+		if err != nil {
+			return err
+		}
+		info("true p50 via envd during gzip downloads", measure.Ms(measure.Pct(rts, 50)), "ms")
+		info("true p99 via envd during gzip downloads", measure.Ms(measure.Pct(rts, 99)), "ms")
+		info("  the downloads meanwhile", float64(moved)/(1<<20)/4, "MiB/s")
 	}
 
 	if c.only["obs"] {

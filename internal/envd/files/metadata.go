@@ -68,6 +68,7 @@ type uploader struct {
 	ctx      context.Context
 	user     *identity.User
 	metadata map[string]string
+	heavy    bool // the body is being decompressed: copy it politely
 	warned   bool
 }
 
@@ -75,7 +76,7 @@ type uploader struct {
 // without user extended attributes the file is still written, as E2B's envd does, without
 // its metadata: the answer then carries none, and a warning is logged.
 func (up *uploader) write(target string, r io.Reader) (Entry, int64, error) {
-	n, stored, err := writeFile(target, up.user, r, up.metadata)
+	n, stored, err := writeFile(target, up.user, r, up.metadata, up.heavy)
 	if err != nil {
 		return Entry{}, n, err
 	}

@@ -27,7 +27,7 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 // before the rename: the new inode starts without attributes, so earlier metadata is
 // replaced, and a failure leaves the old file as it was. stored is false when the file
 // system keeps no user attributes; the file is written anyway.
-func writeFile(target string, u *identity.User, r io.Reader, md map[string]string) (n int64, stored bool, err error) {
+func writeFile(target string, u *identity.User, r io.Reader, md map[string]string, heavy bool) (n int64, stored bool, err error) {
 	dest := target
 	mode := fs.FileMode(0o644)
 	fi, err := os.Lstat(target)
@@ -67,7 +67,11 @@ func writeFile(target string, u *identity.User, r io.Reader, md map[string]strin
 	}()
 
 	src := &errReader{r: r}
-	n, err = io.Copy(tmp, src)
+	if heavy {
+		n, err = politeCopy(tmp, src) // decompressing
+	} else {
+		n, err = io.Copy(tmp, src)
+	}
 	if err != nil {
 		if src.err != nil {
 			return n, false, fmt.Errorf("upload %s: %w: reading the request body failed after %d bytes: %v", target, fault.ErrInvalid, n, src.err)
