@@ -31,6 +31,10 @@ type table struct {
 // in a few runs, not in one timer firing each.
 const expiryBatch = time.Second
 
+// maxKept bounds the kept end events: past it, the oldest go early. A script that starts
+// commands by the thousand must not grow envd by 56 bytes each for the keep duration.
+const maxKept = 1024
+
 // gone is what a retired process leaves: enough for a late Connect to rebuild its end event.
 type gone struct {
 	tag     string
@@ -86,6 +90,10 @@ func (t *table) retire(p *proc, keep time.Duration) {
 	}
 	if p.tag != "" && t.tags[p.tag] == p {
 		delete(t.tags, p.tag)
+	}
+	if len(t.gone) == maxKept {
+		// Forget the oldest quarter at once, into a fresh array, rather than one at a time.
+		t.gone = append(make([]gone, 0, maxKept), t.gone[maxKept/4:]...)
 	}
 	t.gone = append(t.gone, g)
 	if len(t.gone) == 1 {

@@ -81,3 +81,27 @@ func TestReusedPidsAndTagsNameTheNewestProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptEndEventsAreBounded: past maxKept, the oldest kept end events go early and the
+// newest stay findable.
+func TestKeptEndEventsAreBounded(t *testing.T) {
+	tb := newTable()
+	const n = 3 * maxKept
+	for pid := 1; pid <= n; pid++ {
+		p := &proc{pid: pid, exit: &exit{Code: 0, Exited: true, Text: exitTexts[0]}}
+		tb.add(p)
+		tb.retire(p, time.Hour)
+	}
+	tb.mu.Lock()
+	kept := len(tb.gone)
+	tb.mu.Unlock()
+	if kept > maxKept {
+		t.Errorf("%d end events kept, want at most %d", kept, maxKept)
+	}
+	if _, err := tb.find(&pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: n}}); err != nil {
+		t.Errorf("the newest ended process is not found: %v", err)
+	}
+	if _, err := tb.find(&pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: 1}}); err == nil {
+		t.Error("the oldest ended process is still found past the bound")
+	}
+}
