@@ -74,7 +74,9 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 
 	var childEnds []*os.File
 	pidfd := -1
-	cmd.SysProcAttr.PidFD = &pidfd        // ours to watch the exit with; the reaper closes it
+	if !s.reaper.central { // PID 1 mode waits through its SIGCHLD loop: no pidfd to ask for
+		cmd.SysProcAttr.PidFD = &pidfd // to watch the exit with; the reaper closes it
+	}
 	startFn := func() (int, int, error) { // runs under the reaper's lock in PID 1 mode
 		if err := cmd.Start(); err != nil {
 			return 0, -1, err
