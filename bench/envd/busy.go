@@ -16,8 +16,8 @@ import (
 
 // busyRoundTrips times /bin/true round trips through envd while two gzip downloads of an
 // incompressible file run through its /files endpoint: envd's own CPU-bound work must not
-// hold up a command. It returns the round trips and how many bytes the downloads moved.
-func busyRoundTrips(ctx context.Context, base string, client processconnect.ProcessClient, window time.Duration) ([]time.Duration, int64, error) {
+// hold up a command. It returns the round trips and the downloads' rate in MiB/s.
+func busyRoundTrips(ctx context.Context, base string, client processconnect.ProcessClient, window time.Duration) ([]time.Duration, float64, error) {
 	f, err := os.CreateTemp("", "bench-envd-busy-")
 	if err != nil {
 		return nil, 0, err
@@ -32,6 +32,7 @@ func busyRoundTrips(ctx context.Context, base string, client processconnect.Proc
 	}
 
 	dctx, stop := context.WithCancel(ctx)
+	t0 := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var moved int64
@@ -70,11 +71,12 @@ func busyRoundTrips(ctx context.Context, base string, client processconnect.Proc
 	}
 	stop()
 	wg.Wait()
+	took := time.Since(t0)
 	if rtErr != nil {
 		return nil, 0, rtErr
 	}
 	if moved == 0 {
 		return nil, 0, fmt.Errorf("the downloads moved nothing")
 	}
-	return rts, moved, nil
+	return rts, float64(moved) / (1 << 20) / took.Seconds(), nil
 }

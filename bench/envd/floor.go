@@ -91,15 +91,9 @@ func floorRoundTrips(ctx context.Context, hc *http.Client, n int) (rts []time.Du
 		time.Sleep(20 * time.Millisecond)
 	}
 	cpu0, _ := cpuTicks(srv.Process.Pid)
-	for i := range max(n/10, 20) + n {
-		d, err := one()
-		if err != nil {
-			return nil, 0, err
-		}
-		if i >= max(n/10, 20) {
-			rts = append(rts, d)
-		}
+	if rts, err = measure.Runs(n, one); err != nil {
+		return nil, 0, err
 	}
 	cpu1, _ := cpuTicks(srv.Process.Pid)
-	return rts, float64(cpu1-cpu0) * 10 / float64(n+max(n/10, 20)), nil
+	return rts, float64(cpu1-cpu0) * 10 / float64(n+measure.Warm(n)), nil
 }

@@ -185,19 +185,19 @@ func run(c config) error {
 		f50 := measure.Pct(floorRT, 50)
 		info("true overhead p50, floor: bare Go net/http + os/exec", measure.Ms(f50-b50), "ms")
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
-		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+max(c.iters/10, 20)), "ms")
+		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+measure.Warm(c.iters)), "ms")
 		info("true floor server CPU per run", floorCPU, "ms")
 	}
 
 	if c.only["busy"] {
 		fmt.Fprintf(os.Stderr, "true round trips during two gzip downloads ...\n")
-		rts, moved, err := busyRoundTrips(ctx, base, client, 4*time.Second)
+		rts, rate, err := busyRoundTrips(ctx, base, client, 4*time.Second)
 		if err != nil {
 			return err
 		}
 		info("true p50 via envd during gzip downloads", measure.Ms(measure.Pct(rts, 50)), "ms")
 		info("true p99 via envd during gzip downloads", measure.Ms(measure.Pct(rts, 99)), "ms")
-		info("  the downloads meanwhile", float64(moved)/(1<<20)/4, "MiB/s")
+		info("  the downloads meanwhile", rate, "MiB/s")
 	}
 
 	if c.only["obs"] {
@@ -369,26 +369,11 @@ func roundTrip(ctx context.Context, client processconnect.ProcessClient) (time.D
 // alternating them made the bare spawns share the machine with the tail of each envd call
 // (its logging and bookkeeping after the end event), which flattered envd.
 func roundTrips(ctx context.Context, client processconnect.ProcessClient, n int) (viaEnvd, bare []time.Duration, err error) {
-	warm := max(n/10, 20)
-	for i := range warm + n {
-		d, err := roundTrip(ctx, client)
-		if err != nil {
-			return nil, nil, err
-		}
-		if i >= warm {
-			viaEnvd = append(viaEnvd, d)
-		}
+	if viaEnvd, err = measure.Runs(n, func() (time.Duration, error) { return roundTrip(ctx, client) }); err != nil {
+		return nil, nil, err
 	}
-	for i := range warm + n {
-		t0 := time.Now()
-		if err := exec.Command("/bin/true").Run(); err != nil {
-			return nil, nil, err
-		}
-		if i >= warm {
-			bare = append(bare, time.Since(t0))
-		}
-	}
-	return viaEnvd, bare, nil
+	bare, err = measure.Runs(n, measure.Timed(func() error { return exec.Command("/bin/true").Run() }))
+	return viaEnvd, bare, err
 }
 
 // observability times a command that writes 100 lines through a second envd that collects
@@ -422,7 +407,7 @@ func observability(ctx context.Context, c config, hc *http.Client, off processco
 		}
 		return time.Since(t0), nil
 	}
-	for i := 0; i < c.iters+max(c.iters/10, 20); i++ {
+	for i := range c.iters + measure.Warm(c.iters) {
 		a, err := one(onClient)
 		if err != nil {
 			return nil, nil, err
@@ -431,7 +416,7 @@ func observability(ctx context.Context, c config, hc *http.Client, off processco
 		if err != nil {
 			return nil, nil, err
 		}
-		if i >= max(c.iters/10, 20) { // after the warm-up
+		if i >= measure.Warm(c.iters) {
 			on, offRT = append(on, a), append(offRT, b)
 		}
 	}

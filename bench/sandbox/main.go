@@ -591,7 +591,7 @@ func (b *bench) phaseProxy(ctx context.Context) error {
 			f   func() error
 			out map[string][2]time.Duration
 		}{{get, health}, {lst, list}} {
-			ds, err := timeN(n, max(n/10, 20), s.f)
+			ds, err := measure.Runs(n, measure.Timed(s.f))
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.name, err)
 			}
@@ -937,24 +937,6 @@ func (b *bench) printTable() {
 		}
 		fmt.Printf("%-*s  %15s  %-10s  %s\n", w, r.Metric, fmt.Sprintf("%.3f %s", r.Value, r.Unit), target, verdict)
 	}
-}
-
-// timeN runs f warm times untimed, then n times timed.
-func timeN(n, warm int, f func() error) ([]time.Duration, error) {
-	for range warm {
-		if err := f(); err != nil {
-			return nil, err
-		}
-	}
-	ds := make([]time.Duration, 0, n)
-	for range n {
-		t0 := time.Now()
-		if err := f(); err != nil {
-			return nil, err
-		}
-		ds = append(ds, time.Since(t0))
-	}
-	return ds, nil
 }
 
 func waitHealthy(ctx context.Context, hc *http.Client, url string, limit time.Duration) error {

@@ -39,3 +39,31 @@ func FreeAddr() (string, error) {
 	defer ln.Close()
 	return ln.Addr().String(), nil
 }
+
+// Warm is how many untimed runs go before n timed ones: a tenth, at least 20.
+func Warm(n int) int { return max(n/10, 20) }
+
+// Runs calls one Warm(n)+n times and returns what the last n returned; it stops at the first
+// error.
+func Runs(n int, one func() (time.Duration, error)) ([]time.Duration, error) {
+	ds := make([]time.Duration, 0, n)
+	for i := range Warm(n) + n {
+		d, err := one()
+		if err != nil {
+			return nil, err
+		}
+		if i >= Warm(n) {
+			ds = append(ds, d)
+		}
+	}
+	return ds, nil
+}
+
+// Timed makes f a run for Runs, timed from call to return.
+func Timed(f func() error) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		t0 := time.Now()
+		err := f()
+		return time.Since(t0), err
+	}
+}
