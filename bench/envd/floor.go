@@ -43,27 +43,26 @@ func serveFloor(addr string) error {
 	return srv.ListenAndServe()
 }
 
-// floorRoundTrips starts the floor server and times n round trips through it (after a
-// warm-up), with the client envd's round trips use. cpuPerRun is the server's CPU per round
-// trip, in milliseconds, counted as envd's is.
-func floorRoundTrips(ctx context.Context, hc *http.Client, n int) (rts []time.Duration, cpuPerRun float64, err error) {
+// startFloor starts the floor server and returns one timed round trip through it (with the
+// client envd's round trips use), its pid, and a stop function.
+func startFloor(ctx context.Context, hc *http.Client) (one func() (time.Duration, error), pid int, stop func(), err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	addr, err := measure.FreeAddr()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	srv := exec.Command(self, "-floor-server", addr)
 	srv.Stderr = os.Stderr
 	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {
-		return nil, 0, fmt.Errorf("start floor server: %w", err)
+		return nil, 0, nil, fmt.Errorf("start floor server: %w", err)
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	stop = func() { _ = srv.Process.Kill(); _ = srv.Wait() }
 	url := "http://" + addr + "/"
-	one := func() (time.Duration, error) {
+	one = func() (time.Duration, error) {
 		t0 := time.Now()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("x"))
 		if err != nil {
@@ -84,16 +83,11 @@ func floorRoundTrips(ctx context.Context, hc *http.Client, n int) (rts []time.Du
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := one(); err == nil {
-			break
+			return one, srv.Process.Pid, stop, nil
 		} else if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, 0, errors.Join(errors.New("floor server did not answer"), err)
+			stop()
+			return nil, 0, nil, errors.Join(errors.New("floor server did not answer"), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cpu0, _ := cpuTicks(srv.Process.Pid)
-	if rts, err = measure.Runs(n, one); err != nil {
-		return nil, 0, err
-	}
-	cpu1, _ := cpuTicks(srv.Process.Pid)
-	return rts, float64(cpu1-cpu0) * 10 / float64(n+measure.Warm(n)), nil
 }

@@ -164,16 +164,11 @@ func run(c config) error {
 
 	if c.only["true"] {
 		fmt.Fprintf(os.Stderr, "true round trips x%d ...\n", c.iters)
-		cpu0, _ := cpuTicks(pid)
-		envdRT, bareRT, err := roundTrips(ctx, client, c.iters)
+		rt, err := roundTrips(ctx, hc, client, pid, c.iters)
 		if err != nil {
 			return err
 		}
-		cpu1, _ := cpuTicks(pid)
-		floorRT, floorCPU, err := floorRoundTrips(ctx, hc, c.iters)
-		if err != nil {
-			return err
-		}
+		envdRT, bareRT, floorRT := rt.envd, rt.bare, rt.floor
 		e50, e99 := measure.Pct(envdRT, 50), measure.Pct(envdRT, 99)
 		b50, b99 := measure.Pct(bareRT, 50), measure.Pct(bareRT, 99)
 		info("true p50 via envd", measure.Ms(e50), "ms")
@@ -185,8 +180,8 @@ func run(c config) error {
 		f50 := measure.Pct(floorRT, 50)
 		info("true overhead p50, floor: bare Go net/http + os/exec", measure.Ms(f50-b50), "ms")
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
-		info("true envd CPU per run (all phases)", float64(cpu1-cpu0)*10/float64(c.iters+measure.Warm(c.iters)), "ms")
-		info("true floor server CPU per run", floorCPU, "ms")
+		info("true envd CPU per run", rt.envdCPU, "ms")
+		info("true floor server CPU per run", rt.floorCPU, "ms")
 	}
 
 	if c.only["busy"] {
@@ -365,15 +360,62 @@ func roundTrip(ctx context.Context, client processconnect.ProcessClient) (time.D
 	return took, nil
 }
 
-// roundTrips times /bin/true through envd, then by bare spawn. Each runs in its own block:
-// alternating them made the bare spawns share the machine with the tail of each envd call
-// (its logging and bookkeeping after the end event), which flattered envd.
-func roundTrips(ctx context.Context, client processconnect.ProcessClient, n int) (viaEnvd, bare []time.Duration, err error) {
-	if viaEnvd, err = measure.Runs(n, func() (time.Duration, error) { return roundTrip(ctx, client) }); err != nil {
-		return nil, nil, err
+// trueRuns are the /bin/true round trips three ways, and the servers' CPU per run in ms.
+type trueRuns struct {
+	envd, bare, floor []time.Duration
+	envdCPU, floorCPU float64
+}
+
+// trueBlocks is how many blocks each way's runs are cut into.
+const trueBlocks = 10
+
+// roundTrips times /bin/true through envd, by bare spawn and through the floor server, in
+// blocks that take turns (envd, bare, floor; then bare, floor, envd; ...), so that a slow
+// spell of this shared machine falls on all three alike. Runs are not interleaved one by
+// one: that made the bare spawns share the machine with the tail of each envd call (its
+// logging and bookkeeping after the end event), which flattered envd. Each block starts
+// with a few untimed runs.
+func roundTrips(ctx context.Context, hc *http.Client, client processconnect.ProcessClient, envdPID, n int) (trueRuns, error) {
+	var r trueRuns
+	floor, floorPID, stop, err := startFloor(ctx, hc)
+	if err != nil {
+		return r, err
 	}
-	bare, err = measure.Runs(n, measure.Timed(func() error { return exec.Command("/bin/true").Run() }))
-	return viaEnvd, bare, err
+	defer stop()
+	ways := []struct {
+		one func() (time.Duration, error)
+		out *[]time.Duration
+		pid int
+		cpu *int64
+	}{
+		{func() (time.Duration, error) { return roundTrip(ctx, client) }, &r.envd, envdPID, new(int64)},
+		{measure.Timed(func() error { return exec.Command("/bin/true").Run() }), &r.bare, 0, nil},
+		{floor, &r.floor, floorPID, new(int64)},
+	}
+	per := max(n/trueBlocks, 1)
+	runs := 0
+	for b := range trueBlocks {
+		for k := range ways {
+			w := ways[(b+k)%len(ways)]
+			var c0 int64
+			if w.cpu != nil {
+				c0, _ = cpuTicks(w.pid)
+			}
+			ds, err := measure.Runs(per, w.one)
+			if err != nil {
+				return r, err
+			}
+			if w.cpu != nil {
+				c1, _ := cpuTicks(w.pid)
+				*w.cpu += c1 - c0
+			}
+			*w.out = append(*w.out, ds...)
+		}
+		runs += per + measure.Warm(per)
+	}
+	r.envdCPU = float64(*ways[0].cpu) * 10 / float64(runs)
+	r.floorCPU = float64(*ways[2].cpu) * 10 / float64(runs)
+	return r, nil
 }
 
 // observability times a command that writes 100 lines through a second envd that collects
