@@ -164,7 +164,7 @@ func run(c config) error {
 
 	if c.only["true"] {
 		fmt.Fprintf(os.Stderr, "true round trips x%d ...\n", c.iters)
-		rt, err := roundTrips(ctx, hc, client, pid, c.iters)
+		rt, err := roundTrips(ctx, hc, base, client, pid, c.iters)
 		if err != nil {
 			return err
 		}
@@ -179,6 +179,7 @@ func run(c config) error {
 		info("true ratio p50 (envd/bare)", float64(e50)/float64(b50), "x")
 		f50 := measure.Pct(floorRT, 50)
 		info("true overhead p50, floor: bare Go net/http + os/exec", measure.Ms(f50-b50), "ms")
+		info("true overhead p50 via envd, plain HTTP client", measure.Ms(measure.Pct(rt.lean, 50)-b50), "ms")
 		// envd's own CPU per round trip: steadier than wall time on a busy machine.
 		info("true envd CPU per run", rt.envdCPU, "ms")
 		info("true floor server CPU per run", rt.floorCPU, "ms")
@@ -360,22 +361,23 @@ func roundTrip(ctx context.Context, client processconnect.ProcessClient) (time.D
 	return took, nil
 }
 
-// trueRuns are the /bin/true round trips three ways, and the servers' CPU per run in ms.
+// trueRuns are the /bin/true round trips four ways (envd through connect-go's client and
+// through a plain HTTP POST, bare spawn, the floor), and the servers' CPU per run in ms.
 type trueRuns struct {
-	envd, bare, floor []time.Duration
-	envdCPU, floorCPU float64
+	envd, bare, floor, lean []time.Duration
+	envdCPU, floorCPU       float64
 }
 
 // trueBlocks is how many blocks each way's runs are cut into.
 const trueBlocks = 10
 
 // roundTrips times /bin/true through envd, by bare spawn and through the floor server, in
-// blocks that take turns (envd, bare, floor; then bare, floor, envd; ...), so that a slow
+// blocks that take turns (envd, bare, floor, envd by plain HTTP; then bare, floor, ...), so that a slow
 // spell of this shared machine falls on all three alike. Runs are not interleaved one by
 // one: that made the bare spawns share the machine with the tail of each envd call (its
 // logging and bookkeeping after the end event), which flattered envd. Each block starts
 // with a few untimed runs.
-func roundTrips(ctx context.Context, hc *http.Client, client processconnect.ProcessClient, envdPID, n int) (trueRuns, error) {
+func roundTrips(ctx context.Context, hc *http.Client, base string, client processconnect.ProcessClient, envdPID, n int) (trueRuns, error) {
 	var r trueRuns
 	floor, floorPID, stop, err := startFloor(ctx, hc)
 	if err != nil {
@@ -391,6 +393,7 @@ func roundTrips(ctx context.Context, hc *http.Client, client processconnect.Proc
 		{func() (time.Duration, error) { return roundTrip(ctx, client) }, &r.envd, envdPID, new(int64)},
 		{measure.Timed(func() error { return exec.Command("/bin/true").Run() }), &r.bare, 0, nil},
 		{floor, &r.floor, floorPID, new(int64)},
+		{func() (time.Duration, error) { return leanRoundTrip(ctx, hc, base) }, &r.lean, 0, nil},
 	}
 	per := max(n/trueBlocks, 1)
 	runs := 0
