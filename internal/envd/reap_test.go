@@ -160,3 +160,45 @@ func TestSubreaperReapsOrphansWithoutStealingExitStatuses(t *testing.T) {
 		t.Error("the orphan was not re-parented to envd: the test does not exercise reaping")
 	}
 }
+
+// TestInitPrefersItsCommandsForTheOOMKiller: as a sandbox's init (here a subreaper), envd
+// raises each command's oom_score_adj once the start event is out, so that the OOM killer
+// takes a command before envd.
+func TestInitPrefersItsCommandsForTheOOMKiller(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envd: starts a child envd; skipped in -short")
+	}
+	url, _ := startReapingEnvd(t)
+	c := processconnect.NewProcessClient(http.DefaultClient, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := false
+	stream, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{
+		Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"30"}},
+		Stdin:   &f,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	pid := stream.Msg().GetEvent().GetStart().GetPid()
+	if pid == 0 {
+		t.Fatalf("first event is not the start: %v", stream.Msg())
+	}
+	defer func() { _ = unix.Kill(int(pid), unix.SIGKILL) }()
+	path := fmt.Sprintf("/proc/%d/oom_score_adj", pid)
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = strings.TrimSpace(string(b)); got == "500" {
+			return
+		}
+	}
+	t.Errorf("%s = %s, want 500", path, got)
+}

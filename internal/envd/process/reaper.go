@@ -102,6 +102,16 @@ func (r *reaper) start(startFn func() (pid, pidfd int, err error), onExit func(e
 	return pid, nil
 }
 
+// whileWaiting runs f if pid is a child not yet reaped (in PID 1 mode), under the lock that
+// reaping takes: the pid cannot name another process while f runs.
+func (r *reaper) whileWaiting(pid int, f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.waiting[pid]; ok {
+		f()
+	}
+}
+
 func (r *reaper) reapAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -89,7 +89,15 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 		return st.failed(ctx, err)
 	}
 	st.pid = p.pid
-	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) }
+	startSent := false
+	send := func(ev *pb.ProcessEvent) error {
+		err := stream.Send(&pb.StartResponse{Event: ev})
+		if !startSent { // the start event: follow sends it first
+			startSent = true
+			s.preferForOOM(p.pid)
+		}
+		return err
+	}
 	return s.follow(ctx, p, sub, send, keepaliveInterval(req.Header()), st, true)
 }
 

@@ -138,11 +138,6 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 	}
 	p.pid = pid
 	p.started = time.Now()
-	if s.reaper.central {
-		// As the sandbox's init, let the OOM killer prefer the command over envd: raising a
-		// score needs no privilege, and the command's own children inherit it.
-		setOOMScoreAdj(pid)
-	}
 	_ = cmd.Process.Release() // the reaper owns the wait
 	s.table.add(p)
 
@@ -370,6 +365,16 @@ var devNull struct {
 func devNullFile() (*os.File, error) {
 	devNull.once.Do(func() { devNull.f, devNull.err = os.Open(os.DevNull) })
 	return devNull.f, devNull.err
+}
+
+// preferForOOM, as the sandbox's init, lets the OOM killer prefer the command over envd:
+// raising a score needs no privilege, and the command's own children inherit it. Start calls
+// it once the start event is out, off the round trip's path (the write costs a /proc lookup,
+// about 20 us here); the reaper's lock keeps the pid from being reaped, and reused, meanwhile.
+func (s *Service) preferForOOM(pid int) {
+	if s.reaper.central {
+		s.reaper.whileWaiting(pid, func() { setOOMScoreAdj(pid) })
+	}
 }
 
 // setOOMScoreAdj writes oomScoreAdj for pid with plain syscalls: an *os.File would also try
