@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -48,5 +50,63 @@ func TestRequestIDsAreUniqueAndSortable(t *testing.T) {
 			t.Fatalf("id %q after %q: want 20 chars, unique, increasing", id, prev)
 		}
 		seen[id], prev = true, id
+	}
+}
+
+// TestLoggerAttrsAndGroupsKeepTheirPlaces: attributes are applied when the first line is
+// written (not when added), in the places slog gives them, and a logger shared by goroutines
+// applies them once.
+func TestLoggerAttrsAndGroupsKeepTheirPlaces(t *testing.T) {
+	var buf bytes.Buffer
+	l := NewLogger(&buf, slog.LevelInfo).With("a", 1).With("b", 2).WithGroup("g").With("c", 3)
+	l.Info("x", "d", 4)
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := m["g"].(map[string]any)
+	if m["a"] != 1.0 || m["b"] != 2.0 || g["c"] != 3.0 || g["d"] != 4.0 || m["c"] != nil {
+		t.Errorf("line %s", buf.String())
+	}
+
+	var lines syncBuffer
+	shared := NewLogger(&lines, slog.LevelInfo).With("id", "r1")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { shared.Info("y") })
+	}
+	wg.Wait()
+	if n := strings.Count(lines.String(), `"id":"r1"`); n != 8 {
+		t.Errorf("%d of 8 lines carry the id: %s", n, lines.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// BenchmarkRequestLogger is what every envd call does with its logger when it logs nothing
+// at the level set (the bench runs envd at warn): the request id, then the operation id.
+func BenchmarkRequestLogger(b *testing.B) {
+	ctx := WithLogger(context.Background(), NewLogger(io.Discard, slog.LevelWarn))
+	for b.Loop() {
+		c := With(ctx, KeyRequestID, "01m8xacdc04pj327cd0z")
+		c = With(c, KeyOperationID, "6958")
+		if Logger(c).Enabled(c, slog.LevelInfo) {
+			b.Fatal("info is enabled at warn")
+		}
 	}
 }
