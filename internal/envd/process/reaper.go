@@ -52,7 +52,11 @@ func exitFrom(ws unix.WaitStatus, ru unix.Rusage) exit {
 // exit wakes the same epoll wait as its pipes' EOF, and no thread blocks per child), or by
 // pid on a kernel without pidfds, and nothing else is touched.
 //
-// (Watching pidfds in PID 1 mode as well was measured: no faster, as SIGCHLD arrives anyway.)
+// In that mode each child's pidfd is watched in the poller as well, and whichever of the two
+// sees the exit first reaps the child, under the mutex: the pidfd is seen in the same epoll
+// wait as the pipes' EOF, while the SIGCHLD goes through the runtime's signal goroutine and
+// os/signal's. Timed against the floor in alternating blocks, the end of a `true` came
+// 0.04 ms sooner at the median, with 25 context switches per command instead of 27.
 type reaper struct {
 	central bool
 	mu      sync.Mutex
@@ -91,15 +95,55 @@ func (r *reaper) start(startFn func() (pid, pidfd int, err error), onExit func(e
 		r.waiting[pid] = onExit
 	}
 	r.mu.Unlock()
-	if pidfd >= 0 {
-		unix.Close(pidfd) // not asked for in this mode; closed should a caller pass one anyway
-	}
 	if err != nil {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
 		return 0, err
+	}
+	if pidfd >= 0 {
+		go r.watch(pid, pidfd)
 	}
 	// A child that exited before it was registered is reaped all the same: its SIGCHLD's
 	// reapAll waits for the lock held around fork and register.
 	return pid, nil
+}
+
+// watch reaps pid as soon as its pidfd reports the exit, which the poller sees with the
+// pipes' EOF, ahead of the SIGCHLD's way through the runtime's signal goroutine; whichever
+// comes first reaps, under the lock.
+func (r *reaper) watch(pid, pidfd int) {
+	f, rc := pollable(pidfd)
+	if f == nil {
+		unix.Close(pidfd)
+		return
+	}
+	defer f.Close()
+	_ = rc.Read(func(fd uintptr) bool {
+		var info siginfoChild
+		err := waitid(int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return !(err == unix.EAGAIN || (err == nil && info.Pid == 0))
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	onExit, ok := r.waiting[pid]
+	if !ok {
+		return // the SIGCHLD's reapAll was first
+	}
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, &ru)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if got != pid || err != nil || ws.Stopped() || ws.Continued() {
+			return // left to reapAll
+		}
+		delete(r.waiting, pid)
+		onExit(exitFrom(ws, ru))
+		return
+	}
 }
 
 // whileWaiting runs f if pid is a child not yet reaped (in PID 1 mode), under the lock that

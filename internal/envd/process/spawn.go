@@ -74,9 +74,8 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 
 	var childEnds []*os.File
 	pidfd := -1
-	if !s.reaper.central { // PID 1 mode waits through its SIGCHLD loop: no pidfd to ask for
-		cmd.SysProcAttr.PidFD = &pidfd // to watch the exit with; the reaper closes it
-	}
+	// The pidfd to watch the exit with (in PID 1 mode beside SIGCHLD); the reaper closes it.
+	cmd.SysProcAttr.PidFD = &pidfd
 	startFn := func() (int, int, error) { // runs under the reaper's lock in PID 1 mode
 		if err := cmd.Start(); err != nil {
 			return 0, -1, err
