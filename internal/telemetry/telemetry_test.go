@@ -69,7 +69,7 @@ func TestLoggerAttrsAndGroupsKeepTheirPlaces(t *testing.T) {
 		t.Errorf("line %s", buf.String())
 	}
 
-	var lines syncBuffer
+	var lines bytes.Buffer // slog's handler serializes its writes
 	shared := NewLogger(&lines, slog.LevelInfo).With("id", "r1")
 	var wg sync.WaitGroup
 	for range 8 {
@@ -79,23 +79,6 @@ func TestLoggerAttrsAndGroupsKeepTheirPlaces(t *testing.T) {
 	if n := strings.Count(lines.String(), `"id":"r1"`); n != 8 {
 		t.Errorf("%d of 8 lines carry the id: %s", n, lines.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // BenchmarkRequestLogger is what every envd call does with its logger when it logs nothing
