@@ -102,48 +102,29 @@ func (r *reaper) start(startFn func() (pid, pidfd int, err error), onExit func(e
 		return 0, err
 	}
 	if pidfd >= 0 {
-		go r.watch(pid, pidfd)
+		go r.watch(pidfd)
 	}
 	// A child that exited before it was registered is reaped all the same: its SIGCHLD's
 	// reapAll waits for the lock held around fork and register.
 	return pid, nil
 }
 
-// watch reaps pid as soon as its pidfd reports the exit, which the poller sees with the
-// pipes' EOF, ahead of the SIGCHLD's way through the runtime's signal goroutine; whichever
-// comes first reaps, under the lock.
-func (r *reaper) watch(pid, pidfd int) {
+// watch runs reapAll as soon as the pidfd reports the child's exit, which the poller sees
+// with the pipes' EOF, ahead of the SIGCHLD's way through the runtime's signal goroutine;
+// whichever comes first reaps the child, the other finds it gone.
+func (r *reaper) watch(pidfd int) {
 	f, rc := pollable(pidfd)
 	if f == nil {
 		unix.Close(pidfd)
-		return
+		return // SIGCHLD alone
 	}
 	defer f.Close()
 	_ = rc.Read(func(fd uintptr) bool {
-		var info siginfoChild
+		var info siginfoChild // peek (WNOWAIT): only reapAll reaps, under the lock
 		err := waitid(int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		return !(err == unix.EAGAIN || (err == nil && info.Pid == 0))
 	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	onExit, ok := r.waiting[pid]
-	if !ok {
-		return // the SIGCHLD's reapAll was first
-	}
-	for {
-		var ws unix.WaitStatus
-		var ru unix.Rusage
-		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, &ru)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if got != pid || err != nil || ws.Stopped() || ws.Continued() {
-			return // left to reapAll
-		}
-		delete(r.waiting, pid)
-		onExit(exitFrom(ws, ru))
-		return
-	}
+	r.reapAll()
 }
 
 // whileWaiting runs f if pid is a child not yet reaped (in PID 1 mode), under the lock that
