@@ -13,14 +13,13 @@ import (
 // also hands each record to the OTLP log bridge (which takes the span from the context
 // itself). While OTel is off the fan-out costs one atomic load per line.
 type logHandler struct {
-	// parent is the JSON handler with every WithAttrs and WithGroup applied up to pending:
-	// the attributes of the WithAttrs calls since the last group, applied on the first
-	// record. Most loggers made for a call (its request id, its operation id) log nothing
-	// at the default level, and slog's JSON handler formats attributes when they are added:
-	// 2.8 us and 28 allocations per envd call, before (BenchmarkRequestLogger).
-	parent  slog.Handler
-	pending []slog.Attr
-	json    atomic.Pointer[slog.Handler] // parent with pending applied, once made
+	// parent is the JSON handler as of the last WithGroup; the WithAttrs calls since (the
+	// ops after the last group) are applied to it on the first record. Most loggers made for
+	// a call (its request id, its operation id) log nothing at the default level, and slog's
+	// JSON handler formats attributes when they are added: 2.8 us and 28 allocations per
+	// envd call, before (BenchmarkRequestLogger).
+	parent slog.Handler
+	json   atomic.Pointer[slog.Handler] // parent with those attributes applied, once made
 	// ops are the WithAttrs and WithGroup calls since the root, replayed on the bridge,
 	// which may have been installed after they were made.
 	ops    []logOp
@@ -42,13 +41,21 @@ func newLogHandler(json slog.Handler) *logHandler { return &logHandler{parent: j
 
 // jsonHandler is the JSON handler with all of this handler's attributes applied.
 func (h *logHandler) jsonHandler() slog.Handler {
-	if len(h.pending) == 0 {
-		return h.parent
-	}
 	if j := h.json.Load(); j != nil {
 		return *j
 	}
-	j := h.parent.WithAttrs(h.pending)
+	first := len(h.ops) // the first op after the last group
+	for first > 0 && h.ops[first-1].group == "" {
+		first--
+	}
+	if first == len(h.ops) {
+		return h.parent
+	}
+	var attrs []slog.Attr
+	for _, op := range h.ops[first:] {
+		attrs = append(attrs, op.attrs...)
+	}
+	j := h.parent.WithAttrs(attrs)
 	h.json.CompareAndSwap(nil, &j)
 	return *h.json.Load()
 }
@@ -89,9 +96,7 @@ func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if len(attrs) == 0 {
 		return h
 	}
-	pending := make([]slog.Attr, 0, len(h.pending)+len(attrs))
-	pending = append(append(pending, h.pending...), attrs...)
-	return &logHandler{parent: h.parent, pending: pending, ops: h.withOp(logOp{attrs: attrs})}
+	return &logHandler{parent: h.parent, ops: h.withOp(logOp{attrs: attrs})}
 }
 
 func (h *logHandler) WithGroup(name string) slog.Handler {
