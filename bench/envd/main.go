@@ -371,9 +371,9 @@ type trueRuns struct {
 // trueBlocks is how many blocks each way's runs are cut into.
 const trueBlocks = 10
 
-// roundTrips times /bin/true through envd, by bare spawn and through the floor server, in
-// blocks that take turns (envd, bare, floor, envd by plain HTTP; then bare, floor, ...), so that a slow
-// spell of this shared machine falls on all three alike. Runs are not interleaved one by
+// roundTrips times /bin/true the four ways of trueRuns in blocks that take turns (envd,
+// bare, floor, plain HTTP; then bare, floor, plain HTTP, envd; ...), so that a slow spell of
+// this shared machine falls on all four alike. Runs are not interleaved one by
 // one: that made the bare spawns share the machine with the tail of each envd call (its
 // logging and bookkeeping after the end event), which flattered envd. Each block starts
 // with a few untimed runs.
