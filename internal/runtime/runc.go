@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Config configures the runc driver. Zero fields take the defaults shown.
@@ -365,14 +367,32 @@ func (r *Runc) Start(ctx context.Context, id string) error {
 	return nil
 }
 
+// freezeRetries are the waits before each new try of a freeze that did not take. runc's
+// cgroup v1 freezer gives up ("unable to freeze", and thaws back) when the cgroup stays in
+// FREEZING through its loop, as it did here with both cores busy and ten commands hashing
+// files in the sandbox; a later try takes.
+var freezeRetries = []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+
 // Freeze implements Runtime.
 func (r *Runc) Freeze(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
-	if _, err := r.runc(ctx, "pause", id); err != nil {
-		return fmt.Errorf("freeze %s: %w", id, err)
+	for try := 0; ; try++ {
+		_, err := r.runc(ctx, "pause", id)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(err.Error(), "unable to freeze") || try == len(freezeRetries) {
+			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, err)
+		}
+		telemetry.Logger(ctx).WarnContext(ctx, "freeze did not take; trying again",
+			telemetry.KeySandboxID, id, "try", try+1, "retry_in_ms", freezeRetries[try].Milliseconds(), "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, errors.Join(err, context.Cause(ctx)))
+		case <-time.After(freezeRetries[try]):
+		}
 	}
-	return nil
 }
 
 // Thaw implements Runtime.
