@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -53,5 +57,55 @@ func TestFreezeTriesAgainWhenTheFreezerGivesUp(t *testing.T) {
 	err := r.Freeze(ctx, "sb2")
 	if err == nil || !strings.Contains(err.Error(), "unable to freeze") || !strings.Contains(err.Error(), "try 5") {
 		t.Errorf("freeze that never takes: %v, want the runc error after 5 tries", err)
+	}
+}
+
+// TestFreezeV1WaitsForEveryTask freezes a cgroup v1 freezer holding a busy shell loop and
+// its children, then thaws it; it needs root and the v1 freezer, as sandboxes do here.
+func TestFreezeV1WaitsForEveryTask(t *testing.T) {
+	root := filepath.Join(cgroupRoot, "freezer")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a freezer cgroup")
+	}
+	if _, err := os.Stat(filepath.Join(root, "tasks")); err != nil {
+		t.Skipf("no cgroup v1 freezer at %s: %v", root, err)
+	}
+	dir := filepath.Join(root, "cove-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = removeCgroups(strings.TrimPrefix(dir, root)) })
+
+	busy := exec.Command("/bin/sh", "-c", "sleep 60 & while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = thawV1(filepath.Join(dir, "freezer.state"))
+		_ = busy.Process.Kill()
+		_ = busy.Wait()
+		if b, err := os.ReadFile(filepath.Join(dir, "tasks")); err == nil {
+			for _, p := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(p); err == nil {
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(busy.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := freezeV1(context.Background(), dir, freezePatience); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); strings.TrimSpace(string(b)) != "FROZEN" {
+		t.Errorf("freezer.state = %s after freezeV1, want FROZEN", b)
+	}
+	if err := thawV1(filepath.Join(dir, "freezer.state")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); strings.TrimSpace(string(b)) != "THAWED" {
+		t.Errorf("freezer.state = %s after thawV1, want THAWED", b)
 	}
 }

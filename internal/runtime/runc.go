@@ -367,16 +367,26 @@ func (r *Runc) Start(ctx context.Context, id string) error {
 	return nil
 }
 
-// freezeRetries are the waits before each new try of a freeze that did not take. runc's
-// cgroup v1 freezer gives up ("unable to freeze", and thaws back) when the cgroup stays in
-// FREEZING through its loop, as it did here with both cores busy and ten commands hashing
-// files in the sandbox; a later try takes.
-var freezeRetries = []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+// freezePatience bounds how long Freeze waits for every task of a sandbox to stop.
+const freezePatience = 10 * time.Second
 
-// Freeze implements Runtime.
+// Freeze implements Runtime. Where the sandbox has a cgroup v1 freezer it freezes it itself
+// and waits for FROZEN, up to freezePatience: runc's own loop thaws the cgroup every 50
+// reads to let it settle and gives up after 1000 ("unable to freeze"), which under load
+// (both cores busy, ten commands hashing files in the sandbox) it did five times in a row.
+// Tasks need a moment of CPU each to stop, and a thaw loses what was gained. runc reads
+// the freezer for its state, so `runc resume` and `runc state` see the pause all the same.
+// Elsewhere it asks runc, trying again while runc gives up that way.
 func (r *Runc) Freeze(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
+	dir := filepath.Join(cgroupRoot, "freezer", r.cgroupPath(id))
+	if _, err := os.Stat(filepath.Join(dir, "freezer.state")); err == nil {
+		if err := freezeV1(telemetry.With(ctx, telemetry.KeySandboxID, id), dir, freezePatience); err != nil {
+			return fmt.Errorf("freeze %s: %w", id, err)
+		}
+		return nil
+	}
 	for try := 0; ; try++ {
 		_, err := r.runc(ctx, "pause", id)
 		if err == nil {
@@ -385,8 +395,9 @@ func (r *Runc) Freeze(ctx context.Context, id string) error {
 		if !strings.Contains(err.Error(), "unable to freeze") || try == len(freezeRetries) {
 			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, err)
 		}
-		telemetry.Logger(ctx).WarnContext(ctx, "freeze did not take; trying again",
-			telemetry.KeySandboxID, id, "try", try+1, "retry_in_ms", freezeRetries[try].Milliseconds(), "error", err.Error())
+		lctx := telemetry.With(ctx, telemetry.KeySandboxID, id) // unless ctx carries it already
+		telemetry.Logger(lctx).WarnContext(lctx, "freeze did not take; trying again",
+			"try", try+1, "retry_in_ms", freezeRetries[try].Milliseconds(), "error", err.Error())
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, errors.Join(err, context.Cause(ctx)))
@@ -394,6 +405,41 @@ func (r *Runc) Freeze(ctx context.Context, id string) error {
 		}
 	}
 }
+
+// freezeRetries are the waits before each new try of a runc pause that gave up.
+var freezeRetries = []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+
+// freezeV1 writes FROZEN to the v1 freezer cgroup dir and reads freezer.state (each read
+// has the kernel check the tasks again) until it says FROZEN; FROZEN is written again on
+// each round for any task that slipped past. Past patience, or when ctx ends, it thaws the
+// cgroup back and says how long it waited and in which state.
+func freezeV1(ctx context.Context, dir string, patience time.Duration) error {
+	file := filepath.Join(dir, "freezer.state")
+	begun := time.Now()
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		if err := os.WriteFile(file, []byte("FROZEN"), 0); err != nil {
+			return errors.Join(err, thawV1(file))
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return errors.Join(err, thawV1(file))
+		}
+		state := strings.TrimSpace(string(b))
+		if state == "FROZEN" {
+			if waited := time.Since(begun); waited > 100*time.Millisecond {
+				telemetry.Logger(ctx).InfoContext(ctx, "freeze took long", "waited_ms", waited.Milliseconds())
+			}
+			return nil
+		}
+		if time.Since(begun) > patience || ctx.Err() != nil {
+			err := fmt.Errorf("cgroup freezer still %s after %v", state, time.Since(begun).Round(time.Millisecond))
+			return errors.Join(err, context.Cause(ctx), thawV1(file))
+		}
+		time.Sleep(wait)
+	}
+}
+
+func thawV1(file string) error { return os.WriteFile(file, []byte("THAWED"), 0) }
 
 // Thaw implements Runtime.
 func (r *Runc) Thaw(ctx context.Context, id string) error {
