@@ -62,7 +62,7 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 				}
 				log.Warn("exec interrupted", slog.String("cancel.cause", reason.CancelCallerExit.String()),
 					slog.String("sandbox.id", args[0]), slog.String("request_id", cove.RequestIDOf(err)),
-					slog.String("hint", "interrupted before the command started"))
+					slog.String("hint", "interrupted before the start event arrived: the command may be running in the sandbox"))
 				os.Exit(130)
 				return nil
 			}

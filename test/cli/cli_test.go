@@ -4,10 +4,12 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,22 +250,39 @@ func TestCLI(t *testing.T) {
 		c := newCLI(t, srv)
 		sb := c.create()
 		for i, level := range []string{"warn", "info"} {
-			sleep := fmt.Sprintf("sleep %d", 30+i)
-			cmd := exec.Command(c.bin, "exec", "--log-level", level, sb, "--", sleep)
+			// The line prints before it sleeps: output follows the start event, so once cove
+			// exec prints "ready" it has the pid. (Waiting for the sleep to show in the
+			// sandbox was not enough under load: the start event could still be on its way.)
+			line := fmt.Sprintf("echo ready && sleep %d", 30+i)
+			cmd := exec.Command(c.bin, "exec", "--log-level", level, sb, "--", line)
 			cmd.Env = c.env
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			// Wait for the sleep to run in the sandbox.
-			deadline := time.Now().Add(20 * time.Second)
-			for c.run("exec", sb, "--", "pgrep", "-fx", sleep).code != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("sleep never ran in the sandbox; cove exec said: %s", stderr.String())
+			ready := make(chan struct{})
+			go func() {
+				sc := bufio.NewScanner(stdout)
+				for sc.Scan() {
+					if sc.Text() == "ready" {
+						close(ready)
+						break
+					}
 				}
-				time.Sleep(100 * time.Millisecond)
+				_, _ = io.Copy(io.Discard, stdout)
+			}()
+			select {
+			case <-ready:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("cove exec never printed the command's first line; it said: %s", stderr.String())
 			}
 			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 				t.Fatal(err)
