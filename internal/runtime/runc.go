@@ -380,9 +380,10 @@ const freezePatience = 10 * time.Second
 func (r *Runc) Freeze(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
+	ctx = telemetry.With(ctx, telemetry.KeySandboxID, id) // for the log lines; added unless carried
 	dir := filepath.Join(cgroupRoot, "freezer", r.cgroupPath(id))
 	if _, err := os.Stat(filepath.Join(dir, "freezer.state")); err == nil {
-		if err := freezeV1(telemetry.With(ctx, telemetry.KeySandboxID, id), dir, freezePatience); err != nil {
+		if err := freezeV1(ctx, dir, freezePatience); err != nil {
 			return fmt.Errorf("freeze %s: %w", id, err)
 		}
 		return nil
@@ -395,8 +396,7 @@ func (r *Runc) Freeze(ctx context.Context, id string) error {
 		if !strings.Contains(err.Error(), "unable to freeze") || try == len(freezeRetries) {
 			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, err)
 		}
-		lctx := telemetry.With(ctx, telemetry.KeySandboxID, id) // unless ctx carries it already
-		telemetry.Logger(lctx).WarnContext(lctx, "freeze did not take; trying again",
+		telemetry.Logger(ctx).WarnContext(ctx, "freeze did not take; trying again",
 			"try", try+1, "retry_in_ms", freezeRetries[try].Milliseconds(), "error", err.Error())
 		select {
 		case <-ctx.Done():
