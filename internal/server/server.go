@@ -160,17 +160,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	bus, err := events.New(ctx, events.Config{
-		Store: db, Logger: cfg.Logger,
-		Team: func(ctx context.Context) (string, bool) {
-			team, _ := telemetry.Caller(ctx)
-			return team, team != ""
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
-	defer bus.Close()
 
 	ingester := logs.NewIngester(db, logs.Config{Logger: cfg.Logger})
 	defer ingester.Close()
@@ -182,6 +171,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		}
 		return ""
 	}))
+	// Built after the tee so webhook delivery lines about a sandbox reach `cove trace`.
+	bus, err := events.New(ctx, events.Config{
+		Store: db, Logger: cfg.Logger,
+		Team: func(ctx context.Context) (string, bool) {
+			team, _ := telemetry.Caller(ctx)
+			return team, team != ""
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
 
 	orch, err := orchestrator.New(orchestrator.Config{
