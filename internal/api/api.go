@@ -11,6 +11,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/cove-dev/cove/internal/orchestrator"
@@ -169,6 +170,11 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		telemetry.Logger(ctx).Log(ctx, level, "api request", attrs...)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched" // keeps the label set bounded for unknown paths
+		}
+		telemetry.APIRequests.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
 	}()
 	a.mux.ServeHTTP(rec, r)
 }

@@ -283,6 +283,11 @@ func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, sta
 		level = slog.LevelWarn
 	}
 	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)
+	outcome := strconv.Itoa(status/100) + "xx"
+	if info.err != nil {
+		outcome = "error"
+	}
+	telemetry.ProxyRequests.WithLabelValues(outcome).Inc()
 }
 
 // recorder remembers the status for the access line, and flushes the headers of a
