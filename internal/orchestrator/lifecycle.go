@@ -90,7 +90,13 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 		// After the pipes drain, what is still running was killed with the sandbox.
 		go func(c *collect.Collector, why string) { e.drainers.Wait(); c.SandboxKilled(why, now) }(e.collector, why.String())
 	}
-	why, _ = reason.ParseKillReason(string(why))
+	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
+		// Not a closed-set reason: record it as unknown rather than as "", and say so.
+		telemetry.Logger(ctx).Warn("kill: reason not in the closed set, recorded as unknown", "error", err.Error())
+		why = reason.KillUnknown
+	} else {
+		why = parsed
+	}
 	e.sb.State, e.sb.KilledAt, e.sb.KillReason = store.StateKilled, &now, why
 	e.sb.KillRequestID, e.sb.KillAPIKeyID, e.sb.UpdatedAt = requestID(ctx), apiKeyID, now
 	storeErr := o.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), e.sb)
