@@ -748,3 +748,36 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	}
 }
+
+func TestTheDatabaseIsReadableByItsOwnerOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		pre  os.FileMode // 0: the file does not exist before Open
+	}{
+		{"a new database file is created 0600", 0},
+		{"an existing world-readable database is narrowed to 0600", 0o644},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "cove.db")
+			if tc.pre != 0 {
+				if err := os.WriteFile(path, nil, tc.pre); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.Chmod(path, tc.pre)
+			}
+			db := open(t, path)
+			newTeam(t, db, "acme") // a write, so the -wal file exists too
+			for _, p := range []string{path, path + "-wal"} {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m := fi.Mode().Perm(); m != 0o600 {
+					t.Errorf("%s has mode %o, want 600", filepath.Base(p), m)
+				}
+			}
+		})
+	}
+}
