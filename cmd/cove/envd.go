@@ -47,6 +47,13 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			}
 			defer stopOTel()
 			reap := os.Getpid() == 1
+			if reap {
+				// Root in the sandbox must not ptrace-stop or read the control plane (its
+				// memory holds the access token). Children get the default back at exec.
+				if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+					return fmt.Errorf("make envd not dumpable: %w", err)
+				}
+			}
 			if subreaper && !reap {
 				if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 					return fmt.Errorf("--subreaper: %w", err)

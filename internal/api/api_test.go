@@ -398,6 +398,10 @@ func TestCreate(t *testing.T) {
 		{name: "invalid JSON is 400", body: `{"templateID":`, status: 400},
 		{name: "a negative timeout is 400", body: `{"timeout":-1}`, status: 400},
 		{name: "a wrongly typed field is 400", body: `{"metadata":"x"}`, status: 400},
+		{name: "a template id with '..' is 400", body: `{"templateID":"../etc"}`, status: 400},
+		{name: "a template id with NUL is 400", body: `{"templateID":"base\u0000x"}`, status: 400},
+		{name: "an env value with NUL is 400 at create", body: `{"envVars":{"K":"a\u0000b"}}`, status: 400},
+		{name: "an env name with '=' is 400 at create", body: `{"envVars":{"K=1":"v"}}`, status: 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,6 +35,23 @@ type createBody struct {
 	CollectLogs *bool `json:"collectLogs"`
 }
 
+// validCreate refuses at create what would break the sandbox later: a template id with
+// '..' or NUL in it, and env names or values no process environment can hold.
+func validCreate(body createBody) error {
+	if id := body.TemplateID; strings.Contains(id, "..") || strings.ContainsRune(id, 0) {
+		return fmt.Errorf("%w: templateID %q must not contain '..' or NUL", errBadRequest, id)
+	}
+	for k, v := range body.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("%w: envVars: name %q must be non-empty, without '=' or NUL", errBadRequest, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: envVars: the value of %q contains NUL", errBadRequest, k)
+		}
+	}
+	return nil
+}
+
 func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	var body createBody
 	if err := decode(r, &body); err != nil {
@@ -42,6 +59,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	}
 	timeout, err := seconds("timeout", body.Timeout)
 	if err != nil {
+		return err
+	}
+	if err := validCreate(body); err != nil {
 		return err
 	}
 	// E2B's v2 create has no secure field: every sandbox it makes is secured (an envd access

@@ -83,6 +83,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	e.closeAll()
 	pm := o.postmortem(ctx, e)
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
+	e.stopWatching()
 	e.closeLog()
 
 	now := time.Now()
@@ -488,6 +489,7 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		if err := o.kill(ctx, e, reason.KillOrphaned, "", "the server restarted while it was "+string(sb.State)); err != nil {
 			o.logger(ctx).Error("recover: kill orphaned sandbox", telemetry.KeySandboxID, sb.ID, "error", err.Error())
 		}
+		o.closeOpenCommands(ctx, sb.ID, reason.KillOrphaned)
 	}
 	ids, err := o.cfg.Runtime.List(ctx)
 	if err != nil {
@@ -507,6 +509,21 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		o.logger(ctx).Info("recover: destroyed leftover sandbox without a record", telemetry.KeySandboxID, id)
 	}
 	return nil
+}
+
+// closeOpenCommands ends the records a crash left open: the commands died with the sandbox.
+func (o *Orchestrator) closeOpenCommands(ctx context.Context, id string, why reason.KillReason) {
+	if o.cfg.Commands == nil {
+		return
+	}
+	n, err := o.cfg.Commands.CloseOpenCommands(ctx, id, time.Now(), why.String())
+	if err != nil {
+		o.logger(ctx).Error("recover: close open command records", telemetry.KeySandboxID, id, "error", err.Error())
+		return
+	}
+	if n > 0 {
+		o.logger(ctx).Info("recover: closed open command records", telemetry.KeySandboxID, id, "commands", n, telemetry.KeyKillReason, why.String())
+	}
 }
 
 // Shutdown stops the evictor and kills every live sandbox with reason server_shutdown.

@@ -148,6 +148,15 @@ type entry struct {
 	logFile   *os.File
 	drainers  sync.WaitGroup
 	collector *collect.Collector
+	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
+	stopOOM context.CancelFunc
+}
+
+// stopWatching releases what watches the sandbox from the host; safe to call twice.
+func (e *entry) stopWatching() {
+	if e.stopOOM != nil {
+		e.stopOOM()
+	}
 }
 
 type closer struct{ c io.Closer }
@@ -294,6 +303,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		if err != nil {
 			telemetry.SandboxCreateFailures.WithLabelValues(stage).Inc()
 			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			e.stopWatching()
 			e.closeLog()
 			o.logger(ctx).Error("sandbox create failed", "stage", stage, "error", err.Error())
 		}
@@ -311,7 +321,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	o.drain(ctx, e, rsb, req)
-	o.watchOOM(ctx, sb.ID)
+	o.watchOOM(ctx, e)
 	e.envd = o.envdClient(sb.ID)
 	stage = "envd"
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
@@ -421,9 +431,12 @@ func (o *Orchestrator) watchInit(e *entry) {
 // watchOOM logs every OOM kill inside the sandbox. envd raises its children's OOM score, so
 // the kernel kills the runaway command and the sandbox lives on; if envd itself dies of it,
 // watchInit kills the sandbox with reason oom.
-func (o *Orchestrator) watchOOM(ctx context.Context, id string) {
+func (o *Orchestrator) watchOOM(ctx context.Context, e *entry) {
+	id := e.sb.ID
 	logger := o.logger(ctx)
-	oom, err := o.cfg.Runtime.OOMEvents(context.Background(), id)
+	watch, stop := context.WithCancel(context.Background())
+	e.stopOOM = stop
+	oom, err := o.cfg.Runtime.OOMEvents(watch, id)
 	if err != nil {
 		logger.Warn("oom events unavailable", "error", err.Error())
 		return

@@ -13,14 +13,17 @@ import (
 
 // OOMEvents returns a channel that receives the sandbox's OOM kill count each time the
 // kernel's OOM killer acts in its memory cgroup, and closes when the cgroup goes away or ctx
-// ends. It uses cgroup v1's memory.oom_control eventfd, so nothing polls.
+// ends. It uses cgroup v1's memory.oom_control eventfd, so nothing polls. The eventfd and both
+// goroutines are released when either happens: a caller that cancels ctx at the sandbox's end
+// leaves nothing behind.
 func (r *Runc) OOMEvents(ctx context.Context, id string) (<-chan uint64, error) {
 	dir := filepath.Join(cgroupRoot, "memory", r.cgroupPath(id))
 	ctl, err := os.Open(filepath.Join(dir, "memory.oom_control"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: oom events of %s: %v", ErrNotFound, id, err)
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	// Non-blocking, so the runtime's poller owns it and Close wakes a blocked Read.
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		ctl.Close()
 		return nil, fmt.Errorf("oom events of %s: eventfd: %w", id, err)
@@ -33,12 +36,17 @@ func (r *Runc) OOMEvents(ctx context.Context, id string) (<-chan uint64, error) 
 	}
 	ev := os.NewFile(uintptr(efd), "oom-eventfd")
 	out := make(chan uint64, 1)
+	done := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		ev.Close() // unblocks the reader
+		select {
+		case <-ctx.Done():
+		case <-done:
+		}
+		ev.Close() // unblocks the reader, or releases the fd after it returned
 	}()
 	go func() {
 		defer close(out)
+		defer close(done)
 		defer ctl.Close()
 		var buf [8]byte
 		last := oomKills(r.cgroupPath(id))

@@ -133,6 +133,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
+	// The data dir holds envd tokens and webhook secrets: only its owner may look inside,
+	// also when it existed before with looser modes.
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
 	templates, rt, err := OpenTemplates(ctx, cfg.DataDir, cfg.TemplateDir)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)

@@ -156,4 +156,7 @@ type CommandStore interface {
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*CommandPage, error)
 	// PruneCommands deletes records of commands that ended before olderThan.
 	PruneCommands(ctx context.Context, olderThan time.Time) (int64, error)
+	// CloseOpenCommands ends every record of the sandbox still open (a crash left it so) at
+	// at, with EndSandboxKilled and killReason, and returns how many it closed.
+	CloseOpenCommands(ctx context.Context, sandboxID string, at time.Time, killReason string) (int64, error)
 }

@@ -15,6 +15,8 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
+	// ErrInvalid is input the store cannot read, such as a garbage page token.
+	ErrInvalid = errors.New("invalid")
 )
 
 // Team owns sandboxes and API keys.

@@ -5,6 +5,7 @@ package restart
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
 )
 
@@ -135,5 +140,68 @@ func TestRestart(t *testing.T) {
 			}
 			waitGone(t, id)
 		})
+	}
+}
+
+// commands lists a sandbox's command records through the API.
+func commands(t *testing.T, s *covetest.Server, id string) []map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/sandboxes/"+id+"/commands", nil)
+	req.Header.Set("X-API-Key", s.Key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct {
+		Commands []map[string]any `json:"commands"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return out.Commands
+}
+
+func TestACrashLeavesNoCommandRecordOpen(t *testing.T) {
+	s := covetest.Start(t, "")
+	id := create(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { // the stream breaks when the server dies under it: that is the point
+		c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
+		req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"300"}}})
+		req.Header().Set("E2b-Sandbox-Id", id)
+		req.Header().Set("X-API-Key", s.Key)
+		req.Header().Set("X-E2B-Request-Id", "req-crash-sleep")
+		if stream, err := c.Start(ctx, req); err == nil {
+			for stream.Receive() {
+			}
+		}
+	}()
+	open := func() bool {
+		for _, c := range commands(t, s, id) {
+			if c["requestId"] == "req-crash-sleep" && (c["endCause"] == nil || c["endCause"] == "") {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(20 * time.Second); !open(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no open record of the sleep after 20 s: %v", commands(t, s, id))
+		}
+	}
+	s.Crash()
+	s.Restart()
+	waitGone(t, id)
+	var rec map[string]any
+	for _, c := range commands(t, s, id) {
+		if c["requestId"] == "req-crash-sleep" {
+			rec = c
+		}
+	}
+	if rec == nil {
+		t.Fatalf("the sleep's record is gone after the restart")
+	}
+	if rec["endCause"] != "sandbox_killed" || rec["killReason"] != "orphaned" || rec["endedAt"] == nil {
+		t.Errorf("record after the crash: %v, want it ended as sandbox_killed with kill reason orphaned", rec)
 	}
 }

@@ -1090,3 +1090,16 @@ func (db *DB) PruneCommands(ctx context.Context, olderThan time.Time) (int64, er
 	}
 	return res.RowsAffected()
 }
+
+// CloseOpenCommands ends the sandbox's records still open, with EndSandboxKilled and
+// killReason: after a crash nobody else will.
+func (db *DB) CloseOpenCommands(ctx context.Context, sandboxID string, at time.Time, killReason string) (int64, error) {
+	end := toMicros(at)
+	res, err := db.write.ExecContext(ctx, `UPDATE commands SET ended_at = ?, duration_us = MAX(0, ? - started_at),
+		end_cause = ?, kill_reason = ? WHERE sandbox_id = ? AND ended_at IS NULL`,
+		end, end, store.EndSandboxKilled, killReason, sandboxID)
+	if err != nil {
+		return 0, fmt.Errorf("close open commands of %s: %w", sandboxID, err)
+	}
+	return res.RowsAffected()
+}

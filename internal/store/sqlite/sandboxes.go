@@ -224,7 +224,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 		c, err := parseCursor(f.Next)
 		if err != nil {
 			// TODO: store.ErrInvalid, for a 400; ErrNotFound is the nearest sentinel today.
-			return nil, fmt.Errorf("list sandboxes: next token %q: %v: %w", f.Next, err, store.ErrNotFound)
+			return nil, fmt.Errorf("list sandboxes: next token %q: %v: %w", f.Next, err, store.ErrInvalid)
 		}
 		pageWhere += " AND (started_at, id) > (?, ?)"
 		pageArgs = append(pageArgs, c.startedAt, c.id)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -41,6 +42,11 @@ var _ store.Store = (*DB)(nil)
 func Open(ctx context.Context, path string) (*DB, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	// The database holds envd tokens and webhook secrets: owner only. SQLite gives its -wal
+	// and -shm files the database file's mode.
+	if err := ownerOnly(abs); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	// A file: URI so that '?' or '#' in the path are escaped rather than read as parameters.
@@ -210,4 +216,20 @@ func fromNullMicros(n sql.NullInt64) *time.Time {
 	}
 	t := fromMicros(n.Int64)
 	return &t
+}
+
+// ownerOnly creates the database file with mode 0600, or narrows an existing one (and its
+// -wal and -shm files) to it.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }

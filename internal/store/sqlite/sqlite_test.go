@@ -539,9 +539,9 @@ func TestListSandboxes(t *testing.T) {
 	}
 
 	for _, next := range []string{"!!!", "bm9jb2xvbg", "MTIzOg"} {
-		t.Run(fmt.Sprintf("a forged next token %q is rejected", next), func(t *testing.T) {
-			if _, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Next: next}); err == nil {
-				t.Fatal("accepted")
+		t.Run(fmt.Sprintf("a forged next token %q is rejected as invalid input", next), func(t *testing.T) {
+			if _, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Next: next}); !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("err = %v, want store.ErrInvalid (the API's 400)", err)
 			}
 		})
 	}
@@ -746,5 +746,38 @@ func BenchmarkAuthenticate(b *testing.B) {
 		if _, _, err := db.Authenticate(ctx, key); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestTheDatabaseIsReadableByItsOwnerOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		pre  os.FileMode // 0: the file does not exist before Open
+	}{
+		{"a new database file is created 0600", 0},
+		{"an existing world-readable database is narrowed to 0600", 0o644},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "cove.db")
+			if tc.pre != 0 {
+				if err := os.WriteFile(path, nil, tc.pre); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.Chmod(path, tc.pre)
+			}
+			db := open(t, path)
+			newTeam(t, db, "acme") // a write, so the -wal file exists too
+			for _, p := range []string{path, path + "-wal"} {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m := fi.Mode().Perm(); m != 0o600 {
+					t.Errorf("%s has mode %o, want 600", filepath.Base(p), m)
+				}
+			}
+		})
 	}
 }
