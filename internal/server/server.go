@@ -133,6 +133,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
+	lock, err := LockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	templates, rt, err := OpenTemplates(ctx, cfg.DataDir, cfg.TemplateDir)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
