@@ -239,6 +239,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) iter.Seq2[*SandboxI
 	}
 }
 
+// Health reports whether the Cove server answers (GET /health); nil means it is up.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.do(ctx, "health check", "", http.MethodGet, "/health", nil, nil)
+	return err
+}
+
 // Kill kills a sandbox. An unknown sandbox is ErrNotFound; one already killed is a
 // *SandboxKilledError (which matches ErrNotFound too).
 func (c *Client) Kill(ctx context.Context, sandboxID string) error {
