@@ -34,7 +34,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
-	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid):
+	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest
 	// A killed sandbox is not found: the SDK's kill() returns false on a 404 body only.
 	case errors.As(err, &gone),

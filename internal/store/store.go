@@ -15,6 +15,9 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
+	// ErrInvalid is a request the store cannot serve as asked (a forged page token): the
+	// caller's mistake, a 400.
+	ErrInvalid = errors.New("invalid request")
 )
 
 // Team owns sandboxes and API keys.

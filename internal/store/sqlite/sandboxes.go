@@ -223,8 +223,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 	if f.Next != "" {
 		c, err := parseCursor(f.Next)
 		if err != nil {
-			// TODO: store.ErrInvalid, for a 400; ErrNotFound is the nearest sentinel today.
-			return nil, fmt.Errorf("list sandboxes: next token %q: %v: %w", f.Next, err, store.ErrNotFound)
+			return nil, fmt.Errorf("%w: nextToken %q is not a token this server returned (%v)", store.ErrInvalid, f.Next, err)
 		}
 		pageWhere += " AND (started_at, id) > (?, ?)"
 		pageArgs = append(pageArgs, c.startedAt, c.id)
