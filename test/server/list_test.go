@@ -1,10 +1,13 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
 )
@@ -21,6 +24,8 @@ func TestListBadParams(t *testing.T) {
 		{name: "a base64 nextToken that is not a cursor is a 400 naming nextToken", query: "nextToken=bm9jb2xvbg", names: "nextToken"},
 		{name: "a limit out of range is a 400 naming limit", query: "limit=0", names: "limit"},
 		{name: "an unknown state is a 400 naming state", query: "state=dead", names: "state"},
+		{name: "an unknown order is a 400 naming order", query: "order=sideways", names: "order"},
+		{name: "a startedAfter that is not a timestamp is a 400 naming startedAfter", query: "startedAfter=yesterday", names: "startedAfter"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -31,4 +36,81 @@ func TestListBadParams(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestListOrderAndFilters(t *testing.T) {
+	s := covetest.Start(t, "")
+	c := client{t: t, url: s.URL, key: s.Key}
+	first := c.create(nil)
+	second := c.create(nil)
+	list := func(t *testing.T, query string) []string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/v2/sandboxes?"+query, nil)
+		req.Header.Set("X-API-Key", s.Key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out []struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET /v2/sandboxes?%s: %d", query, res.StatusCode)
+		}
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, sb := range out {
+			ids = append(ids, sb.SandboxID)
+		}
+		return ids
+	}
+	tests := []struct {
+		name  string
+		query string
+		want  []string
+	}{
+		{name: "the default order is newest first", query: "", want: []string{second, first}},
+		{name: "order=asc is oldest first", query: "order=asc", want: []string{first, second}},
+		{name: "template=base matches by template id", query: "template=base&order=asc", want: []string{first, second}},
+		{name: "an unknown template matches nothing", query: "template=nope", want: nil},
+		{name: "startedAfter in the future matches nothing", query: "startedAfter=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), want: nil},
+		{name: "startedAfter in the past matches both", query: "startedAfter=" + url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)), want: []string{second, first}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := list(t, tt.query); !slices.Equal(got, tt.want) {
+				t.Fatalf("GET /v2/sandboxes?%s = %v, want %v", tt.query, got, tt.want)
+			}
+		})
+	}
+	t.Run("pages of one follow nextToken in both orders", func(t *testing.T) {
+		for _, order := range []string{"asc", "desc"} {
+			var got []string
+			next := ""
+			for range 5 {
+				q := "limit=1&order=" + order
+				if next != "" {
+					q += "&nextToken=" + url.QueryEscape(next)
+				}
+				code, _, hdr := c.do(http.MethodGet, "/v2/sandboxes?"+q, nil)
+				if code != http.StatusOK {
+					t.Fatalf("%s: %d", q, code)
+				}
+				got = append(got, list(t, q)...)
+				if next = hdr.Get("X-Next-Token"); next == "" {
+					break
+				}
+			}
+			want := []string{first, second}
+			if order == "desc" {
+				want = []string{second, first}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("order %s: pages gave %v, want %v", order, got, want)
+			}
+		}
+	})
 }
