@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func TestListBadParams(t *testing.T) {
@@ -86,6 +88,50 @@ func TestListOrderAndFilters(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the Go SDK lists oldest first by template and newest first by default", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sdk := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+		for _, tc := range []struct {
+			opts cove.ListOptions
+			want []string
+		}{
+			{cove.ListOptions{Order: cove.OldestFirst, Template: "base", PageSize: 1}, []string{first, second}},
+			{cove.ListOptions{PageSize: 1}, []string{second, first}},
+			{cove.ListOptions{StartedAfter: time.Now().Add(time.Hour)}, nil},
+		} {
+			var got []string
+			for info, err := range sdk.List(ctx, tc.opts) {
+				if err != nil {
+					t.Fatalf("List(%+v): %v", tc.opts, err)
+				}
+				got = append(got, info.SandboxID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("List(%+v) = %v, want %v", tc.opts, got, tc.want)
+			}
+		}
+	})
+
+	t.Run("cove sandbox list takes --order, --template and --started-after", func(t *testing.T) {
+		t.Setenv("COVE_API_KEY", s.Key)
+		out := cli(t, s, "sandbox", "list", "--order", "asc", "--template", "base",
+			"--started-after", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "--json")
+		var infos []struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if err := json.Unmarshal([]byte(out), &infos); err != nil {
+			t.Fatalf("cove sandbox list --json: %v\n%s", err, out)
+		}
+		var got []string
+		for _, i := range infos {
+			got = append(got, i.SandboxID)
+		}
+		if want := []string{first, second}; !slices.Equal(got, want) {
+			t.Errorf("cove sandbox list --order asc = %v, want %v", got, want)
+		}
+	})
+
 	t.Run("pages of one follow nextToken in both orders", func(t *testing.T) {
 		for _, order := range []string{"asc", "desc"} {
 			var got []string
