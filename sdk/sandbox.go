@@ -193,6 +193,33 @@ type ListOptions struct {
 	// PageSize is how many sandboxes one request fetches (1..100); the server's default
 	// when 0.
 	PageSize int
+	// Order is by start time; newest first when "".
+	Order ListOrder
+	// StartedAfter keeps sandboxes started at or after it, when not zero.
+	StartedAfter time.Time
+	// Template keeps sandboxes of this template, by id or alias, when not "".
+	Template string
+}
+
+// ListOrder is a listing's direction by start time.
+type ListOrder string
+
+const (
+	NewestFirst ListOrder = "desc"
+	OldestFirst ListOrder = "asc"
+)
+
+func (o ListOrder) String() string { return string(o) }
+
+// ParseListOrder reads "asc" or "desc" ("" is newest first); anything else is an error.
+func ParseListOrder(s string) (ListOrder, error) {
+	switch o := ListOrder(s); o {
+	case "":
+		return NewestFirst, nil
+	case NewestFirst, OldestFirst:
+		return o, nil
+	}
+	return "", fmt.Errorf("list order %q is not asc or desc", s)
 }
 
 // List iterates over the team's sandboxes, fetching pages as the loop needs them. An
@@ -217,6 +244,15 @@ func (c *Client) List(ctx context.Context, opts ListOptions) iter.Seq2[*SandboxI
 		if opts.PageSize > 0 {
 			q.Set("limit", strconv.Itoa(opts.PageSize))
 		}
+		if opts.Order != "" {
+			q.Set("order", string(opts.Order))
+		}
+		if !opts.StartedAfter.IsZero() {
+			q.Set("startedAfter", opts.StartedAfter.UTC().Format(time.RFC3339Nano))
+		}
+		if opts.Template != "" {
+			q.Set("template", opts.Template)
+		}
 		for {
 			var page []*SandboxInfo
 			res, err := c.do(ctx, "list sandboxes", "", http.MethodGet, "/v2/sandboxes?"+q.Encode(), nil, &page)
@@ -237,6 +273,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) iter.Seq2[*SandboxI
 			q.Set("nextToken", next)
 		}
 	}
+}
+
+// Health reports whether the Cove server answers (GET /health); nil means it is up.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.do(ctx, "health check", "", http.MethodGet, "/health", nil, nil)
+	return err
 }
 
 // Kill kills a sandbox. An unknown sandbox is ErrNotFound; one already killed is a

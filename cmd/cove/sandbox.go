@@ -76,6 +76,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 
 func sandboxListCmd(f *apiFlags) *cobra.Command {
 	var metadata, states []string
+	var order, template, startedAfter string
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -86,7 +87,15 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := cove.ListOptions{Metadata: md}
+			opts := cove.ListOptions{Metadata: md, Template: template}
+			if opts.Order, err = cove.ParseListOrder(order); err != nil {
+				return fmt.Errorf("--order %q: want asc or desc", order)
+			}
+			if startedAfter != "" {
+				if opts.StartedAfter, err = time.Parse(time.RFC3339Nano, startedAfter); err != nil {
+					return fmt.Errorf("--started-after %q: want an RFC 3339 time such as 2026-12-04T10:00:00Z", startedAfter)
+				}
+			}
 			for _, s := range states {
 				switch st := cove.SandboxState(s); st {
 				case cove.StateRunning, cove.StatePaused:
@@ -120,6 +129,9 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVarP(&metadata, "metadata", "m", nil, "keep sandboxes with metadata KEY=VALUE (repeatable; all must match)")
 	cmd.Flags().StringSliceVar(&states, "state", nil, "keep sandboxes in these states: running, paused (default both)")
+	cmd.Flags().StringVar(&order, "order", "desc", "by start time: desc (newest first) or asc")
+	cmd.Flags().StringVar(&template, "template", "", "keep sandboxes of this template (id or alias)")
+	cmd.Flags().StringVar(&startedAfter, "started-after", "", "keep sandboxes started at or after this RFC 3339 time")
 	f.jsonFlag(cmd)
 	return cmd
 }

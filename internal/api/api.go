@@ -92,6 +92,8 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
+	// Liveness for load balancers and the SDKs: no key needed, 204 as envd's /health answers.
+	a.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	for pattern, h := range a.cfg.Routes {
 		a.handle(pattern, func(w http.ResponseWriter, r *http.Request, _ caller) error {
 			h.ServeHTTP(w, r)

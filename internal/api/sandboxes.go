@@ -306,6 +306,19 @@ func parseFilter(q url.Values) (store.SandboxFilter, error) {
 		f.Limit = n
 	}
 	f.Next = q.Get("nextToken")
+	order, err := store.ParseListOrder(q.Get("order"))
+	if err != nil {
+		return f, fmt.Errorf("%w: order %q is not asc or desc", errBadRequest, q.Get("order"))
+	}
+	f.Order = order
+	if s := q.Get("startedAfter"); s != "" {
+		at, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return f, fmt.Errorf("%w: startedAfter %q is not an RFC 3339 timestamp", errBadRequest, s)
+		}
+		f.StartedAfter = at
+	}
+	f.Template = q.Get("template")
 	return f, nil
 }
 

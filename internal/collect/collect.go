@@ -22,6 +22,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Labels are the host's facts about a sandbox, put on every line.
@@ -331,7 +332,7 @@ func (c *Collector) upsert(cr *store.CommandRecord) {
 		return
 	}
 	if err := c.commands.UpsertCommand(context.Background(), cr); err != nil {
-		c.logger.Warn("command record not stored", "process.pid", cr.PID, "error", err.Error())
+		telemetry.Warnings.Warn(context.Background(), c.logger, "", "command record not stored", telemetry.KeyPID, cr.PID, "error", err.Error())
 	}
 }
 

@@ -105,7 +105,7 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 		ev.Data["api_key_name"] = name
 	}
 	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
-		o.logger(ctx).Warn("event not recorded", "event.type", t.String(), "error", err.Error())
+		telemetry.Warnings.Warn(ctx, o.logger(ctx), t.String(), "event not recorded", "event.type", t.String(), "error", err.Error())
 	}
 }
 

@@ -151,12 +151,12 @@ func (s *Sampler) Run(ctx context.Context) error {
 	var pruned time.Time
 	for {
 		if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("metrics not stored", "error", err)
+			telemetry.Warnings.Warn(ctx, s.cfg.Logger, "", "metrics not stored", "error", err)
 		}
 		if now := time.Now(); now.Sub(pruned) >= pruneEvery {
 			pruned = now
 			if err := s.cfg.Store.PruneSamples(ctx, now.Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("metrics not pruned", "error", err)
+				telemetry.Warnings.Warn(ctx, s.cfg.Logger, "", "metrics not pruned", "error", err)
 			}
 		}
 		select {

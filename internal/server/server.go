@@ -138,6 +138,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
+	lock, err := LockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	templates, rt, err := OpenTemplates(ctx, cfg.DataDir, cfg.TemplateDir)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)

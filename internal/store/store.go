@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cove-dev/cove/reason"
@@ -15,8 +16,9 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
-	// ErrInvalid is input the store cannot read, such as a garbage page token.
-	ErrInvalid = errors.New("invalid")
+	// ErrInvalid is a request the store cannot serve as asked (a forged page token): the
+	// caller's mistake, a 400.
+	ErrInvalid = errors.New("invalid request")
 )
 
 // Team owns sandboxes and API keys.
@@ -84,8 +86,35 @@ type SandboxFilter struct {
 	States   []SandboxState    // any of these; all live states when empty
 	Metadata map[string]string // every pair must match
 	Limit    int               // 1..100; 100 when 0
+	// Order is by start time then id; "" is newest first, as E2B lists.
+	Order ListOrder
+	// StartedAfter keeps sandboxes started at or after it, when not zero.
+	StartedAfter time.Time
+	// Template keeps sandboxes of this template, by id or alias, when not "".
+	Template string
 	// Next is the opaque token a previous page returned.
 	Next string
+}
+
+// ListOrder is a listing's direction by start time.
+type ListOrder string
+
+const (
+	OrderDesc ListOrder = "desc" // newest first, the default
+	OrderAsc  ListOrder = "asc"  // oldest first
+)
+
+func (o ListOrder) String() string { return string(o) }
+
+// ParseListOrder reads "asc" or "desc" ("" is desc); anything else is an error.
+func ParseListOrder(s string) (ListOrder, error) {
+	switch o := ListOrder(s); o {
+	case "":
+		return OrderDesc, nil
+	case OrderAsc, OrderDesc:
+		return o, nil
+	}
+	return "", fmt.Errorf("list order %q is not asc or desc", s)
 }
 
 // SandboxPage is one page of a listing.

@@ -19,7 +19,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/contrib/bridges/otelslog"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -259,16 +258,8 @@ func truncate(s string, n int) string {
 // stderr, at most one a minute, and never through the OTLP log bridge, which would loop.
 type exportErrors struct{}
 
-var (
-	exportErrorLog  = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	exportErrorLast atomic.Int64
-)
+var exportErrorLog = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
 func (exportErrors) Handle(err error) {
-	now := time.Now().UnixNano()
-	last := exportErrorLast.Load()
-	if now-last < int64(time.Minute) || !exportErrorLast.CompareAndSwap(last, now) {
-		return
-	}
-	exportErrorLog.Warn("otel export", "error", err.Error())
+	Warnings.Warn(context.Background(), exportErrorLog, "", "otel export", "error", err.Error())
 }

@@ -29,6 +29,7 @@ const (
 	KeyTemplateID  = "template.id"
 	KeyTeamID      = "team.id"
 	KeyKillReason  = "kill_reason"
+	KeySuppressed  = "log.suppressed"
 )
 
 type loggerKey struct{}

@@ -116,6 +116,23 @@ test('Sandbox.list filtered by metadata finds exactly the matching sandboxes', T
   assert.deepEqual((await onlyA.nextItems()).map((s) => s.sandboxId), [a.sandboxId])
 })
 
+test('Sandbox.list pages by one in both orders, newest first by default, by template and startedAfter', TIMEOUT, async () => {
+  const tag = `order-${run}`
+  const before = new Date(Date.now() - 1000)
+  const a = await create({ metadata: { suite: tag } })
+  const b = await create({ metadata: { suite: tag } })
+  const all = async (extra) => {
+    const paginator = Sandbox.list({ ...opts, limit: 1, ...extra, query: { metadata: { suite: tag }, ...extra.query } })
+    const ids = []
+    while (paginator.hasNext) ids.push(...(await paginator.nextItems()).map((s) => s.sandboxId))
+    return ids
+  }
+  assert.deepEqual(await all({}), [b.sandboxId, a.sandboxId])
+  assert.deepEqual(await all({ order: 'asc' }), [a.sandboxId, b.sandboxId])
+  assert.deepEqual(await all({ order: 'desc', query: { template: 'base', startedAfter: before } }), [b.sandboxId, a.sandboxId])
+  assert.deepEqual(await all({ query: { startedAfter: new Date(Date.now() + 3600_000) } }), [])
+})
+
 test('pause makes isRunning false; Sandbox.connect resumes it and commands work again', TIMEOUT, async () => {
   const sbx = await create()
   await sbx.files.write('/tmp/kept.txt', 'kept across pause')

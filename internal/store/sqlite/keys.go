@@ -143,7 +143,7 @@ func (db *DB) Authenticate(ctx context.Context, key string) (*store.APIKey, *sto
 		if _, err := db.write.ExecContext(ctx,
 			`UPDATE api_keys SET last_used = ? WHERE id = ? AND (last_used IS NULL OR last_used <= ?)`,
 			toMicros(at), k.ID, toMicros(at.Add(-lastUsedEvery))); err != nil {
-			telemetry.Logger(ctx).Warn("api key use not recorded",
+			telemetry.Warnings.Warn(ctx, telemetry.Logger(ctx), "", "api key use not recorded",
 				telemetry.KeyTeamID, t.ID, "api_key.id", k.ID, "error", err)
 		} else {
 			k.LastUsed = &at

@@ -163,12 +163,13 @@ func (db *DB) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error)
 
 // cursor is the position after the last sandbox of a page, in listing order.
 type cursor struct {
+	order     store.ListOrder
 	startedAt int64 // unix microseconds
 	id        string
 }
 
 func (c cursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.startedAt, 10) + ":" + c.id))
+	return base64.RawURLEncoding.EncodeToString([]byte(string(c.order) + ":" + strconv.FormatInt(c.startedAt, 10) + ":" + c.id))
 }
 
 func parseCursor(s string) (cursor, error) {
@@ -176,12 +177,14 @@ func parseCursor(s string) (cursor, error) {
 	if err != nil {
 		return cursor{}, errors.New("not base64")
 	}
-	at, id, ok := strings.Cut(string(b), ":")
+	order, rest, ok1 := strings.Cut(string(b), ":")
+	at, id, ok2 := strings.Cut(rest, ":")
 	us, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil || id == "" {
+	o, oerr := store.ParseListOrder(order)
+	if !ok1 || !ok2 || err != nil || oerr != nil || order == "" || id == "" {
 		return cursor{}, errors.New("malformed")
 	}
-	return cursor{startedAt: us, id: id}, nil
+	return cursor{order: o, startedAt: us, id: id}, nil
 }
 
 // ListSandboxes returns one page of the sandboxes matching f, ordered by start time then
@@ -217,16 +220,32 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 			WHERE m.key = ? AND m.type = 'text' AND m.value = ?)`)
 		args = append(args, k, f.Metadata[k])
 	}
+	if !f.StartedAfter.IsZero() {
+		where, args = append(where, "started_at >= ?"), append(args, toMicros(f.StartedAfter))
+	}
+	if f.Template != "" {
+		where, args = append(where, "(template_id = ? OR alias = ?)"), append(args, f.Template, f.Template)
+	}
+	order, err := store.ParseListOrder(string(f.Order))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", store.ErrInvalid, err)
+	}
+	cmp, dir := ">", "ASC"
+	if order == store.OrderDesc {
+		cmp, dir = "<", "DESC"
+	}
 	filter := strings.Join(where, " AND ")
 
 	pageWhere, pageArgs := filter, slices.Clone(args)
 	if f.Next != "" {
 		c, err := parseCursor(f.Next)
 		if err != nil {
-			// TODO: store.ErrInvalid, for a 400; ErrNotFound is the nearest sentinel today.
-			return nil, fmt.Errorf("list sandboxes: next token %q: %v: %w", f.Next, err, store.ErrInvalid)
+			return nil, fmt.Errorf("%w: nextToken %q is not a token this server returned (%v)", store.ErrInvalid, f.Next, err)
 		}
-		pageWhere += " AND (started_at, id) > (?, ?)"
+		if c.order != order {
+			return nil, fmt.Errorf("%w: nextToken %q continues a listing in order %s, not %s", store.ErrInvalid, f.Next, c.order, order)
+		}
+		pageWhere += " AND (started_at, id) " + cmp + " (?, ?)"
 		pageArgs = append(pageArgs, c.startedAt, c.id)
 	}
 
@@ -242,14 +261,14 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 	}
 	// One more row than the page tells whether there is a next page.
 	sbs, err := querySandboxes(ctx, tx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+pageWhere+
-		` ORDER BY started_at, id LIMIT ?`, append(pageArgs, limit+1)...)
+		` ORDER BY started_at `+dir+`, id `+dir+` LIMIT ?`, append(pageArgs, limit+1)...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	if len(sbs) > limit {
 		sbs = sbs[:limit]
 		last := sbs[limit-1]
-		page.Next = cursor{startedAt: toMicros(last.StartedAt), id: last.ID}.String()
+		page.Next = cursor{order: order, startedAt: toMicros(last.StartedAt), id: last.ID}.String()
 	}
 	page.Sandboxes = sbs
 	return page, nil

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -497,6 +498,7 @@ func TestListSandboxes(t *testing.T) {
 		{"an unknown team lists nothing", store.SandboxFilter{TeamID: "team_nope"}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.f.Order = store.OrderAsc // these cases read oldest first; TestListSandboxesOrder covers the default
 			page, err := db.ListSandboxes(ctx, tc.f)
 			if err != nil {
 				t.Fatal(err)
@@ -539,12 +541,94 @@ func TestListSandboxes(t *testing.T) {
 	}
 
 	for _, next := range []string{"!!!", "bm9jb2xvbg", "MTIzOg"} {
-		t.Run(fmt.Sprintf("a forged next token %q is rejected as invalid input", next), func(t *testing.T) {
-			if _, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Next: next}); !errors.Is(err, store.ErrInvalid) {
-				t.Fatalf("err = %v, want store.ErrInvalid (the API's 400)", err)
+		t.Run(fmt.Sprintf("a forged next token %q is rejected", next), func(t *testing.T) {
+			_, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Next: next})
+			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "nextToken") {
+				t.Fatalf("err = %v, want store.ErrInvalid naming nextToken", err)
 			}
 		})
 	}
+}
+
+func TestListSandboxesOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	a := newTeam(t, db, "acme")
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
+	s1 := sandbox(a.ID, "s1", at(1), store.StateRunning, nil)
+	s2 := sandbox(a.ID, "s2", at(2), store.StateRunning, nil)
+	s3 := sandbox(a.ID, "s3", at(3), store.StateRunning, nil)
+	s4 := sandbox(a.ID, "s4", at(3), store.StateRunning, nil) // same start as s3: ordered by id
+	s2.TemplateID, s2.Alias = "tpl_2", "web"
+	s4.TemplateID = "tpl_2"
+	insert(t, db, s1, s2, s3, s4)
+
+	for _, tc := range []struct {
+		name string
+		f    store.SandboxFilter
+		want []string
+	}{
+		{"the default order is newest first", store.SandboxFilter{TeamID: a.ID}, []string{"s4", "s3", "s2", "s1"}},
+		{"desc is newest first", store.SandboxFilter{TeamID: a.ID, Order: store.OrderDesc}, []string{"s4", "s3", "s2", "s1"}},
+		{"asc is oldest first", store.SandboxFilter{TeamID: a.ID, Order: store.OrderAsc}, []string{"s1", "s2", "s3", "s4"}},
+		{"startedAfter keeps sandboxes started at or after it", store.SandboxFilter{TeamID: a.ID, StartedAfter: at(2)},
+			[]string{"s4", "s3", "s2"}},
+		{"template matches a template id", store.SandboxFilter{TeamID: a.ID, Template: "tpl_2", Order: store.OrderAsc},
+			[]string{"s2", "s4"}},
+		{"template matches an alias", store.SandboxFilter{TeamID: a.ID, Template: "web"}, []string{"s2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page, err := db.ListSandboxes(ctx, tc.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(page.Sandboxes); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("ids = %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	for _, order := range []store.ListOrder{store.OrderAsc, store.OrderDesc} {
+		t.Run("pages of one in order "+order.String()+" see each sandbox once, in order", func(t *testing.T) {
+			var got []string
+			next := ""
+			for range 10 {
+				p, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Limit: 1, Order: order, Next: next})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, ids(p.Sandboxes)...)
+				if next = p.Next; next == "" {
+					break
+				}
+			}
+			want := []string{"s1", "s2", "s3", "s4"}
+			if order == store.OrderDesc {
+				want = []string{"s4", "s3", "s2", "s1"}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("ids = %v, want %v", got, want)
+			}
+		})
+	}
+
+	t.Run("a nextToken from one order is refused in the other", func(t *testing.T) {
+		p, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Limit: 1, Order: store.OrderAsc})
+		if err != nil || p.Next == "" {
+			t.Fatalf("first page: %v, next %q", err, p.Next)
+		}
+		_, err = db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Limit: 1, Order: store.OrderDesc, Next: p.Next})
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "nextToken") {
+			t.Fatalf("err = %v, want store.ErrInvalid naming nextToken", err)
+		}
+	})
+
+	t.Run("an unknown order is refused", func(t *testing.T) {
+		if _, err := db.ListSandboxes(ctx, store.SandboxFilter{TeamID: a.ID, Order: "sideways"}); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("err = %v, want store.ErrInvalid", err)
+		}
+	})
 }
 
 func TestListSandboxesPagination(t *testing.T) {
