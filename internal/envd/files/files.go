@@ -8,6 +8,7 @@
 package files
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -116,8 +117,24 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Disposition", cd)
 	}
 
+	// A file that stat reports as empty may still have content (/proc, /sys): read it to learn.
+	var content io.ReadSeeker = f
+	size := fi.Size()
+	if size == 0 {
+		b, err := io.ReadAll(io.LimitReader(f, maxSizelessFile+1))
+		if err != nil {
+			fault.WriteHTTP(ctx, w, filesystem.OSError("read", p, err))
+			return
+		}
+		if len(b) > maxSizelessFile {
+			fault.WriteHTTP(ctx, w, fmt.Errorf("download %s: %w: its size is reported as 0 but it has more than %d bytes", p, fault.ErrInvalid, maxSizelessFile))
+			return
+		}
+		content, size = bytes.NewReader(b), int64(len(b))
+	}
+
 	// Compress when asked to (the SDK's gzip option) and the whole file is wanted.
-	if fi.Size() > 0 && r.Header.Get("Range") == "" && acceptsGzip(r) {
+	if size > 0 && r.Header.Get("Range") == "" && acceptsGzip(r) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
@@ -125,15 +142,18 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		zw := gzip.NewWriter(w)
-		if _, err := politeCopy(zw, f); err != nil {
+		if _, err := politeCopy(zw, content); err != nil {
 			telemetry.Logger(ctx).Warn("download failed", "path", p, "error", err.Error())
 			return
 		}
 		_ = zw.Close()
 		return
 	}
-	http.ServeContent(&jsonErrors{ResponseWriter: w, ctx: ctx}, r, "", fi.ModTime(), f)
+	http.ServeContent(&jsonErrors{ResponseWriter: w, ctx: ctx}, r, "", fi.ModTime(), content)
 }
+
+// maxSizelessFile bounds what a download reads of a file whose size is reported as 0.
+const maxSizelessFile = 16 << 20
 
 func acceptsGzip(r *http.Request) bool {
 	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
@@ -233,9 +253,6 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("upload: %w: content type %q is neither multipart/form-data nor application/octet-stream", fault.ErrInvalid, ct)
 	}
 	if err != nil {
-		if fault.Status(err) >= 500 {
-			telemetry.Logger(ctx).Error("upload failed", "path", p, "error", err.Error())
-		}
 		fault.WriteHTTP(ctx, w, err)
 		return
 	}

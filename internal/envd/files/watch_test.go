@@ -1,7 +1,10 @@
 package files_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -91,6 +94,48 @@ func TestUploadShowsOnlyTheTargetName(t *testing.T) {
 				case <-deadline:
 					t.Fatal("no event for the marker within 30 s")
 				}
+			}
+		})
+	}
+}
+
+// TestDownloadOfAFileStatReportsEmpty downloads files whose size stat reports as 0 but that
+// have content, as /proc's do, with and without gzip.
+func TestDownloadOfAFileStatReportsEmpty(t *testing.T) {
+	t.Parallel()
+	srv := serve(t, "")
+	fi, err := os.Stat("/proc/self/status")
+	if err != nil || fi.Size() != 0 {
+		t.Skipf("needs /proc/self/status with a stat size of 0 (%v)", err)
+	}
+	tests := []struct {
+		name   string
+		header http.Header
+	}{
+		{"plain", nil},
+		{"asking for gzip", http.Header{"Accept-Encoding": {"gzip"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" returns the content", func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, fileURL(srv, url.Values{"path": {"/proc/self/status"}}), nil)
+			for k, v := range tt.header {
+				req.Header[k] = v
+			}
+			res, raw := do(t, req)
+			var b strings.Builder
+			if res.Header.Get("Content-Encoding") == "gzip" {
+				zr, err := gzip.NewReader(bytes.NewReader(raw))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(&b, zr); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b.Write(raw)
+			}
+			if res.StatusCode != 200 || !strings.Contains(b.String(), "Pid:") {
+				t.Fatalf("status %d, body %q: want 200 with the file's content", res.StatusCode, b.String())
 			}
 		})
 	}
