@@ -85,7 +85,9 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	_, p, err := h.request(r, opRead)
 	if err != nil {
-		fault.WriteHTTP(ctx, w, err)
+		if !writeSignatureError(ctx, w, err) {
+			fault.WriteHTTP(ctx, w, err)
+		}
 		return
 	}
 	if p == "" {
@@ -217,7 +219,9 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	u, p, err := h.request(r, opWrite)
 	if err != nil {
-		fault.WriteHTTP(ctx, w, err)
+		if !writeSignatureError(ctx, w, err) {
+			fault.WriteHTTP(ctx, w, err)
+		}
 		return
 	}
 	md, err := metadataOf(r.Header)
