@@ -2,8 +2,9 @@
 // uploads one or more files (multipart or a raw octet-stream body), as E2B's SDKs expect.
 //
 // The one idea: bodies are streamed, never held in memory: downloads through
-// http.ServeContent (so Range works), uploads part by part into a temporary file beside the
-// target, renamed over it once complete. Access is checked here, not by the server: the
+// http.ServeContent (so Range works; a file stat reports as empty, as /proc's, is read first),
+// uploads part by part into an unnamed O_TMPFILE file on the target's mount, linked in as the
+// target once complete, so no other name ever shows. Access is checked here, not by the server: the
 // X-Access-Token header or a URL signature made from the same token.
 package files
 
