@@ -416,6 +416,36 @@ test('files.watchDir reports an event for a file written into the directory', TI
   }
 })
 
+test('files.remove of a missing path succeeds, as in E2B', TIMEOUT, async () => {
+  await sbx.files.remove(`${root}/never-was`)
+  await sbx.files.remove(`${root}/never-was/deeper`)
+})
+
+test('files.read of a /proc file whose stat size is 0 returns its content', TIMEOUT, async () => {
+  const text = await sbx.files.read('/proc/self/status')
+  assert.match(text, /Pid:/)
+})
+
+test('files.write of many files at once: a watcher sees only the targets\' names', TIMEOUT, async () => {
+  const dir = `${root}/watched-many`
+  await sbx.files.makeDir(dir)
+  const names = Array.from({ length: 20 }, (_, i) => `m${i}.txt`)
+  await sbx.files.write([{ path: `${dir}/m0.txt`, data: 'old' }])
+  const events = []
+  const handle = await sbx.files.watchDir(dir, (e) => events.push(e))
+  try {
+    await sbx.files.write(names.map((n) => ({ path: `${dir}/${n}`, data: 'x'.repeat(70_000) })))
+    await sbx.files.write(`${dir}/zz-marker`, '')
+    const show = () => `; events: ${JSON.stringify(events)}`
+    await waitFor('an event for the marker', () => events.some((e) => e.name === 'zz-marker'), 10_000, show)
+    const strangers = events.filter((e) => e.name !== 'zz-marker' && !names.includes(e.name))
+    assert.deepEqual(strangers, [], 'events for names that were never uploaded')
+    for (const n of names) assert.ok(events.some((e) => e.name === n), `no event for ${n}${show()}`)
+  } finally {
+    await handle.stop()
+  }
+})
+
 test('files.watchDir recursive with includeEntry reports nested writes with their entry', TIMEOUT, async () => {
   const dir = `${root}/watched-deep`
   await sbx.files.makeDir(`${dir}/a/b`)

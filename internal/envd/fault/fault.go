@@ -131,9 +131,14 @@ func WriteHTTP(ctx context.Context, w http.ResponseWriter, err error) {
 	WriteHTTPStatus(ctx, w, Status(err), err.Error())
 }
 
-// WriteHTTPStatus writes a JSON error with the given status and message.
+// WriteHTTPStatus writes a JSON error with the given status and message; a 5xx is also
+// logged with its cause.
 func WriteHTTPStatus(ctx context.Context, w http.ResponseWriter, status int, msg string) {
 	id := telemetry.RequestID(ctx)
+	if status >= http.StatusInternalServerError {
+		// The logger on ctx carries the request id the client is shown.
+		telemetry.Logger(ctx).Error("request failed", "status", status, "error", msg)
+	}
 	if id != "" {
 		msg = fmt.Sprintf("%s (request_id %s)", msg, id)
 	}

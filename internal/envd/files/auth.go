@@ -1,15 +1,19 @@
 package files
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/cove-dev/cove/internal/envd/fault"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // AccessTokenHeader carries the sandbox's envd access token.
@@ -65,7 +69,7 @@ func (h *Handler) authorize(r *http.Request, op operation) error {
 	}
 	want := Sign(q.Get("path"), string(op), q.Get("username"), token, exp)
 	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return fmt.Errorf("%w: invalid signature for %s of this path and user", fault.ErrUnauthenticated, op)
+		return errBadSignature
 	}
 	if exp != 0 && time.Now().Unix() > exp {
 		return errExpired
@@ -73,8 +77,28 @@ func (h *Handler) authorize(r *http.Request, op operation) error {
 	return nil
 }
 
-// errExpired has E2B's exact message: clients match on it.
-var errExpired = fmt.Errorf("signature is already expired%w", unauthenticated{})
+// errExpired and errBadSignature have E2B's exact messages, and are answered with E2B's
+// exact body (writeSignatureError): clients match on them.
+var (
+	errExpired      = fmt.Errorf("signature is already expired%w", unauthenticated{})
+	errBadSignature = fmt.Errorf("invalid signature%w", unauthenticated{})
+)
+
+// writeSignatureError answers a signed URL that is expired or wrongly signed with E2B's
+// body, {"code":401,"message":"..."}: the request id travels in the X-Request-Id header
+// only. It reports false for any other error, which the caller writes.
+func writeSignatureError(ctx context.Context, w http.ResponseWriter, err error) bool {
+	if err != errExpired && err != errBadSignature {
+		return false
+	}
+	if id := telemetry.RequestID(ctx); id != "" {
+		w.Header().Set(requestid.HeaderAlt, id)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_ = json.NewEncoder(w).Encode(fault.Body{Code: http.StatusUnauthorized, Message: err.Error()})
+	return true
+}
 
 // unauthenticated carries fault.ErrUnauthenticated without adding words to the message.
 type unauthenticated struct{}

@@ -2,12 +2,14 @@
 // uploads one or more files (multipart or a raw octet-stream body), as E2B's SDKs expect.
 //
 // The one idea: bodies are streamed, never held in memory: downloads through
-// http.ServeContent (so Range works), uploads part by part into a temporary file beside the
-// target, renamed over it once complete. Access is checked here, not by the server: the
+// http.ServeContent (so Range works; a file stat reports as empty, as /proc's, is read first),
+// uploads part by part into an unnamed O_TMPFILE file on the target's mount, linked in as the
+// target once complete, so no other name ever shows. Access is checked here, not by the server: the
 // X-Access-Token header or a URL signature made from the same token.
 package files
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -84,7 +86,9 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	_, p, err := h.request(r, opRead)
 	if err != nil {
-		fault.WriteHTTP(ctx, w, err)
+		if !writeSignatureError(ctx, w, err) {
+			fault.WriteHTTP(ctx, w, err)
+		}
 		return
 	}
 	if p == "" {
@@ -116,8 +120,24 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Disposition", cd)
 	}
 
+	// A file that stat reports as empty may still have content (/proc, /sys): read it to learn.
+	var content io.ReadSeeker = f
+	size := fi.Size()
+	if size == 0 {
+		b, err := io.ReadAll(io.LimitReader(f, maxSizelessFile+1))
+		if err != nil {
+			fault.WriteHTTP(ctx, w, filesystem.OSError("read", p, err))
+			return
+		}
+		if len(b) > maxSizelessFile {
+			fault.WriteHTTP(ctx, w, fmt.Errorf("download %s: %w: its size is reported as 0 but it has more than %d bytes", p, fault.ErrInvalid, maxSizelessFile))
+			return
+		}
+		content, size = bytes.NewReader(b), int64(len(b))
+	}
+
 	// Compress when asked to (the SDK's gzip option) and the whole file is wanted.
-	if fi.Size() > 0 && r.Header.Get("Range") == "" && acceptsGzip(r) {
+	if size > 0 && r.Header.Get("Range") == "" && acceptsGzip(r) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
@@ -125,15 +145,18 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		zw := gzip.NewWriter(w)
-		if _, err := politeCopy(zw, f); err != nil {
+		if _, err := politeCopy(zw, content); err != nil {
 			telemetry.Logger(ctx).Warn("download failed", "path", p, "error", err.Error())
 			return
 		}
 		_ = zw.Close()
 		return
 	}
-	http.ServeContent(&jsonErrors{ResponseWriter: w, ctx: ctx}, r, "", fi.ModTime(), f)
+	http.ServeContent(&jsonErrors{ResponseWriter: w, ctx: ctx}, r, "", fi.ModTime(), content)
 }
+
+// maxSizelessFile bounds what a download reads of a file whose size is reported as 0.
+const maxSizelessFile = 16 << 20
 
 func acceptsGzip(r *http.Request) bool {
 	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
@@ -197,7 +220,9 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	u, p, err := h.request(r, opWrite)
 	if err != nil {
-		fault.WriteHTTP(ctx, w, err)
+		if !writeSignatureError(ctx, w, err) {
+			fault.WriteHTTP(ctx, w, err)
+		}
 		return
 	}
 	md, err := metadataOf(r.Header)
@@ -233,9 +258,6 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("upload: %w: content type %q is neither multipart/form-data nor application/octet-stream", fault.ErrInvalid, ct)
 	}
 	if err != nil {
-		if fault.Status(err) >= 500 {
-			telemetry.Logger(ctx).Error("upload failed", "path", p, "error", err.Error())
-		}
 		fault.WriteHTTP(ctx, w, err)
 		return
 	}

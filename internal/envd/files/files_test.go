@@ -337,7 +337,8 @@ func TestAccess(t *testing.T) {
 			q := signed("read", "", past)
 			q.Set("signature_expiration", strconv.FormatInt(future, 10))
 			return q
-		}(), "", 401, ""},
+		}(), "", 401, "invalid signature"},
+		{"a read signature used for a write has E2B's invalid signature body", "POST", signed("read", "", 0), "", 401, "invalid signature"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -361,6 +362,16 @@ func TestAccess(t *testing.T) {
 				b := errorBody(t, tt.wantStatus, out)
 				if !strings.HasPrefix(b.Message, tt.wantMsg) {
 					t.Errorf("message = %q, want %q", b.Message, tt.wantMsg)
+				}
+				// A signed URL's errors have E2B's exact body; the request id is in the header.
+				if strings.Contains(tt.name, "signature") && tt.wantMsg != "" {
+					want := fmt.Sprintf(`{"code":401,"message":%q}`, tt.wantMsg)
+					if got := strings.TrimSpace(string(out)); got != want {
+						t.Errorf("body = %s, want %s", got, want)
+					}
+					if res.Header.Get("X-Request-Id") == "" {
+						t.Error("no X-Request-Id header")
+					}
 				}
 			}
 		})

@@ -211,15 +211,14 @@ func list(ctx context.Context, dir string, depth int, out *[]*rpc.EntryInfo) err
 	return nil
 }
 
-// Remove deletes a file, a symlink (not its target) or a directory with its contents.
+// Remove deletes a file, a symlink (not its target) or a directory with its contents; a
+// path that does not exist is already removed, and succeeds.
 func (s *Service) Remove(ctx context.Context, req *connect.Request[rpc.RemoveRequest]) (*connect.Response[rpc.RemoveResponse], error) {
 	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
-	if _, err := os.Lstat(p); err != nil {
-		return nil, fault.Connect(ctx, OSError("remove", p, err))
-	}
+	// A missing path is not an error, as in E2B's envd (os.RemoveAll): the path is gone either way.
 	if err := os.RemoveAll(p); err != nil {
 		return nil, fault.Connect(ctx, OSError("remove", p, err))
 	}

@@ -331,7 +331,8 @@ func TestRemove(t *testing.T) {
 		}{
 			{"a file is removed", filepath.Join(dir, "f.txt"), 0},
 			{"a directory is removed with its contents", filepath.Join(dir, "tree"), 0},
-			{"a missing path is not_found", filepath.Join(dir, "nope"), connect.CodeNotFound},
+			{"a missing path succeeds, as in E2B's envd", filepath.Join(dir, "nope"), 0},
+			{"a path under a missing directory succeeds", filepath.Join(dir, "nope", "deeper"), 0},
 		}
 		for _, tt := range tests {
 			t.Run(c.name+"/"+tt.name, func(t *testing.T) {
