@@ -56,7 +56,7 @@ func TestCollectorLabelsRedactsAndRecords(t *testing.T) {
 	c, got, db := setup(t)
 	start := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
 	emoji := strings.Repeat("é", 3000) // two bytes each: cuts land mid-rune unless careful
-	c.Stdout(strings.NewReader(jsonl(
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
 		map[string]any{"kind": "command_start", "pid": 42, "request_id": "req-1", "user": "user", "command": "/bin/bash",
 			"args": []string{"-c", "curl -H 'Authorization: Bearer abcdef0123456789' x"}, "cwd": "/home/user", "started_at": start},
 		map[string]any{"kind": "output", "ts": time.Now(), "pid": 42, "stream": "stdout", "request_id": "req-1", "line": "token is " + secret},
@@ -128,14 +128,81 @@ func TestCollectorLabelsRedactsAndRecords(t *testing.T) {
 func TestCommandsStillRunningAtTheKillEndAsSandboxKilled(t *testing.T) {
 	c, _, db := setup(t)
 	start := time.Now().UTC().Truncate(time.Microsecond)
-	c.Stdout(strings.NewReader(jsonl(map[string]any{"kind": "command_start", "pid": 7, "request_id": "r", "user": "user",
+	c.Stdout(context.Background(), strings.NewReader(jsonl(map[string]any{"kind": "command_start", "pid": 7, "request_id": "r", "user": "user",
 		"command": "sleep", "args": []string{"100"}, "cwd": "/", "started_at": start})))
-	c.SandboxKilled("timeout", time.Now())
+	c.SandboxKilled(context.Background(), "timeout", time.Now())
 	rec, err := db.GetCommand(context.Background(), "isb1", 7, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.EndCause != store.EndSandboxKilled || rec.KillReason != "timeout" || rec.EndedAt.IsZero() {
 		t.Errorf("record: %+v", rec)
+	}
+}
+
+type ctxKey struct{}
+
+// seenCtx stores command records in the real store and notes the context each came with.
+type seenCtx struct {
+	store.CommandStore
+	mu   sync.Mutex
+	vals []any
+}
+
+func (s *seenCtx) UpsertCommand(ctx context.Context, cr *store.CommandRecord) error {
+	s.mu.Lock()
+	s.vals = append(s.vals, ctx.Value(ctxKey{}))
+	s.mu.Unlock()
+	return s.CommandStore.UpsertCommand(ctx, cr)
+}
+
+func TestCommandRecordsAreStoredUnderTheCallersContext(t *testing.T) {
+	_, got, db := setup(t)
+	seen := &seenCtx{CommandStore: db}
+	team, _ := db.CreateTeam(context.Background(), "t2")
+	c := New(Labels{SandboxID: "isb2", TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), got, seen,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.WithValue(context.Background(), ctxKey{}, "the caller's")
+	now := time.Now().UTC()
+	c.Stdout(ctx, strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 1, "user": "user", "command": "a", "started_at": now},
+		map[string]any{"kind": "command_end", "pid": 1, "started_at": now, "ended_at": now, "end_cause": "exited"},
+		map[string]any{"kind": "command_start", "pid": 2, "user": "user", "command": "b", "started_at": now})))
+	c.SandboxKilled(ctx, "timeout", now)
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if len(seen.vals) != 4 {
+		t.Fatalf("%d records stored, want 4 (two starts, an end, a kill)", len(seen.vals))
+	}
+	for i, v := range seen.vals {
+		if v != "the caller's" {
+			t.Errorf("record %d stored under a context without the caller's values: %v", i, v)
+		}
+	}
+}
+
+func TestACancelledContextStopsTheStoreNotTheCollector(t *testing.T) {
+	_, got, db := setup(t)
+	seen := &seenCtx{CommandStore: db}
+	team, _ := db.CreateTeam(context.Background(), "t3")
+	c := New(Labels{SandboxID: "isb3", TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), got, seen,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	now := time.Now().UTC()
+	c.Stdout(ctx, strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 1, "user": "user", "command": "a", "started_at": now},
+		map[string]any{"kind": "output", "ts": now, "pid": 1, "stream": "stdout", "line": "still collected"})))
+	if _, err := db.GetCommand(context.Background(), "isb3", 1, time.Time{}); err == nil {
+		t.Error("a record was stored under a cancelled context")
+	}
+	// The same lines under a live context are stored: the check above is not vacuous.
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 1, "user": "user", "command": "a", "started_at": now})))
+	if _, err := db.GetCommand(context.Background(), "isb3", 1, time.Time{}); err != nil {
+		t.Errorf("not stored under a live context: %v", err)
+	}
+	if r := c.Recent(); len(r) != 1 || !strings.Contains(r[0], "still collected") {
+		t.Errorf("output after a failed store: %v", r)
 	}
 }

@@ -379,9 +379,11 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
 		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
 	e.drainers.Add(2)
+	// The pipes outlive the create request: its values go on, its cancel does not.
+	collectCtx := context.WithoutCancel(ctx)
 	go func() {
 		defer e.drainers.Done()
-		e.collector.Stdout(rsb.Stdout)
+		e.collector.Stdout(collectCtx, rsb.Stdout)
 		_ = rsb.Stdout.Close()
 	}()
 	go func() {

@@ -5,11 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
+
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 )
 
 // Sink carries what envd records about its processes to the host: each line a process
@@ -108,54 +108,6 @@ func (s *Sink) lineMax() int {
 	return 16 << 10
 }
 
-type outputLine struct {
-	Kind      string    `json:"kind"`
-	Time      time.Time `json:"ts"`
-	PID       int       `json:"pid"`
-	Stream    string    `json:"stream"`
-	RequestID string    `json:"request_id,omitempty"`
-	Tag       string    `json:"tag,omitempty"`
-	Line      string    `json:"line"`
-	Partial   bool      `json:"partial,omitempty"` // split at LineMax or cut at the process's end
-}
-
-// commandStart is the record written when a process starts.
-type commandStart struct {
-	Kind      string    `json:"kind"`
-	PID       int       `json:"pid"`
-	Tag       string    `json:"tag,omitempty"`
-	RequestID string    `json:"request_id,omitempty"`
-	User      string    `json:"user"`
-	Command   string    `json:"command"`
-	Args      []string  `json:"args"`
-	Cwd       string    `json:"cwd"`
-	StartedAt time.Time `json:"started_at"`
-}
-
-// commandEnd is the record written when a process ends.
-type commandEnd struct {
-	Kind            string    `json:"kind"`
-	PID             int       `json:"pid"`
-	Tag             string    `json:"tag,omitempty"`
-	RequestID       string    `json:"request_id,omitempty"`
-	StartedAt       time.Time `json:"started_at"`
-	EndedAt         time.Time `json:"ended_at"`
-	DurationMS      int64     `json:"duration_ms"`
-	ExitCode        *int32    `json:"exit_code,omitempty"`
-	Signal          string    `json:"signal,omitempty"`
-	EndCause        string    `json:"end_cause"` // exited | killed | timeout
-	SignalRequestID string    `json:"signal_request_id,omitempty"`
-	StdoutBytes     int64     `json:"stdout_bytes"`
-	StderrBytes     int64     `json:"stderr_bytes"`
-	StdoutHead      string    `json:"stdout_head,omitempty"`
-	StdoutTail      string    `json:"stdout_tail,omitempty"`
-	StderrHead      string    `json:"stderr_head,omitempty"`
-	StderrTail      string    `json:"stderr_tail,omitempty"`
-	HeadBytes       int       `json:"head_bytes"` // the caps the host cuts to, after redacting
-	TailBytes       int       `json:"tail_bytes"`
-	LinesDropped    uint64    `json:"lines_dropped,omitempty"`
-}
-
 // capture follows one output stream of one process: it splits lines for the sink and keeps
 // the head and tail for the command record. Only its pump goroutine writes to it.
 type capture struct {
@@ -235,7 +187,7 @@ func (c *capture) line(b []byte, partial bool) {
 		c.sink.dropped.Add(1)
 		return
 	}
-	c.batch = appendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)
+	c.batch = envdapi.AppendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)
 	c.batchLines++
 }
 
@@ -248,75 +200,6 @@ func (s *Sink) queueLine(b []byte) bool {
 		s.dropped.Add(1)
 		return false
 	}
-}
-
-// appendOutputLine encodes an output record as outputLine's JSON would, without reflection:
-// it runs for every line a command writes.
-func appendOutputLine(b []byte, ts time.Time, pid int, stream, requestID, tag string, line []byte, partial bool) []byte {
-	b = append(b, `{"kind":"output","ts":"`...)
-	b = ts.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","pid":`...)
-	b = strconv.AppendInt(b, int64(pid), 10)
-	b = append(b, `,"stream":`...)
-	b = appendJSONString(b, stream)
-	if requestID != "" {
-		b = append(b, `,"request_id":`...)
-		b = appendJSONString(b, requestID)
-	}
-	if tag != "" {
-		b = append(b, `,"tag":`...)
-		b = appendJSONString(b, tag)
-	}
-	b = append(b, `,"line":`...)
-	b = appendJSONString(b, string(line))
-	if partial {
-		b = append(b, `,"partial":true`...)
-	}
-	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and control characters
-// escaped, invalid UTF-8 replaced by U+FFFD, as encoding/json does.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 func (c *capture) tailBytes() []byte {

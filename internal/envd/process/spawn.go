@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -153,7 +154,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		}
 		outCap, errCap = &capture{sink: s.sink, p: p, stream: first}, &capture{sink: s.sink, p: p, stream: "stderr"}
 		p.caps = []*capture{outCap, errCap}
-		s.sink.emit(commandStart{Kind: "command_start", PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
+		s.sink.emit(envdapi.CommandStart{Kind: envdapi.KindCommandStart, PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
 			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started})
 	}
 	p.onEnd = func(ex exit) {
@@ -182,21 +183,21 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 
 // commandEnd builds the process's command record; the pumps have finished, so the captures
 // are no longer written.
-func (p *proc) commandEnd(ex exit, sink *Sink) commandEnd {
+func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 	now := time.Now()
-	rec := commandEnd{Kind: "command_end", PID: p.pid, Tag: p.tag, RequestID: p.requestID,
+	rec := envdapi.CommandEnd{Kind: envdapi.KindCommandEnd, PID: p.pid, Tag: p.tag, RequestID: p.requestID,
 		StartedAt: p.started, EndedAt: now, DurationMS: now.Sub(p.started).Milliseconds(),
 		StdoutBytes: p.stdoutBytes.Load(), StderrBytes: p.stderrBytes.Load(),
-		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: "exited"}
+		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: envdapi.EndExited}
 	if ex.Exited {
 		code := ex.Code
 		rec.ExitCode = &code
 	} else {
 		rec.Signal = unix.SignalName(ex.Signal)
 		p.mu.Lock()
-		rec.EndCause, rec.SignalRequestID = "killed", p.signal.requestID
+		rec.EndCause, rec.SignalRequestID = envdapi.EndKilled, p.signal.requestID
 		if p.signal.cause == "timeout" {
-			rec.EndCause = "timeout"
+			rec.EndCause = envdapi.EndTimeout
 		}
 		p.mu.Unlock()
 	}

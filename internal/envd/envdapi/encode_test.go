@@ -1,4 +1,4 @@
-package process
+package envdapi
 
 import (
 	"encoding/json"
@@ -13,12 +13,12 @@ func FuzzOutputLineIsTheJSONOfOutputLine(f *testing.F) {
 	}
 	ts := time.Date(2026, 12, 2, 16, 0, 0, 123456789, time.UTC)
 	f.Fuzz(func(t *testing.T, line, requestID, tag string, partial bool) {
-		got := appendOutputLine(nil, ts, 42, "stdout", requestID, tag, []byte(line), partial)
+		got := AppendOutputLine(nil, ts, 42, "stdout", requestID, tag, []byte(line), partial)
 		var a, b map[string]any
 		if err := json.Unmarshal(got, &a); err != nil {
 			t.Fatalf("not JSON: %q: %v", got, err)
 		}
-		want, _ := json.Marshal(outputLine{Kind: "output", Time: ts, PID: 42, Stream: "stdout", RequestID: requestID, Tag: tag, Line: line, Partial: partial})
+		want, _ := json.Marshal(OutputLine{Kind: KindOutput, Time: ts, PID: 42, Stream: "stdout", RequestID: requestID, Tag: tag, Line: line, Partial: partial})
 		_ = json.Unmarshal(want, &b)
 		ga, _ := json.Marshal(a)
 		gb, _ := json.Marshal(b)
@@ -33,12 +33,12 @@ func BenchmarkOutputLine(b *testing.B) {
 	ts := time.Now()
 	b.Run("hand-written", func(b *testing.B) {
 		for b.Loop() {
-			appendOutputLine(make([]byte, 0, 256), ts, 42, "stdout", "01m8vrm5q912nbfaqh1h", "", line, false)
+			AppendOutputLine(make([]byte, 0, 256), ts, 42, "stdout", "01m8vrm5q912nbfaqh1h", "", line, false)
 		}
 	})
 	b.Run("encoding/json", func(b *testing.B) {
 		for b.Loop() {
-			_, _ = json.Marshal(outputLine{Kind: "output", Time: ts, PID: 42, Stream: "stdout", RequestID: "01m8vrm5q912nbfaqh1h", Line: string(line)})
+			_, _ = json.Marshal(OutputLine{Kind: KindOutput, Time: ts, PID: 42, Stream: "stdout", RequestID: "01m8vrm5q912nbfaqh1h", Line: string(line)})
 		}
 	})
 }
