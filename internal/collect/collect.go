@@ -11,6 +11,7 @@ package collect
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -263,18 +264,23 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	cr.Signal, cr.EndCause, cr.SignalRequestID = rec.Signal, rec.EndCause.String(), rec.SignalRequestID
 	cr.StdoutBytes, cr.StderrBytes = rec.StdoutBytes, rec.StderrBytes
 	counts := redact.Counts{}
-	keep := func(head, tail string, total int64) (string, string, bool) {
+	keep := func(head, tail string, total int64, binary bool) (string, string, bool) {
+		if binary {
+			n := base64.StdEncoding.DecodedLen(len(head))
+			return binaryHead(head, rec.HeadBytes), binaryTail(tail, rec.TailBytes), total > int64(n) && total > int64(rec.HeadBytes+rec.TailBytes)
+		}
+		cut := total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
 		h, hc := c.redactor.String(head)
 		t, tc := c.redactor.String(tail)
 		counts.Add(hc)
 		counts.Add(tc)
 		h, t = cutHead(h, rec.HeadBytes), cutTail(t, rec.TailBytes)
-		return h, t, total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
+		return h, t, cut
 	}
 	var outCut, errCut bool
-	cr.StdoutHead, cr.StdoutTail, outCut = keep(rec.StdoutHead, rec.StdoutTail, rec.StdoutBytes)
-	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes)
-	cr.Truncated = outCut || errCut || rec.LinesDropped > 0
+	cr.StdoutHead, cr.StdoutTail, outCut = keep(rec.StdoutHead, rec.StdoutTail, rec.StdoutBytes, rec.StdoutBinary)
+	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes, rec.StderrBinary)
+	cr.Truncated = outCut || errCut || rec.LinesDropped > 0 || rec.BytesDropped > 0
 	if n := counts.Total(); n > 0 {
 		cr.Redactions = map[string]int{}
 		for _, k := range redact.Kinds() {
@@ -309,6 +315,34 @@ func (c *Collector) upsert(ctx context.Context, cr *store.CommandRecord) {
 	if err := c.commands.UpsertCommand(ctx, cr); err != nil {
 		c.logger.Warn("command record not stored", "process.pid", cr.PID, "error", err.Error())
 	}
+}
+
+// BinaryPrefix starts the head and tail of a command record whose output was binary: the
+// rest is base64 of the bytes.
+const BinaryPrefix = "base64:"
+
+// binaryHead keeps at most n bytes of binary output from its start, as BinaryPrefix+base64.
+func binaryHead(b64 string, n int) string {
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	if n > 0 && len(b) > n {
+		b = b[:n]
+	}
+	return BinaryPrefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// binaryTail keeps at most n bytes of binary output from its end, as BinaryPrefix+base64.
+func binaryTail(b64 string, n int) string {
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	if n > 0 && len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return BinaryPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
 // cutHead keeps at most n bytes of s from its start, on a UTF-8 boundary.

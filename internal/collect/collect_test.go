@@ -2,6 +2,7 @@ package collect
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -204,5 +205,42 @@ func TestACancelledContextStopsTheStoreNotTheCollector(t *testing.T) {
 	}
 	if r := c.Recent(); len(r) != 1 || !strings.Contains(r[0], "still collected") {
 		t.Errorf("output after a failed store: %v", r)
+	}
+}
+
+func TestBinaryHeadsAndDroppedBytesInTheRecord(t *testing.T) {
+	tests := []struct {
+		name          string
+		end           map[string]any
+		wantHead      string
+		wantTruncated bool
+	}{
+		{"a binary head is kept as base64, cut to the head size in bytes",
+			map[string]any{"stdout_binary": true, "stdout_head": base64.StdEncoding.EncodeToString([]byte("\x00\x01\x02\x03\x04\x05")), "stdout_bytes": 6, "head_bytes": 4, "tail_bytes": 4},
+			BinaryPrefix + base64.StdEncoding.EncodeToString([]byte("\x00\x01\x02\x03")), false},
+		{"bytes dropped by a budget mark the record truncated",
+			map[string]any{"stdout_head": "a\n", "stdout_bytes": 2, "head_bytes": 4096, "tail_bytes": 4096, "bytes_dropped": 100},
+			"a\n", true},
+		{"a whole text output is not truncated",
+			map[string]any{"stdout_head": "a\n", "stdout_bytes": 2, "head_bytes": 4096, "tail_bytes": 4096},
+			"a\n", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _, db := setup(t)
+			now := time.Now().UTC()
+			end := map[string]any{"kind": "command_end", "pid": 100 + i, "started_at": now, "ended_at": now, "end_cause": "exited"}
+			for k, v := range tt.end {
+				end[k] = v
+			}
+			c.Stdout(context.Background(), strings.NewReader(jsonl(end)))
+			rec, err := db.GetCommand(context.Background(), "isb1", 100+i, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.StdoutHead != tt.wantHead || rec.Truncated != tt.wantTruncated {
+				t.Errorf("head %q truncated %v, want %q %v", rec.StdoutHead, rec.Truncated, tt.wantHead, tt.wantTruncated)
+			}
+		})
 	}
 }

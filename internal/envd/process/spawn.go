@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"os"
@@ -201,20 +202,26 @@ func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 		}
 		p.mu.Unlock()
 	}
-	keep := func(c *capture, total int64) (head, tail string) {
+	keep := func(c *capture, total int64) (head, tail string, binary bool) {
 		if c == nil {
-			return "", ""
+			return "", "", false
 		}
 		rec.LinesDropped += c.dropped
-		head = string(c.head)
-		if total > int64(len(c.head)) {
-			tail = string(c.tailBytes())
+		rec.BytesDropped += c.bytesDropped
+		text := func(b []byte) string { return string(b) }
+		if c.binary || looksBinary(c.head) {
+			// Binary output is kept as base64, never escaped byte by byte.
+			binary, text = true, func(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 		}
-		return head, tail
+		head = text(c.head)
+		if total > int64(len(c.head)) {
+			tail = text(c.tailBytes())
+		}
+		return head, tail, binary
 	}
 	if len(p.caps) == 2 {
-		rec.StdoutHead, rec.StdoutTail = keep(p.caps[0], rec.StdoutBytes)
-		rec.StderrHead, rec.StderrTail = keep(p.caps[1], rec.StderrBytes)
+		rec.StdoutHead, rec.StdoutTail, rec.StdoutBinary = keep(p.caps[0], rec.StdoutBytes)
+		rec.StderrHead, rec.StderrTail, rec.StderrBinary = keep(p.caps[1], rec.StderrBytes)
 	}
 	return rec
 }
