@@ -37,6 +37,12 @@ type Logs interface {
 	Add(store.LogLine)
 }
 
+// DropCounter is a Logs that also counts the lines envd dropped inside the sandbox
+// (logs.Ingester): the collector hands it each command record's drop counts.
+type DropCounter interface {
+	DroppedInSandbox(sandboxID, teamID string, lines, bytes uint64)
+}
+
 // Collector collects one sandbox's lines and command records.
 type Collector struct {
 	labels   Labels
@@ -281,6 +287,9 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	cr.StdoutHead, cr.StdoutTail, outCut = keep(rec.StdoutHead, rec.StdoutTail, rec.StdoutBytes, rec.StdoutBinary)
 	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes, rec.StderrBinary)
 	cr.Truncated = outCut || errCut || rec.LinesDropped > 0 || rec.BytesDropped > 0
+	if dc, ok := c.logs.(DropCounter); ok {
+		dc.DroppedInSandbox(c.labels.SandboxID, c.labels.TeamID, rec.LinesDropped, rec.BytesDropped)
+	}
 	if n := counts.Total(); n > 0 {
 		cr.Redactions = map[string]int{}
 		for _, k := range redact.Kinds() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
@@ -242,5 +243,21 @@ func TestBinaryHeadsAndDroppedBytesInTheRecord(t *testing.T) {
 				t.Errorf("head %q truncated %v, want %q %v", rec.StdoutHead, rec.Truncated, tt.wantHead, tt.wantTruncated)
 			}
 		})
+	}
+}
+
+func TestDropsInACommandRecordReachTheIngester(t *testing.T) {
+	_, _, db := setup(t)
+	in := logs.NewIngester(db, logs.Config{FlushInterval: time.Hour})
+	t.Cleanup(func() { _ = in.Close() })
+	team, _ := db.CreateTeam(context.Background(), "t4")
+	c := New(Labels{SandboxID: "isb4", TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), in, db,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	now := time.Now().UTC()
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "command_end", "pid": 1, "started_at": now, "ended_at": now, "end_cause": "exited", "lines_dropped": 700, "bytes_dropped": 5000},
+		map[string]any{"kind": "command_end", "pid": 2, "started_at": now, "ended_at": now, "end_cause": "exited", "lines_dropped": 20})))
+	if got := in.Dropped("isb4"); got != 720 {
+		t.Errorf("the ingester counts %d lines dropped in the sandbox, want 720", got)
 	}
 }

@@ -75,6 +75,8 @@ const (
 	dropBytes   = "bytes"
 	dropBacklog = "backlog"
 	dropClosed  = "closed"
+	dropEnvd    = "envd" // dropped inside the sandbox, by envd's budgets
+	dropWrite   = "write_error"
 )
 
 // reportEvery is the shortest time between two "log lines dropped" lines of one sandbox.
@@ -150,12 +152,7 @@ func (in *Ingester) Add(l store.LogLine) {
 	}
 	st.teamID, st.lastSeen = l.TeamID, now
 	if why := in.admit(st, &l, now); why != "" {
-		st.dropped++
-		if st.unreported == nil {
-			st.unreported = map[string]uint64{}
-		}
-		st.unreported[why]++
-		st.pendingReport = true
+		st.countDropped(why, 1)
 		in.mu.Unlock()
 		return
 	}
@@ -168,6 +165,41 @@ func (in *Ingester) Add(l store.LogLine) {
 		default:
 		}
 	}
+}
+
+// countDropped counts n lines dropped for why, for the next report and on /metrics.
+// in.mu is held.
+func (st *sandboxState) countDropped(why string, n uint64) {
+	st.dropped += n
+	if st.unreported == nil {
+		st.unreported = map[string]uint64{}
+	}
+	st.unreported[why] += n
+	st.pendingReport = true
+	telemetry.LogLinesDropped.WithLabelValues(why).Add(float64(n))
+}
+
+// DroppedInSandbox counts lines envd dropped inside the sandbox (its budgets, reported in a
+// command record) with the host's own drops: in the sandbox's "log lines dropped" line and
+// on /metrics. bytes is the output envd did not send as lines.
+func (in *Ingester) DroppedInSandbox(sandboxID, teamID string, lines, bytes uint64) {
+	if lines == 0 && bytes == 0 {
+		return
+	}
+	telemetry.LogBytesDropped.Add(float64(bytes))
+	if lines == 0 {
+		return
+	}
+	now := in.cfg.Now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.sandboxes[sandboxID]
+	if st == nil {
+		st = &sandboxState{tokens: float64(in.cfg.MaxLinesPerSecPerSandbox), refilled: now, windowStart: now}
+		in.sandboxes[sandboxID] = st
+	}
+	st.teamID, st.lastSeen = teamID, now
+	st.countDropped(dropEnvd, lines)
 }
 
 // admit charges l to its sandbox's limits and returns why it must be dropped, or "".
@@ -276,12 +308,7 @@ func (in *Ingester) write(batch []store.LogLine) {
 			in.mu.Lock()
 			for _, l := range batch[:n] {
 				if st := in.sandboxes[l.SandboxID]; st != nil {
-					st.dropped++
-					if st.unreported == nil {
-						st.unreported = map[string]uint64{}
-					}
-					st.unreported["write_error"]++
-					st.pendingReport = true
+					st.countDropped(dropWrite, 1)
 				}
 			}
 			in.mu.Unlock()

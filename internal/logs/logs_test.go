@@ -15,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 func newDB(t testing.TB) *sqlite.DB {
@@ -145,6 +149,41 @@ func TestIngester(t *testing.T) {
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("drop report lacks %s:\n%s", want, logs.String())
 			}
+		}
+	})
+
+	t.Run("lines envd dropped join the host's in the one drop report and on /metrics", func(t *testing.T) {
+		db := newDB(t)
+		clk := &clock{t: base}
+		var logs syncBuffer
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: 10, FlushInterval: time.Hour, Now: clk.Now,
+			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		metric := telemetry.LogLinesDropped.WithLabelValues("envd")
+		before, bytesBefore := counterValue(t, metric), counterValue(t, telemetry.LogBytesDropped)
+		for i := range 15 {
+			in.Add(store.LogLine{SandboxID: "envd-drops", TeamID: "team", Message: fmt.Sprint(i)})
+		}
+		in.DroppedInSandbox("envd-drops", "team", 1000, 1<<20)
+		in.DroppedInSandbox("envd-drops", "team", 0, 0)
+		if got := in.Dropped("envd-drops"); got != 1005 {
+			t.Errorf("dropped %d, want 1005 (5 by the host's rate, 1000 by envd)", got)
+		}
+		if err := in.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(logs.String(), `"msg":"log lines dropped"`); n != 1 {
+			t.Errorf("%d drop reports, want 1:\n%s", n, logs.String())
+		}
+		for _, want := range []string{`"dropped.total":1005`, `"dropped.rate":5`, `"dropped.envd":1000`} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("drop report lacks %s:\n%s", want, logs.String())
+			}
+		}
+		if d := counterValue(t, metric) - before; d != 1000 {
+			t.Errorf("cove_log_lines_dropped_total{reason=envd} grew by %v, want 1000", d)
+		}
+		if d := counterValue(t, telemetry.LogBytesDropped) - bytesBefore; d != 1<<20 {
+			t.Errorf("cove_log_bytes_dropped_total grew by %v, want 1 MiB", d)
 		}
 	})
 
@@ -383,4 +422,14 @@ func TestAPI(t *testing.T) {
 			t.Errorf("command: status %d, want 404", status)
 		}
 	})
+}
+
+// counterValue reads a counter's value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
