@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,6 +62,60 @@ func BenchmarkIngest(b *testing.B) {
 		dropped += in.Dropped(fmt.Sprintf("sb%02d", i))
 	}
 	b.ReportMetric(float64(b.N)/el.Seconds(), "lines/s")
+	b.ReportMetric(float64(dropped), "dropped")
+}
+
+// BenchmarkIngest20Sandboxes measures lines per second stored while 20 sandboxes add lines
+// at once, each from its own goroutine as each collector does, with the default bounded
+// queue: what the queue cannot hold is dropped and reported, never waited for.
+func BenchmarkIngest20Sandboxes(b *testing.B) {
+	db := newDB(b)
+	const sandboxes = 20
+	per := make([][]store.LogLine, sandboxes)
+	for s := range per {
+		r := rand.New(rand.NewSource(int64(s)))
+		for range 2000 {
+			per[s] = append(per[s], benchLine(r, s, time.Time{}))
+		}
+	}
+	in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1})
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for s := range sandboxes {
+		wg.Go(func() {
+			for i := s; i < b.N; i += sandboxes {
+				in.Add(per[s][i%len(per[s])])
+			}
+		})
+	}
+	wg.Wait()
+	if err := in.Close(); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	var dropped uint64
+	stored := 0
+	for s := range sandboxes {
+		id := fmt.Sprintf("sb%02d", s)
+		dropped += in.Dropped(id)
+		for q := (store.LogQuery{TeamID: "team", SandboxID: id, Limit: 1000}); ; {
+			page, err := db.QueryLogs(context.Background(), q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stored += len(page.Lines)
+			if page.Next == nil {
+				break
+			}
+			q.After = page.Next
+		}
+	}
+	if uint64(stored)+dropped != uint64(b.N) {
+		b.Errorf("%d stored + %d dropped != %d added", stored, dropped, b.N)
+	}
+	b.ReportMetric(float64(stored)/el.Seconds(), "stored-lines/s")
 	b.ReportMetric(float64(dropped), "dropped")
 }
 
