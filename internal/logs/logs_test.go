@@ -433,3 +433,55 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// stalledDisk is a log store whose writes wait until released: a disk that stopped.
+type stalledDisk struct {
+	store.LogStore
+	writing chan struct{} // closed at the first write
+	once    sync.Once
+	release chan struct{}
+}
+
+func (d *stalledDisk) InsertLogs(ctx context.Context, lines []store.LogLine) error {
+	d.once.Do(func() { close(d.writing) })
+	<-d.release
+	return d.LogStore.InsertLogs(ctx, lines)
+}
+
+func TestAStalledDiskDropsAndCountsInsteadOfBlockingAdd(t *testing.T) {
+	db := newDB(t)
+	disk := &stalledDisk{LogStore: db, writing: make(chan struct{}), release: make(chan struct{})}
+	var logs syncBuffer
+	in := NewIngester(disk, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, BatchSize: 10, QueueSize: 100, FlushInterval: time.Hour,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "first"}) // not yet a batch
+	for i := range 9 {
+		in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: fmt.Sprint("batch ", i)})
+	}
+	<-disk.writing // the writer holds the first batch and waits on the disk
+	added := make(chan struct{})
+	go func() {
+		defer close(added)
+		for i := range 1000 {
+			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: fmt.Sprint("more ", i)})
+		}
+	}()
+	select {
+	case <-added:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Add blocked behind a stalled disk")
+	}
+	if got := in.Dropped("sb"); got != 900 {
+		t.Errorf("dropped %d, want 900: the queue holds 100 of the 1000 lines added during the stall", got)
+	}
+	close(disk.release)
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "team", "sb"); n != 110 {
+		t.Errorf("stored %d, want the first batch and the 100 queued", n)
+	}
+	if !strings.Contains(logs.String(), `"dropped.backlog":900`) {
+		t.Errorf("no drop report for the backlog:\n%s", logs.String())
+	}
+}
