@@ -52,6 +52,10 @@ type Config struct {
 	// RecordHeadBytes and RecordTailBytes are how much of each command's stdout and stderr
 	// its record keeps from the start and the end; 4 KiB each when 0.
 	RecordHeadBytes, RecordTailBytes int
+	// CollectBytesPerSec and CollectByteBurst are each sandbox's budget of output bytes
+	// collected as log lines (envd's 1 MiB/s and 16 MiB when 0); CollectCommandBytes caps one
+	// command stream's (64 MiB when 0). Output past them is dropped and counted.
+	CollectBytesPerSec, CollectByteBurst, CollectCommandBytes int64
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -302,7 +306,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	return nil
 }
 
-// envdArgs passes the server's record caps on to every sandbox's envd.
+// envdArgs passes the server's record caps and collection budgets on to every sandbox's envd.
 func envdArgs(cfg Config) []string {
 	var args []string
 	if cfg.RecordHeadBytes > 0 {
@@ -310,6 +314,14 @@ func envdArgs(cfg Config) []string {
 	}
 	if cfg.RecordTailBytes > 0 {
 		args = append(args, "--record-tail-bytes", strconv.Itoa(cfg.RecordTailBytes))
+	}
+	for _, f := range []struct {
+		flag string
+		v    int64
+	}{{"--collect-bytes-per-sec", cfg.CollectBytesPerSec}, {"--collect-byte-burst", cfg.CollectByteBurst}, {"--collect-command-bytes", cfg.CollectCommandBytes}} {
+		if f.v > 0 {
+			args = append(args, f.flag, strconv.FormatInt(f.v, 10))
+		}
 	}
 	return args
 }
