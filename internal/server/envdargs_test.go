@@ -5,15 +5,15 @@ import (
 	"testing"
 )
 
-func TestEnvdArgsPassTheCollectionBudgetsOn(t *testing.T) {
+func TestEnvdArgsPassTheRecordCapsOn(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  Config
 		want []string
 	}{
-		{"an unset budget leaves envd its default", Config{}, nil},
-		{"every set budget becomes envd's flag", Config{RecordHeadBytes: 100, CollectBytesPerSec: 2048, CollectByteBurst: 4096, CollectCommandBytes: 8192},
-			[]string{"--record-head-bytes", "100", "--collect-bytes-per-sec", "2048", "--collect-byte-burst", "4096", "--collect-command-bytes", "8192"}},
+		{"unset caps leave envd its defaults", Config{}, nil},
+		{"every set cap becomes envd's flag", Config{RecordHeadBytes: 100, RecordTailBytes: 200},
+			[]string{"--record-head-bytes", "100", "--record-tail-bytes", "200"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

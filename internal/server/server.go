@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/orchestrator"
@@ -52,10 +53,11 @@ type Config struct {
 	// RecordHeadBytes and RecordTailBytes are how much of each command's stdout and stderr
 	// its record keeps from the start and the end; 4 KiB each when 0.
 	RecordHeadBytes, RecordTailBytes int
-	// CollectBytesPerSec and CollectByteBurst are each sandbox's budget of output bytes
-	// collected as log lines (envd's 1 MiB/s and 16 MiB when 0); CollectCommandBytes caps one
-	// command stream's (64 MiB when 0). Output past them is dropped and counted.
-	CollectBytesPerSec, CollectByteBurst, CollectCommandBytes int64
+	// Collect is each sandbox's budget of output collected as log lines (envd's defaults
+	// where zero); CollectBudgets override it per team and per template. Output past a
+	// budget is dropped and counted.
+	Collect        envdapi.Budget
+	CollectBudgets envdapi.Budgets
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -190,7 +192,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg),
+		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -306,7 +308,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	return nil
 }
 
-// envdArgs passes the server's record caps and collection budgets on to every sandbox's envd.
+// envdArgs passes the server's record caps on to every sandbox's envd.
 func envdArgs(cfg Config) []string {
 	var args []string
 	if cfg.RecordHeadBytes > 0 {
@@ -314,14 +316,6 @@ func envdArgs(cfg Config) []string {
 	}
 	if cfg.RecordTailBytes > 0 {
 		args = append(args, "--record-tail-bytes", strconv.Itoa(cfg.RecordTailBytes))
-	}
-	for _, f := range []struct {
-		flag string
-		v    int64
-	}{{"--collect-bytes-per-sec", cfg.CollectBytesPerSec}, {"--collect-byte-burst", cfg.CollectByteBurst}, {"--collect-command-bytes", cfg.CollectCommandBytes}} {
-		if f.v > 0 {
-			args = append(args, f.flag, strconv.FormatInt(f.v, 10))
-		}
 	}
 	return args
 }
