@@ -178,6 +178,7 @@ func benchSearch(b *testing.B, total int, suffix string) {
 		{MinLevel: "warn", Backward: true},                    // tail of warnings
 	}
 	var ds []time.Duration
+	byQuery := make([]time.Duration, len(queries)) // the slowest run of each
 	b.ResetTimer()
 	for i := range b.N {
 		q := queries[i%len(queries)]
@@ -187,8 +188,12 @@ func benchSearch(b *testing.B, total int, suffix string) {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))
+		byQuery[i%len(queries)] = max(byQuery[i%len(queries)], ds[len(ds)-1])
 	}
 	b.StopTimer()
+	for i, q := range queries {
+		b.Logf("slowest %-8v search=%q level=%q fields=%v request=%q pid=%d backward=%v", byQuery[i].Round(time.Millisecond), q.Search, q.MinLevel, q.Fields, q.RequestID, q.PID, q.Backward)
+	}
 	slices.Sort(ds)
 	pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000 }
 	b.ReportMetric(pct(0.50), "p50-ms")
