@@ -256,11 +256,15 @@ func (c *capture) toBinary(b []byte) {
 // binarySample is how much of a read is checked for control bytes.
 const binarySample = 512
 
-// looksBinary tells whether a read is not text: a NUL, invalid UTF-8 (a rune cut at the
-// read's end is fine), or more than one in 16 control bytes in its first binarySample bytes.
+// looksBinary tells whether a read is not text: a NUL, invalid UTF-8 (a rune cut at either
+// end of the read is fine), or more than one in 16 control bytes in its first binarySample
+// bytes.
 func looksBinary(b []byte) bool {
 	if bytes.IndexByte(b, 0) >= 0 {
 		return true
+	}
+	for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+		b = b[1:] // the rest of a rune the last read cut
 	}
 	end := len(b)
 	for i := 1; i <= utf8.UTFMax-1 && i <= len(b); i++ {

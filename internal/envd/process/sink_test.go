@@ -138,6 +138,19 @@ func TestBinaryOutputIsOneSummaryPerStream(t *testing.T) {
 	}
 }
 
+func TestTextCutMidRuneStaysText(t *testing.T) {
+	text := []byte(strings.Repeat("é ü 🚀 日本\n", 2000))
+	var reads [][]byte
+	for b := text; len(b) > 0; {
+		k := min(333, len(b)) // 333: reads end inside runes
+		reads, b = append(reads, b[:k]), b[k:]
+	}
+	lines, c := feed(t, Budget{}, 0, reads...)
+	if c.binary || len(lines) != 2000 || lines[1999].Line != "é ü 🚀 日本" {
+		t.Errorf("binary %v, %d lines, want text and 2000 lines", c.binary, len(lines))
+	}
+}
+
 func TestLooksBinary(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -146,6 +159,8 @@ func TestLooksBinary(t *testing.T) {
 	}{
 		{"plain text is text", "hello world\n", false},
 		{"UTF-8 cut at the end of a read is text", "héllo \xc3", false},
+		{"UTF-8 cut at the start of a read is text", "\xa9llo", false},
+		{"four continuation bytes are not a cut rune", "\xa9\xa9\xa9\xa9llo", true},
 		{"ANSI colours and tabs are text", "\x1b[31mred\x1b[0m\tok\r\n", false},
 		{"a single NUL is binary", "abc\x00def", true},
 		{"invalid UTF-8 in the middle is binary", "ab\xffcd", true},
