@@ -273,7 +273,7 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	keep := func(head, tail string, total int64, binary bool) (string, string, bool) {
 		if binary {
 			n := base64.StdEncoding.DecodedLen(len(head))
-			return binaryHead(head, rec.HeadBytes), binaryTail(tail, rec.TailBytes), total > int64(n) && total > int64(rec.HeadBytes+rec.TailBytes)
+			return binaryCut(head, rec.HeadBytes, false), binaryCut(tail, rec.TailBytes, true), total > int64(n) && total > int64(rec.HeadBytes+rec.TailBytes)
 		}
 		cut := total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
 		h, hc := c.redactor.String(head)
@@ -330,26 +330,19 @@ func (c *Collector) upsert(ctx context.Context, cr *store.CommandRecord) {
 // rest is base64 of the bytes.
 const BinaryPrefix = "base64:"
 
-// binaryHead keeps at most n bytes of binary output from its start, as BinaryPrefix+base64.
-func binaryHead(b64 string, n int) string {
+// binaryCut keeps at most n bytes of binary output (base64) from its start, or its end when
+// fromEnd, as BinaryPrefix+base64; "" for none.
+func binaryCut(b64 string, n int, fromEnd bool) string {
 	b, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil || len(b) == 0 {
 		return ""
 	}
 	if n > 0 && len(b) > n {
-		b = b[:n]
-	}
-	return BinaryPrefix + base64.StdEncoding.EncodeToString(b)
-}
-
-// binaryTail keeps at most n bytes of binary output from its end, as BinaryPrefix+base64.
-func binaryTail(b64 string, n int) string {
-	b, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil || len(b) == 0 {
-		return ""
-	}
-	if n > 0 && len(b) > n {
-		b = b[len(b)-n:]
+		if fromEnd {
+			b = b[len(b)-n:]
+		} else {
+			b = b[:n]
+		}
 	}
 	return BinaryPrefix + base64.StdEncoding.EncodeToString(b)
 }

@@ -158,12 +158,21 @@ func (s *seenCtx) UpsertCommand(ctx context.Context, cr *store.CommandRecord) er
 	return s.CommandStore.UpsertCommand(ctx, cr)
 }
 
+// collector returns a collector of a new sandbox of a new team in db.
+func collector(t *testing.T, db *sqlite.DB, sandbox string, logs Logs, commands store.CommandStore) *Collector {
+	t.Helper()
+	team, err := db.CreateTeam(context.Background(), "team-of-"+sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Labels{SandboxID: sandbox, TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), logs, commands,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
 func TestCommandRecordsAreStoredUnderTheCallersContext(t *testing.T) {
 	_, got, db := setup(t)
 	seen := &seenCtx{CommandStore: db}
-	team, _ := db.CreateTeam(context.Background(), "t2")
-	c := New(Labels{SandboxID: "isb2", TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), got, seen,
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := collector(t, db, "isb2", got, seen)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "the caller's")
 	now := time.Now().UTC()
 	c.Stdout(ctx, strings.NewReader(jsonl(
@@ -185,10 +194,7 @@ func TestCommandRecordsAreStoredUnderTheCallersContext(t *testing.T) {
 
 func TestACancelledContextStopsTheStoreNotTheCollector(t *testing.T) {
 	_, got, db := setup(t)
-	seen := &seenCtx{CommandStore: db}
-	team, _ := db.CreateTeam(context.Background(), "t3")
-	c := New(Labels{SandboxID: "isb3", TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), got, seen,
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := collector(t, db, "isb3", got, &seenCtx{CommandStore: db})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	now := time.Now().UTC()
@@ -250,9 +256,7 @@ func TestDropsInACommandRecordReachTheIngester(t *testing.T) {
 	_, _, db := setup(t)
 	in := logs.NewIngester(db, logs.Config{FlushInterval: time.Hour})
 	t.Cleanup(func() { _ = in.Close() })
-	team, _ := db.CreateTeam(context.Background(), "t4")
-	c := New(Labels{SandboxID: "isb4", TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), in, db,
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := collector(t, db, "isb4", in, db)
 	now := time.Now().UTC()
 	c.Stdout(context.Background(), strings.NewReader(jsonl(
 		map[string]any{"kind": "command_end", "pid": 1, "started_at": now, "ended_at": now, "end_cause": "exited", "lines_dropped": 700, "bytes_dropped": 5000},
