@@ -36,6 +36,9 @@ type Config struct {
 	// QueueSize is the most lines waiting to be written; more are dropped. 100000 by
 	// default.
 	QueueSize int
+	// SandboxQueueSize is the most lines of one sandbox waiting to be written, so one noisy
+	// sandbox cannot take the whole queue from the others; QueueSize/4 by default.
+	SandboxQueueSize int
 	// Logger receives Cove's own lines about ingestion (drops, failed writes).
 	Logger *slog.Logger
 	// Now is the clock; time.Now by default.
@@ -60,6 +63,9 @@ func (c *Config) defaults() {
 	}
 	if c.QueueSize <= 0 {
 		c.QueueSize = 100_000
+	}
+	if c.SandboxQueueSize <= 0 {
+		c.SandboxQueueSize = max(1, c.QueueSize/4)
 	}
 	if c.Logger == nil {
 		c.Logger = telemetry.Logger(context.Background())
@@ -93,6 +99,7 @@ type sandboxState struct {
 	windowStart time.Time
 	windowBytes int64
 	lastSeen    time.Time
+	queued      int // lines in the queue, not yet taken by the writer
 
 	dropped       uint64            // since the start
 	unreported    map[string]uint64 // by reason, since the last report
@@ -208,7 +215,7 @@ func (in *Ingester) admit(st *sandboxState, l *store.LogLine, now time.Time) str
 	switch {
 	case in.closed:
 		return dropClosed
-	case len(in.queue) >= in.cfg.QueueSize:
+	case len(in.queue) >= in.cfg.QueueSize, st.queued >= in.cfg.SandboxQueueSize:
 		return dropBacklog
 	}
 	if rate := in.cfg.MaxLinesPerSecPerSandbox; rate > 0 {
@@ -232,6 +239,7 @@ func (in *Ingester) admit(st *sandboxState, l *store.LogLine, now time.Time) str
 	if in.cfg.MaxLinesPerSecPerSandbox > 0 {
 		st.tokens--
 	}
+	st.queued++
 	return ""
 }
 
@@ -284,6 +292,9 @@ func (in *Ingester) run() {
 		in.mu.Lock()
 		batch, closed := in.queue, in.closed
 		in.queue = nil
+		for _, st := range in.sandboxes {
+			st.queued = 0
+		}
 		in.mu.Unlock()
 		in.write(batch)
 		in.report(closed)

@@ -209,7 +209,7 @@ func TestIngester(t *testing.T) {
 	t.Run("a full queue drops instead of blocking", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, QueueSize: 10, BatchSize: 1000, FlushInterval: time.Hour})
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, QueueSize: 10, SandboxQueueSize: 10, BatchSize: 1000, FlushInterval: time.Hour})
 		for range 25 {
 			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "x"})
 		}
@@ -452,7 +452,7 @@ func TestAStalledDiskDropsAndCountsInsteadOfBlockingAdd(t *testing.T) {
 	db := newDB(t)
 	disk := &stalledDisk{LogStore: db, writing: make(chan struct{}), release: make(chan struct{})}
 	var logs syncBuffer
-	in := NewIngester(disk, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, BatchSize: 10, QueueSize: 100, FlushInterval: time.Hour,
+	in := NewIngester(disk, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, BatchSize: 10, QueueSize: 100, SandboxQueueSize: 100, FlushInterval: time.Hour,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "first"}) // not yet a batch
 	for i := range 9 {
@@ -483,5 +483,33 @@ func TestAStalledDiskDropsAndCountsInsteadOfBlockingAdd(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"dropped.backlog":900`) {
 		t.Errorf("no drop report for the backlog:\n%s", logs.String())
+	}
+}
+
+func TestANoisySandboxCannotTakeTheWholeQueue(t *testing.T) {
+	db := newDB(t)
+	disk := &stalledDisk{LogStore: db, writing: make(chan struct{}), release: make(chan struct{})}
+	in := NewIngester(disk, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, BatchSize: 1, QueueSize: 100,
+		SandboxQueueSize: 30, FlushInterval: time.Hour})
+	in.Add(store.LogLine{SandboxID: "noisy", TeamID: "team", Message: "first"}) // a batch: the writer takes it and stalls
+	<-disk.writing
+	for i := range 500 {
+		in.Add(store.LogLine{SandboxID: "noisy", TeamID: "team", Message: fmt.Sprint("noise ", i)})
+	}
+	for i := range 20 {
+		in.Add(store.LogLine{SandboxID: "quiet", TeamID: "team", Message: fmt.Sprint("fine ", i)})
+	}
+	if got := in.Dropped("noisy"); got != 470 {
+		t.Errorf("noisy dropped %d, want 470 past its 30 queued", got)
+	}
+	if got := in.Dropped("quiet"); got != 0 {
+		t.Errorf("quiet dropped %d: the noisy sandbox took its room", got)
+	}
+	close(disk.release)
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, q := count(t, db, "team", "noisy"), count(t, db, "team", "quiet"); n != 31 || q != 20 {
+		t.Errorf("stored noisy %d quiet %d, want 31 and 20", n, q)
 	}
 }
