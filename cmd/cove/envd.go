@@ -25,6 +25,8 @@ func newEnvdCmd() *cobra.Command {
 		collect   string
 		head      int
 		tail      int
+		budget    process.Budget
+		cmdBytes  int64
 		otelURL   string
 	)
 	cmd := &cobra.Command{
@@ -67,17 +69,17 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			var sink *process.Sink
 			switch collect {
 			case "on":
-				sink = process.NewSink(os.Stdout, 0)
+				sink = process.NewSink(os.Stdout, budget)
 			case "auto":
 				if os.Getpid() == 1 { // inside a sandbox: stdout is the host's pipe
-					sink = process.NewSink(os.Stdout, 0)
+					sink = process.NewSink(os.Stdout, budget)
 				}
 			case "off":
 			default:
 				return fmt.Errorf("--collect must be auto, on or off, not %q", collect)
 			}
 			if sink != nil {
-				sink.HeadBytes, sink.TailBytes = head, tail
+				sink.HeadBytes, sink.TailBytes, sink.CommandBytes = head, tail, cmdBytes
 			}
 			srv := envd.New(envd.Config{Logger: logger, MaxMessageBytes: maxMsg, KeepEnded: keepEnded, Reap: reap, Sink: sink})
 			logger.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid(), "reap", reap)
@@ -93,6 +95,11 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 	otelFlag(cmd, &otelURL)
 	f.IntVar(&head, "record-head-bytes", 4096, "bytes of each command's stdout and stderr kept from the start, in its record")
 	f.IntVar(&tail, "record-tail-bytes", 4096, "bytes of each command's stdout and stderr kept from the end, in its record")
+	f.IntVar(&budget.LinesPerSec, "collect-lines-per-sec", 5000, "output lines collected per second for the sandbox; past it lines are dropped and counted")
+	f.IntVar(&budget.LineBurst, "collect-line-burst", 10000, "output lines collected at once before collect-lines-per-sec applies")
+	f.Int64Var(&budget.BytesPerSec, "collect-bytes-per-sec", 1<<20, "output bytes collected per second for the sandbox; past it output is dropped and counted")
+	f.Int64Var(&budget.ByteBurst, "collect-byte-burst", 16<<20, "output bytes collected at once before collect-bytes-per-sec applies")
+	f.Int64Var(&cmdBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; the record's head and tail are kept past it")
 	f.StringVar(&collect, "collect", "auto", "write output lines and command records as JSON to stdout: auto (when PID 1), on or off")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -26,7 +27,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint string
+	var logLevel, otelEndpoint, budgetsFile string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -45,6 +46,17 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 				return fmt.Errorf("--otel-endpoint: %w", err)
 			}
 			defer stopOTel()
+			if budgetsFile != "" {
+				f, err := os.Open(budgetsFile)
+				if err != nil {
+					return fmt.Errorf("--collect-budgets: %w", err)
+				}
+				cfg.CollectBudgets, err = envdapi.ParseBudgets(f)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("--collect-budgets %s: %w", budgetsFile, err)
+				}
+			}
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -57,6 +69,11 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.DurationVar(&cfg.Retention, "retention", 7*24*time.Hour, "how long log lines and ended command records are kept")
 	f.IntVar(&cfg.RecordHeadBytes, "record-head-bytes", 4096, "bytes of each command's stdout and stderr its record keeps from the start")
 	f.IntVar(&cfg.RecordTailBytes, "record-tail-bytes", 4096, "bytes of each command's stdout and stderr its record keeps from the end")
+	f.IntVar(&cfg.Collect.LinesPerSec, "collect-lines-per-sec", 5000, "output lines per second each sandbox's envd collects; past it lines are dropped and counted")
+	f.Int64Var(&cfg.Collect.BytesPerSec, "collect-bytes-per-sec", 1<<20, "output bytes per second each sandbox's envd collects as log lines; past it output is dropped and counted")
+	f.Int64Var(&cfg.Collect.ByteBurst, "collect-byte-burst", 16<<20, "output bytes a sandbox's envd collects at once before collect-bytes-per-sec applies")
+	f.Int64Var(&cfg.Collect.CommandBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; its record's head and tail are kept past it")
+	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N}},"templates":{...}}`)
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

@@ -11,6 +11,7 @@ package collect
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -34,6 +36,12 @@ type Labels struct {
 // Logs takes log lines without blocking (logs.Ingester).
 type Logs interface {
 	Add(store.LogLine)
+}
+
+// DropCounter is a Logs that also counts the lines envd dropped inside the sandbox
+// (logs.Ingester): the collector hands it each command record's drop counts.
+type DropCounter interface {
+	DroppedInSandbox(sandboxID, teamID string, lines, bytes uint64)
 }
 
 // Collector collects one sandbox's lines and command records.
@@ -79,11 +87,12 @@ func scanner(r io.Reader) *bufio.Scanner {
 	return sc
 }
 
-// Stdout reads envd's records (output lines, command_start, command_end) until EOF.
-func (c *Collector) Stdout(r io.Reader) {
+// Stdout reads envd's records (output lines, command_start, command_end) until EOF; command
+// records are stored under ctx.
+func (c *Collector) Stdout(ctx context.Context, r io.Reader) {
 	sc := scanner(r)
 	for sc.Scan() {
-		c.record(sc.Bytes())
+		c.record(ctx, sc.Bytes())
 	}
 }
 
@@ -100,56 +109,25 @@ func (c *Collector) Stderr(r io.Reader, raw io.Writer) {
 	}
 }
 
-type record struct {
-	Kind      string    `json:"kind"`
-	Time      time.Time `json:"ts"`
-	PID       int       `json:"pid"`
-	Stream    string    `json:"stream"`
-	RequestID string    `json:"request_id"`
-	Tag       string    `json:"tag"`
-	Line      string    `json:"line"`
-
-	User            string    `json:"user"`
-	Command         string    `json:"command"`
-	Args            []string  `json:"args"`
-	Cwd             string    `json:"cwd"`
-	StartedAt       time.Time `json:"started_at"`
-	EndedAt         time.Time `json:"ended_at"`
-	DurationMS      int64     `json:"duration_ms"`
-	ExitCode        *int      `json:"exit_code"`
-	Signal          string    `json:"signal"`
-	EndCause        string    `json:"end_cause"`
-	SignalRequestID string    `json:"signal_request_id"`
-	StdoutBytes     int64     `json:"stdout_bytes"`
-	StderrBytes     int64     `json:"stderr_bytes"`
-	StdoutHead      string    `json:"stdout_head"`
-	StdoutTail      string    `json:"stdout_tail"`
-	StderrHead      string    `json:"stderr_head"`
-	StderrTail      string    `json:"stderr_tail"`
-	HeadBytes       int       `json:"head_bytes"`
-	TailBytes       int       `json:"tail_bytes"`
-	LinesDropped    int64     `json:"lines_dropped"`
-}
-
-func (c *Collector) record(b []byte) {
-	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil {
+func (c *Collector) record(ctx context.Context, b []byte) {
+	rec, err := envdapi.Decode(b)
+	if err != nil {
 		// Not envd's record: keep it as a line of the sandbox's own, labelled and redacted.
 		c.add(store.LogLine{Time: time.Now(), Level: "info", Source: store.SourceEnvd, Message: string(b)})
 		return
 	}
 	switch rec.Kind {
-	case "output":
-		c.outputLine(rec)
-	case "command_start":
-		c.commandStart(rec)
-	case "command_end":
-		c.commandEnd(rec)
+	case envdapi.KindOutput:
+		c.outputLine(*rec.Output)
+	case envdapi.KindCommandStart:
+		c.commandStart(ctx, *rec.Start)
+	case envdapi.KindCommandEnd:
+		c.commandEnd(ctx, *rec.End)
 	}
 }
 
 // outputLine stores one line a command wrote; a JSON object line is parsed into fields.
-func (c *Collector) outputLine(rec record) {
+func (c *Collector) outputLine(rec envdapi.OutputLine) {
 	line := store.LogLine{Time: rec.Time, Level: "info", Source: store.SourceProcess, Stream: rec.Stream,
 		PID: rec.PID, RequestID: rec.RequestID, Message: rec.Line}
 	if strings.HasPrefix(strings.TrimSpace(rec.Line), "{") {
@@ -264,13 +242,13 @@ func (c *Collector) redactValue(v any) any {
 	return v
 }
 
-func (c *Collector) base(rec record) *store.CommandRecord {
+func (c *Collector) base(pid int, tag, requestID string, startedAt time.Time) *store.CommandRecord {
 	return &store.CommandRecord{SandboxID: c.labels.SandboxID, TeamID: c.labels.TeamID, TemplateID: c.labels.TemplateID,
-		PID: rec.PID, Tag: rec.Tag, RequestID: rec.RequestID, StartedAt: rec.StartedAt}
+		PID: pid, Tag: tag, RequestID: requestID, StartedAt: startedAt}
 }
 
-func (c *Collector) commandStart(rec record) {
-	cr := c.base(rec)
+func (c *Collector) commandStart(ctx context.Context, rec envdapi.CommandStart) {
+	cr := c.base(rec.PID, rec.Tag, rec.RequestID, rec.StartedAt)
 	cr.User, cr.Cwd = rec.User, rec.Cwd
 	cr.Command, _ = c.redactor.String(rec.Command)
 	for _, a := range rec.Args {
@@ -280,27 +258,39 @@ func (c *Collector) commandStart(rec record) {
 	c.mu.Lock()
 	c.running[rec.PID] = cr
 	c.mu.Unlock()
-	c.upsert(cr)
+	c.upsert(ctx, cr)
 }
 
-func (c *Collector) commandEnd(rec record) {
-	cr := c.base(rec)
+func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
+	cr := c.base(rec.PID, rec.Tag, rec.RequestID, rec.StartedAt)
 	cr.EndedAt, cr.Duration = rec.EndedAt, time.Duration(rec.DurationMS)*time.Millisecond
-	cr.ExitCode, cr.Signal, cr.EndCause, cr.SignalRequestID = rec.ExitCode, rec.Signal, rec.EndCause, rec.SignalRequestID
+	if rec.ExitCode != nil {
+		code := int(*rec.ExitCode)
+		cr.ExitCode = &code
+	}
+	cr.Signal, cr.EndCause, cr.SignalRequestID = rec.Signal, rec.EndCause.String(), rec.SignalRequestID
 	cr.StdoutBytes, cr.StderrBytes = rec.StdoutBytes, rec.StderrBytes
 	counts := redact.Counts{}
-	keep := func(head, tail string, total int64) (string, string, bool) {
+	keep := func(head, tail string, total int64, binary bool) (string, string, bool) {
+		if binary {
+			n := base64.StdEncoding.DecodedLen(len(head))
+			return binaryCut(head, rec.HeadBytes, false), binaryCut(tail, rec.TailBytes, true), total > int64(n) && total > int64(rec.HeadBytes+rec.TailBytes)
+		}
+		cut := total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
 		h, hc := c.redactor.String(head)
 		t, tc := c.redactor.String(tail)
 		counts.Add(hc)
 		counts.Add(tc)
 		h, t = cutHead(h, rec.HeadBytes), cutTail(t, rec.TailBytes)
-		return h, t, total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
+		return h, t, cut
 	}
 	var outCut, errCut bool
-	cr.StdoutHead, cr.StdoutTail, outCut = keep(rec.StdoutHead, rec.StdoutTail, rec.StdoutBytes)
-	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes)
-	cr.Truncated = outCut || errCut || rec.LinesDropped > 0
+	cr.StdoutHead, cr.StdoutTail, outCut = keep(rec.StdoutHead, rec.StdoutTail, rec.StdoutBytes, rec.StdoutBinary)
+	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes, rec.StderrBinary)
+	cr.Truncated = outCut || errCut || rec.LinesDropped > 0 || rec.BytesDropped > 0
+	if dc, ok := c.logs.(DropCounter); ok {
+		dc.DroppedInSandbox(c.labels.SandboxID, c.labels.TeamID, rec.LinesDropped, rec.BytesDropped)
+	}
 	if n := counts.Total(); n > 0 {
 		cr.Redactions = map[string]int{}
 		for _, k := range redact.Kinds() {
@@ -312,28 +302,50 @@ func (c *Collector) commandEnd(rec record) {
 	c.mu.Lock()
 	delete(c.running, rec.PID)
 	c.mu.Unlock()
-	c.upsert(cr)
+	c.upsert(ctx, cr)
 }
 
-// SandboxKilled ends the records of commands still running when the sandbox died.
-func (c *Collector) SandboxKilled(why string, at time.Time) {
+// SandboxKilled ends the records of commands still running when the sandbox died, storing
+// them under ctx.
+func (c *Collector) SandboxKilled(ctx context.Context, why string, at time.Time) {
 	c.mu.Lock()
 	running := c.running
 	c.running = map[int]*store.CommandRecord{}
 	c.mu.Unlock()
 	for _, cr := range running {
 		cr.EndedAt, cr.Duration, cr.EndCause, cr.KillReason = at, at.Sub(cr.StartedAt), store.EndSandboxKilled, why
-		c.upsert(cr)
+		c.upsert(ctx, cr)
 	}
 }
 
-func (c *Collector) upsert(cr *store.CommandRecord) {
+func (c *Collector) upsert(ctx context.Context, cr *store.CommandRecord) {
 	if c.commands == nil {
 		return
 	}
-	if err := c.commands.UpsertCommand(context.Background(), cr); err != nil {
-		telemetry.Warnings.Warn(context.Background(), c.logger, "", "command record not stored", telemetry.KeyPID, cr.PID, "error", err.Error())
+	if err := c.commands.UpsertCommand(ctx, cr); err != nil {
+		telemetry.Warnings.Warn(ctx, c.logger, "", "command record not stored", telemetry.KeyPID, cr.PID, "error", err.Error())
 	}
+}
+
+// BinaryPrefix starts the head and tail of a command record whose output was binary: the
+// rest is base64 of the bytes.
+const BinaryPrefix = "base64:"
+
+// binaryCut keeps at most n bytes of binary output (base64) from its start, or its end when
+// fromEnd, as BinaryPrefix+base64; "" for none.
+func binaryCut(b64 string, n int, fromEnd bool) string {
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	if n > 0 && len(b) > n {
+		if fromEnd {
+			b = b[len(b)-n:]
+		} else {
+			b = b[:n]
+		}
+	}
+	return BinaryPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
 // cutHead keeps at most n bytes of s from its start, on a UTF-8 boundary.

@@ -2,6 +2,7 @@ package collect
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
@@ -56,7 +58,7 @@ func TestCollectorLabelsRedactsAndRecords(t *testing.T) {
 	c, got, db := setup(t)
 	start := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
 	emoji := strings.Repeat("é", 3000) // two bytes each: cuts land mid-rune unless careful
-	c.Stdout(strings.NewReader(jsonl(
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
 		map[string]any{"kind": "command_start", "pid": 42, "request_id": "req-1", "user": "user", "command": "/bin/bash",
 			"args": []string{"-c", "curl -H 'Authorization: Bearer abcdef0123456789' x"}, "cwd": "/home/user", "started_at": start},
 		map[string]any{"kind": "output", "ts": time.Now(), "pid": 42, "stream": "stdout", "request_id": "req-1", "line": "token is " + secret},
@@ -128,14 +130,138 @@ func TestCollectorLabelsRedactsAndRecords(t *testing.T) {
 func TestCommandsStillRunningAtTheKillEndAsSandboxKilled(t *testing.T) {
 	c, _, db := setup(t)
 	start := time.Now().UTC().Truncate(time.Microsecond)
-	c.Stdout(strings.NewReader(jsonl(map[string]any{"kind": "command_start", "pid": 7, "request_id": "r", "user": "user",
+	c.Stdout(context.Background(), strings.NewReader(jsonl(map[string]any{"kind": "command_start", "pid": 7, "request_id": "r", "user": "user",
 		"command": "sleep", "args": []string{"100"}, "cwd": "/", "started_at": start})))
-	c.SandboxKilled("timeout", time.Now())
+	c.SandboxKilled(context.Background(), "timeout", time.Now())
 	rec, err := db.GetCommand(context.Background(), "isb1", 7, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.EndCause != store.EndSandboxKilled || rec.KillReason != "timeout" || rec.EndedAt.IsZero() {
 		t.Errorf("record: %+v", rec)
+	}
+}
+
+type ctxKey struct{}
+
+// seenCtx stores command records in the real store and notes the context each came with.
+type seenCtx struct {
+	store.CommandStore
+	mu   sync.Mutex
+	vals []any
+}
+
+func (s *seenCtx) UpsertCommand(ctx context.Context, cr *store.CommandRecord) error {
+	s.mu.Lock()
+	s.vals = append(s.vals, ctx.Value(ctxKey{}))
+	s.mu.Unlock()
+	return s.CommandStore.UpsertCommand(ctx, cr)
+}
+
+// collector returns a collector of a new sandbox of a new team in db.
+func collector(t *testing.T, db *sqlite.DB, sandbox string, logs Logs, commands store.CommandStore) *Collector {
+	t.Helper()
+	team, err := db.CreateTeam(context.Background(), "team-of-"+sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Labels{SandboxID: sandbox, TeamID: team.ID, TemplateID: "base"}, redact.New(redact.Options{}), logs, commands,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func TestCommandRecordsAreStoredUnderTheCallersContext(t *testing.T) {
+	_, got, db := setup(t)
+	seen := &seenCtx{CommandStore: db}
+	c := collector(t, db, "isb2", got, seen)
+	ctx := context.WithValue(context.Background(), ctxKey{}, "the caller's")
+	now := time.Now().UTC()
+	c.Stdout(ctx, strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 1, "user": "user", "command": "a", "started_at": now},
+		map[string]any{"kind": "command_end", "pid": 1, "started_at": now, "ended_at": now, "end_cause": "exited"},
+		map[string]any{"kind": "command_start", "pid": 2, "user": "user", "command": "b", "started_at": now})))
+	c.SandboxKilled(ctx, "timeout", now)
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if len(seen.vals) != 4 {
+		t.Fatalf("%d records stored, want 4 (two starts, an end, a kill)", len(seen.vals))
+	}
+	for i, v := range seen.vals {
+		if v != "the caller's" {
+			t.Errorf("record %d stored under a context without the caller's values: %v", i, v)
+		}
+	}
+}
+
+func TestACancelledContextStopsTheStoreNotTheCollector(t *testing.T) {
+	_, got, db := setup(t)
+	c := collector(t, db, "isb3", got, &seenCtx{CommandStore: db})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	now := time.Now().UTC()
+	c.Stdout(ctx, strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 1, "user": "user", "command": "a", "started_at": now},
+		map[string]any{"kind": "output", "ts": now, "pid": 1, "stream": "stdout", "line": "still collected"})))
+	if _, err := db.GetCommand(context.Background(), "isb3", 1, time.Time{}); err == nil {
+		t.Error("a record was stored under a cancelled context")
+	}
+	// The same lines under a live context are stored: the check above is not vacuous.
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 1, "user": "user", "command": "a", "started_at": now})))
+	if _, err := db.GetCommand(context.Background(), "isb3", 1, time.Time{}); err != nil {
+		t.Errorf("not stored under a live context: %v", err)
+	}
+	if r := c.Recent(); len(r) != 1 || !strings.Contains(r[0], "still collected") {
+		t.Errorf("output after a failed store: %v", r)
+	}
+}
+
+func TestBinaryHeadsAndDroppedBytesInTheRecord(t *testing.T) {
+	tests := []struct {
+		name          string
+		end           map[string]any
+		wantHead      string
+		wantTruncated bool
+	}{
+		{"a binary head is kept as base64, cut to the head size in bytes",
+			map[string]any{"stdout_binary": true, "stdout_head": base64.StdEncoding.EncodeToString([]byte("\x00\x01\x02\x03\x04\x05")), "stdout_bytes": 6, "head_bytes": 4, "tail_bytes": 4},
+			BinaryPrefix + base64.StdEncoding.EncodeToString([]byte("\x00\x01\x02\x03")), false},
+		{"bytes dropped by a budget mark the record truncated",
+			map[string]any{"stdout_head": "a\n", "stdout_bytes": 2, "head_bytes": 4096, "tail_bytes": 4096, "bytes_dropped": 100},
+			"a\n", true},
+		{"a whole text output is not truncated",
+			map[string]any{"stdout_head": "a\n", "stdout_bytes": 2, "head_bytes": 4096, "tail_bytes": 4096},
+			"a\n", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _, db := setup(t)
+			now := time.Now().UTC()
+			end := map[string]any{"kind": "command_end", "pid": 100 + i, "started_at": now, "ended_at": now, "end_cause": "exited"}
+			for k, v := range tt.end {
+				end[k] = v
+			}
+			c.Stdout(context.Background(), strings.NewReader(jsonl(end)))
+			rec, err := db.GetCommand(context.Background(), "isb1", 100+i, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.StdoutHead != tt.wantHead || rec.Truncated != tt.wantTruncated {
+				t.Errorf("head %q truncated %v, want %q %v", rec.StdoutHead, rec.Truncated, tt.wantHead, tt.wantTruncated)
+			}
+		})
+	}
+}
+
+func TestDropsInACommandRecordReachTheIngester(t *testing.T) {
+	_, _, db := setup(t)
+	in := logs.NewIngester(db, logs.Config{FlushInterval: time.Hour})
+	t.Cleanup(func() { _ = in.Close() })
+	c := collector(t, db, "isb4", in, db)
+	now := time.Now().UTC()
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "command_end", "pid": 1, "started_at": now, "ended_at": now, "end_cause": "exited", "lines_dropped": 700, "bytes_dropped": 5000},
+		map[string]any{"kind": "command_end", "pid": 2, "started_at": now, "ended_at": now, "end_cause": "exited", "lines_dropped": 20})))
+	if got := in.Dropped("isb4"); got != 720 {
+		t.Errorf("the ingester counts %d lines dropped in the sandbox, want 720", got)
 	}
 }

@@ -39,7 +39,7 @@ func records(t *testing.T, out *logBuffer) map[string][]map[string]any {
 func startWithSink(t *testing.T, linesPerSec int) (processconnect.ProcessClient, string, *logBuffer) {
 	t.Helper()
 	out := &logBuffer{}
-	sink := process.NewSink(out, linesPerSec)
+	sink := process.NewSink(out, process.Budget{LinesPerSec: linesPerSec})
 	srv := envd.New(envd.Config{Logger: telemetry.NewLogger(&logBuffer{}, slog.LevelInfo), Sink: sink})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
@@ -180,5 +180,37 @@ func TestSinkRateLimitCountsDroppedLines(t *testing.T) {
 	}
 	if n == 0 || n > 200 {
 		t.Errorf("%d lines kept, want the burst only", n)
+	}
+}
+
+func TestSinkBinaryOutputIsSummarisedNotEscaped(t *testing.T) {
+	t.Parallel()
+	c, _, out := startWithSink(t, 0)
+	runReq(t, c, context.Background(), "echo text-first; head -c 300000 /dev/zero; head -c 300000 /dev/zero", "sink-binary")
+	end := endOf(t, out, "sink-binary")
+	var got []map[string]any
+	for _, l := range records(t, out)["output"] {
+		if l["request_id"] == "sink-binary" {
+			got = append(got, l)
+		}
+	}
+	if len(got) == 0 || len(got) > 2 {
+		t.Fatalf("%d output lines, want the text line (unless it shared a read with the zeros) and one summary: %v", len(got), got)
+	}
+	last := got[len(got)-1]
+	if last["binary"] != true || !strings.HasPrefix(last["line"].(string), "binary output, ") || !strings.Contains(last["line"].(string), "sha256 ") {
+		t.Errorf("summary %v", last)
+	}
+	if strings.Contains(out.String(), `\u0000`) {
+		t.Error("a NUL byte was escaped into the record stream")
+	}
+	if end["stdout_binary"] != true || end["stdout_bytes"].(float64) != float64(600000+len("text-first\n")) {
+		t.Errorf("command_end %v", end)
+	}
+	if head, _ := end["stdout_head"].(string); len(head) == 0 || strings.ContainsAny(head, "\x00\\") {
+		t.Errorf("head %q is not base64", head)
+	}
+	if d, _ := end["bytes_dropped"].(float64); d < 600000 {
+		t.Errorf("bytes_dropped %v, want the binary output counted", end["bytes_dropped"])
 	}
 }

@@ -36,6 +36,9 @@ type Config struct {
 	// QueueSize is the most lines waiting to be written; more are dropped. 100000 by
 	// default.
 	QueueSize int
+	// SandboxQueueSize is the most lines of one sandbox waiting to be written, so one noisy
+	// sandbox cannot take the whole queue from the others; QueueSize/4 by default.
+	SandboxQueueSize int
 	// Logger receives Cove's own lines about ingestion (drops, failed writes).
 	Logger *slog.Logger
 	// Now is the clock; time.Now by default.
@@ -61,6 +64,9 @@ func (c *Config) defaults() {
 	if c.QueueSize <= 0 {
 		c.QueueSize = 100_000
 	}
+	if c.SandboxQueueSize <= 0 {
+		c.SandboxQueueSize = max(1, c.QueueSize/4)
+	}
 	if c.Logger == nil {
 		c.Logger = telemetry.Logger(context.Background())
 	}
@@ -75,6 +81,8 @@ const (
 	dropBytes   = "bytes"
 	dropBacklog = "backlog"
 	dropClosed  = "closed"
+	dropEnvd    = "envd" // dropped inside the sandbox, by envd's budgets
+	dropWrite   = "write_error"
 )
 
 // reportEvery is the shortest time between two "log lines dropped" lines of one sandbox.
@@ -91,6 +99,7 @@ type sandboxState struct {
 	windowStart time.Time
 	windowBytes int64
 	lastSeen    time.Time
+	queued      int // lines in the queue, not yet taken by the writer
 
 	dropped       uint64            // since the start
 	unreported    map[string]uint64 // by reason, since the last report
@@ -150,12 +159,7 @@ func (in *Ingester) Add(l store.LogLine) {
 	}
 	st.teamID, st.lastSeen = l.TeamID, now
 	if why := in.admit(st, &l, now); why != "" {
-		st.dropped++
-		if st.unreported == nil {
-			st.unreported = map[string]uint64{}
-		}
-		st.unreported[why]++
-		st.pendingReport = true
+		st.countDropped(why, 1)
 		in.mu.Unlock()
 		return
 	}
@@ -170,13 +174,48 @@ func (in *Ingester) Add(l store.LogLine) {
 	}
 }
 
+// countDropped counts n lines dropped for why, for the next report and on /metrics.
+// in.mu is held.
+func (st *sandboxState) countDropped(why string, n uint64) {
+	st.dropped += n
+	if st.unreported == nil {
+		st.unreported = map[string]uint64{}
+	}
+	st.unreported[why] += n
+	st.pendingReport = true
+	telemetry.LogLinesDropped.WithLabelValues(why).Add(float64(n))
+}
+
+// DroppedInSandbox counts lines envd dropped inside the sandbox (its budgets, reported in a
+// command record) with the host's own drops: in the sandbox's "log lines dropped" line and
+// on /metrics. bytes is the output envd did not send as lines.
+func (in *Ingester) DroppedInSandbox(sandboxID, teamID string, lines, bytes uint64) {
+	if lines == 0 && bytes == 0 {
+		return
+	}
+	telemetry.LogBytesDropped.Add(float64(bytes))
+	if lines == 0 {
+		return
+	}
+	now := in.cfg.Now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.sandboxes[sandboxID]
+	if st == nil {
+		st = &sandboxState{tokens: float64(in.cfg.MaxLinesPerSecPerSandbox), refilled: now, windowStart: now}
+		in.sandboxes[sandboxID] = st
+	}
+	st.teamID, st.lastSeen = teamID, now
+	st.countDropped(dropEnvd, lines)
+}
+
 // admit charges l to its sandbox's limits and returns why it must be dropped, or "".
 // in.mu is held.
 func (in *Ingester) admit(st *sandboxState, l *store.LogLine, now time.Time) string {
 	switch {
 	case in.closed:
 		return dropClosed
-	case len(in.queue) >= in.cfg.QueueSize:
+	case len(in.queue) >= in.cfg.QueueSize, st.queued >= in.cfg.SandboxQueueSize:
 		return dropBacklog
 	}
 	if rate := in.cfg.MaxLinesPerSecPerSandbox; rate > 0 {
@@ -200,6 +239,7 @@ func (in *Ingester) admit(st *sandboxState, l *store.LogLine, now time.Time) str
 	if in.cfg.MaxLinesPerSecPerSandbox > 0 {
 		st.tokens--
 	}
+	st.queued++
 	return ""
 }
 
@@ -252,6 +292,9 @@ func (in *Ingester) run() {
 		in.mu.Lock()
 		batch, closed := in.queue, in.closed
 		in.queue = nil
+		for _, st := range in.sandboxes {
+			st.queued = 0
+		}
 		in.mu.Unlock()
 		in.write(batch)
 		in.report(closed)
@@ -276,12 +319,7 @@ func (in *Ingester) write(batch []store.LogLine) {
 			in.mu.Lock()
 			for _, l := range batch[:n] {
 				if st := in.sandboxes[l.SandboxID]; st != nil {
-					st.dropped++
-					if st.unreported == nil {
-						st.unreported = map[string]uint64{}
-					}
-					st.unreported["write_error"]++
-					st.pendingReport = true
+					st.countDropped(dropWrite, 1)
 				}
 			}
 			in.mu.Unlock()

@@ -15,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 func newDB(t testing.TB) *sqlite.DB {
@@ -148,6 +152,41 @@ func TestIngester(t *testing.T) {
 		}
 	})
 
+	t.Run("lines envd dropped join the host's in the one drop report and on /metrics", func(t *testing.T) {
+		db := newDB(t)
+		clk := &clock{t: base}
+		var logs syncBuffer
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: 10, FlushInterval: time.Hour, Now: clk.Now,
+			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		metric := telemetry.LogLinesDropped.WithLabelValues("envd")
+		before, bytesBefore := counterValue(t, metric), counterValue(t, telemetry.LogBytesDropped)
+		for i := range 15 {
+			in.Add(store.LogLine{SandboxID: "envd-drops", TeamID: "team", Message: fmt.Sprint(i)})
+		}
+		in.DroppedInSandbox("envd-drops", "team", 1000, 1<<20)
+		in.DroppedInSandbox("envd-drops", "team", 0, 0)
+		if got := in.Dropped("envd-drops"); got != 1005 {
+			t.Errorf("dropped %d, want 1005 (5 by the host's rate, 1000 by envd)", got)
+		}
+		if err := in.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(logs.String(), `"msg":"log lines dropped"`); n != 1 {
+			t.Errorf("%d drop reports, want 1:\n%s", n, logs.String())
+		}
+		for _, want := range []string{`"dropped.total":1005`, `"dropped.rate":5`, `"dropped.envd":1000`} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("drop report lacks %s:\n%s", want, logs.String())
+			}
+		}
+		if d := counterValue(t, metric) - before; d != 1000 {
+			t.Errorf("cove_log_lines_dropped_total{reason=envd} grew by %v, want 1000", d)
+		}
+		if d := counterValue(t, telemetry.LogBytesDropped) - bytesBefore; d != 1<<20 {
+			t.Errorf("cove_log_bytes_dropped_total grew by %v, want 1 MiB", d)
+		}
+	})
+
 	t.Run("the byte budget drops lines until the next minute", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
@@ -170,7 +209,7 @@ func TestIngester(t *testing.T) {
 	t.Run("a full queue drops instead of blocking", func(t *testing.T) {
 		t.Parallel()
 		db := newDB(t)
-		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, QueueSize: 10, BatchSize: 1000, FlushInterval: time.Hour})
+		in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, QueueSize: 10, SandboxQueueSize: 10, BatchSize: 1000, FlushInterval: time.Hour})
 		for range 25 {
 			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "x"})
 		}
@@ -383,4 +422,94 @@ func TestAPI(t *testing.T) {
 			t.Errorf("command: status %d, want 404", status)
 		}
 	})
+}
+
+// counterValue reads a counter's value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// stalledDisk is a log store whose writes wait until released: a disk that stopped.
+type stalledDisk struct {
+	store.LogStore
+	writing chan struct{} // closed at the first write
+	once    sync.Once
+	release chan struct{}
+}
+
+func (d *stalledDisk) InsertLogs(ctx context.Context, lines []store.LogLine) error {
+	d.once.Do(func() { close(d.writing) })
+	<-d.release
+	return d.LogStore.InsertLogs(ctx, lines)
+}
+
+func TestAStalledDiskDropsAndCountsInsteadOfBlockingAdd(t *testing.T) {
+	db := newDB(t)
+	disk := &stalledDisk{LogStore: db, writing: make(chan struct{}), release: make(chan struct{})}
+	var logs syncBuffer
+	in := NewIngester(disk, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, BatchSize: 10, QueueSize: 100, SandboxQueueSize: 100, FlushInterval: time.Hour,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "first"}) // not yet a batch
+	for i := range 9 {
+		in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: fmt.Sprint("batch ", i)})
+	}
+	<-disk.writing // the writer holds the first batch and waits on the disk
+	added := make(chan struct{})
+	go func() {
+		defer close(added)
+		for i := range 1000 {
+			in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: fmt.Sprint("more ", i)})
+		}
+	}()
+	select {
+	case <-added:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Add blocked behind a stalled disk")
+	}
+	if got := in.Dropped("sb"); got != 900 {
+		t.Errorf("dropped %d, want 900: the queue holds 100 of the 1000 lines added during the stall", got)
+	}
+	close(disk.release)
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, "team", "sb"); n != 110 {
+		t.Errorf("stored %d, want the first batch and the 100 queued", n)
+	}
+	if !strings.Contains(logs.String(), `"dropped.backlog":900`) {
+		t.Errorf("no drop report for the backlog:\n%s", logs.String())
+	}
+}
+
+func TestANoisySandboxCannotTakeTheWholeQueue(t *testing.T) {
+	db := newDB(t)
+	disk := &stalledDisk{LogStore: db, writing: make(chan struct{}), release: make(chan struct{})}
+	in := NewIngester(disk, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, BatchSize: 1, QueueSize: 100,
+		SandboxQueueSize: 30, FlushInterval: time.Hour})
+	in.Add(store.LogLine{SandboxID: "noisy", TeamID: "team", Message: "first"}) // a batch: the writer takes it and stalls
+	<-disk.writing
+	for i := range 500 {
+		in.Add(store.LogLine{SandboxID: "noisy", TeamID: "team", Message: fmt.Sprint("noise ", i)})
+	}
+	for i := range 20 {
+		in.Add(store.LogLine{SandboxID: "quiet", TeamID: "team", Message: fmt.Sprint("fine ", i)})
+	}
+	if got := in.Dropped("noisy"); got != 470 {
+		t.Errorf("noisy dropped %d, want 470 past its 30 queued", got)
+	}
+	if got := in.Dropped("quiet"); got != 0 {
+		t.Errorf("quiet dropped %d: the noisy sandbox took its room", got)
+	}
+	close(disk.release)
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, q := count(t, db, "team", "noisy"), count(t, db, "team", "quiet"); n != 31 || q != 20 {
+		t.Errorf("stored noisy %d quiet %d, want 31 and 20", n, q)
+	}
 }

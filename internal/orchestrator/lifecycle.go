@@ -89,7 +89,11 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	now := time.Now()
 	if e.collector != nil {
 		// After the pipes drain, what is still running was killed with the sandbox.
-		go func(c *collect.Collector, why string) { e.drainers.Wait(); c.SandboxKilled(why, now) }(e.collector, why.String())
+		// The kill request may end first: its values (request id, logger) go on, its cancel does not.
+		go func(ctx context.Context, c *collect.Collector, why string) {
+			e.drainers.Wait()
+			c.SandboxKilled(ctx, why, now)
+		}(context.WithoutCancel(ctx), e.collector, why.String())
 	}
 	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
 		// Not a closed-set reason: record it as unknown rather than as "", and say so.

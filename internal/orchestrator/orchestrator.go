@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/collect"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -83,6 +84,16 @@ type Config struct {
 	PIDs           int64         // per sandbox; 1024 when 0
 	// EnvdArgs are added to every sandbox's `cove envd` command line (record caps, say).
 	EnvdArgs []string
+	// Collect is every sandbox's collection budget; CollectBudgets override it per team and
+	// per template. Each sandbox's envd gets its own as flags.
+	Collect        envdapi.Budget
+	CollectBudgets envdapi.Budgets
+}
+
+// envdCommand is the command line of sb's envd: the server's args, then sb's budget.
+func (o *Orchestrator) envdCommand(sb *store.Sandbox) []string {
+	args := append([]string{"/.cove/cove", "envd", "--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}, o.cfg.EnvdArgs...)
+	return append(args, o.cfg.CollectBudgets.For(o.cfg.Collect, sb.TeamID, sb.TemplateID).Args()...)
 }
 
 // Events receives lifecycle events (events.Bus in cove server).
@@ -311,7 +322,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
-		Args:   append([]string{"/.cove/cove", "envd", "--addr", fmt.Sprintf("0.0.0.0:%d", EnvdPort)}, o.cfg.EnvdArgs...),
+		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
@@ -389,9 +400,11 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
 		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
 	e.drainers.Add(2)
+	// The pipes outlive the create request: its values go on, its cancel does not.
+	collectCtx := context.WithoutCancel(ctx)
 	go func() {
 		defer e.drainers.Done()
-		e.collector.Stdout(rsb.Stdout)
+		e.collector.Stdout(collectCtx, rsb.Stdout)
 		_ = rsb.Stdout.Close()
 	}()
 	go func() {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/orchestrator"
@@ -52,6 +53,11 @@ type Config struct {
 	// RecordHeadBytes and RecordTailBytes are how much of each command's stdout and stderr
 	// its record keeps from the start and the end; 4 KiB each when 0.
 	RecordHeadBytes, RecordTailBytes int
+	// Collect is each sandbox's budget of output collected as log lines (envd's defaults
+	// where zero); CollectBudgets override it per team and per template. Output past a
+	// budget is dropped and counted.
+	Collect        envdapi.Budget
+	CollectBudgets envdapi.Budgets
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -197,7 +203,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg),
+		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {

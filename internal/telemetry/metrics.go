@@ -51,6 +51,12 @@ var (
 	APIRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cove_api_requests_total", Help: "REST API requests, by route and status class.",
 	}, []string{"route", "code"})
+	LogLinesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_log_lines_dropped_total", Help: "Sandbox log lines dropped, by reason (envd: by envd's budgets, counted in command records).",
+	}, []string{"reason"})
+	LogBytesDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cove_log_bytes_dropped_total", Help: "Sandbox output bytes envd did not collect as lines: over a byte budget, or binary.",
+	})
 )
 
 func register() {
@@ -59,6 +65,7 @@ func register() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
 		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
+		LogLinesDropped, LogBytesDropped,
 	)
 	for _, r := range reason.KillReasons {
 		SandboxesKilled.WithLabelValues(r.String())

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -333,4 +334,64 @@ func TestATemplateCanSwitchOutputCollectionOff(t *testing.T) {
 			t.Errorf("sandbox %s: command records are kept either way, got none", id)
 		}
 	}
+}
+
+func TestBinaryOutputIsOneSummaryLineAndABase64Record(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	id := a.create(map[string]any{})
+	run(t, s, id, `head -c 3000000 /dev/zero`, "req-binary")
+	var page struct {
+		Logs []struct {
+			Message string `json:"message"`
+		} `json:"logs"`
+	}
+	var rec map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		getJSON(t, s, "/v2/sandboxes/"+id+"/logs?request_id=req-binary&limit=100", &page)
+		var cmds struct {
+			Commands []map[string]any `json:"commands"`
+		}
+		getJSON(t, s, "/sandboxes/"+id+"/commands", &cmds)
+		for _, c := range cmds.Commands {
+			if c["requestId"] == "req-binary" && c["endCause"] == "exited" {
+				rec = c
+			}
+		}
+		if rec != nil && slices.ContainsFunc(page.Logs, func(l struct {
+			Message string `json:"message"`
+		}) bool {
+			return strings.HasPrefix(l.Message, "binary output")
+		}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: lines %+v, record %v", page.Logs, rec)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Run("the output is one summary line with its size and sha256", func(t *testing.T) {
+		// The request's lines are envd's own (process start, end) and the command's: of
+		// these, one summary and no NUL.
+		summaries := 0
+		for _, l := range page.Logs {
+			if strings.HasPrefix(l.Message, "binary output, 2.9 MiB, sha256 35bce4eae54ec8e6cc2868baa8d157914d6ae2858811b4cc0c078c94460fa26f") {
+				summaries++
+			}
+			if strings.Contains(l.Message, "\x00") {
+				t.Errorf("a line holds a NUL: %q", l.Message)
+			}
+		}
+		if summaries != 1 {
+			t.Errorf("%d summaries of the 3,000,000 zeros in %+v", summaries, page.Logs)
+		}
+	})
+	t.Run("the record keeps a base64 head and tail", func(t *testing.T) {
+		head, _ := rec["stdoutHead"].(string)
+		tail, _ := rec["stdoutTail"].(string)
+		if !strings.HasPrefix(head, "base64:AAAA") || !strings.HasPrefix(tail, "base64:AAAA") || len(head) > 8000 {
+			t.Errorf("record %v", rec)
+		}
+	})
 }

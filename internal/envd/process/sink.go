@@ -3,13 +3,17 @@ package process
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"hash"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 )
 
 // Sink carries what envd records about its processes to the host: each line a process
@@ -23,26 +27,48 @@ import (
 type Sink struct {
 	HeadBytes, TailBytes int // kept per stream for the command record; 4 KiB when 0
 	LineMax              int // longer lines are split; 16 KiB when 0
+	// CommandBytes caps the output one stream of a command sends as lines; 64 MiB when 0.
+	// Past it, and past the sandbox's byte budget, output is dropped and counted; the head
+	// and tail of the command record are kept whatever is dropped.
+	CommandBytes int64
 
 	queue   chan []byte
 	output  atomic.Bool // output lines on (command records are always kept)
 	dropped atomic.Uint64
-	bucket  tokenBucket
+	lines   tokenBucket // lines per second, for the whole sandbox
+	bytes   tokenBucket // bytes per second, for the whole sandbox
 	done    chan struct{}
+}
+
+// Budget is a sink's rates for the whole sandbox: lines and bytes per second, each with a
+// burst. A zero field takes its default: 5,000 lines/s with a burst of twice that, 1 MiB/s
+// with a 16 MiB burst.
+type Budget struct {
+	LinesPerSec, LineBurst int
+	BytesPerSec, ByteBurst int64
 }
 
 // margin is kept beyond each head and tail so the host can redact a secret that straddles
 // the cut before cutting to the configured size.
 const margin = 256
 
-// NewSink starts a sink writing to w, with output lines limited to linesPerSec (with a
-// burst of twice that).
-func NewSink(w io.Writer, linesPerSec int) *Sink {
-	if linesPerSec <= 0 {
-		linesPerSec = 5000
+// NewSink starts a sink writing to w, with output limited to budget.
+func NewSink(w io.Writer, budget Budget) *Sink {
+	if budget.LinesPerSec <= 0 {
+		budget.LinesPerSec = 5000
+	}
+	if budget.LineBurst <= 0 {
+		budget.LineBurst = 2 * budget.LinesPerSec
+	}
+	if budget.BytesPerSec <= 0 {
+		budget.BytesPerSec = 1 << 20
+	}
+	if budget.ByteBurst <= 0 {
+		budget.ByteBurst = 16 << 20
 	}
 	s := &Sink{queue: make(chan []byte, 4096), done: make(chan struct{}),
-		bucket: tokenBucket{rate: float64(linesPerSec), burst: float64(2 * linesPerSec)}}
+		lines: tokenBucket{rate: float64(budget.LinesPerSec), burst: float64(budget.LineBurst)},
+		bytes: tokenBucket{rate: float64(budget.BytesPerSec), burst: float64(budget.ByteBurst)}}
 	s.output.Store(true)
 	go s.run(w)
 	return s
@@ -101,6 +127,13 @@ func (s *Sink) tailBytes() int {
 	return 4 << 10
 }
 
+func (s *Sink) commandBytes() int64 {
+	if s.CommandBytes > 0 {
+		return s.CommandBytes
+	}
+	return 64 << 20
+}
+
 func (s *Sink) lineMax() int {
 	if s.LineMax > 0 {
 		return s.LineMax
@@ -108,64 +141,26 @@ func (s *Sink) lineMax() int {
 	return 16 << 10
 }
 
-type outputLine struct {
-	Kind      string    `json:"kind"`
-	Time      time.Time `json:"ts"`
-	PID       int       `json:"pid"`
-	Stream    string    `json:"stream"`
-	RequestID string    `json:"request_id,omitempty"`
-	Tag       string    `json:"tag,omitempty"`
-	Line      string    `json:"line"`
-	Partial   bool      `json:"partial,omitempty"` // split at LineMax or cut at the process's end
-}
-
-// commandStart is the record written when a process starts.
-type commandStart struct {
-	Kind      string    `json:"kind"`
-	PID       int       `json:"pid"`
-	Tag       string    `json:"tag,omitempty"`
-	RequestID string    `json:"request_id,omitempty"`
-	User      string    `json:"user"`
-	Command   string    `json:"command"`
-	Args      []string  `json:"args"`
-	Cwd       string    `json:"cwd"`
-	StartedAt time.Time `json:"started_at"`
-}
-
-// commandEnd is the record written when a process ends.
-type commandEnd struct {
-	Kind            string    `json:"kind"`
-	PID             int       `json:"pid"`
-	Tag             string    `json:"tag,omitempty"`
-	RequestID       string    `json:"request_id,omitempty"`
-	StartedAt       time.Time `json:"started_at"`
-	EndedAt         time.Time `json:"ended_at"`
-	DurationMS      int64     `json:"duration_ms"`
-	ExitCode        *int32    `json:"exit_code,omitempty"`
-	Signal          string    `json:"signal,omitempty"`
-	EndCause        string    `json:"end_cause"` // exited | killed | timeout
-	SignalRequestID string    `json:"signal_request_id,omitempty"`
-	StdoutBytes     int64     `json:"stdout_bytes"`
-	StderrBytes     int64     `json:"stderr_bytes"`
-	StdoutHead      string    `json:"stdout_head,omitempty"`
-	StdoutTail      string    `json:"stdout_tail,omitempty"`
-	StderrHead      string    `json:"stderr_head,omitempty"`
-	StderrTail      string    `json:"stderr_tail,omitempty"`
-	HeadBytes       int       `json:"head_bytes"` // the caps the host cuts to, after redacting
-	TailBytes       int       `json:"tail_bytes"`
-	LinesDropped    uint64    `json:"lines_dropped,omitempty"`
-}
-
 // capture follows one output stream of one process: it splits lines for the sink and keeps
 // the head and tail for the command record. Only its pump goroutine writes to it.
+//
+// The hot path decides what to keep before building anything: a read the budgets cannot take
+// is counted (one bytes.Count) and dropped whole, and binary output is hashed, never escaped.
 type capture struct {
-	sink    *Sink
-	p       *proc
-	stream  string
-	partial []byte
-	head    []byte
-	tail    []byte
-	dropped uint64
+	sink         *Sink
+	p            *proc
+	stream       string
+	partial      []byte
+	head         []byte
+	tail         []byte
+	dropped      uint64 // lines
+	bytesDropped uint64
+	sent         int64 // bytes of output sent as lines
+	skip         bool  // the line in progress was dropped: its rest is dropped too
+
+	binary   bool      // the stream turned out binary: no more lines, one summary at its end
+	binBytes int64     // bytes of binary output
+	hash     hash.Hash // sha256 of the binary output
 
 	batch      []byte // encoded lines of the current read, queued by send
 	batchLines int
@@ -177,35 +172,119 @@ func (c *capture) write(b []byte) {
 		c.head = append(c.head, b[:min(len(b), hc-len(c.head))]...)
 	}
 	tc := c.sink.tailBytes() + margin
-	c.tail = append(c.tail, b...)
+	c.tail = append(c.tail, b[max(0, len(b)-2*tc):]...)
 	if len(c.tail) > 2*tc {
 		c.tail = append(c.tail[:0], c.tail[len(c.tail)-tc:]...)
 	}
 	if !c.sink.output.Load() {
 		return
 	}
+	if c.binary || looksBinary(b) {
+		c.toBinary(b)
+		return
+	}
+	// Budgets first: a read that would be dropped is counted, not split or encoded.
+	if c.sent+int64(len(b)) > c.sink.commandBytes() || !c.sink.bytes.takeN(float64(len(b))) {
+		c.drop(b)
+		return
+	}
+	c.sent += int64(len(b))
 	// One read's lines go out as one batch: one timestamp, one queue send.
 	c.batch, c.now = c.batch[:0], time.Now()
+	lines := c.sink.lines.takeUpTo(bytes.Count(b, []byte{'\n'}) + 1)
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
-			c.partial = append(c.partial, b...)
+			if !c.skip {
+				c.partial = append(c.partial, b...)
+			}
 			for len(c.partial) >= c.sink.lineMax() {
-				c.line(c.partial[:c.sink.lineMax()], true)
+				lines = c.line(c.partial[:c.sink.lineMax()], true, lines)
 				c.partial = append(c.partial[:0], c.partial[c.sink.lineMax():]...)
 			}
 			break
 		}
-		if len(c.partial) > 0 {
+		switch {
+		case c.skip:
+			c.skip = false
+		case len(c.partial) > 0:
 			c.partial = append(c.partial, b[:i]...)
-			c.line(c.partial, false)
+			lines = c.line(c.partial, false, lines)
 			c.partial = c.partial[:0]
-		} else {
-			c.line(b[:i], false)
+		default:
+			lines = c.line(b[:i], false, lines)
 		}
 		b = b[i+1:]
 	}
+	if lines > 0 {
+		c.sink.lines.give(float64(lines))
+	}
 	c.send()
+}
+
+// drop counts a read no line of which is sent: every line it touches is dropped, each
+// counted once however many reads it spans.
+func (c *capture) drop(b []byte) {
+	nl := uint64(bytes.Count(b, []byte{'\n'}))
+	n, open := nl, b[len(b)-1] != '\n'
+	if c.skip && nl > 0 {
+		n-- // its first newline ends a line counted already
+	}
+	if open && !(c.skip && nl == 0) {
+		n++ // the line it leaves open, counted now
+	}
+	c.dropped += n
+	c.bytesDropped += uint64(len(b)) + uint64(len(c.partial))
+	c.sink.dropped.Add(n)
+	c.partial = c.partial[:0]
+	c.skip = open
+}
+
+// toBinary hashes binary output; the first binary read ends the stream's lines.
+func (c *capture) toBinary(b []byte) {
+	if !c.binary {
+		c.binary, c.hash = true, sha256.New()
+		c.hash.Write(c.partial)
+		c.binBytes += int64(len(c.partial))
+		c.partial = nil
+	}
+	c.hash.Write(b)
+	c.binBytes += int64(len(b))
+	c.bytesDropped += uint64(len(b))
+}
+
+// binarySample is how much of a read is checked for control bytes.
+const binarySample = 512
+
+// looksBinary tells whether a read is not text: a NUL, invalid UTF-8 (a rune cut at either
+// end of the read is fine), or more than one in 16 control bytes in its first binarySample
+// bytes.
+func looksBinary(b []byte) bool {
+	if bytes.IndexByte(b, 0) >= 0 {
+		return true
+	}
+	for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+		b = b[1:] // the rest of a rune the last read cut
+	}
+	end := len(b)
+	for i := 1; i <= utf8.UTFMax-1 && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				end = len(b) - i
+			}
+			break
+		}
+	}
+	if !utf8.Valid(b[:end]) {
+		return true
+	}
+	controls := 0
+	for _, x := range b[:min(len(b), binarySample)] {
+		if x < 0x20 && x != '\n' && x != '\r' && x != '\t' && x != '\b' && x != '\f' && x != 0x1b {
+			controls++
+		}
+	}
+	return controls*16 > min(len(b), binarySample)
 }
 
 // send queues the lines batched since the last send.
@@ -219,24 +298,55 @@ func (c *capture) send() {
 	c.batch, c.batchLines = c.batch[:0], 0
 }
 
-// flush emits a last line without its newline, at the end of the output.
+// flush emits a last line without its newline, at the end of the output, or the stream's one
+// binary summary.
 func (c *capture) flush() {
-	if len(c.partial) > 0 && c.sink.output.Load() {
-		c.now = time.Now()
-		c.line(c.partial, true)
-		c.partial = nil
-		c.send()
-	}
-}
-
-func (c *capture) line(b []byte, partial bool) {
-	if !c.sink.bucket.take() {
-		c.dropped++
-		c.sink.dropped.Add(1)
+	if !c.sink.output.Load() {
 		return
 	}
-	c.batch = appendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)
+	c.now = time.Now()
+	switch {
+	case c.binary:
+		summary := fmt.Sprintf("binary output, %s, sha256 %x", humanBytes(c.binBytes), c.hash.Sum(nil))
+		c.batch = envdapi.AppendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, []byte(summary), false)
+		c.batch = append(c.batch[:len(c.batch)-2], `,"binary":true}`+"\n"...)
+		c.batchLines++
+	case len(c.partial) > 0 && !c.skip:
+		if c.sink.lines.takeUpTo(1) == 1 {
+			c.line(c.partial, true, 1)
+		} else {
+			c.dropped++
+			c.sink.dropped.Add(1)
+		}
+	}
+	c.partial = nil
+	c.send()
+}
+
+// humanBytes writes n as 1.0 GiB, 12.5 MiB, 3.0 KiB or 17 B.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// line encodes one line when a line token is left (tokens), and returns the tokens left.
+func (c *capture) line(b []byte, partial bool, tokens int) int {
+	if tokens <= 0 {
+		c.dropped++
+		c.sink.dropped.Add(1)
+		return 0
+	}
+	c.batch = envdapi.AppendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, bytes.TrimSuffix(b, []byte{'\r'}), partial)
 	c.batchLines++
+	return tokens - 1
 }
 
 // queueLine queues an encoded line (with its newline); false when it was dropped.
@@ -248,75 +358,6 @@ func (s *Sink) queueLine(b []byte) bool {
 		s.dropped.Add(1)
 		return false
 	}
-}
-
-// appendOutputLine encodes an output record as outputLine's JSON would, without reflection:
-// it runs for every line a command writes.
-func appendOutputLine(b []byte, ts time.Time, pid int, stream, requestID, tag string, line []byte, partial bool) []byte {
-	b = append(b, `{"kind":"output","ts":"`...)
-	b = ts.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","pid":`...)
-	b = strconv.AppendInt(b, int64(pid), 10)
-	b = append(b, `,"stream":`...)
-	b = appendJSONString(b, stream)
-	if requestID != "" {
-		b = append(b, `,"request_id":`...)
-		b = appendJSONString(b, requestID)
-	}
-	if tag != "" {
-		b = append(b, `,"tag":`...)
-		b = appendJSONString(b, tag)
-	}
-	b = append(b, `,"line":`...)
-	b = appendJSONString(b, string(line))
-	if partial {
-		b = append(b, `,"partial":true`...)
-	}
-	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and control characters
-// escaped, invalid UTF-8 replaced by U+FFFD, as encoding/json does.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 func (c *capture) tailBytes() []byte {
@@ -335,9 +376,7 @@ type tokenBucket struct {
 	last   time.Time
 }
 
-func (b *tokenBucket) take() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *tokenBucket) refill() {
 	now := time.Now()
 	if b.last.IsZero() {
 		b.tokens = b.burst
@@ -345,9 +384,36 @@ func (b *tokenBucket) take() bool {
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	}
 	b.last = now
-	if b.tokens < 1 {
+}
+
+// takeN takes n tokens, all or none; a bucket with no rate takes everything.
+func (b *tokenBucket) takeN(n float64) bool {
+	if b.rate <= 0 {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill()
+	if b.tokens < n {
 		return false
 	}
-	b.tokens--
+	b.tokens -= n
 	return true
+}
+
+// takeUpTo takes up to n whole tokens and returns how many it took.
+func (b *tokenBucket) takeUpTo(n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill()
+	got := min(n, int(b.tokens))
+	b.tokens -= float64(got)
+	return got
+}
+
+// give returns tokens taken and not used.
+func (b *tokenBucket) give(n float64) {
+	b.mu.Lock()
+	b.tokens = min(b.burst, b.tokens+n)
+	b.mu.Unlock()
 }

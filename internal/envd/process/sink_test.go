@@ -1,44 +1,184 @@
 package process
 
 import (
-	"encoding/json"
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
-	"time"
+
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 )
 
-// FuzzOutputLineIsTheJSONOfOutputLine checks the hand-written encoder against encoding/json.
-func FuzzOutputLineIsTheJSONOfOutputLine(f *testing.F) {
-	for _, s := range []string{"plain", `quote " and \ backslash`, "tab\tnew\nline\r", "\x00\x1f\x7f", "é ünïcode 🚀", "bad \xff utf8", "<html>&"} {
-		f.Add(s, "req-1", "tag", false)
-	}
-	ts := time.Date(2026, 12, 2, 16, 0, 0, 123456789, time.UTC)
-	f.Fuzz(func(t *testing.T, line, requestID, tag string, partial bool) {
-		got := appendOutputLine(nil, ts, 42, "stdout", requestID, tag, []byte(line), partial)
-		var a, b map[string]any
-		if err := json.Unmarshal(got, &a); err != nil {
-			t.Fatalf("not JSON: %q: %v", got, err)
-		}
-		want, _ := json.Marshal(outputLine{Kind: "output", Time: ts, PID: 42, Stream: "stdout", RequestID: requestID, Tag: tag, Line: line, Partial: partial})
-		_ = json.Unmarshal(want, &b)
-		ga, _ := json.Marshal(a)
-		gb, _ := json.Marshal(b)
-		if string(ga) != string(gb) {
-			t.Fatalf("line %q:\n got %s\nwant %s", line, ga, gb)
-		}
-	})
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
-func BenchmarkOutputLine(b *testing.B) {
-	line := []byte(`2026-12-02 16:00:00 INFO worker 3 processed item 18233 in 12 ms {"ok":true}`)
-	ts := time.Now()
-	b.Run("hand-written", func(b *testing.B) {
-		for b.Loop() {
-			appendOutputLine(make([]byte, 0, 256), ts, 42, "stdout", "01m8vrm5q912nbfaqh1h", "", line, false)
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+
+// feed writes reads to a fresh capture on a sink with budget and returns the lines the sink
+// wrote and the capture.
+func feed(t *testing.T, budget Budget, commandBytes int64, reads ...[]byte) ([]envdapi.OutputLine, *capture) {
+	t.Helper()
+	out := &syncBuf{}
+	s := NewSink(out, budget)
+	s.CommandBytes = commandBytes
+	c := &capture{sink: s, p: &proc{pid: 9, requestID: "req"}, stream: "stdout"}
+	for _, r := range reads {
+		c.write(r)
+	}
+	c.flush()
+	s.Close()
+	var lines []envdapi.OutputLine
+	sc := bufio.NewScanner(&out.b)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rec, err := envdapi.Decode(sc.Bytes())
+		if err != nil || rec.Output == nil {
+			t.Fatalf("sink wrote %q: %v", sc.Text(), err)
 		}
-	})
-	b.Run("encoding/json", func(b *testing.B) {
-		for b.Loop() {
-			_, _ = json.Marshal(outputLine{Kind: "output", Time: ts, PID: 42, Stream: "stdout", RequestID: "01m8vrm5q912nbfaqh1h", Line: string(line)})
+		lines = append(lines, *rec.Output)
+	}
+	return lines, c
+}
+
+// seqReads is `seq n` cut into reads of size bytes, cutting lines anywhere.
+func seqReads(n, size int) [][]byte {
+	var b []byte
+	for i := 1; i <= n; i++ {
+		b = fmt.Appendf(b, "%d\n", i)
+	}
+	var reads [][]byte
+	for len(b) > 0 {
+		k := min(size, len(b))
+		reads = append(reads, b[:k])
+		b = b[k:]
+	}
+	return reads
+}
+
+func TestBudgetsDropAndCountEveryLineOnce(t *testing.T) {
+	big := Budget{LinesPerSec: 1 << 30, BytesPerSec: 1 << 40}
+	tests := []struct {
+		name         string
+		budget       Budget
+		commandBytes int64
+		lines, read  int
+		wantKeptMax  int
+	}{
+		{"a command past its byte cap keeps what came first and counts the rest", big, 10000, 20000, 1000, 10000 / 4},
+		{"reads that cut lines in the middle still count each line once", big, 5000, 20000, 333, 5000 / 4},
+		{"the sandbox's byte burst bounds what one command sends", Budget{LinesPerSec: 1 << 30, BytesPerSec: 1, ByteBurst: 8000}, 0, 20000, 777, 8000 / 4},
+		{"the sandbox's line burst bounds the lines, split reads or not", Budget{LinesPerSec: 1, LineBurst: 300, BytesPerSec: 1 << 40}, 0, 5000, 500, 301},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lines, c := feed(t, tt.budget, tt.commandBytes, seqReads(tt.lines, tt.read)...)
+			if len(lines) == 0 || len(lines) > tt.wantKeptMax {
+				t.Errorf("%d lines kept, want 1..%d", len(lines), tt.wantKeptMax)
+			}
+			// Each kept line is a whole line of seq, in order: the first ones, then any a later
+			// read could fit in what the budget had left.
+			prev := 0
+			for i, l := range lines {
+				var n int
+				if _, err := fmt.Sscan(l.Line, &n); err != nil || n <= prev || l.Partial || (i < 10 && n != i+1) {
+					t.Fatalf("line %d is %q (partial %v) after %d: not whole, not in order or not the first", i, l.Line, l.Partial, prev)
+				}
+				prev = n
+			}
+			if got := uint64(len(lines)) + c.dropped; got != uint64(tt.lines) {
+				t.Errorf("%d kept + %d dropped = %d lines, want %d", len(lines), c.dropped, got, tt.lines)
+			}
+			if c.bytesDropped == 0 && tt.budget.LineBurst == 0 {
+				t.Error("no bytes counted as dropped")
+			}
+			if !strings.HasPrefix(string(c.head), "1\n2\n3\n") || !strings.HasSuffix(string(c.tailBytes()), fmt.Sprintf("%d\n", tt.lines)) {
+				t.Errorf("head %q… tail …%q: not exact", c.head[:10], c.tail[len(c.tail)-10:])
+			}
+		})
+	}
+}
+
+func TestBinaryOutputIsOneSummaryPerStream(t *testing.T) {
+	zeros := make([]byte, 100000)
+	text := []byte("text before\n")
+	tests := []struct {
+		name  string
+		reads [][]byte
+		want  []string
+	}{
+		{"NUL bytes read after read give one summary with the size and sha256", [][]byte{text, zeros, zeros, zeros},
+			[]string{"text before", fmt.Sprintf("binary output, 293.0 KiB, sha256 %x", sha256.Sum256(bytes.Repeat(zeros, 3)))}},
+		{"invalid UTF-8 is binary", [][]byte{[]byte("ok\xff\xfe")}, []string{fmt.Sprintf("binary output, 4 B, sha256 %x", sha256.Sum256([]byte("ok\xff\xfe")))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lines, c := feed(t, Budget{}, 0, tt.reads...)
+			var got []string
+			for _, l := range lines {
+				got = append(got, l.Line)
+				if strings.Contains(l.Line, `\u0000`) {
+					t.Errorf("a NUL was escaped: %q", l.Line)
+				}
+			}
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Errorf("lines %q\nwant %q", got, tt.want)
+			}
+			if last := lines[len(lines)-1]; !last.Binary {
+				t.Error("the summary is not marked binary")
+			}
+			if !c.binary {
+				t.Error("the capture did not see binary output")
+			}
+		})
+	}
+}
+
+func TestTextCutMidRuneStaysText(t *testing.T) {
+	text := []byte(strings.Repeat("é ü 🚀 日本\n", 2000))
+	var reads [][]byte
+	for b := text; len(b) > 0; {
+		k := min(333, len(b)) // 333: reads end inside runes
+		reads, b = append(reads, b[:k]), b[k:]
+	}
+	lines, c := feed(t, Budget{}, 0, reads...)
+	if c.binary || len(lines) != 2000 || lines[1999].Line != "é ü 🚀 日本" {
+		t.Errorf("binary %v, %d lines, want text and 2000 lines", c.binary, len(lines))
+	}
+}
+
+func TestLooksBinary(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   string
+		want bool
+	}{
+		{"plain text is text", "hello world\n", false},
+		{"UTF-8 cut at the end of a read is text", "héllo \xc3", false},
+		{"UTF-8 cut at the start of a read is text", "\xa9llo", false},
+		{"four continuation bytes are not a cut rune", "\xa9\xa9\xa9\xa9llo", true},
+		{"ANSI colours and tabs are text", "\x1b[31mred\x1b[0m\tok\r\n", false},
+		{"a single NUL is binary", "abc\x00def", true},
+		{"invalid UTF-8 in the middle is binary", "ab\xffcd", true},
+		{"many control bytes are binary", strings.Repeat("a\x01\x02\x03", 50), true},
+		{"one stray control byte is text", "ring the bell\x07 once", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := looksBinary([]byte(tt.in)); got != tt.want {
+				t.Errorf("looksBinary(%q) = %v", tt.in, got)
+			}
+		})
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for in, want := range map[int64]string{17: "17 B", 3072: "3.0 KiB", 1 << 30: "1.0 GiB", 3 << 30: "3.0 GiB", 1536 << 20: "1.5 GiB"} {
+		if got := humanBytes(in); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", in, got, want)
 		}
-	})
+	}
 }

@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -153,7 +155,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		}
 		outCap, errCap = &capture{sink: s.sink, p: p, stream: first}, &capture{sink: s.sink, p: p, stream: "stderr"}
 		p.caps = []*capture{outCap, errCap}
-		s.sink.emit(commandStart{Kind: "command_start", PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
+		s.sink.emit(envdapi.CommandStart{Kind: envdapi.KindCommandStart, PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
 			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started})
 	}
 	p.onEnd = func(ex exit) {
@@ -182,38 +184,44 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 
 // commandEnd builds the process's command record; the pumps have finished, so the captures
 // are no longer written.
-func (p *proc) commandEnd(ex exit, sink *Sink) commandEnd {
+func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 	now := time.Now()
-	rec := commandEnd{Kind: "command_end", PID: p.pid, Tag: p.tag, RequestID: p.requestID,
+	rec := envdapi.CommandEnd{Kind: envdapi.KindCommandEnd, PID: p.pid, Tag: p.tag, RequestID: p.requestID,
 		StartedAt: p.started, EndedAt: now, DurationMS: now.Sub(p.started).Milliseconds(),
 		StdoutBytes: p.stdoutBytes.Load(), StderrBytes: p.stderrBytes.Load(),
-		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: "exited"}
+		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: envdapi.EndExited}
 	if ex.Exited {
 		code := ex.Code
 		rec.ExitCode = &code
 	} else {
 		rec.Signal = unix.SignalName(ex.Signal)
 		p.mu.Lock()
-		rec.EndCause, rec.SignalRequestID = "killed", p.signal.requestID
+		rec.EndCause, rec.SignalRequestID = envdapi.EndKilled, p.signal.requestID
 		if p.signal.cause == "timeout" {
-			rec.EndCause = "timeout"
+			rec.EndCause = envdapi.EndTimeout
 		}
 		p.mu.Unlock()
 	}
-	keep := func(c *capture, total int64) (head, tail string) {
+	keep := func(c *capture, total int64) (head, tail string, binary bool) {
 		if c == nil {
-			return "", ""
+			return "", "", false
 		}
 		rec.LinesDropped += c.dropped
-		head = string(c.head)
-		if total > int64(len(c.head)) {
-			tail = string(c.tailBytes())
+		rec.BytesDropped += c.bytesDropped
+		text := func(b []byte) string { return string(b) }
+		if c.binary || looksBinary(c.head) {
+			// Binary output is kept as base64, never escaped byte by byte.
+			binary, text = true, func(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 		}
-		return head, tail
+		head = text(c.head)
+		if total > int64(len(c.head)) {
+			tail = text(c.tailBytes())
+		}
+		return head, tail, binary
 	}
 	if len(p.caps) == 2 {
-		rec.StdoutHead, rec.StdoutTail = keep(p.caps[0], rec.StdoutBytes)
-		rec.StderrHead, rec.StderrTail = keep(p.caps[1], rec.StderrBytes)
+		rec.StdoutHead, rec.StdoutTail, rec.StdoutBinary = keep(p.caps[0], rec.StdoutBytes)
+		rec.StderrHead, rec.StderrTail, rec.StderrBinary = keep(p.caps[1], rec.StderrBytes)
 	}
 	return rec
 }
