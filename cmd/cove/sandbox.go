@@ -67,7 +67,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	durationFlag(cmd, &opts.Timeout, "timeout", 0, "how long the sandbox lives (300, 90s, 5m); the server's default when 0")
 	fl.StringArrayVarP(&metadata, "metadata", "m", nil, "metadata KEY=VALUE, kept with the sandbox (repeatable)")
 	fl.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE for every command (repeatable)")
-	fl.BoolVar(&opts.Secure, "secure", false, "give the sandbox an access token every envd call must carry")
+	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
 	f.jsonFlag(cmd)
