@@ -238,8 +238,8 @@ const (
 
 // FilesystemEvent is one change in a watched directory.
 type FilesystemEvent struct {
-	Name string // relative to the watched directory
-	Type EventType
+	Name string    `json:"name"` // relative to the watched directory
+	Type EventType `json:"type"`
 }
 
 // Watcher watches a directory until Stop or its context ends.

@@ -19,6 +19,7 @@ type options struct {
 	depth              uint32
 	recursive          bool
 	metadata           map[string]string
+	command            string
 	signatureTTL       time.Duration
 }
 
@@ -92,3 +93,7 @@ func Metadata(md map[string]string) Option { return func(o *options) { o.metadat
 
 // SignatureExpiration makes a signed URL (DownloadURL, UploadURL) expire after d.
 func SignatureExpiration(d time.Duration) Option { return func(o *options) { o.signatureTTL = d } }
+
+// Command makes PTY.Create run this command line on the terminal (`bash -l -c line`)
+// instead of an interactive login shell.
+func Command(line string) Option { return func(o *options) { o.command = line } }

@@ -24,7 +24,7 @@ func newSandboxCmd() *cobra.Command {
 	f.register(cmd)
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
-		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f),
+		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
 	)
 	return cmd
 }
@@ -242,6 +242,32 @@ func sandboxTimeoutCmd(f *apiFlags) *cobra.Command {
 				return err
 			}
 			return cliError(c.SetTimeout(cmd.Context(), args[0], d))
+		},
+	}
+}
+
+func sandboxRefreshCmd(f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "refresh SANDBOX [DURATION]",
+		Short:             "Make a sandbox live at least DURATION from now (300, 90s, 5m); never shortens it",
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d time.Duration
+			if len(args) == 2 {
+				var err error
+				if d, err = parseDuration(args[1]); err != nil {
+					return err
+				}
+				if d < time.Second {
+					return fmt.Errorf("duration %q: at least one second", args[1])
+				}
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return cliError(c.Refresh(cmd.Context(), args[0], d))
 		},
 	}
 }
