@@ -11,6 +11,36 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
+func TestBaseTemplate(t *testing.T) {
+	needServer(t)
+	c, _ := newClient(t, cove.Config{})
+	sb := newSandbox(t, c, cove.SandboxOptions{Timeout: time.Minute})
+	ctx := ctxFor(t, 2*time.Minute)
+	cases := []struct {
+		name, cmd, want string
+	}{
+		{"commands run as user, uid 1000, in /home/user", "id -u; id -un; echo $HOME; pwd", "1000\nuser\n/home/user\n/home/user\n"},
+		{"user has passwordless sudo", "sudo -n true && sudo -n id -u", "0\n"},
+		{"python is python3", "python -c 'import sys; print(sys.version_info[0])'", "3\n"},
+		{"pip installs outside a venv (no externally-managed refusal)",
+			"pip install --no-index nosuchpkg 2>&1 | grep -c 'No matching distribution'; true", "1\n"},
+		{"git, curl, ps and ip are there", "for c in git curl ps ip pip python3; do command -v $c >/dev/null && echo $c; done",
+			"git\ncurl\nps\nip\npip\npython3\n"},
+		{"https trusts the system certificates", "test -s /etc/ssl/certs/ca-certificates.crt && echo ok", "ok\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := sb.Commands.Run(ctx, tc.cmd)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.cmd, err)
+			}
+			if res.Stdout != tc.want {
+				t.Errorf("%s: stdout %q, want %q (stderr %q)", tc.cmd, res.Stdout, tc.want, res.Stderr)
+			}
+		})
+	}
+}
+
 // TestParity covers what the npm SDK does beyond the basics: refresh, stdin, write
 // metadata, signed URLs and terminal resize.
 func TestParity(t *testing.T) {
