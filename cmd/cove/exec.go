@@ -78,7 +78,7 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 			line := shellLine(args[1:])
 			opts := []cove.Option{cove.Timeout(timeout), cove.Cwd(cwd), cove.User(user), cove.Envs(env)}
 			if tty {
-				return execTTY(ctx, sb, line, interactive || forwardsStdin(), opts, interrupted)
+				return execTTY(ctx, sb, line, interactive || forwardsStdin(), opts, interrupted, log)
 			}
 			if background {
 				h, err := sb.Commands.Start(ctx, line, opts...)
@@ -154,7 +154,7 @@ func finishExec(sb *cove.Sandbox, h *cove.CommandHandle, log *slog.Logger) error
 
 // execTTY runs line on a terminal in the sandbox: its output to stdout, stdin forwarded when
 // input is set, the local terminal raw while it runs and its size followed.
-func execTTY(ctx context.Context, sb *cove.Sandbox, line string, input bool, opts []cove.Option, interrupted func(error) error) error {
+func execTTY(ctx context.Context, sb *cove.Sandbox, line string, input bool, opts []cove.Option, interrupted func(error) error, log *slog.Logger) error {
 	opts = append(opts, cove.Command(line), cove.OnPTYData(func(b []byte) { os.Stdout.Write(b) }))
 	h, err := sb.PTY.Create(ctx, termSize(os.Stdout), opts...)
 	if err != nil {
@@ -176,16 +176,8 @@ func execTTY(ctx context.Context, sb *cove.Sandbox, line string, input bool, opt
 			func() error { return sb.PTY.SendInput(ctx, h.PID(), []byte{4}) }, h.Done())
 	}
 	<-h.Done()
-	_, err = h.Wait(context.Background())
-	restore() // before any exit: the user's terminal must not stay raw
-	var exit *cove.CommandExitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &exit):
-		os.Exit(exitCode(exit))
-	}
-	return interrupted(err)
+	restore() // before finishExec may exit: the user's terminal must not stay raw
+	return finishExec(sb, h, log)
 }
 
 // shellLine makes the command line bash runs: one argument as it is, several quoted.

@@ -72,7 +72,8 @@ func TestCLIParity(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t, srv)
 		sb := c.create()
-		cmd := exec.Command(c.bin, "exec", "-it", sb, "--", "stty size; read -r line; echo got:$line; exit 5")
+		cmd := exec.Command(c.bin, "exec", "-it", sb, "--",
+			"trap 'echo caught-int' INT; stty size; until read -r line; do :; done; echo got:$line; exit 5")
 		cmd.Env = c.env
 		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 101})
 		if err != nil {
@@ -82,9 +83,11 @@ func TestCLIParity(t *testing.T) {
 		var out lockedBuffer
 		go io.Copy(&out, tty)
 		waitFor(t, "the sandbox's terminal to report the local size", func() bool { return strings.Contains(out.String(), "33 101") }, out.String)
-		if err := pty.Setsize(tty, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		// Raw mode: Ctrl-C is a byte for the sandbox's terminal, not a SIGINT for cove.
+		if _, err := tty.Write([]byte{3}); err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, "Ctrl-C to reach the command", func() bool { return strings.Contains(out.String(), "caught-int") }, out.String)
 		if _, err := tty.Write([]byte("hello\r")); err != nil {
 			t.Fatal(err)
 		}
