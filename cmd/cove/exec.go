@@ -20,7 +20,7 @@ import (
 func newExecCmd() *cobra.Command {
 	var f apiFlags
 	var timeout time.Duration
-	var background, interactive, tty bool
+	var background, interactive, tty, noStdin bool
 	var cwd, user string
 	var envs []string
 	cmd := &cobra.Command{
@@ -35,9 +35,9 @@ signal N killed it). Ctrl-C ends the stream, not the command: cove logs cancel.c
 with the pid and exits 130, and the command keeps running in the sandbox.
 
 When stdin is a pipe or a file (or with -i), cove forwards it to the command's stdin and
-closes that at EOF ("echo hi | cove exec SB -- cat"). With -t the command runs on a
-terminal; -it from a terminal makes it interactive: the local terminal is put in raw mode
-(Ctrl-C then reaches the command, as in ssh), and window size changes follow.
+closes that at EOF ("echo hi | cove exec SB -- cat"); -n leaves stdin alone. With -t the
+command runs on a terminal; -it from a terminal makes it interactive: the local terminal is
+put in raw mode (Ctrl-C then reaches the command, as in ssh), and window size changes follow.
 
 With --background cove prints the pid and detaches at once; the command keeps running.`,
 		Args:              cobra.MinimumNArgs(2),
@@ -78,7 +78,7 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 			line := shellLine(args[1:])
 			opts := []cove.Option{cove.Timeout(timeout), cove.Cwd(cwd), cove.User(user), cove.Envs(env)}
 			if tty {
-				return execTTY(ctx, sb, line, interactive || forwardsStdin(), opts, interrupted, log)
+				return execTTY(ctx, sb, line, !noStdin && (interactive || forwardsStdin()), opts, interrupted, log)
 			}
 			if background {
 				h, err := sb.Commands.Start(ctx, line, opts...)
@@ -92,7 +92,7 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 			opts = append(opts,
 				cove.OnStdout(func(s string) { os.Stdout.WriteString(s) }),
 				cove.OnStderr(func(s string) { os.Stderr.WriteString(s) }))
-			stdin := interactive || forwardsStdin()
+			stdin := !noStdin && (interactive || forwardsStdin())
 			if stdin {
 				opts = append(opts, cove.Stdin())
 			}
@@ -122,6 +122,7 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 	durationFlag(cmd, &timeout, "timeout", 0, "kill the command after this long (300, 90s, 5m); no limit when 0")
 	fl.BoolVarP(&background, "background", "b", false, "print the pid and detach; the command keeps running")
 	fl.BoolVarP(&interactive, "interactive", "i", false, "forward stdin even when it is a terminal (pipes and files always are)")
+	fl.BoolVarP(&noStdin, "no-stdin", "n", false, "do not forward stdin, even a pipe (as ssh -n; for loops that read their own stdin)")
 	fl.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal; with -i from a terminal, interactively in raw mode")
 	fl.StringVar(&cwd, "cwd", "", "working directory; the user's home by default")
 	fl.StringVarP(&user, "user", "u", "", "run as this user of the sandbox")

@@ -66,6 +66,12 @@ func TestCLIParity(t *testing.T) {
 		if string(out) != "3\neof\n" {
 			t.Errorf("stdout %q, want the 3 lines counted and then EOF", out)
 		}
+		cmd = exec.CommandContext(ctx, c.bin, "exec", "-n", sb, "--", "wc -c")
+		cmd.Env = c.env
+		cmd.Stdin = strings.NewReader("not for the sandbox")
+		if out, err = cmd.Output(); err != nil || string(out) != "0\n" {
+			t.Errorf("cove exec -n with piped stdin: %v, stdout %q; want 0 bytes read", err, out)
+		}
 	})
 
 	t.Run("exec -it runs the command on a terminal, raw, with the local size", func(t *testing.T) {
