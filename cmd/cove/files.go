@@ -90,7 +90,8 @@ func filesCatCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
 }
 
 func filesPutCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
-	return &cobra.Command{
+	var metadata []string
+	cmd := &cobra.Command{
 		Use:               "put SANDBOX LOCAL REMOTE",
 		Short:             "Upload a local file (- for stdin), making REMOTE's parent directories",
 		Args:              cobra.ExactArgs(3),
@@ -105,14 +106,20 @@ func filesPutCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
 				defer file.Close()
 				r = file
 			}
+			md, err := parsePairs("metadata", metadata)
+			if err != nil {
+				return err
+			}
 			sb, err := f.sandbox(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			_, err = sb.Files.WriteFrom(cmd.Context(), args[2], r, as())
+			_, err = sb.Files.WriteFrom(cmd.Context(), args[2], r, as(), cove.Metadata(md))
 			return cliError(err)
 		},
 	}
+	cmd.Flags().StringArrayVarP(&metadata, "metadata", "m", nil, "metadata KEY=VALUE stored on the file as a user.e2b.* attribute (repeatable)")
+	return cmd
 }
 
 func filesGetCmd(f *apiFlags, as func() cove.Option) *cobra.Command {

@@ -168,6 +168,22 @@ func TestCLIParity(t *testing.T) {
 		}
 	})
 
+	t.Run("files put --metadata stores it on the file", func(t *testing.T) {
+		t.Parallel()
+		c := newCLI(t, srv)
+		sb := c.create()
+		cmd := exec.Command(c.bin, "files", "put", "-m", "taskId=t-42", sb, "-", "/tmp/m.txt")
+		cmd.Env = c.env
+		cmd.Stdin = strings.NewReader("data")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("files put: %v\n%s", err, out)
+		}
+		ls := c.ok("files", "ls", sb, "/tmp", "--json").stdout
+		if !strings.Contains(ls, `"taskid": "t-42"`) {
+			t.Errorf("files ls --json lacks the metadata taskid=t-42 (keys lower-cased):\n%s", ls)
+		}
+	})
+
 	t.Run("files watch prints a change as it happens", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t, srv)
