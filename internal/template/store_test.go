@@ -31,6 +31,25 @@ func newID(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
+// runOn runs spec (its ID set here) in a sandbox on rootfs and returns its stdout.
+func runOn(t *testing.T, rt runtime.Runtime, prefix string, spec runtime.Spec) string {
+	t.Helper()
+	ctx := context.Background()
+	spec.ID = newID(prefix)
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Destroy(ctx, spec.ID) })
+	if err := rt.Start(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, sb.Stderr)
+	var out bytes.Buffer
+	out.ReadFrom(sb.Stdout)
+	return out.String()
+}
+
 func TestDerivedTemplates(t *testing.T) {
 	rt := runtimetest.Runc(t)
 	bb := runtimetest.BusyboxRootfs(t)
@@ -233,21 +252,10 @@ func TestBuildDebianBase(t *testing.T) {
 		}
 	})
 	t.Run("user has passwordless sudo in a sandbox on the base", func(t *testing.T) {
-		id := newID("sudo")
-		sb, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, UID: 1000, GID: 1000, Cwd: "/home/user",
+		out := runOn(t, rt, "sudo", runtime.Spec{Rootfs: tpl.Rootfs, UID: 1000, GID: 1000, Cwd: "/home/user",
 			Args: []string{"/usr/bin/sudo", "-n", "id", "-u"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rt.Destroy(ctx, id) })
-		if err := rt.Start(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		var stdout bytes.Buffer
-		go io.Copy(io.Discard, sb.Stderr)
-		stdout.ReadFrom(sb.Stdout)
-		if stdout.String() != "0\n" {
-			t.Fatalf("sudo -n id -u as user: stdout %q, want 0", stdout.String())
+		if out != "0\n" {
+			t.Fatalf("sudo -n id -u as user: stdout %q, want 0", out)
 		}
 	})
 	t.Run("a derived template installs a package over the host network", func(t *testing.T) {
