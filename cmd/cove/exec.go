@@ -49,6 +49,9 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 			if len(args) < 2 {
 				return fmt.Errorf("no command to run: cove exec SANDBOX -- COMMAND [ARG...]")
 			}
+			if background && (tty || interactive) {
+				return fmt.Errorf("--background detaches at once: it cannot be combined with -i or -t")
+			}
 			env, err := parsePairs("env", envs)
 			if err != nil {
 				return err
