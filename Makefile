@@ -32,14 +32,16 @@ deps:
 	./scripts/deps.sh
 
 # The shared template store of whole-system tests: the base template is built once per machine
-# (about a minute), before the test packages run in parallel.
+# and definition (a few minutes), before the test packages run in parallel. It lives in a
+# subdirectory named by `cove template base-key`, so a changed definition is built afresh.
 TEST_TEMPLATES ?= /var/lib/cove-test-templates
 export COVE_TEST_TEMPLATES := $(TEST_TEMPLATES)
 
 test-templates: build
-	@if [ "$$(id -u)" = 0 ] && [ ! -f $(TEST_TEMPLATES)/base/meta.json ]; then \
-		echo "==> building the test base template in $(TEST_TEMPLATES)"; \
-		$(BIN)/cove template build base --data $$(mktemp -d) --templates $(TEST_TEMPLATES); \
+	@dir=$(TEST_TEMPLATES)/$$($(BIN)/cove template base-key); \
+	if [ "$$(id -u)" = 0 ] && [ ! -f $$dir/base/meta.json ]; then \
+		echo "==> building the test base template in $$dir"; \
+		$(BIN)/cove template build base --data $$(mktemp -d) --templates $$dir; \
 	fi
 
 # The whole suite: unit, envd, runtime (real runc sandboxes), whole-system tests against a real

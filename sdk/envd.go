@@ -44,7 +44,7 @@ func unary[T any](ctx context.Context, e *envd, op, user string, call func(ctx c
 
 // httpDo makes a plain HTTP request to envd (/files, /health). The caller closes the body
 // of a successful answer; a status >= 400 is an error here already, except for /health.
-func (e *envd) httpDo(ctx context.Context, op, method, pathAndQuery string, body io.Reader, contentType string) (*http.Response, *callInfo, error) {
+func (e *envd) httpDo(ctx context.Context, op, method, pathAndQuery string, body io.Reader, header http.Header) (*http.Response, *callInfo, error) {
 	ctx, ci := newCall(ctx, "")
 	ctx, cancel := e.client.withTimeout(ctx)
 	req, err := http.NewRequestWithContext(ctx, method, e.client.cfg.SandboxURL+pathAndQuery, body)
@@ -52,8 +52,8 @@ func (e *envd) httpDo(ctx context.Context, op, method, pathAndQuery string, body
 		cancel()
 		return nil, ci, &Error{Op: op, SandboxID: e.sandboxID, Message: err.Error(), RequestID: ci.requestID, Err: err}
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := e.http.Do(req)
 	if err != nil {

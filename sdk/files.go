@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	fspb "github.com/cove-dev/cove/gen/filesystem"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 )
 
 // Files reads and writes the sandbox's filesystem. Relative paths are relative to the
@@ -85,7 +86,7 @@ func filesQuery(path string, o *options) string {
 // Open opens a file for reading; the caller closes it. The request timeout covers the
 // whole read.
 func (f *Files) Open(ctx context.Context, path string, opts ...Option) (io.ReadCloser, error) {
-	resp, _, err := f.e.httpDo(ctx, "read file "+path, http.MethodGet, filesQuery(path, apply(opts)), nil, "")
+	resp, _, err := f.e.httpDo(ctx, "read file "+path, http.MethodGet, filesQuery(path, apply(opts)), nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +95,7 @@ func (f *Files) Open(ctx context.Context, path string, opts ...Option) (io.ReadC
 
 // Read returns a file's content.
 func (f *Files) Read(ctx context.Context, path string, opts ...Option) ([]byte, error) {
-	resp, ci, err := f.e.httpDo(ctx, "read file "+path, http.MethodGet, filesQuery(path, apply(opts)), nil, "")
+	resp, ci, err := f.e.httpDo(ctx, "read file "+path, http.MethodGet, filesQuery(path, apply(opts)), nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -115,21 +116,22 @@ func (f *Files) Write(ctx context.Context, path string, data []byte, opts ...Opt
 // WriteFrom writes everything r yields to a file, streaming it.
 func (f *Files) WriteFrom(ctx context.Context, path string, r io.Reader, opts ...Option) (*EntryInfo, error) {
 	op := "write file " + path
-	resp, ci, err := f.e.httpDo(ctx, op, http.MethodPost, filesQuery(path, apply(opts)), r, "application/octet-stream")
+	o := apply(opts)
+	header := http.Header{"Content-Type": {"application/octet-stream"}}
+	for k, v := range o.metadata {
+		header.Set(envdapi.MetadataHeaderPrefix+k, v)
+	}
+	resp, ci, err := f.e.httpDo(ctx, op, http.MethodPost, filesQuery(path, o), r, header)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var written []struct {
-		Name string `json:"name"`
-		Type string `json:"type"`
-		Path string `json:"path"`
-	}
+	var written []envdapi.FileEntry
 	if err := json.NewDecoder(resp.Body).Decode(&written); err != nil || len(written) == 0 {
 		return &EntryInfo{Name: baseName(path), Type: TypeFile, Path: path, requestID: ci.requestID}, nil
 	}
 	w := written[0]
-	return &EntryInfo{Name: w.Name, Type: FileType(w.Type), Path: w.Path, requestID: ci.requestID}, nil
+	return &EntryInfo{Name: w.Name, Type: FileType(w.Type), Path: w.Path, Metadata: w.Metadata, requestID: ci.requestID}, nil
 }
 
 func baseName(p string) string {
@@ -236,8 +238,8 @@ const (
 
 // FilesystemEvent is one change in a watched directory.
 type FilesystemEvent struct {
-	Name string // relative to the watched directory
-	Type EventType
+	Name string    `json:"name"` // relative to the watched directory
+	Type EventType `json:"type"`
 }
 
 // Watcher watches a directory until Stop or its context ends.

@@ -18,6 +18,9 @@ type options struct {
 	tag                string
 	depth              uint32
 	recursive          bool
+	metadata           map[string]string
+	command            string
+	signatureTTL       time.Duration
 }
 
 // DefaultCommandTimeout bounds a command (Run, Start, PTY.Create) unless Timeout says
@@ -81,3 +84,16 @@ func Depth(n uint32) Option { return func(o *options) { o.depth = n } }
 
 // Recursive makes Files.Watch watch subdirectories too.
 func Recursive() Option { return func(o *options) { o.recursive = true } }
+
+// Metadata stores these pairs on a written file (Files.Write, WriteFrom) as user.e2b.*
+// extended attributes, as the E2B SDKs' write metadata does. Keys are lower-cased by the
+// sandbox; keys and values must be printable US-ASCII. The answer's Metadata is what was
+// stored.
+func Metadata(md map[string]string) Option { return func(o *options) { o.metadata = md } }
+
+// SignatureExpiration makes a signed URL (DownloadURL, UploadURL) expire after d.
+func SignatureExpiration(d time.Duration) Option { return func(o *options) { o.signatureTTL = d } }
+
+// Command makes PTY.Create run this command line on the terminal (`bash -l -c line`)
+// instead of an interactive login shell.
+func Command(line string) Option { return func(o *options) { o.command = line } }

@@ -19,13 +19,18 @@ type PTYSize struct{ Cols, Rows uint32 }
 // once it runs. Its output reaches OnPTYData; the handle's Wait, Kill and Disconnect work
 // as for commands.
 //
-// Options: OnPTYData, Envs, Cwd, User, Timeout (DefaultCommandTimeout unless given), Tag.
+// Options: OnPTYData, Envs, Cwd, User, Timeout (DefaultCommandTimeout unless given), Tag,
+// Command.
 func (p *PTY) Create(ctx context.Context, size PTYSize, opts ...Option) (*CommandHandle, error) {
 	o := apply(opts)
 	envs := map[string]string{"TERM": "xterm-256color", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 	maps.Copy(envs, o.envs)
+	args := []string{"-i", "-l"}
+	if o.command != "" {
+		args = []string{"-l", "-c", o.command}
+	}
 	req := &pb.StartRequest{
-		Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Envs: envs},
+		Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: args, Envs: envs},
 		Pty:     &pb.PTY{Size: &pb.PTY_Size{Cols: size.Cols, Rows: size.Rows}},
 	}
 	if o.cwd != "" {

@@ -57,8 +57,11 @@ type SandboxOptions struct {
 	Metadata map[string]string
 	// EnvVars are set for every command run in the sandbox.
 	EnvVars map[string]string
-	// Secure gives the sandbox an access token that every envd call must carry.
-	Secure bool
+	// Insecure makes a sandbox without an access token: its envd then answers anyone who
+	// can reach it and knows its id. By default a sandbox is secure: it has an access token
+	// that the SDK sends on every envd call, and signed URLs (DownloadURL, UploadURL) are
+	// the way to hand out one file.
+	Insecure bool
 	// AutoPause pauses the sandbox instead of killing it when its timeout passes.
 	AutoPause bool
 	// AutoResume resumes a paused sandbox when traffic reaches it.
@@ -92,7 +95,7 @@ func (c *Client) newSandbox(j newSandboxJSON, requestID string) *Sandbox {
 func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
 	body := map[string]any{
 		"templateID":            cmpOr(opts.Template, "base"),
-		"secure":                opts.Secure,
+		"secure":                !opts.Insecure,
 		"autoPause":             opts.AutoPause,
 		"allow_internet_access": !opts.NoInternet,
 	}
@@ -295,6 +298,17 @@ func (c *Client) SetTimeout(ctx context.Context, sandboxID string, timeout time.
 	return err
 }
 
+// Refresh extends a sandbox's life to at least duration from now (E2B's refreshes: it
+// never shortens it); the server's default duration when 0.
+func (c *Client) Refresh(ctx context.Context, sandboxID string, duration time.Duration) error {
+	body := map[string]any{}
+	if duration > 0 {
+		body["duration"] = seconds(duration)
+	}
+	_, err := c.do(ctx, "refresh sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/refreshes", body, nil)
+	return err
+}
+
 // Pause pauses a running sandbox (ErrConflict when it is paused already).
 func (c *Client) Pause(ctx context.Context, sandboxID string) error {
 	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", map[string]any{}, nil)
@@ -345,6 +359,11 @@ func (s *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) error {
 	return s.client.SetTimeout(ctx, s.ID, timeout)
 }
 
+// Refresh extends the sandbox's life to at least duration from now.
+func (s *Sandbox) Refresh(ctx context.Context, duration time.Duration) error {
+	return s.client.Refresh(ctx, s.ID, duration)
+}
+
 // Pause pauses the sandbox.
 func (s *Sandbox) Pause(ctx context.Context) error { return s.client.Pause(ctx, s.ID) }
 
@@ -366,7 +385,7 @@ func (s *Sandbox) Metrics(ctx context.Context, start, end time.Time) ([]Metric, 
 // IsRunning asks the sandbox's envd for its health through the proxy: false when the
 // sandbox is paused or gone.
 func (s *Sandbox) IsRunning(ctx context.Context) (bool, error) {
-	resp, ci, err := s.Files.e.httpDo(ctx, "health", http.MethodGet, "/health", nil, "")
+	resp, ci, err := s.Files.e.httpDo(ctx, "health", http.MethodGet, "/health", nil, nil)
 	if err != nil {
 		return false, err
 	}

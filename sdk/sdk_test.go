@@ -346,13 +346,13 @@ func TestSandboxLifecycle(t *testing.T) {
 	needServer(t)
 	c, _ := newClient(t, cove.Config{})
 	mark := fmt.Sprintf("sdk-%d", time.Now().UnixNano())
-	sb := newSandbox(t, c, cove.SandboxOptions{Metadata: map[string]string{"suite": mark}, Secure: true})
-	sb2 := newSandbox(t, c, cove.SandboxOptions{Metadata: map[string]string{"suite": mark}})
+	sb := newSandbox(t, c, cove.SandboxOptions{Metadata: map[string]string{"suite": mark}})
+	sb2 := newSandbox(t, c, cove.SandboxOptions{Metadata: map[string]string{"suite": mark}, Insecure: true})
 	ctx := ctxFor(t, 2*time.Minute)
 
-	t.Run("a secure sandbox's commands carry its access token", func(t *testing.T) {
-		if !sb.Secure {
-			t.Fatal("Create(Secure) returned no access token")
+	t.Run("a sandbox is secure by default and its commands carry its access token", func(t *testing.T) {
+		if !sb.Secure || sb2.Secure {
+			t.Fatalf("Secure: default %v, Insecure %v; want true, false", sb.Secure, sb2.Secure)
 		}
 		res, err := sb.Commands.Run(ctx, "echo secure")
 		if err != nil || res.Stdout != "secure\n" {

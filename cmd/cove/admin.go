@@ -209,7 +209,16 @@ func newTemplateCmd() *cobra.Command {
 		},
 	}
 	set.Flags().BoolVar(&collectLogs, "collect-logs", true, "collect the command output of this template's sandboxes")
-	cmd.AddCommand(build, list, rm, set)
+	key := &cobra.Command{
+		Use:   "base-key",
+		Short: "Print the key of this cove's base template definition (caches of built bases are keyed by it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Println(template.BaseKey(""))
+			return nil
+		},
+	}
+	cmd.AddCommand(build, list, rm, set, key)
 	return cmd
 }
 

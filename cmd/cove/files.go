@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +23,8 @@ func newFilesCmd() *cobra.Command {
 	f.register(cmd)
 	cmd.PersistentFlags().StringVarP(&user, "user", "u", "", "act as this user of the sandbox")
 	as := func() cove.Option { return cove.User(user) }
-	cmd.AddCommand(filesLsCmd(&f, as), filesCatCmd(&f, as), filesPutCmd(&f, as), filesGetCmd(&f, as), filesRmCmd(&f, as))
+	cmd.AddCommand(filesLsCmd(&f, as), filesCatCmd(&f, as), filesPutCmd(&f, as), filesGetCmd(&f, as), filesRmCmd(&f, as),
+		filesURLCmd(&f, &user), filesWatchCmd(&f, as))
 	return cmd
 }
 
@@ -88,7 +90,8 @@ func filesCatCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
 }
 
 func filesPutCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
-	return &cobra.Command{
+	var metadata []string
+	cmd := &cobra.Command{
 		Use:               "put SANDBOX LOCAL REMOTE",
 		Short:             "Upload a local file (- for stdin), making REMOTE's parent directories",
 		Args:              cobra.ExactArgs(3),
@@ -103,14 +106,20 @@ func filesPutCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
 				defer file.Close()
 				r = file
 			}
+			md, err := parsePairs("metadata", metadata)
+			if err != nil {
+				return err
+			}
 			sb, err := f.sandbox(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			_, err = sb.Files.WriteFrom(cmd.Context(), args[2], r, as())
+			_, err = sb.Files.WriteFrom(cmd.Context(), args[2], r, as(), cove.Metadata(md))
 			return cliError(err)
 		},
 	}
+	cmd.Flags().StringArrayVarP(&metadata, "metadata", "m", nil, "metadata KEY=VALUE stored on the file as a user.e2b.* attribute (repeatable)")
+	return cmd
 }
 
 func filesGetCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
@@ -173,4 +182,84 @@ func download(cmd *cobra.Command, sb *cove.Sandbox, path string, w io.Writer, op
 		return fmt.Errorf("read %s: %w", path, err)
 	}
 	return nil
+}
+
+func filesURLCmd(f *apiFlags, user *string) *cobra.Command {
+	var write bool
+	var expire time.Duration
+	cmd := &cobra.Command{
+		Use:   "url SANDBOX PATH",
+		Short: "Print a signed URL that downloads PATH (or uploads it, with --write) without a key",
+		Long: `cove files url prints a URL that reads one file of a secure sandbox with a plain GET, or
+with --write writes it with a POST of the file (multipart "file" part or octet-stream). The
+URL is signed with the sandbox's access token; --expire makes it stop working after a while.`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := f.sandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			opts := []cove.Option{cove.User(*user)}
+			if expire > 0 {
+				opts = append(opts, cove.SignatureExpiration(expire))
+			}
+			url := sb.DownloadURL
+			if write {
+				url = sb.UploadURL
+			}
+			u, err := url(args[1], opts...)
+			if err != nil {
+				return cliError(err)
+			}
+			fmt.Println(u)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&write, "write", "w", false, "sign an upload URL instead of a download URL")
+	durationFlag(cmd, &expire, "expire", 0, "the URL stops working after this long (300, 90s, 5m); never when 0")
+	return cmd
+}
+
+func filesWatchCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:               "watch SANDBOX PATH",
+		Short:             "Print the changes in a directory as they happen, one per line, until Ctrl-C",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := f.sandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			opts := []cove.Option{as()}
+			if recursive {
+				opts = append(opts, cove.Recursive())
+			}
+			w, err := sb.Files.Watch(cmd.Context(), args[1], opts...)
+			if err != nil {
+				return cliError(err)
+			}
+			if !f.asJSON {
+				fmt.Fprintf(os.Stderr, "watching %s in %s\n", args[1], sb.ID)
+			}
+			for ev := range w.Events() {
+				if f.asJSON {
+					if err := json.NewEncoder(os.Stdout).Encode(ev); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Printf("%s\t%s\n", ev.Type, ev.Name)
+			}
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return cliError(w.Err())
+		},
+	}
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "watch subdirectories too")
+	f.jsonFlag(cmd)
+	return cmd
 }

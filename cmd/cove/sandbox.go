@@ -24,7 +24,7 @@ func newSandboxCmd() *cobra.Command {
 	f.register(cmd)
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
-		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f),
+		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
 	)
 	return cmd
 }
@@ -67,7 +67,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	durationFlag(cmd, &opts.Timeout, "timeout", 0, "how long the sandbox lives (300, 90s, 5m); the server's default when 0")
 	fl.StringArrayVarP(&metadata, "metadata", "m", nil, "metadata KEY=VALUE, kept with the sandbox (repeatable)")
 	fl.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE for every command (repeatable)")
-	fl.BoolVar(&opts.Secure, "secure", false, "give the sandbox an access token every envd call must carry")
+	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
 	f.jsonFlag(cmd)
@@ -254,6 +254,32 @@ func sandboxTimeoutCmd(f *apiFlags) *cobra.Command {
 				return err
 			}
 			return cliError(c.SetTimeout(cmd.Context(), args[0], d))
+		},
+	}
+}
+
+func sandboxRefreshCmd(f *apiFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:               "refresh SANDBOX [DURATION]",
+		Short:             "Make a sandbox live at least DURATION from now (300, 90s, 5m); never shortens it",
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d time.Duration
+			if len(args) == 2 {
+				var err error
+				if d, err = parseDuration(args[1]); err != nil {
+					return err
+				}
+				if d < time.Second {
+					return fmt.Errorf("duration %q: at least one second", args[1])
+				}
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return cliError(c.Refresh(cmd.Context(), args[0], d))
 		},
 	}
 }

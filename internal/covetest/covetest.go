@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cove-dev/cove/internal/template"
 )
 
 // TemplatesEnv names the shared template store; TemplatesDefault is used when it is unset.
@@ -69,12 +71,15 @@ func Skip(t testing.TB) {
 	}
 }
 
-// TemplatesDir is the shared template store: $COVE_TEST_TEMPLATES or TemplatesDefault.
+// TemplatesDir is the shared template store: the subdirectory of $COVE_TEST_TEMPLATES (or
+// TemplatesDefault) named by the base's definition (template.BaseKey), so that a machine whose
+// cached base was built from an older definition builds the new one beside it.
 func TemplatesDir() string {
-	if dir := os.Getenv(TemplatesEnv); dir != "" {
-		return dir
+	root := os.Getenv(TemplatesEnv)
+	if root == "" {
+		root = TemplatesDefault
 	}
-	return TemplatesDefault
+	return filepath.Join(root, template.BaseKey(""))
 }
 
 // Templates returns the shared template store, building the base template there first when

@@ -112,7 +112,9 @@ func ociSpec(s Spec, root, netns, cgroupPath string, seccomp bool) *specs.Spec {
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
-			NoNewPrivileges: true,
+			// Setuid programs keep working (sudo, as E2B users expect of the user account):
+			// capabilities stay bounded by caps and seccomp applies to root as to anyone.
+			NoNewPrivileges: false,
 		},
 		Root:     &specs.Root{Path: root},
 		Hostname: s.ID,

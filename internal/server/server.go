@@ -153,7 +153,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	if _, err := templates.Get("base"); errors.Is(err, template.ErrNotFound) && !cfg.NoBuild {
+	base, err := templates.Get("base")
+	if err == nil && base.From == "" && base.Key != template.BaseKey(base.Suite) {
+		say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
+			"`cove template rm base` and restart to build the current one (with user's passwordless sudo, pip, iproute2)",
+			base.Key, template.BaseKey(base.Suite))
+	}
+	if errors.Is(err, template.ErrNotFound) && !cfg.NoBuild {
 		say("building the base template (Debian bookworm, about a minute, first run only)")
 		begun := time.Now()
 		if _, err := templates.Build(ctx, template.Spec{Name: "base"}, progress); err != nil {

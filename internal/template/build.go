@@ -3,6 +3,8 @@ package template
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +24,17 @@ import (
 const DefaultSuite = "bookworm"
 
 // DefaultInclude are the packages a base template adds to debootstrap's minbase: what E2B's
-// default template offers commands run through envd.
-var DefaultInclude = []string{"bash", "coreutils", "procps", "python3", "curl", "ca-certificates", "git"}
+// default template offers commands run through envd (python with pip, git, curl, sudo for the
+// user, ps and ip).
+var DefaultInclude = []string{
+	"bash", "coreutils", "procps", "iproute2", "python3", "python3-pip", "python-is-python3",
+	"curl", "ca-certificates", "git", "sudo",
+}
+
+// baseSetup versions what bootstrap does to a base beyond installing DefaultInclude (the
+// account, sudoers, pip's configuration, slimming). Bump it whenever that changes, so that
+// BaseKey changes and cached bases are rebuilt.
+const baseSetup = 2
 
 // User is the unprivileged account every base template has, as E2B templates do.
 const (
@@ -112,6 +123,7 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		t.Include = spec.Include
 		if t.Include == nil {
 			t.Include = DefaultInclude
+			t.Key = BaseKey(t.Suite)
 		}
 		if err := bootstrap(ctx, rootfs, t.Suite, spec.Mirror, t.Include, out); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
@@ -232,9 +244,51 @@ func bootstrap(ctx context.Context, rootfs, suite, mirror string, include []stri
 	if err := slim(rootfs); err != nil {
 		return fmt.Errorf("slim: %w", err)
 	}
-	out.Printf("==> user %s (uid %d, home %s)", UserName, UserID, UserHome)
+	out.Printf("==> user %s (uid %d, home %s, passwordless sudo)", UserName, UserID, UserHome)
 	if err := addUser(rootfs); err != nil {
 		return fmt.Errorf("add user: %w", err)
+	}
+	if err := configure(rootfs); err != nil {
+		return fmt.Errorf("configure: %w", err)
+	}
+	return nil
+}
+
+// BaseKey names the definition of a base built from suite with DefaultInclude: it changes
+// whenever the suite, the packages or bootstrap's setup change. Caches of built bases (the
+// test template store) keep one base per key, so a new definition is built afresh.
+func BaseKey(suite string) string {
+	if suite == "" {
+		suite = DefaultSuite
+	}
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", suite, strings.Join(DefaultInclude, ","), baseSetup))
+	return suite + "-" + hex.EncodeToString(h[:6])
+}
+
+// configFiles are written into a base after debootstrap: the user's passwordless sudo (as
+// in E2B templates), and pip allowed to install beside Debian's packages (PEP 668 would
+// refuse `pip install` outside a venv, which E2B users do not expect).
+var configFiles = []struct {
+	path    string
+	mode    os.FileMode
+	content string
+}{
+	{"etc/sudoers.d/" + UserName, 0o440, UserName + " ALL=(ALL:ALL) NOPASSWD: ALL\n"},
+	{"etc/pip.conf", 0o644, "[global]\nbreak-system-packages = true\n"},
+}
+
+func configure(rootfs string) error {
+	for _, f := range configFiles {
+		path := filepath.Join(rootfs, f.path)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(f.content), f.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(path, f.mode); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -32,10 +32,13 @@ var (
 
 // Template is a ready, read-only root filesystem and what it was built from.
 type Template struct {
-	Name      string    `json:"name"`
-	From      string    `json:"from,omitempty"`  // parent template; "" for a debootstrapped base
-	Suite     string    `json:"suite,omitempty"` // Debian suite of a base
-	Include   []string  `json:"include,omitempty"`
+	Name    string   `json:"name"`
+	From    string   `json:"from,omitempty"`  // parent template; "" for a debootstrapped base
+	Suite   string   `json:"suite,omitempty"` // Debian suite of a base
+	Include []string `json:"include,omitempty"`
+	// Key is BaseKey of a base built with the default packages: a base whose key differs
+	// from the running cove's was built from an older definition.
+	Key       string    `json:"key,omitempty"`
 	Run       []string  `json:"run,omitempty"` // build steps, in order
 	CreatedAt time.Time `json:"created_at"`
 	BuildTime float64   `json:"build_seconds"`

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,25 @@ func newID(prefix string) string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// runOn runs spec (its ID set here) in a sandbox on rootfs and returns its stdout.
+func runOn(t *testing.T, rt runtime.Runtime, prefix string, spec runtime.Spec) string {
+	t.Helper()
+	ctx := context.Background()
+	spec.ID = newID(prefix)
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Destroy(ctx, spec.ID) })
+	if err := rt.Start(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, sb.Stderr)
+	var out bytes.Buffer
+	out.ReadFrom(sb.Stdout)
+	return out.String()
 }
 
 func TestDerivedTemplates(t *testing.T) {
@@ -194,7 +214,11 @@ func TestBuildDebianBase(t *testing.T) {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
 	t.Logf("base built in %s, %d MB", time.Since(t0), tpl.SizeBytes>>20)
-	for _, p := range []string{"usr/bin/python3", "usr/bin/git", "usr/bin/curl", "bin/bash", "bin/ps", "etc/ssl/certs/ca-certificates.crt"} {
+	if tpl.Key != template.BaseKey("") {
+		t.Errorf("meta key %q, want BaseKey %q", tpl.Key, template.BaseKey(""))
+	}
+	for _, p := range []string{"usr/bin/python3", "usr/bin/python", "usr/bin/pip", "usr/bin/git", "usr/bin/curl", "bin/bash", "bin/ps",
+		"usr/bin/ip", "usr/bin/sudo", "etc/sudoers.d/user", "etc/pip.conf", "etc/ssl/certs/ca-certificates.crt"} {
 		if _, err := os.Stat(filepath.Join(tpl.Rootfs, p)); err != nil {
 			t.Errorf("base lacks %s: %v", p, err)
 		}
@@ -225,6 +249,13 @@ func TestBuildDebianBase(t *testing.T) {
 		stdout.ReadFrom(sb.Stdout)
 		if want := "1000 " + id + " /home/user\n"; stdout.String() != want {
 			t.Fatalf("stdout = %q, want %q", stdout.String(), want)
+		}
+	})
+	t.Run("user has passwordless sudo in a sandbox on the base", func(t *testing.T) {
+		out := runOn(t, rt, "sudo", runtime.Spec{Rootfs: tpl.Rootfs, UID: 1000, GID: 1000, Cwd: "/home/user",
+			Args: []string{"/usr/bin/sudo", "-n", "id", "-u"}})
+		if out != "0\n" {
+			t.Fatalf("sudo -n id -u as user: stdout %q, want 0", out)
 		}
 	})
 	t.Run("a derived template installs a package over the host network", func(t *testing.T) {

@@ -221,3 +221,15 @@ test('Sandbox.kill returns true for a running sandbox, then false', TIMEOUT, asy
   assert.equal(await Sandbox.kill(sbx.sandboxId, opts), false)
   assert.equal(await sbx.isRunning(), false)
 })
+
+test('the base template is what E2B users expect: user 1000 with passwordless sudo, python, pip, git, curl', TIMEOUT, async () => {
+  const sbx = await create()
+  const id = await sbx.commands.run('id -u; id -un; echo $HOME')
+  assert.equal(id.stdout, '1000\nuser\n/home/user\n', 'commands run as user (uid 1000, home /home/user) by default')
+  const sudo = await sbx.commands.run('sudo -n true && sudo -n id -u')
+  assert.equal(sudo.stdout, '0\n', `sudo -n works without a password: ${sudo.stderr}`)
+  const tools = await sbx.commands.run(
+    'python -c "print(6*7)" && python3 --version && pip --version && git --version && curl --version | head -1 && ps -p 1 -o comm= && ip -br link show lo',
+  )
+  assert.match(tools.stdout, /^42\nPython 3\.\d+\.\d+\npip \d+.*\ngit version .*\ncurl .*\n\S+\nlo\s/, tools.stdout)
+})

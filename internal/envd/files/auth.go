@@ -2,15 +2,14 @@ package files
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/requestid"
@@ -27,17 +26,9 @@ const (
 	opWrite operation = "write"
 )
 
-// Sign returns the v1 signature of a /files URL, as the E2B SDKs make it:
-// "v1_" + base64 (no padding) of sha256("<path>:<read|write>:<user>:<token>[:<expiration>]").
-// path and user are the query values exactly as sent ("" when absent); expiration is unix
-// seconds, or 0 for a signature that does not expire.
+// Sign returns the v1 signature of a /files URL (envdapi.Sign).
 func Sign(path, op, user, token string, expiration int64) string {
-	raw := fmt.Sprintf("%s:%s:%s:%s", path, op, user, token)
-	if expiration != 0 {
-		raw += ":" + strconv.FormatInt(expiration, 10)
-	}
-	sum := sha256.Sum256([]byte(raw))
-	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return envdapi.Sign(path, op, user, token, expiration)
 }
 
 // authorize lets a request through when no access token is set, when it carries the token

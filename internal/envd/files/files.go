@@ -24,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
@@ -40,14 +41,8 @@ func New(d *identity.Defaults) http.Handler {
 	return &Handler{defaults: d}
 }
 
-// Entry is one written file in the POST answer: [{"name","type":"file","path","metadata"}],
-// metadata being what the upload stored on the file, left out when none.
-type Entry struct {
-	Name     string            `json:"name"`
-	Type     string            `json:"type"`
-	Path     string            `json:"path"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
+// Entry is one written file in the POST answer, the type the SDK decodes.
+type Entry = envdapi.FileEntry
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
@@ -17,7 +18,7 @@ import (
 
 // metadataHeaderPrefix starts the request headers that carry file metadata:
 // "X-Metadata-<Key>: <value>" stores <value> under the lower-cased <Key>.
-const metadataHeaderPrefix = "X-Metadata-"
+const metadataHeaderPrefix = envdapi.MetadataHeaderPrefix
 
 // metadataOf collects and checks the metadata headers of an upload: keys and values are
 // printable US-ASCII, a key is at most filesystem.MaxMetadataKeyLen bytes, all of it at most
