@@ -36,10 +36,19 @@ const (
 	sessionTTL = 12 * time.Hour
 )
 
-// Records reads a sandbox's stored record, killed ones included; store.DB implements it.
+// Records reads what the stores kept of sandboxes, killed ones included; sqlite.DB implements it.
 type Records interface {
 	GetSandbox(ctx context.Context, id string) (*store.Sandbox, error)
+	ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.SandboxPage, error)
+	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
+	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
 }
+
+// Page sizes of the sandbox page.
+const (
+	pageCommands = 500
+	pageLogLines = 1000
+)
 
 // Config is what New needs.
 type Config struct {
@@ -76,6 +85,13 @@ func New(cfg Config) *Console {
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"age": func(t time.Time) string { return c.now().Sub(t).Truncate(time.Second).String() },
+		"ms":  func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"exit": func(p *int) string {
+			if p == nil {
+				return "–"
+			}
+			return fmt.Sprint(*p)
+		},
 	}).ParseFS(files, "templates/*.html"))
 	static, _ := fs.Sub(files, "assets")
 	c.mux.Handle("GET /dashboard/assets/", http.StripPrefix("/dashboard/assets/", http.FileServerFS(static)))
@@ -214,7 +230,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 			f.Metadata[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	page, err := c.cfg.Sandboxes.List(r.Context(), f)
+	page, err := c.cfg.Records.ListSandboxes(r.Context(), f)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("list sandboxes: %w", err))
 		return
@@ -256,7 +272,28 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		meta = append(meta, metaPair{k, v})
 	}
 	sort.Slice(meta, func(i, j int) bool { return meta[i].Key < meta[j].Key })
-	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta})
+	cmds, err := c.cfg.Records.ListCommands(r.Context(), sb.ID, pageCommands, "")
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("commands of %s: %w", sb.ID, err))
+		return
+	}
+	q := r.URL.Query()
+	lq := store.LogQuery{TeamID: sb.TeamID, SandboxID: sb.ID, Limit: pageLogLines, Backward: true, Search: q.Get("q")}
+	if fv := q.Get("field"); fv != "" {
+		k, v, ok := strings.Cut(fv, "=")
+		if !ok || k == "" {
+			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("field: %q is not key=value", fv))
+			return
+		}
+		lq.Fields = map[string]string{k: v}
+	}
+	logs, err := c.cfg.Records.QueryLogs(r.Context(), lq)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("logs of %s: %w", sb.ID, err))
+		return
+	}
+	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta,
+		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
 }
 
 // act runs one action on a sandbox: kill, pause, resume or timeout.

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
 )
@@ -158,6 +159,31 @@ func TestConsole(t *testing.T) {
 		code, body := v.post("/dashboard/sandboxes/"+id+"/timeout", url.Values{"csrf": {v.csrf(page)}, "timeout": {"soon"}})
 		if code != http.StatusBadRequest || !strings.Contains(body, "timeout:") {
 			t.Fatalf("got %d:\n%s", code, body)
+		}
+	})
+
+	t.Run("a command run through the API shows its record and log line, and the log search finds it", func(t *testing.T) {
+		run(t, s, id, `echo console-hello; echo other-line; exit 4`, "req-console-1")
+		var page string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, page = v.get("/dashboard/sandboxes/" + id)
+			logs := page[strings.Index(page, `id="logs"`):]
+			if strings.Contains(logs, "console-hello") && strings.Contains(page, `class="cause">exited`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no command record and log line after 10 s:\n%s", page)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !strings.Contains(page, "req-console-1") || !strings.Contains(page, "<td>4</td>") {
+			t.Errorf("command record lacks its request id or exit code 4:\n%s", page)
+		}
+		_, found := v.get("/dashboard/sandboxes/" + id + "?q=console-hello")
+		logs := found[strings.Index(found, `id="logs"`):]
+		if !strings.Contains(logs, "console-hello") || strings.Contains(logs, "other-line") {
+			t.Errorf("search console-hello: %s", logs)
 		}
 	})
 
