@@ -22,6 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -42,6 +43,7 @@ type Records interface {
 	ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.SandboxPage, error)
 	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
+	store.TraceStore
 }
 
 // Page sizes of the sandbox page.
@@ -85,6 +87,14 @@ func New(cfg Config) *Console {
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"age": func(t time.Time) string { return c.now().Sub(t).Truncate(time.Second).String() },
+		"fields": func(m map[string]any) []metaPair {
+			out := make([]metaPair, 0, len(m))
+			for k, v := range m {
+				out = append(out, metaPair{k, fmt.Sprint(v)})
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+			return out
+		},
 		"ms":  func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
 		"exit": func(p *int) string {
 			if p == nil {
@@ -101,6 +111,7 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("GET /dashboard/{$}", c.signedIn(c.list))
 	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}", c.signedIn(c.sandbox))
 	c.mux.HandleFunc("POST /dashboard/sandboxes/{id}/{action}", c.signedIn(c.act))
+	c.mux.HandleFunc("GET /dashboard/trace", c.signedIn(c.trace))
 	return c
 }
 
@@ -294,6 +305,27 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta,
 		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
+}
+
+// trace shows `cove trace` for one request id: what the server, envd, the command and the
+// events recorded under it, oldest first.
+func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	data := map[string]any{"Title": "Trace", "ID": id}
+	if id != "" {
+		if s.admin() {
+			c.fail(w, r, http.StatusBadRequest, errors.New("id: traces are kept per team; sign in with the team's API key to trace a request"))
+			return
+		}
+		tl, err := trace.Build(r.Context(), c.cfg.Records, s.TeamID, id)
+		if err != nil {
+			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("trace %s: %w", id, err))
+			return
+		}
+		data["Title"], data["Timeline"] = "Trace "+id, tl
+	}
+	c.render(w, r, "trace.html", data)
 }
 
 // act runs one action on a sandbox: kill, pause, resume or timeout.

@@ -168,7 +168,7 @@ func TestConsole(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			_, page = v.get("/dashboard/sandboxes/" + id)
-			logs := page[strings.Index(page, `id="logs"`):]
+			logs := section(page, `id="logs"`)
 			if strings.Contains(logs, "console-hello") && strings.Contains(page, `class="cause">exited`) {
 				break
 			}
@@ -181,10 +181,20 @@ func TestConsole(t *testing.T) {
 			t.Errorf("command record lacks its request id or exit code 4:\n%s", page)
 		}
 		_, found := v.get("/dashboard/sandboxes/" + id + "?q=console-hello")
-		logs := found[strings.Index(found, `id="logs"`):]
+		logs := section(found, `id="logs"`)
 		if !strings.Contains(logs, "console-hello") || strings.Contains(logs, "other-line") {
 			t.Errorf("search console-hello: %s", logs)
 		}
+	})
+
+	t.Run("the trace of the command's request id shows its end cause and links the sandbox", func(t *testing.T) {
+		code, page := v.get("/dashboard/trace?id=req-console-1")
+		tl := section(page, `id="timeline"`)
+		if code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "end_cause=exited") ||
+			!strings.Contains(tl, `href="/dashboard/sandboxes/`+id+`"`) {
+			t.Fatalf("trace: %d\n%s", code, page)
+		}
+		writeArtifact(t, "console-trace.html", page)
 	})
 
 	t.Run("a kill from the console is recorded with reason request and the viewer's key as actor", func(t *testing.T) {
@@ -233,4 +243,13 @@ func writeArtifact(t *testing.T, name, body string) {
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 		t.Errorf("write artifact %s: %v", name, err)
 	}
+}
+
+// section is the page from marker on; "" when the page lacks it.
+func section(page, marker string) string {
+	i := strings.Index(page, marker)
+	if i < 0 {
+		return ""
+	}
+	return page[i:]
 }
