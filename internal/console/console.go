@@ -86,7 +86,6 @@ func New(cfg Config) *Console {
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"age": func(t time.Time) string { return c.now().Sub(t).Truncate(time.Second).String() },
 		"fields": func(m map[string]any) []metaPair {
 			out := make([]metaPair, 0, len(m))
 			for k, v := range m {
@@ -112,6 +111,7 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}", c.signedIn(c.sandbox))
 	c.mux.HandleFunc("POST /dashboard/sandboxes/{id}/{action}", c.signedIn(c.act))
 	c.mux.HandleFunc("GET /dashboard/trace", c.signedIn(c.trace))
+	c.mux.HandleFunc("GET /dashboard/live", c.signedIn(c.live))
 	return c
 }
 
@@ -218,6 +218,67 @@ type listFilter struct {
 }
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
+	data, code, err := c.listData(r)
+	if err != nil {
+		c.fail(w, r, code, err)
+		return
+	}
+	c.render(w, r, "list.html", data)
+}
+
+// live pushes the list's rows (the same query as the page's) as Server-Sent Events
+// whenever they change, checked every liveEvery, until the viewer goes away.
+func (c *Console) live(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		c.fail(w, r, http.StatusInternalServerError, errors.New("live: this connection cannot stream"))
+		return
+	}
+	if _, code, err := c.listData(r); err != nil {
+		c.fail(w, r, code, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	last := ""
+	tick := time.NewTicker(liveEvery)
+	defer tick.Stop()
+	for {
+		data, _, err := c.listData(r)
+		if err != nil {
+			fmt.Fprintf(w, "event: failure\ndata: %s (request %s)\n\n", strings.ReplaceAll(err.Error(), "\n", " "), telemetry.RequestID(r.Context()))
+			flusher.Flush()
+			return
+		}
+		var b strings.Builder
+		if err := c.pages.ExecuteTemplate(&b, "rows", data); err != nil {
+			telemetry.Logger(r.Context()).Error("console live render", "err", err)
+			return
+		}
+		if frag := b.String(); frag != last {
+			last = frag
+			fmt.Fprintf(w, "event: rows\ndata: %d\n", data["Total"])
+			for line := range strings.SplitSeq(frag, "\n") {
+				fmt.Fprintf(w, "data: %s\n", line)
+			}
+			fmt.Fprint(w, "\n")
+			flusher.Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// liveEvery is how often the live list looks for changes.
+const liveEvery = time.Second
+
+// listData runs the list's query; the int is the status for its error.
+func (c *Console) listData(r *http.Request) (map[string]any, int, error) {
 	s := sessionOf(r)
 	q := r.URL.Query()
 	lf := listFilter{State: q.Get("state"), Template: q.Get("template"), Meta: q.Get("meta"), Next: q.Get("next")}
@@ -227,24 +288,24 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	case string(store.StateRunning), string(store.StatePaused), string(store.StateKilled):
 		f.States = []store.SandboxState{store.SandboxState(lf.State)}
 	default:
-		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("state: %q is not one of running, paused, killed", lf.State))
-		return
+		return nil, http.StatusBadRequest, fmt.Errorf("state: %q is not one of running, paused, killed", lf.State)
 	}
 	if lf.Meta != "" {
 		f.Metadata = map[string]string{}
 		for _, pair := range strings.Split(lf.Meta, ",") {
 			k, v, ok := strings.Cut(pair, "=")
 			if !ok || strings.TrimSpace(k) == "" {
-				c.fail(w, r, http.StatusBadRequest, fmt.Errorf("meta: %q is not key=value", pair))
-				return
+				return nil, http.StatusBadRequest, fmt.Errorf("meta: %q is not key=value", pair)
 			}
 			f.Metadata[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
 	page, err := c.cfg.Records.ListSandboxes(r.Context(), f)
+	if errors.Is(err, store.ErrBadCursor) {
+		return nil, http.StatusBadRequest, fmt.Errorf("next: %w", err)
+	}
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("list sandboxes: %w", err))
-		return
+		return nil, http.StatusInternalServerError, fmt.Errorf("list sandboxes: %w", err)
 	}
 	rows := page.Sandboxes
 	if lf.Template != "" {
@@ -256,8 +317,8 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		}
 		rows = kept
 	}
-	c.render(w, r, "list.html", map[string]any{"Title": "Sandboxes", "Rows": rows, "Total": page.Total,
-		"Next": page.Next, "Filter": lf, "States": []store.SandboxState{store.StateRunning, store.StatePaused, store.StateKilled}})
+	return map[string]any{"Title": "Sandboxes", "Rows": rows, "Total": page.Total, "Query": r.URL.RawQuery,
+		"Next": page.Next, "Filter": lf, "States": []store.SandboxState{store.StateRunning, store.StatePaused, store.StateKilled}}, 0, nil
 }
 
 // find returns a sandbox the viewer may see, killed ones included.

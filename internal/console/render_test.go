@@ -90,8 +90,8 @@ func TestRenderFromARealStore(t *testing.T) {
 		want       []string
 		rows       int // table rows with a data-id
 	}{
-		{"the list shows a page of 100 and the count of all 1000", "/dashboard/", []string{"<small>1000</small>", `rel="next"`}, 100},
-		{"the list filters by metadata", "/dashboard/?meta=taskId%3D7", []string{"<small>1</small>", "sb00007"}, 1},
+		{"the list shows a page of 100 and the count of all 1000", "/dashboard/", []string{`<small id="total">1000</small>`, `rel="next"`}, 100},
+		{"the list filters by metadata", "/dashboard/?meta=taskId%3D7", []string{`<small id="total">1</small>`, "sb00007"}, 1},
 		{"the sandbox page shows the newest log line and command", "/dashboard/sandboxes/" + f.first, []string{"line 9999 of", "req0499", "make test"}, 0},
 		{"the log search keeps only matching lines", "/dashboard/sandboxes/" + f.first + "?q=%22line+42+of%22", []string{"line 42 of"}, 0},
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -118,6 +120,42 @@ func TestConsole(t *testing.T) {
 		_, page = v.get("/dashboard/?state=running&meta=taskId%3Dconsole-7")
 		if !strings.Contains(page, id) {
 			t.Fatalf("filter taskId=console-7 lost %s", id)
+		}
+	})
+
+	t.Run("a sandbox created through the API is pushed to the live list", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/dashboard/live?meta=taskId%3Dlive-1", nil)
+		res, err := v.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if ct := res.Header.Get("Content-Type"); res.StatusCode != http.StatusOK || ct != "text/event-stream" {
+			t.Fatalf("live: %d %s", res.StatusCode, ct)
+		}
+		lines := bufio.NewScanner(res.Body)
+		event := func() string { // the data of the next event
+			var data []string
+			for lines.Scan() {
+				l := lines.Text()
+				if l == "" && data != nil {
+					return strings.Join(data, "\n")
+				}
+				if d, ok := strings.CutPrefix(l, "data: "); ok {
+					data = append(data, d)
+				}
+			}
+			t.Fatalf("live stream ended: %v", lines.Err())
+			return ""
+		}
+		if first := event(); !strings.HasPrefix(first, "0\n") || !strings.Contains(first, "No sandboxes match") {
+			t.Fatalf("first event: %q", first)
+		}
+		live := a.create(map[string]any{"metadata": map[string]string{"taskId": "live-1"}})
+		if next := event(); !strings.HasPrefix(next, "1\n") || !strings.Contains(next, `data-id="`+live+`"`) {
+			t.Fatalf("after create: %q", next)
 		}
 	})
 
