@@ -94,7 +94,7 @@ func New(cfg Config) *Console {
 			sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 			return out
 		},
-		"ms":  func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"ms": func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
 		"exit": func(p *int) string {
 			if p == nil {
 				return "–"
