@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -43,6 +44,7 @@ type Records interface {
 	ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.SandboxPage, error)
 	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
+	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
 	store.TraceStore
 }
 
@@ -50,6 +52,7 @@ type Records interface {
 const (
 	pageCommands = 500
 	pageLogLines = 1000
+	pageEvents   = 1000
 )
 
 // Config is what New needs.
@@ -85,14 +88,13 @@ type Console struct {
 func New(cfg Config) *Console {
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
-		"utc": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"fields": func(m map[string]any) []metaPair {
-			out := make([]metaPair, 0, len(m))
-			for k, v := range m {
-				out = append(out, metaPair{k, fmt.Sprint(v)})
-			}
-			sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-			return out
+		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"fields": pairs,
+		"data": func(raw []byte) []metaPair {
+			var m map[string]any
+			_ = json.Unmarshal(raw, &m) // an event's data is a JSON object; anything else shows nothing
+			delete(m, "postmortem")
+			return pairs(m)
 		},
 		"ms": func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
 		"exit": func(p *int) string {
@@ -332,6 +334,16 @@ func (c *Console) find(ctx context.Context, s *session, id string) (*store.Sandb
 
 type metaPair struct{ Key, Value string }
 
+// pairs is m's entries sorted by key, values as text.
+func pairs(m map[string]any) []metaPair {
+	out := make([]metaPair, 0, len(m))
+	for k, v := range m {
+		out = append(out, metaPair{k, fmt.Sprint(v)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
 func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
 	sb, err := c.find(r.Context(), s, r.PathValue("id"))
@@ -364,7 +376,12 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("logs of %s: %w", sb.ID, err))
 		return
 	}
-	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta,
+	evs, err := c.cfg.Records.ListEvents(r.Context(), store.EventFilter{TeamID: sb.TeamID, SandboxID: sb.ID, Limit: pageEvents})
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events of %s: %w", sb.ID, err))
+		return
+	}
+	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events,
 		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
 }
 

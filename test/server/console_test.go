@@ -243,6 +243,10 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("after kill: %d\n%s", code, body)
 		}
 		writeArtifact(t, "console-killed.html", body)
+		life := section(body, `id="lifecycle"`)
+		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "kill_reason=request") {
+			t.Errorf("lifecycle lacks created and killed with reason request:\n%s", life)
+		}
 		created := regexp.MustCompile(`"msg":"sandbox created".*"api_key.id":"([^"]+)"`).FindStringSubmatch(s.Logs())
 		actor := regexp.MustCompile(`id="kill-actor">([^ ]+) `).FindStringSubmatch(body)
 		if created == nil || actor == nil || actor[1] != created[1] {
