@@ -82,11 +82,16 @@ type Console struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	now      func() time.Time
+	closed   chan struct{} // closed by Close: live streams end
+	once     sync.Once
 }
+
+// Close ends every live stream, so a server shutdown does not wait on open browsers.
+func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
 
 // New returns the console handler; mount it at Prefix.
 func New(cfg Config) *Console {
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"fields": pairs,
@@ -270,6 +275,8 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-c.closed:
 			return
 		case <-tick.C:
 		}

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -124,5 +125,33 @@ func BenchmarkRender(b *testing.B) {
 			}
 			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "ms/render")
 		})
+	}
+}
+
+func TestCloseEndsLiveStreams(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.console)
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/dashboard/live", nil)
+	req.AddCookie(f.cookie)
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	first := make([]byte, 64)
+	if _, err := res.Body.Read(first); err != nil || !strings.HasPrefix(string(first), "event: rows") {
+		t.Fatalf("first read: %q %v", first, err)
+	}
+	f.console.Close()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, res.Body); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stream ended with %v, want a clean end", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live stream was still open 30 s after Close")
 	}
 }

@@ -303,6 +303,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
+	dashboard.Close()   // ends the console's live streams
 	_ = srv.Shutdown(sctx)
 	return nil
 }
