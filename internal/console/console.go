@@ -3,6 +3,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -95,6 +96,15 @@ func New(cfg Config) *Console {
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"fields": pairs,
+		"postmortem": func(raw []byte) string {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(raw, &m) != nil || m["postmortem"] == nil {
+				return ""
+			}
+			var b bytes.Buffer
+			_ = json.Indent(&b, m["postmortem"], "", "  ") // valid: it came from a JSON object
+			return b.String()
+		},
 		"data": func(raw []byte) []metaPair {
 			var m map[string]any
 			_ = json.Unmarshal(raw, &m) // an event's data is a JSON object; anything else shows nothing

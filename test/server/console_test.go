@@ -244,8 +244,9 @@ func TestConsole(t *testing.T) {
 		}
 		writeArtifact(t, "console-killed.html", body)
 		life := section(body, `id="lifecycle"`)
-		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "kill_reason=request") {
-			t.Errorf("lifecycle lacks created and killed with reason request:\n%s", life)
+		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "kill_reason=request") ||
+			!strings.Contains(life, "<summary>Post-mortem</summary>") {
+			t.Errorf("lifecycle lacks created and killed with reason request and its post-mortem:\n%s", life)
 		}
 		created := regexp.MustCompile(`"msg":"sandbox created".*"api_key.id":"([^"]+)"`).FindStringSubmatch(s.Logs())
 		actor := regexp.MustCompile(`id="kill-actor">([^ ]+) `).FindStringSubmatch(body)
