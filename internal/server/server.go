@@ -19,11 +19,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/logs"
@@ -270,10 +272,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
+	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Records: db, AdminToken: admin})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case px.Match(r):
 			px.ServeHTTP(w, r)
+		case strings.HasPrefix(r.URL.Path, console.Prefix):
+			dashboard.ServeHTTP(w, r)
 		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
 			metrics.ServeHTTP(w, r)
 		default:
@@ -321,6 +326,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
+	dashboard.Close()   // ends the console's live streams
 	_ = srv.Shutdown(sctx)
 	return nil
 }

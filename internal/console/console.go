@@ -1,0 +1,502 @@
+// Package console serves Cove's web console at /dashboard/: server-rendered pages
+// (html/template, every asset embedded) over the same orchestrator and key store as the API.
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/reason"
+)
+
+//go:embed assets templates
+var files embed.FS
+
+// Prefix is where the console is mounted.
+const Prefix = "/dashboard/"
+
+const (
+	cookieName = "cove_session"
+	sessionTTL = 12 * time.Hour
+)
+
+// Records reads what the stores kept of sandboxes, killed ones included; sqlite.DB implements it.
+type Records interface {
+	GetSandbox(ctx context.Context, id string) (*store.Sandbox, error)
+	ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.SandboxPage, error)
+	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
+	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
+	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
+	store.TraceStore
+}
+
+// Page sizes of the sandbox page.
+const (
+	pageCommands = 500
+	pageLogLines = 1000
+	pageEvents   = 1000
+)
+
+// Config is what New needs.
+type Config struct {
+	Sandboxes  api.Sandboxes
+	Keys       api.Authenticator
+	Records    Records
+	AdminToken string // "" disables admin sign-in
+}
+
+// session is one signed-in viewer.
+type session struct {
+	TeamID   string // "" for the admin: every team
+	TeamName string
+	KeyID    string // the actor recorded on actions
+	CSRF     string
+	Expires  time.Time
+}
+
+func (s *session) admin() bool { return s.TeamID == "" }
+
+// Console is the /dashboard/ handler.
+type Console struct {
+	cfg      Config
+	mux      *http.ServeMux
+	pages    *template.Template
+	mu       sync.Mutex
+	sessions map[string]*session
+	now      func() time.Time
+	closed   chan struct{} // closed by Close: live streams end
+	once     sync.Once
+}
+
+// Close ends every live stream, so a server shutdown does not wait on open browsers.
+func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
+
+// New returns the console handler; mount it at Prefix.
+func New(cfg Config) *Console {
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now, closed: make(chan struct{})}
+	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
+		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"fields": pairs,
+		"postmortem": func(raw []byte) string {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(raw, &m) != nil || m["postmortem"] == nil {
+				return ""
+			}
+			var b bytes.Buffer
+			_ = json.Indent(&b, m["postmortem"], "", "  ") // valid: it came from a JSON object
+			return b.String()
+		},
+		"data": func(raw []byte) []metaPair {
+			var m map[string]any
+			_ = json.Unmarshal(raw, &m) // an event's data is a JSON object; anything else shows nothing
+			delete(m, "postmortem")
+			return pairs(m)
+		},
+		"ms": func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"exit": func(p *int) string {
+			if p == nil {
+				return "–"
+			}
+			return fmt.Sprint(*p)
+		},
+	}).ParseFS(files, "templates/*.html"))
+	static, _ := fs.Sub(files, "assets")
+	c.mux.Handle("GET /dashboard/assets/", http.StripPrefix("/dashboard/assets/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET /dashboard/login", c.loginForm)
+	c.mux.HandleFunc("POST /dashboard/login", c.login)
+	c.mux.HandleFunc("POST /dashboard/logout", c.signedIn(c.logout))
+	c.mux.HandleFunc("GET /dashboard/{$}", c.signedIn(c.list))
+	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}", c.signedIn(c.sandbox))
+	c.mux.HandleFunc("POST /dashboard/sandboxes/{id}/{action}", c.signedIn(c.act))
+	c.mux.HandleFunc("GET /dashboard/trace", c.signedIn(c.trace))
+	c.mux.HandleFunc("GET /dashboard/live", c.signedIn(c.live))
+	return c
+}
+
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	c.mux.ServeHTTP(w, r)
+}
+
+type ctxKey struct{}
+
+// signedIn runs next for a request with a live session, checking the CSRF token on
+// every POST; others are sent to the sign-in page.
+func (c *Console) signedIn(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := c.session(r)
+		if s == nil {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+				return
+			}
+			c.fail(w, r, http.StatusUnauthorized, errors.New("not signed in"))
+			return
+		}
+		if r.Method == http.MethodPost {
+			got := r.PostFormValue("csrf")
+			if subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) != 1 {
+				c.fail(w, r, http.StatusForbidden, errors.New("csrf: the form's token does not match this session; reload the page"))
+				return
+			}
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, s)))
+	}
+}
+
+func (c *Console) session(r *http.Request) *session {
+	ck, err := r.Cookie(cookieName)
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sessions[ck.Value]
+	if s != nil && c.now().After(s.Expires) {
+		delete(c.sessions, ck.Value)
+		return nil
+	}
+	return s
+}
+
+func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
+
+func token() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
+}
+
+func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "login.html", map[string]any{"Title": "Sign in"})
+}
+
+// login accepts an API key (that key's team) or the admin token (all teams).
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimSpace(r.PostFormValue("key"))
+	s := &session{CSRF: token(), Expires: c.now().Add(sessionTTL)}
+	switch {
+	case key == "":
+		c.renderStatus(w, r, http.StatusBadRequest, "login.html", map[string]any{"Title": "Sign in", "Error": "key: enter an API key or the admin token"})
+		return
+	case c.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(key), []byte(c.cfg.AdminToken)) == 1:
+		s.TeamName, s.KeyID = "all teams (admin)", "admin"
+	default:
+		k, team, err := c.cfg.Keys.Authenticate(r.Context(), key)
+		if err != nil || k == nil || team == nil {
+			c.renderStatus(w, r, http.StatusUnauthorized, "login.html", map[string]any{"Title": "Sign in", "Error": "invalid or revoked API key"})
+			return
+		}
+		s.TeamID, s.TeamName, s.KeyID = team.ID, team.Name, k.ID
+	}
+	id := token()
+	c.mu.Lock()
+	c.sessions[id] = s
+	c.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Expires: s.Expires})
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(cookieName); err == nil {
+		c.mu.Lock()
+		delete(c.sessions, ck.Value)
+		c.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+}
+
+// listFilter is the sandbox list's query: ?state=running&template=base&meta=taskId=7&next=…
+type listFilter struct {
+	State, Template, Meta, Next string
+}
+
+func (c *Console) list(w http.ResponseWriter, r *http.Request) {
+	data, code, err := c.listData(r)
+	if err != nil {
+		c.fail(w, r, code, err)
+		return
+	}
+	c.render(w, r, "list.html", data)
+}
+
+// live pushes the list's rows (the same query as the page's) as Server-Sent Events
+// whenever they change, checked every liveEvery, until the viewer goes away.
+func (c *Console) live(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		c.fail(w, r, http.StatusInternalServerError, errors.New("live: this connection cannot stream"))
+		return
+	}
+	if _, code, err := c.listData(r); err != nil {
+		c.fail(w, r, code, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	last := ""
+	tick := time.NewTicker(liveEvery)
+	defer tick.Stop()
+	for {
+		data, _, err := c.listData(r)
+		if err != nil {
+			fmt.Fprintf(w, "event: failure\ndata: %s (request %s)\n\n", strings.ReplaceAll(err.Error(), "\n", " "), telemetry.RequestID(r.Context()))
+			flusher.Flush()
+			return
+		}
+		var b strings.Builder
+		if err := c.pages.ExecuteTemplate(&b, "rows", data); err != nil {
+			telemetry.Logger(r.Context()).Error("console live render", "err", err)
+			return
+		}
+		if frag := b.String(); frag != last {
+			last = frag
+			fmt.Fprintf(w, "event: rows\ndata: %d\n", data["Total"])
+			for line := range strings.SplitSeq(frag, "\n") {
+				fmt.Fprintf(w, "data: %s\n", line)
+			}
+			fmt.Fprint(w, "\n")
+			flusher.Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-c.closed:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// liveEvery is how often the live list looks for changes.
+const liveEvery = time.Second
+
+// listData runs the list's query; the int is the status for its error.
+func (c *Console) listData(r *http.Request) (map[string]any, int, error) {
+	s := sessionOf(r)
+	q := r.URL.Query()
+	lf := listFilter{State: q.Get("state"), Template: q.Get("template"), Meta: q.Get("meta"), Next: q.Get("next")}
+	f := store.SandboxFilter{TeamID: s.TeamID, Next: lf.Next, Limit: 100}
+	switch lf.State {
+	case "":
+	case string(store.StateRunning), string(store.StatePaused), string(store.StateKilled):
+		f.States = []store.SandboxState{store.SandboxState(lf.State)}
+	default:
+		return nil, http.StatusBadRequest, fmt.Errorf("state: %q is not one of running, paused, killed", lf.State)
+	}
+	if lf.Meta != "" {
+		f.Metadata = map[string]string{}
+		for _, pair := range strings.Split(lf.Meta, ",") {
+			k, v, ok := strings.Cut(pair, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return nil, http.StatusBadRequest, fmt.Errorf("meta: %q is not key=value", pair)
+			}
+			f.Metadata[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	page, err := c.cfg.Records.ListSandboxes(r.Context(), f)
+	if errors.Is(err, store.ErrBadCursor) {
+		return nil, http.StatusBadRequest, fmt.Errorf("next: %w", err)
+	}
+	if err != nil {
+		return nil, http.StatusInternalServerError, fmt.Errorf("list sandboxes: %w", err)
+	}
+	rows := page.Sandboxes
+	if lf.Template != "" {
+		kept := rows[:0:0]
+		for _, sb := range rows {
+			if sb.TemplateID == lf.Template || sb.Alias == lf.Template {
+				kept = append(kept, sb)
+			}
+		}
+		rows = kept
+	}
+	return map[string]any{"Title": "Sandboxes", "Rows": rows, "Total": page.Total, "Query": r.URL.RawQuery,
+		"Next": page.Next, "Filter": lf, "States": []store.SandboxState{store.StateRunning, store.StatePaused, store.StateKilled}}, 0, nil
+}
+
+// find returns a sandbox the viewer may see, killed ones included.
+func (c *Console) find(ctx context.Context, s *session, id string) (*store.Sandbox, error) {
+	sb, err := c.cfg.Records.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !s.admin() && sb.TeamID != s.TeamID) {
+		return nil, fmt.Errorf("sandbox %s: %w", id, orchestrator.ErrNotFound)
+	}
+	return sb, err
+}
+
+type metaPair struct{ Key, Value string }
+
+// pairs is m's entries sorted by key, values as text.
+func pairs(m map[string]any) []metaPair {
+	out := make([]metaPair, 0, len(m))
+	for k, v := range m {
+		out = append(out, metaPair{k, fmt.Sprint(v)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	sb, err := c.find(r.Context(), s, r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	meta := make([]metaPair, 0, len(sb.Metadata))
+	for k, v := range sb.Metadata {
+		meta = append(meta, metaPair{k, v})
+	}
+	sort.Slice(meta, func(i, j int) bool { return meta[i].Key < meta[j].Key })
+	cmds, err := c.cfg.Records.ListCommands(r.Context(), sb.ID, pageCommands, "")
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("commands of %s: %w", sb.ID, err))
+		return
+	}
+	q := r.URL.Query()
+	lq := store.LogQuery{TeamID: sb.TeamID, SandboxID: sb.ID, Limit: pageLogLines, Backward: true, Search: q.Get("q")}
+	if fv := q.Get("field"); fv != "" {
+		k, v, ok := strings.Cut(fv, "=")
+		if !ok || k == "" {
+			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("field: %q is not key=value", fv))
+			return
+		}
+		lq.Fields = map[string]string{k: v}
+	}
+	logs, err := c.cfg.Records.QueryLogs(r.Context(), lq)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("logs of %s: %w", sb.ID, err))
+		return
+	}
+	evs, err := c.cfg.Records.ListEvents(r.Context(), store.EventFilter{TeamID: sb.TeamID, SandboxID: sb.ID, Limit: pageEvents})
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events of %s: %w", sb.ID, err))
+		return
+	}
+	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events,
+		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
+}
+
+// trace shows `cove trace` for one request id: what the server, envd, the command and the
+// events recorded under it, oldest first.
+func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	data := map[string]any{"Title": "Trace", "ID": id}
+	if id != "" {
+		if s.admin() {
+			c.fail(w, r, http.StatusBadRequest, errors.New("id: traces are kept per team; sign in with the team's API key to trace a request"))
+			return
+		}
+		tl, err := trace.Build(r.Context(), c.cfg.Records, s.TeamID, id)
+		if err != nil {
+			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("trace %s: %w", id, err))
+			return
+		}
+		data["Title"], data["Timeline"] = "Trace "+id, tl
+	}
+	c.render(w, r, "trace.html", data)
+}
+
+// act runs one action on a sandbox: kill, pause, resume or timeout.
+func (c *Console) act(w http.ResponseWriter, r *http.Request) {
+	s := sessionOf(r)
+	ctx := telemetry.WithCaller(r.Context(), s.TeamID, s.KeyID, "console")
+	sb, err := c.find(ctx, s, r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, statusOf(err), err)
+		return
+	}
+	switch action := r.PathValue("action"); action {
+	case "kill":
+		err = c.cfg.Sandboxes.Kill(ctx, sb.TeamID, sb.ID, reason.KillRequest, s.KeyID)
+	case "pause":
+		err = c.cfg.Sandboxes.Pause(ctx, sb.TeamID, sb.ID)
+	case "resume":
+		_, err = c.cfg.Sandboxes.Resume(ctx, sb.TeamID, sb.ID, 0)
+	case "timeout":
+		secs, perr := parseSeconds(r.PostFormValue("timeout"))
+		if perr != nil {
+			c.fail(w, r, http.StatusBadRequest, perr)
+			return
+		}
+		err = c.cfg.Sandboxes.SetTimeout(ctx, sb.TeamID, sb.ID, secs)
+	default:
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("action: %q is not one of kill, pause, resume, timeout", action))
+		return
+	}
+	if err != nil {
+		c.fail(w, r, statusOf(err), fmt.Errorf("%s sandbox %s: %w", r.PathValue("action"), sb.ID, err))
+		return
+	}
+	http.Redirect(w, r, Prefix+"sandboxes/"+sb.ID, http.StatusSeeOther)
+}
+
+func parseSeconds(v string) (time.Duration, error) {
+	var n int
+	if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d", &n); err != nil || n < 1 || n > 24*3600 {
+		return 0, fmt.Errorf("timeout: %q is not a number of seconds from 1 to 86400", v)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+func statusOf(err error) int {
+	var gone *orchestrator.GoneError
+	switch {
+	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.As(err, &gone):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+// fail renders an error page that names the request id.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	c.renderStatus(w, r, code, "error.html", map[string]any{"Title": http.StatusText(code), "Error": err.Error(), "Code": code})
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
+	c.renderStatus(w, r, http.StatusOK, name, data)
+}
+
+func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, code int, name string, data map[string]any) {
+	data["RequestID"] = telemetry.RequestID(r.Context())
+	if s := sessionOf(r); s != nil {
+		data["Session"] = s
+	}
+	var b strings.Builder
+	if err := c.pages.ExecuteTemplate(&b, name, data); err != nil {
+		telemetry.Logger(r.Context()).Error("console render", "page", name, "err", err)
+		http.Error(w, "render "+name+": "+err.Error()+" (request "+telemetry.RequestID(r.Context())+")", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(b.String()))
+}

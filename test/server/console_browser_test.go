@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/cove-dev/cove/internal/covetest"
+)
+
+const chromium = "/usr/bin/chromium"
+
+// TestConsoleInABrowser drives the console in headless Chromium: sign in, a sandbox created
+// through the API appears without reload, its page shows the command, the trace shows the
+// end cause, and a kill from the console (confirmed) records reason request. Screenshots of
+// each page, light and dark, go to $COVE_TEST_ARTIFACTS (or the test's temp dir).
+func TestConsoleInABrowser(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skip("chromium not installed at " + chromium + " (Debian package chromium; scripts/deps.sh installs it)")
+	}
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800))
+	t.Cleanup(cancelAlloc)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	t.Cleanup(cancelCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 120*time.Second)
+	t.Cleanup(cancelTimeout)
+	// The kill button asks for confirmation: accept it, as a user would.
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
+		}
+	})
+
+	dir := os.Getenv("COVE_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	shot := func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			for _, scheme := range []string{"light", "dark"} {
+				var png []byte
+				if err := chromedp.Run(ctx,
+					emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}),
+					chromedp.FullScreenshot(&png, 100)); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, "console-"+name+"-"+scheme+".png"), png, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+
+	run := func(step string, actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	run("sign in", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(s.URL+"/dashboard/"),
+		chromedp.WaitVisible(`#key`, chromedp.ByID), chromedp.SendKeys(`#key`, s.Key, chromedp.ByID),
+		chromedp.Submit(`#key`, chromedp.ByID), chromedp.WaitVisible(`#sandboxes`, chromedp.ByID), shot("login-list"))
+
+	id := a.create(map[string]any{"metadata": map[string]string{"taskId": "browser-1"}})
+	run("see the new sandbox without reload", chromedp.WaitVisible(`tr[data-id="`+id+`"]`, chromedp.ByQuery), shot("list"))
+
+	run("open the sandbox", chromedp.Click(`tr[data-id="`+id+`"] a`, chromedp.ByQuery), chromedp.WaitVisible(`#commands`, chromedp.ByID))
+	runCmd(t, s, id)
+	var text string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		run("reload the sandbox page", chromedp.Reload(), chromedp.WaitVisible(`#logs`, chromedp.ByID), chromedp.Text(`#logs`, &text, chromedp.ByID))
+		if strings.Contains(text, "browser-hello") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log line not on the sandbox page after 20 s: %q", text)
+		}
+	}
+	run("sandbox page", shot("sandbox"))
+	run("search the log", chromedp.SendKeys(`input[name="q"]`, "browser-hello", chromedp.ByQuery), chromedp.Submit(`input[name="q"]`, chromedp.ByQuery),
+		// The value attribute is the server's: it is there once the search's page has loaded.
+		chromedp.WaitVisible(`input[name="q"][value="browser-hello"]`, chromedp.ByQuery), chromedp.Text(`#logs`, &text, chromedp.ByID))
+	if !strings.Contains(text, "browser-hello") || strings.Contains(text, "browser-other") {
+		t.Errorf("log search: %q", text)
+	}
+	run("open the trace", chromedp.Click(`a[href="/dashboard/trace?id=req-browser-1"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#timeline`, chromedp.ByID), chromedp.Text(`#timeline`, &text, chromedp.ByID), shot("trace"))
+	if !strings.Contains(text, "exited 5") {
+		t.Errorf("trace lacks the end cause: %q", text)
+	}
+	run("kill from the console", chromedp.Navigate(s.URL+"/dashboard/sandboxes/"+id), chromedp.Click(`button.danger`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#kill-reason`, chromedp.ByID), chromedp.Text(`#kill-reason`, &text, chromedp.ByID), shot("killed"))
+	if text != "request" {
+		t.Errorf("kill reason %q, want request", text)
+	}
+	killedWith(t, a, id, "request")
+	t.Logf("screenshots in %s", dir)
+}
+
+func runCmd(t *testing.T, s *covetest.Server, id string) {
+	t.Helper()
+	run(t, s, id, "echo browser-hello; echo browser-other; exit 5", "req-browser-1")
+}

@@ -1,0 +1,298 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
+)
+
+// viewer is a browser-like client of the console: a cookie jar, no redirects followed
+// for POSTs unless asked.
+type viewer struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+}
+
+func newViewer(t *testing.T, base string) *viewer {
+	jar, _ := cookiejar.New(nil)
+	return &viewer{t: t, base: base, hc: &http.Client{Jar: jar}}
+}
+
+func (v *viewer) get(path string) (int, string) {
+	v.t.Helper()
+	res, err := v.hc.Get(v.base + path)
+	if err != nil {
+		v.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func (v *viewer) post(path string, form url.Values) (int, string) {
+	v.t.Helper()
+	res, err := v.hc.PostForm(v.base+path, form)
+	if err != nil {
+		v.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func (v *viewer) csrf(page string) string {
+	v.t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		v.t.Fatalf("no csrf token on the page:\n%s", page)
+	}
+	return m[1]
+}
+
+func (v *viewer) signIn(key string) string {
+	v.t.Helper()
+	code, page := v.post("/dashboard/login", url.Values{"key": {key}})
+	if code != http.StatusOK || !strings.Contains(page, "<h1>Sandboxes") {
+		v.t.Fatalf("sign in: %d\n%s", code, page)
+	}
+	return page
+}
+
+func TestConsole(t *testing.T) {
+	s := covetest.Start(t, "")
+	a := client{t: t, url: s.URL, key: s.Key}
+	id := a.create(map[string]any{"metadata": map[string]string{"taskId": "console-7"}})
+
+	t.Run("signed-out pages send the viewer to sign in", func(t *testing.T) {
+		v := newViewer(t, s.URL)
+		code, page := v.get("/dashboard/sandboxes/" + id)
+		if code != http.StatusOK || !strings.Contains(page, `action="/dashboard/login"`) {
+			t.Fatalf("got %d, want the sign-in page:\n%s", code, page)
+		}
+	})
+
+	t.Run("a wrong key is refused and the page names the request id", func(t *testing.T) {
+		v := newViewer(t, s.URL)
+		code, page := v.post("/dashboard/login", url.Values{"key": {"e2b_nope"}})
+		if code != http.StatusUnauthorized || !strings.Contains(page, "invalid or revoked API key") || !strings.Contains(page, "request <code") {
+			t.Fatalf("got %d:\n%s", code, page)
+		}
+	})
+
+	t.Run("the session cookie is HttpOnly and SameSite=Strict", func(t *testing.T) {
+		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).
+			PostForm(s.URL+"/dashboard/login", url.Values{"key": {s.Key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		c := res.Header.Get("Set-Cookie")
+		if !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Strict") {
+			t.Fatalf("Set-Cookie = %q", c)
+		}
+	})
+
+	v := newViewer(t, s.URL)
+	list := v.signIn(s.Key)
+
+	t.Run("the team's sandbox is listed with its metadata and found by metadata filter", func(t *testing.T) {
+		if !strings.Contains(list, id) || !strings.Contains(list, "taskId=console-7") {
+			t.Fatalf("list lacks %s:\n%s", id, list)
+		}
+		_, page := v.get("/dashboard/?meta=taskId%3Dother")
+		if strings.Contains(page, id) {
+			t.Fatalf("filter taskId=other still lists %s", id)
+		}
+		_, page = v.get("/dashboard/?state=running&meta=taskId%3Dconsole-7")
+		if !strings.Contains(page, id) {
+			t.Fatalf("filter taskId=console-7 lost %s", id)
+		}
+	})
+
+	t.Run("a sandbox created through the API is pushed to the live list", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/dashboard/live?meta=taskId%3Dlive-1", nil)
+		res, err := v.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if ct := res.Header.Get("Content-Type"); res.StatusCode != http.StatusOK || ct != "text/event-stream" {
+			t.Fatalf("live: %d %s", res.StatusCode, ct)
+		}
+		lines := bufio.NewScanner(res.Body)
+		event := func() string { // the data of the next event
+			var data []string
+			for lines.Scan() {
+				l := lines.Text()
+				if l == "" && data != nil {
+					return strings.Join(data, "\n")
+				}
+				if d, ok := strings.CutPrefix(l, "data: "); ok {
+					data = append(data, d)
+				}
+			}
+			t.Fatalf("live stream ended: %v", lines.Err())
+			return ""
+		}
+		if first := event(); !strings.HasPrefix(first, "0\n") || !strings.Contains(first, "No sandboxes match") {
+			t.Fatalf("first event: %q", first)
+		}
+		live := a.create(map[string]any{"metadata": map[string]string{"taskId": "live-1"}})
+		if next := event(); !strings.HasPrefix(next, "1\n") || !strings.Contains(next, `data-id="`+live+`"`) {
+			t.Fatalf("after create: %q", next)
+		}
+	})
+
+	t.Run("a bad filter is a 400 naming the field", func(t *testing.T) {
+		code, page := v.get("/dashboard/?state=sleepy")
+		if code != http.StatusBadRequest || !strings.Contains(page, "state:") {
+			t.Fatalf("got %d:\n%s", code, page)
+		}
+	})
+
+	t.Run("another team's key sees none of it", func(t *testing.T) {
+		team := strings.TrimSpace(cli(t, s, "team", "create", "console-other"))
+		out := cli(t, s, "apikey", "create", "b", "--team", team)
+		b := newViewer(t, s.URL)
+		if page := b.signIn(strings.Fields(out)[0]); strings.Contains(page, id) {
+			t.Fatalf("other team's list shows %s", id)
+		}
+		if code, _ := b.get("/dashboard/sandboxes/" + id); code != http.StatusNotFound {
+			t.Fatalf("other team's sandbox page: %d, want 404", code)
+		}
+		_, page := b.get("/dashboard/")
+		if code, _ := b.post("/dashboard/sandboxes/"+id+"/kill", url.Values{"csrf": {b.csrf(page)}}); code != http.StatusNotFound {
+			t.Fatalf("other team's kill: %d, want 404", code)
+		}
+	})
+
+	t.Run("an action without the session's csrf token is refused and changes nothing", func(t *testing.T) {
+		code, _ := v.post("/dashboard/sandboxes/"+id+"/kill", url.Values{"csrf": {"forged"}})
+		if code != http.StatusForbidden {
+			t.Fatalf("got %d, want 403", code)
+		}
+		if code, out, _ := a.do(http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusOK || out["state"] != "running" {
+			t.Fatalf("sandbox after forged kill: %d %v", code, out)
+		}
+	})
+
+	t.Run("set timeout rejects a bad value with the field named", func(t *testing.T) {
+		_, page := v.get("/dashboard/sandboxes/" + id)
+		code, body := v.post("/dashboard/sandboxes/"+id+"/timeout", url.Values{"csrf": {v.csrf(page)}, "timeout": {"soon"}})
+		if code != http.StatusBadRequest || !strings.Contains(body, "timeout:") {
+			t.Fatalf("got %d:\n%s", code, body)
+		}
+	})
+
+	t.Run("a command run through the API shows its record and log line, and the log search finds it", func(t *testing.T) {
+		run(t, s, id, `echo console-hello; echo other-line; exit 4`, "req-console-1")
+		var page string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, page = v.get("/dashboard/sandboxes/" + id)
+			logs := section(page, `id="logs"`)
+			if strings.Contains(logs, "console-hello") && strings.Contains(page, `class="cause">exited`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no command record and log line after 10 s:\n%s", page)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !strings.Contains(page, "req-console-1") || !strings.Contains(page, "<td>4</td>") {
+			t.Errorf("command record lacks its request id or exit code 4:\n%s", page)
+		}
+		_, found := v.get("/dashboard/sandboxes/" + id + "?q=console-hello")
+		logs := section(found, `id="logs"`)
+		if !strings.Contains(logs, "console-hello") || strings.Contains(logs, "other-line") {
+			t.Errorf("search console-hello: %s", logs)
+		}
+	})
+
+	t.Run("the trace of the command's request id shows its end cause and links the sandbox", func(t *testing.T) {
+		code, page := v.get("/dashboard/trace?id=req-console-1")
+		tl := section(page, `id="timeline"`)
+		if code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "end_cause=exited") ||
+			!strings.Contains(tl, `href="/dashboard/sandboxes/`+id+`"`) {
+			t.Fatalf("trace: %d\n%s", code, page)
+		}
+		writeArtifact(t, "console-trace.html", page)
+	})
+
+	t.Run("a kill from the console is recorded with reason request and the viewer's key as actor", func(t *testing.T) {
+		_, page := v.get("/dashboard/sandboxes/" + id)
+		writeArtifact(t, "console-sandbox.html", page)
+		code, body := v.post("/dashboard/sandboxes/"+id+"/kill", url.Values{"csrf": {v.csrf(page)}})
+		if code != http.StatusOK || !strings.Contains(body, `id="kill-reason">request<`) {
+			t.Fatalf("after kill: %d\n%s", code, body)
+		}
+		writeArtifact(t, "console-killed.html", body)
+		life := section(body, `id="lifecycle"`)
+		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "kill_reason=request") ||
+			!strings.Contains(life, "<summary>Post-mortem</summary>") {
+			t.Errorf("lifecycle lacks created and killed with reason request and its post-mortem:\n%s", life)
+		}
+		created := regexp.MustCompile(`"msg":"sandbox created".*"api_key.id":"([^"]+)"`).FindStringSubmatch(s.Logs())
+		actor := regexp.MustCompile(`id="kill-actor">([^ ]+) `).FindStringSubmatch(body)
+		if created == nil || actor == nil || actor[1] != created[1] {
+			t.Fatalf("kill actor %v, want the signed-in key %v", actor, created)
+		}
+		killedWith(t, a, id, "request")
+	})
+
+	t.Run("the admin token sees every team", func(t *testing.T) {
+		tok, err := os.ReadFile(filepath.Join(s.DataDir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad := newViewer(t, s.URL)
+		ad.signIn(strings.TrimSpace(string(tok)))
+		if _, page := ad.get("/dashboard/?state=killed"); !strings.Contains(page, id) {
+			t.Fatalf("admin's killed list lacks %s", id)
+		}
+	})
+
+	t.Run("sign out ends the session", func(t *testing.T) {
+		_, page := v.get("/dashboard/")
+		v.post("/dashboard/logout", url.Values{"csrf": {v.csrf(page)}})
+		if _, page := v.get("/dashboard/"); !strings.Contains(page, `action="/dashboard/login"`) {
+			t.Fatalf("still signed in after sign out:\n%s", page)
+		}
+	})
+}
+
+// writeArtifact keeps a rendered page in $COVE_TEST_ARTIFACTS (or the test's temp dir).
+func writeArtifact(t *testing.T, name, body string) {
+	dir := os.Getenv("COVE_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Errorf("write artifact %s: %v", name, err)
+	}
+}
+
+// section is the page from marker on; "" when the page lacks it.
+func section(page, marker string) string {
+	i := strings.Index(page, marker)
+	if i < 0 {
+		return ""
+	}
+	return page[i:]
+}
