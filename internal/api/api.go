@@ -101,7 +101,7 @@ func (a *api) routes() {
 		})
 	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a.fail(w, r, errNoRoute(r))
+		a.fail(w, r, errUnrouted(r))
 	})
 }
 

@@ -31,6 +31,7 @@ const statusClientClosed = 499
 func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
+	var unserved *notImplementedError
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
@@ -47,6 +48,8 @@ func statusOf(err error) int {
 		errors.Is(err, orchestrator.ErrConflict),
 		errors.Is(err, store.ErrConflict):
 		return http.StatusConflict
+	case errors.As(err, &unserved):
+		return http.StatusNotImplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled):
