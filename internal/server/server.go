@@ -258,7 +258,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			return err
 		}})
 
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: cfg.Domain, Logger: cfg.Logger, AdminToken: admin,
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,
@@ -270,7 +275,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			"GET /traces/{requestId}": trace.NewAPI(trace.APIConfig{Store: db,
 				Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" }}),
 		}})
-	px := proxy.New(proxy.Config{Backend: orch, Domain: cfg.Domain, Logger: cfg.Logger})
+	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Records: db, AdminToken: admin})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -287,10 +292,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	})
 	handler := withLogger(cfg.Logger, telemetry.RequestIDMiddleware(telemetry.TraceHTTP(root)))
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
-	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
@@ -420,4 +421,23 @@ func withLogger(l *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(telemetry.WithLogger(r.Context(), l)))
 	})
+}
+
+// SandboxDomains returns the domain the proxy routes {port}-{id}.{domain} Hosts by, and the
+// domain create and info report (what the SDKs' getHost(port) builds on). Without a
+// configured domain, sandbox hosts are {port}-{id}.localhost on the server's own port: they
+// work out of the box on the machine Cove runs on, since curl and browsers send every
+// *.localhost name to loopback.
+func SandboxDomains(configured string, addr net.Addr) (proxyDomain, sandboxDomain string) {
+	if configured != "" {
+		return configured, configured
+	}
+	port := ""
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		port = strconv.Itoa(tcp.Port)
+	}
+	if port == "" {
+		return "localhost", "localhost"
+	}
+	return "localhost", "localhost:" + port
 }
