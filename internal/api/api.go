@@ -53,6 +53,9 @@ type Config struct {
 	// Routes are more handlers served behind the API's authentication, by mux pattern
 	// (events, metrics, logs); they read the caller's team with telemetry.Caller.
 	Routes map[string]http.Handler
+	// Activity answers /teams/{teamID}/metrics from the sandbox records; nil leaves those
+	// operations to the 501 of operations this server does not serve.
+	Activity store.Activity
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -92,6 +95,11 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
+	a.handle("GET /teams", a.teams)
+	if a.cfg.Activity != nil {
+		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)
+		a.handle("GET /teams/{teamID}/metrics/max", a.teamMetricsMax)
+	}
 	// Liveness for load balancers and the SDKs: no key needed, 204 as envd's /health answers.
 	a.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	for pattern, h := range a.cfg.Routes {

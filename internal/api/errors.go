@@ -17,6 +17,7 @@ var (
 	errUnauthorized = errors.New("unauthorized")
 	errBadRequest   = errors.New("bad request")
 	errRoute        = errors.New("no such route")
+	errForbidden    = errors.New("forbidden")
 )
 
 func errNoRoute(r *http.Request) error {
@@ -35,6 +36,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest
 	// A killed sandbox is not found: the SDK's kill() returns false on a 404 body only.

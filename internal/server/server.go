@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,

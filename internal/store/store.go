@@ -156,3 +156,16 @@ type Store interface {
 	Sandboxes
 	Close() error
 }
+
+// Span is when one sandbox lived: from its start to its kill (zero while it lives).
+type Span struct {
+	Started time.Time
+	Killed  time.Time
+}
+
+// Activity answers team metrics from the sandbox records themselves.
+type Activity interface {
+	// SandboxSpans returns the spans of teamID's sandboxes that were alive at some point of
+	// [from, to), oldest start first.
+	SandboxSpans(ctx context.Context, teamID string, from, to time.Time) ([]Span, error)
+}
