@@ -74,6 +74,12 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	if body.RequestID != "" && !strings.Contains(body.Message, body.RequestID) {
 		body.Message += " (request id " + body.RequestID + ")"
 	}
+	if proto := rpcProtocolOf(r); proto != notRPC && code != statusClientClosed {
+		// An RPC gets its error in its own protocol, so the SDK shows this message and
+		// raises NotFoundError or TimeoutError, not a transport error about a 502.
+		writeRPCError(w, proto, err, code, body.Message)
+		return
+	}
 	b, _ := json.Marshal(body)
 	b = append(b, '\n')
 	h := w.Header()

@@ -9,7 +9,7 @@ import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 
-import { Sandbox } from 'e2b'
+import { NotFoundError, Sandbox } from 'e2b'
 
 function requireEnv(name) {
   const value = process.env[name]
@@ -157,6 +157,28 @@ test('a sandbox past its timeout is killed: SDK calls fail and GET says "was kil
   assert.equal(got.status, 404, JSON.stringify(got.json))
   assert.equal(got.json.code, 404)
   assert.match(got.json.message, /was killed: timeout/)
+})
+
+test('calls to a killed or paused sandbox raise NotFoundError with Cove\'s reason and request id', TIMEOUT, async () => {
+  const killed = await create()
+  assert.equal(await Sandbox.kill(killed.sandboxId, opts), true)
+  const isKilled = (err) => {
+    assert.ok(err instanceof NotFoundError, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, new RegExp(`sandbox ${killed.sandboxId} was killed: request`))
+    assert.match(err.message, /request id /)
+    return true
+  }
+  await assert.rejects(killed.commands.run('true'), isKilled) // a server stream
+  await assert.rejects(killed.files.list('/'), isKilled) // a unary call
+
+  const paused = await create()
+  assert.equal(await paused.pause(), true)
+  await assert.rejects(paused.commands.run('true'), (err) => {
+    assert.ok(err instanceof NotFoundError, `${err?.name}: ${err?.message}`)
+    assert.match(err.message, new RegExp(`sandbox ${paused.sandboxId} is paused`))
+    assert.match(err.message, /request id /)
+    return true
+  })
 })
 
 test('a secure sandbox refuses envd calls without its token, and the SDK works since it carries it', TIMEOUT, async () => {
