@@ -13,7 +13,7 @@ import (
 )
 
 // TestProxyErrorKeepsConnection checks that a proxied request with a body that the proxy
-// refuses (its sandbox is gone) gets its 502, and that the client's keep-alive connection
+// refuses (its sandbox is gone) gets its error, and that the client's keep-alive connection
 // then still serves the next request: SDKs reuse connections.
 func TestProxyErrorKeepsConnection(t *testing.T) {
 	need(t)
@@ -42,9 +42,9 @@ func TestProxyErrorKeepsConnection(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	t.Run("a POST with a body to a killed sandbox answers 502 saying it was killed", func(t *testing.T) {
-		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "was killed") {
-			t.Errorf("status %d body %s, want 502 saying the sandbox was killed", resp.StatusCode, b)
+	t.Run("an RPC with a body to a killed sandbox answers a Connect not_found saying it was killed", func(t *testing.T) {
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"code":"not_found"`) || !strings.Contains(string(b), "was killed") {
+			t.Errorf("status %d body %s, want a Connect not_found error saying the sandbox was killed", resp.StatusCode, b)
 		}
 	})
 	t.Run("the same connection then serves the next request", func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestProxyErrorKeepsConnection(t *testing.T) {
 		if err != nil {
 			// With full duplex on, a failed dial left the body half-read and net/http
 			// panicked on the connection's reuse (golang/go#68560).
-			t.Fatalf("the server dropped the keep-alive connection after a proxy 502: %v", err)
+			t.Fatalf("the server dropped the keep-alive connection after a proxy error: %v", err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound {
