@@ -107,7 +107,7 @@ type Server struct {
 	t         testing.TB
 	templates string
 	cmd       *exec.Cmd
-	logs      *syncBuffer
+	logs      *Buffer
 	exited    chan struct{}
 }
 
@@ -133,7 +133,7 @@ func (s *Server) start() {
 	t := s.t
 	t.Helper()
 	if s.logs == nil {
-		s.logs = &syncBuffer{} // kept across restarts: a test reads what every run logged
+		s.logs = &Buffer{} // kept across restarts: a test reads what every run logged
 	}
 	cmd := exec.Command(Binary(t), "server", "--data", s.DataDir, "--templates", s.templates,
 		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms")
@@ -207,21 +207,31 @@ func (s *Server) Restart() {
 	s.start()
 }
 
-type syncBuffer struct {
+// Buffer collects what a process writes while a test reads it: a server's log, a
+// terminal's output. Safe for one writer and concurrent readers.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) Bytes() []byte {
+// Bytes returns a copy of what was written so far.
+func (b *Buffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]byte(nil), b.buf.Bytes()...)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func tail(b []byte, n int) []byte {

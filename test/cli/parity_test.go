@@ -2,13 +2,11 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 
 	"github.com/cove-dev/cove/internal/covetest"
 )
-
-// lockedBuffer collects a terminal's output for the test to poll.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // waitFor polls cond until it holds or a generous deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool, says func() string) {
@@ -86,7 +66,7 @@ func TestCLIParity(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tty.Close(); _ = cmd.Process.Kill() })
-		var out lockedBuffer
+		var out covetest.Buffer
 		go io.Copy(&out, tty)
 		waitFor(t, "the sandbox's terminal to report the local size", func() bool { return strings.Contains(out.String(), "33 101") }, out.String)
 		// Raw mode: Ctrl-C is a byte for the sandbox's terminal, not a SIGINT for cove.
@@ -115,7 +95,7 @@ func TestCLIParity(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tty.Close(); _ = cmd.Process.Kill() })
-		var out lockedBuffer
+		var out covetest.Buffer
 		go io.Copy(&out, tty)
 		waitFor(t, "the first size", func() bool { return strings.Contains(out.String(), "20 70") }, out.String)
 		// Setsize sends cove SIGWINCH; the resize reaches the sandbox asynchronously, so
@@ -191,7 +171,7 @@ func TestCLIParity(t *testing.T) {
 		c.ok("exec", sb, "--", "mkdir -p /tmp/w")
 		cmd := exec.Command(c.bin, "files", "watch", sb, "/tmp/w")
 		cmd.Env = c.env
-		var stderr lockedBuffer
+		var stderr covetest.Buffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
