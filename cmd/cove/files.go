@@ -24,7 +24,7 @@ func newFilesCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&user, "user", "u", "", "act as this user of the sandbox")
 	as := func() cove.Option { return cove.User(user) }
 	cmd.AddCommand(filesLsCmd(&f, as), filesCatCmd(&f, as), filesPutCmd(&f, as), filesGetCmd(&f, as), filesRmCmd(&f, as),
-		filesURLCmd(&f, &user), filesWatchCmd(&f, as))
+		filesURLCmd(&f, as), filesWatchCmd(&f, as))
 	return cmd
 }
 
@@ -184,7 +184,7 @@ func download(cmd *cobra.Command, sb *cove.Sandbox, path string, w io.Writer, op
 	return nil
 }
 
-func filesURLCmd(f *apiFlags, user *string) *cobra.Command {
+func filesURLCmd(f *apiFlags, as func() cove.Option) *cobra.Command {
 	var write bool
 	var expire time.Duration
 	cmd := &cobra.Command{
@@ -200,7 +200,7 @@ URL is signed with the sandbox's access token; --expire makes it stop working af
 			if err != nil {
 				return err
 			}
-			opts := []cove.Option{cove.User(*user)}
+			opts := []cove.Option{as()}
 			if expire > 0 {
 				opts = append(opts, cove.SignatureExpiration(expire))
 			}
