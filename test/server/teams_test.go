@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,10 +26,10 @@ func TestTeamsAndTeamMetrics(t *testing.T) {
 		t.Fatalf("kill %s: %d %v", b, code, out)
 	}
 
-	req, _ := http.NewRequest(http.MethodGet, s.URL+"/teams", nil)
-	req.Header.Set("X-API-Key", s.Key)
 	var teams []map[string]any
-	decodeOK(t, req, &teams)
+	if code := getJSON(t, s, "/teams", &teams); code != http.StatusOK {
+		t.Fatalf("GET /teams: %d", code)
+	}
 	if len(teams) != 1 || teams[0]["apiKey"] != s.Key || teams[0]["isDefault"] != true || teams[0]["teamID"] == "" {
 		t.Fatalf("GET /teams = %v, want the caller's one team with its key", teams)
 	}
@@ -39,10 +37,11 @@ func TestTeamsAndTeamMetrics(t *testing.T) {
 
 	t.Run("the series counts the sandbox alive now and both starts", func(t *testing.T) {
 		end := time.Now().Add(time.Second).Unix()
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/teams/%s/metrics?start=%d&end=%d", s.URL, team, start, end), nil)
-		req.Header.Set("X-API-Key", s.Key)
+		path := fmt.Sprintf("/teams/%s/metrics?start=%d&end=%d", team, start, end)
 		var series []map[string]any
-		decodeOK(t, req, &series)
+		if code := getJSON(t, s, path, &series); code != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, code)
+		}
 		if len(series) == 0 {
 			t.Fatal("empty series")
 		}
@@ -64,10 +63,11 @@ func TestTeamsAndTeamMetrics(t *testing.T) {
 		}
 	})
 	t.Run("max of concurrent sandboxes is at least the one alive", func(t *testing.T) {
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/teams/%s/metrics/max?metric=concurrent_sandboxes&start=%d", s.URL, team, start), nil)
-		req.Header.Set("X-API-Key", s.Key)
+		path := fmt.Sprintf("/teams/%s/metrics/max?metric=concurrent_sandboxes&start=%d", team, start)
 		var m map[string]any
-		decodeOK(t, req, &m)
+		if code := getJSON(t, s, path, &m); code != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, code)
+		}
 		if v, _ := m["value"].(float64); v < 1 || m["timestampUnix"] == nil {
 			t.Fatalf("max = %v", m)
 		}
@@ -120,22 +120,5 @@ func TestTeamsAndTeamMetrics(t *testing.T) {
 				t.Fatalf("%s: message %v does not name %s", tt.path, out["message"], want[1])
 			}
 		})
-	}
-}
-
-// decodeOK sends req, wants a 200 and decodes its JSON body into v.
-func decodeOK(t *testing.T, req *http.Request, v any) {
-	t.Helper()
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", req.Method, req.URL, res.StatusCode, b)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v: %s", req.URL, err, b)
 	}
 }
