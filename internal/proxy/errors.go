@@ -110,11 +110,14 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	p.fail(w, r, t, err)
 }
 
+// errWasPaused says a sandbox was paused while a response from it was open.
+var errWasPaused = errors.New("was paused")
+
 // isStateError says err already explains the sandbox's state.
 func isStateError(err error) bool {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
-	return errors.As(err, &gone) || errors.As(err, &paused) ||
+	return errors.As(err, &gone) || errors.As(err, &paused) || errors.Is(err, errWasPaused) ||
 		errors.Is(err, orchestrator.ErrNotFound) || errors.Is(err, store.ErrNotFound)
 }
 
@@ -131,6 +134,8 @@ func (p *Proxy) cutReason(ctx context.Context, id string, r *http.Request) error
 	switch {
 	case err != nil:
 		return fmt.Errorf("response cut: %w", err)
+	case sb.State == store.StatePaused:
+		return fmt.Errorf("response cut: sandbox %s %w", id, errWasPaused)
 	case sb.State != store.StateRunning:
 		return fmt.Errorf("response cut: sandbox %s is %s", id, sb.State)
 	default:

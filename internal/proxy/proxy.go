@@ -89,7 +89,7 @@ func New(cfg Config) *Proxy {
 		Rewrite:        p.rewrite,
 		Transport:      p.transport,
 		FlushInterval:  -1, // flush every write: each stream frame reaches the client at once
-		ModifyResponse: modifyResponse,
+		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       log.New(slogWriter{base}, "", 0),
 	}
@@ -184,9 +184,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	traceHop(pr, t)
 }
 
-// modifyResponse drops upstream's request id header: the proxy already echoes the id.
-func modifyResponse(res *http.Response) error {
+// modifyResponse drops upstream's request id header (the proxy already echoes the id) and
+// makes an RPC stream end with an error frame if its sandbox goes away mid-stream.
+func (p *Proxy) modifyResponse(res *http.Response) error {
 	res.Header.Del(telemetry.HeaderRequestID)
+	p.wrapStream(res)
 	return nil
 }
 

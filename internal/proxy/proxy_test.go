@@ -625,3 +625,112 @@ func TestSignMatchesEnvd(t *testing.T) {
 		})
 	}
 }
+
+// frame is a Connect envelope.
+func frame(flags byte, payload string) string {
+	return string([]byte{flags, 0, 0, byte(len(payload) >> 8), byte(len(payload))}) + payload
+}
+
+func TestStreamEndsWithTheKill(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		contentType string
+		first       string // what upstream sends before the kill
+		want        func(t *testing.T, rest []byte)
+	}{
+		{"a Connect stream ends with an end-stream frame carrying the kill", "application/connect+json", frame(0, `{"event":{}}`),
+			func(t *testing.T, rest []byte) {
+				if len(rest) < 5 || rest[0] != 0x02 || int(rest[3])<<8|int(rest[4]) != len(rest)-5 {
+					t.Fatalf("after the kill: %q, want one end-stream frame", rest)
+				}
+				var end struct {
+					Error struct{ Code, Message string }
+				}
+				if err := json.Unmarshal(rest[5:], &end); err != nil {
+					t.Fatal(err)
+				}
+				if end.Error.Code != "not_found" || !strings.Contains(end.Error.Message, "sandbox iend was killed: timeout at 2026-01-02T03:04:05Z") ||
+					!strings.Contains(end.Error.Message, "(request id rid-end)") {
+					t.Errorf("end frame error %+v", end.Error)
+				}
+			}},
+		{"a gRPC-Web stream ends with a trailer frame carrying the kill", "application/grpc-web+proto", frame(0, "data"),
+			func(t *testing.T, rest []byte) {
+				if len(rest) < 5 || rest[0] != 0x80 || !strings.Contains(string(rest[5:]), "grpc-status: 5") ||
+					!strings.Contains(string(rest[5:]), "was killed: timeout") {
+					t.Fatalf("after the kill: %q, want a trailer frame with grpc-status 5", rest)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			next := make(chan string, 1)
+			e.backend.serve(t, &store.Sandbox{ID: "iend"}, proxy.EnvdPort, typedStreamer(tt.contentType, next))
+			res := e.request(t, "POST", "/process.Process/Start", strings.NewReader("{}"),
+				"E2b-Sandbox-Id", "iend", "Content-Type", tt.contentType, "X-E2B-Request-Id", "rid-end")
+			next <- tt.first
+			got := make([]byte, len(tt.first))
+			if _, err := io.ReadFull(res.Body, got); err != nil || string(got) != tt.first {
+				t.Fatalf("first frame %q, %v", got, err)
+			}
+			e.backend.kill("iend", reason.KillTimeout)
+			done := make(chan []byte, 1)
+			go func() {
+				rest, err := io.ReadAll(res.Body)
+				if err != nil {
+					t.Errorf("the stream was aborted (%v) instead of ending with a frame", err)
+				}
+				done <- rest
+			}()
+			select {
+			case rest := <-done:
+				tt.want(t, rest)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the stream did not end after the kill")
+			}
+			lines := e.logs.await("proxy request", 1)
+			if len(lines) != 1 || !strings.Contains(fmt.Sprint(lines[0]["error"]), "was killed") {
+				t.Errorf("access line %v, want the kill as its error", lines)
+			}
+		})
+	}
+	t.Run("a stream cut inside a frame is aborted, not given a broken frame", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		next := make(chan string, 1)
+		e.backend.serve(t, &store.Sandbox{ID: "ihalf"}, proxy.EnvdPort, typedStreamer("application/connect+json", next))
+		res := e.request(t, "POST", "/process.Process/Start", strings.NewReader("{}"),
+			"E2b-Sandbox-Id", "ihalf", "Content-Type", "application/connect+json")
+		half := frame(0, `{"event":{}}`)[:8]
+		next <- half
+		got := make([]byte, len(half))
+		if _, err := io.ReadFull(res.Body, got); err != nil {
+			t.Fatal(err)
+		}
+		e.backend.kill("ihalf", reason.KillRequest)
+		if rest, err := io.ReadAll(res.Body); err == nil {
+			t.Errorf("read %q and a clean end; want an abort", rest)
+		}
+	})
+}
+
+// typedStreamer is streamer with a response content type.
+func typedStreamer(contentType string, next <-chan string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case s := <-next:
+				io.WriteString(w, s)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+}

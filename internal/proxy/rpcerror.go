@@ -71,12 +71,9 @@ func writeRPCError(w http.ResponseWriter, proto rpcProtocol, err error, status i
 		w.WriteHeader(httpStatus)
 		_, _ = w.Write(b)
 	case connectStream:
-		b, _ := json.Marshal(struct {
-			Error connectError `json:"error"`
-		}{connectError{Code: code, Message: message}})
 		h.Set("Content-Type", "application/connect+json")
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(envelope(0x02, b))
+		_, _ = w.Write(rpcEndFrame(proto, code, grpcStatus, message))
 	case grpcHTTP2:
 		h.Set("Content-Type", "application/grpc")
 		h.Set("Grpc-Status", strconv.Itoa(grpcStatus))
@@ -85,9 +82,24 @@ func writeRPCError(w http.ResponseWriter, proto rpcProtocol, err error, status i
 	case grpcWeb:
 		h.Set("Content-Type", "application/grpc-web+proto")
 		w.WriteHeader(http.StatusOK)
-		trailers := "grpc-status: " + strconv.Itoa(grpcStatus) + "\r\ngrpc-message: " + grpcEscape(message) + "\r\n"
-		_, _ = w.Write(envelope(0x80, []byte(trailers)))
+		_, _ = w.Write(rpcEndFrame(proto, code, grpcStatus, message))
 	}
+}
+
+// rpcEndFrame is the last frame of a stream that ends with err: a Connect end-stream
+// envelope with the error, or a gRPC-Web trailer frame. Other protocols have none (nil).
+func rpcEndFrame(proto rpcProtocol, code string, grpcStatus int, message string) []byte {
+	switch proto {
+	case connectStream:
+		b, _ := json.Marshal(struct {
+			Error connectError `json:"error"`
+		}{connectError{Code: code, Message: message}})
+		return envelope(0x02, b)
+	case grpcWeb:
+		trailers := "grpc-status: " + strconv.Itoa(grpcStatus) + "\r\ngrpc-message: " + grpcEscape(message) + "\r\n"
+		return envelope(0x80, []byte(trailers))
+	}
+	return nil
 }
 
 // connectError is the Connect protocol's error object.

@@ -217,10 +217,17 @@ test('killing a sandbox during a running command: the SDK reports it was killed 
     (err) => ({ err }),
   )
   await sleep(1500)
+  const killedAt = Date.now()
   assert.equal(await Sandbox.kill(sbx.sandboxId, opts), true)
   const { ok, err } = await outcome
+  const endedAfterKill = Date.now() - killedAt
   assert.equal(ok, undefined, 'the command must not complete')
-  assert.match(String(err?.message), /killed/i, `error: ${err}`)
+  // The open stream ends with a Connect end-stream error frame carrying the kill, so the
+  // SDK raises NotFoundError with Cove's message instead of a network error.
+  assert.ok(err instanceof NotFoundError, `${err?.name}: ${err?.message}`)
+  assert.match(err.message, new RegExp(`sandbox ${sbx.sandboxId} was killed: request at `), err.message)
+  assert.match(err.message, /request id /)
+  console.log(`# the stream ended ${endedAfterKill} ms after the kill call returned`)
   assert.ok(Date.now() - started < 20_000, 'the command fails promptly, not at its 60 s end')
   assert.equal(await sbx.isRunning(), false)
 })

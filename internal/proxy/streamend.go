@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// A Connect or gRPC-Web stream whose upstream is cut (its sandbox was killed or paused, and
+// the orchestrator closed the connection) ends with a last frame carrying the error, in
+// the stream's own protocol, instead of an aborted HTTP response: the SDK then raises
+// NotFoundError with "sandbox X was killed: timeout at …" rather than a network error.
+//
+// The proxy cannot end a stream cleanly in the middle of a frame, so the body is read
+// through frameReader, which knows where frames begin. A cut at a frame boundary (the usual
+// case: envd writes each frame whole) gets the error frame; a cut inside one stays an abort.
+
+// endFrameFlags is the flags byte of the frame that ends a stream of proto with an error,
+// or 0 when proto has none.
+func endFrameFlags(proto rpcProtocol) byte {
+	switch proto {
+	case connectStream:
+		return 0x02
+	case grpcWeb:
+		return 0x80
+	}
+	return 0
+}
+
+// wrapStream makes res's body end with an error frame when its upstream is cut. Only a
+// successful streaming response of a Connect or gRPC-Web call is wrapped.
+func (p *Proxy) wrapStream(res *http.Response) {
+	req := res.Request
+	if req == nil || res.StatusCode != http.StatusOK || res.Body == nil || res.Body == http.NoBody {
+		return
+	}
+	proto := rpcProtocolOf(req)
+	if endFrameFlags(proto) == 0 || !isStreamContentType(res.Header.Get("Content-Type")) {
+		return
+	}
+	res.Body = &frameReader{body: res.Body, onCut: func(err error) []byte {
+		return p.endFrame(req.Context(), req, proto, err)
+	}}
+}
+
+// isStreamContentType says a response is framed: Connect streaming or gRPC-Web.
+func isStreamContentType(ct string) bool {
+	ct = strings.ToLower(ct)
+	return strings.HasPrefix(ct, "application/connect+") || strings.HasPrefix(ct, "application/grpc-web")
+}
+
+// endFrame explains why the upstream of r was cut and returns the frame that says so, or
+// nil when the client itself went away (nobody is left to read it).
+func (p *Proxy) endFrame(ctx context.Context, r *http.Request, proto rpcProtocol, upstreamErr error) []byte {
+	if ctx.Err() != nil {
+		return nil
+	}
+	t, _ := ctx.Value(targetKey{}).(target)
+	err := p.cutReason(ctx, t.id, r)
+	info := infoFrom(ctx)
+	info.err = err
+	message := err.Error()
+	if id := telemetry.RequestID(ctx); id != "" && !strings.Contains(message, id) {
+		message += " (request id " + id + ")"
+	}
+	telemetry.Logger(ctx).Debug("proxy: stream ended with an error frame", "error", err.Error(), "upstream_error", upstreamErr.Error())
+	code, grpcStatus, _ := rpcCode(err, 0)
+	return rpcEndFrame(proto, code, grpcStatus, message)
+}
+
+// frameReader passes a framed body through unchanged and tracks frame boundaries. When the
+// upstream read fails at a boundary and the stream has not ended, it yields the frame
+// onCut returns and then io.EOF.
+type frameReader struct {
+	body  io.ReadCloser
+	onCut func(error) []byte
+
+	mu       sync.Mutex // Read and Close may run on different goroutines
+	header   [5]byte
+	headerN  int    // bytes of the current frame's header seen
+	left     uint64 // bytes of the current frame's payload still to come
+	ended    bool   // an end-of-stream frame went through
+	tail     []byte // the error frame, being handed out
+	finished bool   // the body has ended; after tail, io.EOF
+}
+
+func (f *frameReader) Read(b []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.finished {
+		if len(f.tail) == 0 {
+			return 0, io.EOF
+		}
+		n := copy(b, f.tail)
+		f.tail = f.tail[n:]
+		return n, nil
+	}
+	n, err := f.body.Read(b)
+	f.track(b[:n])
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err
+	}
+	if f.ended || f.headerN != 0 || f.left != 0 {
+		return n, err // mid-frame, or after the stream's own end: nothing valid to add
+	}
+	frame := f.onCut(err)
+	if frame == nil {
+		return n, err
+	}
+	f.finished, f.tail = true, frame
+	if n > 0 {
+		return n, nil
+	}
+	c := copy(b, f.tail)
+	f.tail = f.tail[c:]
+	return c, nil
+}
+
+// track advances the frame parser over b.
+func (f *frameReader) track(b []byte) {
+	for len(b) > 0 {
+		if f.left > 0 {
+			k := min(uint64(len(b)), f.left)
+			f.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(f.header[f.headerN:], b)
+		f.headerN += k
+		b = b[k:]
+		if f.headerN == len(f.header) {
+			f.headerN = 0
+			f.left = uint64(binary.BigEndian.Uint32(f.header[1:]))
+			if f.header[0]&0x82 != 0 { // Connect end-stream (0x02) or gRPC-Web trailers (0x80)
+				f.ended = true
+			}
+		}
+	}
+}
+
+func (f *frameReader) Close() error { return f.body.Close() }
