@@ -666,37 +666,17 @@ func TestStreamEndsWithTheKill(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			next := make(chan string, 1)
-			e.backend.serve(t, &store.Sandbox{ID: "iend"}, proxy.EnvdPort, typedStreamer(tt.contentType, next))
-			res := e.request(t, "POST", "/process.Process/Start", strings.NewReader("{}"),
-				"E2b-Sandbox-Id", "iend", "Content-Type", tt.contentType, "X-E2B-Request-Id", "rid-end")
-			next <- tt.first
-			got := make([]byte, len(tt.first))
-			if _, err := io.ReadFull(res.Body, got); err != nil || string(got) != tt.first {
-				t.Fatalf("first frame %q, %v", got, err)
-			}
-			e.backend.kill("iend", reason.KillTimeout)
-			done := make(chan []byte, 1)
-			go func() {
-				rest, err := io.ReadAll(res.Body)
-				if err != nil {
-					t.Errorf("the stream was aborted (%v) instead of ending with a frame", err)
-				}
-				done <- rest
-			}()
-			select {
-			case rest := <-done:
-				tt.want(t, rest)
-			case <-time.After(5 * time.Second):
-				t.Fatal("the stream did not end after the kill")
-			}
-			lines := e.logs.await("proxy request", 1)
-			if len(lines) != 1 || !strings.Contains(fmt.Sprint(lines[0]["error"]), "was killed") {
-				t.Errorf("access line %v, want the kill as its error", lines)
-			}
+			runStreamKill(t, tt.contentType, tt.first, func(t *testing.T, _ *http.Response, rest []byte) { tt.want(t, rest) })
 		})
 	}
+	t.Run("a gRPC stream ends with grpc-status trailers carrying the kill", func(t *testing.T) {
+		t.Parallel()
+		runStreamKill(t, "application/grpc", frame(0, "data"), func(t *testing.T, res *http.Response, rest []byte) {
+			if len(rest) != 0 || res.Trailer.Get("Grpc-Status") != "5" || !strings.Contains(res.Trailer.Get("Grpc-Message"), "was killed: timeout") {
+				t.Fatalf("after the kill: body %q trailers %v, want grpc-status 5 trailers", rest, res.Trailer)
+			}
+		})
+	})
 	t.Run("a stream cut inside a frame is aborted, not given a broken frame", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
@@ -715,6 +695,41 @@ func TestStreamEndsWithTheKill(t *testing.T) {
 			t.Errorf("read %q and a clean end; want an abort", rest)
 		}
 	})
+}
+
+// runStreamKill opens a stream of contentType through the proxy, lets first through, kills
+// the sandbox, and hands what follows to want; the stream must end, not be aborted.
+func runStreamKill(t *testing.T, contentType, first string, want func(t *testing.T, res *http.Response, rest []byte)) {
+	t.Helper()
+	e := newEnv(t)
+	next := make(chan string, 1)
+	e.backend.serve(t, &store.Sandbox{ID: "iend"}, proxy.EnvdPort, typedStreamer(contentType, next))
+	res := e.request(t, "POST", "/process.Process/Start", strings.NewReader("{}"),
+		"E2b-Sandbox-Id", "iend", "Content-Type", contentType, "X-E2B-Request-Id", "rid-end")
+	next <- first
+	got := make([]byte, len(first))
+	if _, err := io.ReadFull(res.Body, got); err != nil || string(got) != first {
+		t.Fatalf("first frame %q, %v", got, err)
+	}
+	e.backend.kill("iend", reason.KillTimeout)
+	done := make(chan []byte, 1)
+	go func() {
+		rest, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Errorf("the stream was aborted (%v) instead of ending with the error", err)
+		}
+		done <- rest
+	}()
+	select {
+	case rest := <-done:
+		want(t, res, rest)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not end after the kill")
+	}
+	lines := e.logs.await("proxy request", 1)
+	if len(lines) != 1 || !strings.Contains(fmt.Sprint(lines[0]["error"]), "was killed") {
+		t.Errorf("access line %v, want the kill as its error", lines)
+	}
 }
 
 // typedStreamer is streamer with a response content type.

@@ -6,80 +6,90 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// A Connect or gRPC-Web stream whose upstream is cut (its sandbox was killed or paused, and
+// A Connect, gRPC or gRPC-Web stream whose upstream is cut (its sandbox was killed or paused, and
 // the orchestrator closed the connection) ends with a last frame carrying the error, in
-// the stream's own protocol, instead of an aborted HTTP response: the SDK then raises
+// the stream's own protocol (gRPC: grpc-status trailers), instead of an aborted HTTP response: the SDK then raises
 // NotFoundError with "sandbox X was killed: timeout at …" rather than a network error.
 //
 // The proxy cannot end a stream cleanly in the middle of a frame, so the body is read
 // through frameReader, which knows where frames begin. A cut at a frame boundary (the usual
 // case: envd writes each frame whole) gets the error frame; a cut inside one stays an abort.
 
-// endFrameFlags is the flags byte of the frame that ends a stream of proto with an error,
-// or 0 when proto has none.
-func endFrameFlags(proto rpcProtocol) byte {
-	switch proto {
-	case connectStream:
-		return 0x02
-	case grpcWeb:
-		return 0x80
-	}
-	return 0
-}
-
-// wrapStream makes res's body end with an error frame when its upstream is cut. Only a
-// successful streaming response of a Connect or gRPC-Web call is wrapped.
+// wrapStream makes res's body end with an error frame (gRPC: trailers) when its upstream
+// is cut. Only a successful framed response of a Connect stream, gRPC or gRPC-Web call is
+// wrapped.
 func (p *Proxy) wrapStream(res *http.Response) {
 	req := res.Request
 	if req == nil || res.StatusCode != http.StatusOK || res.Body == nil || res.Body == http.NoBody {
 		return
 	}
 	proto := rpcProtocolOf(req)
-	if endFrameFlags(proto) == 0 || !isStreamContentType(res.Header.Get("Content-Type")) {
+	if !isFramed(proto, res.Header.Get("Content-Type")) {
 		return
 	}
-	res.Body = &frameReader{body: res.Body, onCut: func(err error) []byte {
-		return p.endFrame(req.Context(), req, proto, err)
+	res.Body = &frameReader{body: res.Body, onCut: func(err error) ([]byte, bool) {
+		code, grpcStatus, message, ok := p.explainCut(req.Context(), req, err)
+		if !ok {
+			return nil, false
+		}
+		if proto == grpcHTTP2 {
+			// gRPC ends in trailers; ReverseProxy copies res.Trailer after the body.
+			if res.Trailer == nil {
+				res.Trailer = http.Header{}
+			}
+			res.Trailer.Set("Grpc-Status", strconv.Itoa(grpcStatus))
+			res.Trailer.Set("Grpc-Message", grpcEscape(message))
+			return nil, true
+		}
+		return rpcEndFrame(proto, code, grpcStatus, message), true
 	}}
 }
 
-// isStreamContentType says a response is framed: Connect streaming or gRPC-Web.
-func isStreamContentType(ct string) bool {
+// isFramed says a response of proto with content type ct is a framed stream.
+func isFramed(proto rpcProtocol, ct string) bool {
 	ct = strings.ToLower(ct)
-	return strings.HasPrefix(ct, "application/connect+") || strings.HasPrefix(ct, "application/grpc-web")
+	switch proto {
+	case connectStream:
+		return strings.HasPrefix(ct, "application/connect+")
+	case grpcWeb:
+		return strings.HasPrefix(ct, "application/grpc-web")
+	case grpcHTTP2:
+		return strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web")
+	}
+	return false
 }
 
-// endFrame explains why the upstream of r was cut and returns the frame that says so, or
-// nil when the client itself went away (nobody is left to read it).
-func (p *Proxy) endFrame(ctx context.Context, r *http.Request, proto rpcProtocol, upstreamErr error) []byte {
+// explainCut says why the upstream of r was cut, as an RPC code and message, and records
+// it for the access line; not ok when the client itself went away (nobody is left to read).
+func (p *Proxy) explainCut(ctx context.Context, r *http.Request, upstreamErr error) (code string, grpcStatus int, message string, ok bool) {
 	if ctx.Err() != nil {
-		return nil
+		return "", 0, "", false
 	}
 	t, _ := ctx.Value(targetKey{}).(target)
 	err := p.cutReason(ctx, t.id, r)
-	info := infoFrom(ctx)
-	info.err = err
-	message := err.Error()
+	infoFrom(ctx).err = err
+	message = err.Error()
 	if id := telemetry.RequestID(ctx); id != "" && !strings.Contains(message, id) {
 		message += " (request id " + id + ")"
 	}
-	telemetry.Logger(ctx).Debug("proxy: stream ended with an error frame", "error", err.Error(), "upstream_error", upstreamErr.Error())
-	code, grpcStatus, _ := rpcCode(err, 0)
-	return rpcEndFrame(proto, code, grpcStatus, message)
+	telemetry.Logger(ctx).Debug("proxy: stream ended with an error", "error", err.Error(), "upstream_error", upstreamErr.Error())
+	code, grpcStatus, _ = rpcCode(err, 0)
+	return code, grpcStatus, message, true
 }
 
 // frameReader passes a framed body through unchanged and tracks frame boundaries. When the
-// upstream read fails at a boundary and the stream has not ended, it yields the frame
-// onCut returns and then io.EOF.
+// upstream read fails at a boundary and the stream has not ended, it yields the bytes
+// onCut returns and then io.EOF; when onCut is not ok, the read error stays.
 type frameReader struct {
 	body  io.ReadCloser
-	onCut func(error) []byte
+	onCut func(error) ([]byte, bool)
 
 	mu       sync.Mutex // Read and Close may run on different goroutines
 	header   [5]byte
@@ -109,11 +119,14 @@ func (f *frameReader) Read(b []byte) (int, error) {
 	if f.ended || f.headerN != 0 || f.left != 0 {
 		return n, err // mid-frame, or after the stream's own end: nothing valid to add
 	}
-	frame := f.onCut(err)
-	if frame == nil {
+	frame, ok := f.onCut(err)
+	if !ok {
 		return n, err
 	}
 	f.finished, f.tail = true, frame
+	if len(f.tail) == 0 {
+		return n, io.EOF
+	}
 	if n > 0 {
 		return n, nil
 	}
