@@ -262,3 +262,26 @@ test('the base template is what E2B users expect: user 1000 with passwordless su
   )
   assert.match(tools.stdout, /^42\nPython 3\.\d+\.\d+\npip \d+.*\ngit version .*\ncurl .*\n\S+\nlo\s/, tools.stdout)
 })
+
+test('getMetrics returns E2B\'s SandboxMetrics for a running sandbox, and the list endpoint its newest sample', TIMEOUT, async () => {
+  const sbx = await create()
+  await sbx.commands.run('head -c 8M /dev/zero > /tmp/fill')
+  let metrics = []
+  for (let i = 0; i < 60 && metrics.length === 0; i++) {
+    metrics = await sbx.getMetrics()
+    if (metrics.length === 0) await sleep(250)
+  }
+  assert.ok(metrics.length > 0, 'the sampler wrote at least one sample within 15 s')
+  const m = metrics.at(-1)
+  assert.ok(m.timestamp instanceof Date && !Number.isNaN(m.timestamp.getTime()), `timestamp ${m.timestamp}`)
+  for (const k of ['cpuUsedPct', 'cpuCount', 'memUsed', 'memTotal', 'memCache', 'diskUsed', 'diskTotal']) {
+    assert.equal(typeof m[k], 'number', `${k} is a number: ${JSON.stringify(m)}`)
+  }
+  assert.ok(m.cpuCount >= 1 && m.memTotal > 0 && m.memUsed > 0 && m.diskTotal > 0, JSON.stringify(m))
+  const byStatic = await Sandbox.getMetrics(sbx.sandboxId, opts)
+  assert.ok(byStatic.length >= metrics.length, 'Sandbox.getMetrics(id) sees the same samples')
+  const list = await rest('GET', `/sandboxes/metrics?sandbox_ids=${sbx.sandboxId},inot-mine`)
+  assert.equal(list.status, 200, JSON.stringify(list.json))
+  assert.deepEqual(Object.keys(list.json.sandboxes), [sbx.sandboxId], 'unknown ids are left out')
+  assert.equal(typeof list.json.sandboxes[sbx.sandboxId].timestampUnix, 'number')
+})
