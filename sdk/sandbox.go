@@ -348,6 +348,22 @@ func (c *Client) Metrics(ctx context.Context, sandboxID string, start, end time.
 	return out, nil
 }
 
+// LatestMetrics returns the newest resource sample of each of the team's sandboxes among
+// ids (1 to 100), keyed by sandbox id; ids without samples or of another team are left out.
+func (c *Client) LatestMetrics(ctx context.Context, ids ...string) (map[string]Metric, error) {
+	if len(ids) == 0 {
+		return nil, &Error{Op: "get latest sandbox metrics", Message: "no sandbox ids given"}
+	}
+	path := "/sandboxes/metrics?" + url.Values{"sandbox_ids": {strings.Join(ids, ",")}}.Encode()
+	var out struct {
+		Sandboxes map[string]Metric `json:"sandboxes"`
+	}
+	if _, err := c.do(ctx, "get latest sandbox metrics", "", http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Sandboxes, nil
+}
+
 // Info describes the sandbox.
 func (s *Sandbox) Info(ctx context.Context) (*SandboxInfo, error) { return s.client.Info(ctx, s.ID) }
 

@@ -25,6 +25,7 @@ func newSandboxCmd() *cobra.Command {
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
 		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
+		sandboxMetricsCmd(&f),
 	)
 	return cmd
 }
@@ -169,6 +170,67 @@ func sandboxInfoCmd(f *apiFlags) *cobra.Command {
 	f.jsonFlag(cmd)
 	return cmd
 }
+
+func sandboxMetricsCmd(f *apiFlags) *cobra.Command {
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "metrics SANDBOX...",
+		Short: "Show resource samples: one sandbox's over --since, or several sandboxes' newest",
+		Long: "With one sandbox, its CPU, memory and disk samples over --since (GET /sandboxes/{id}/metrics);\n" +
+			"with several, each one's newest sample (GET /sandboxes/metrics).",
+		Args:              cobra.RangeArgs(1, 100),
+		ValidArgsFunction: f.completeSandboxID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			type row struct {
+				id string
+				m  cove.Metric
+			}
+			var rows []row
+			if len(args) == 1 {
+				series, err := c.Metrics(cmd.Context(), args[0], time.Now().Add(-since), time.Time{})
+				if err != nil {
+					return cliError(err)
+				}
+				if f.asJSON {
+					return printJSON(series)
+				}
+				for _, m := range series {
+					rows = append(rows, row{args[0], m})
+				}
+			} else {
+				latest, err := c.LatestMetrics(cmd.Context(), args...)
+				if err != nil {
+					return cliError(err)
+				}
+				if f.asJSON {
+					return printJSON(latest)
+				}
+				for _, id := range args {
+					if m, ok := latest[id]; ok {
+						rows = append(rows, row{id, m})
+					}
+				}
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SANDBOX\tTIME\tCPU\tMEMORY\tDISK")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%.1f%% of %d\t%s / %s\t%s / %s\n", r.id, r.m.Timestamp.Local().Format(time.TimeOnly),
+					r.m.CPUUsedPct, r.m.CPUCount, mib(r.m.MemUsed), mib(r.m.MemTotal), mib(r.m.DiskUsed), mib(r.m.DiskTotal))
+			}
+			return tw.Flush()
+		},
+	}
+	f.jsonFlag(cmd)
+	cmd.Flags().DurationVar(&since, "since", 10*time.Minute, "with one sandbox: how far back")
+	return cmd
+}
+
+// mib formats a byte count in MiB.
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 func sandboxKillCmd(f *apiFlags) *cobra.Command {
 	return &cobra.Command{

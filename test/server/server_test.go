@@ -309,6 +309,33 @@ func TestResourceMetrics(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the CLI shows one sandbox's samples, and several sandboxes' newest through the Go SDK", func(t *testing.T) {
+		t.Setenv("COVE_API_KEY", s.Key)
+		out := cli(t, s, "sandbox", "metrics", id)
+		if !strings.Contains(out, "SANDBOX") || !strings.Contains(out, id) || !strings.Contains(out, "512.0 MiB") {
+			t.Errorf("cove sandbox metrics %s:\n%s", id, out)
+		}
+		other := a.create(nil)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var latest map[string]map[string]any
+			out := cli(t, s, "sandbox", "metrics", "--json", id, other, "inot-a-sandbox")
+			if err := json.Unmarshal([]byte(out), &latest); err != nil {
+				t.Fatalf("--json: %v\n%s", err, out)
+			}
+			_, hasOther := latest[other]
+			if latest[id] != nil && hasOther {
+				if len(latest) != 2 {
+					t.Errorf("unknown ids must be left out: %v", latest)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no newest sample for both sandboxes after 10 s: %s", out)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
 	t.Run("another team's sandbox metrics are a 404", func(t *testing.T) {
 		team := strings.TrimSpace(cli(t, s, "team", "create", "m"))
 		b := client{t: t, url: s.URL, key: strings.Fields(cli(t, s, "apikey", "create", "m", "--team", team))[0]}
