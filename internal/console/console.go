@@ -46,6 +46,8 @@ type Records interface {
 	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
 	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
+	QuerySamples(ctx context.Context, sandboxID string, start, end time.Time) ([]store.MetricSample, error)
+	LatestSamples(ctx context.Context, teamID string, ids []string) ([]store.MetricSample, error)
 	store.TraceStore
 }
 
@@ -301,7 +303,7 @@ func (c *Console) listData(r *http.Request) (map[string]any, int, error) {
 	s := sessionOf(r)
 	q := r.URL.Query()
 	lf := listFilter{State: q.Get("state"), Template: q.Get("template"), Meta: q.Get("meta"), Next: q.Get("next")}
-	f := store.SandboxFilter{TeamID: s.TeamID, Next: lf.Next, Limit: 100}
+	f := store.SandboxFilter{TeamID: s.TeamID, Next: lf.Next, Limit: 100, Template: lf.Template}
 	switch lf.State {
 	case "":
 	case string(store.StateRunning), string(store.StatePaused), string(store.StateKilled):
@@ -326,18 +328,44 @@ func (c *Console) listData(r *http.Request) (map[string]any, int, error) {
 	if err != nil {
 		return nil, http.StatusInternalServerError, fmt.Errorf("list sandboxes: %w", err)
 	}
-	rows := page.Sandboxes
-	if lf.Template != "" {
-		kept := rows[:0:0]
-		for _, sb := range rows {
-			if sb.TemplateID == lf.Template || sb.Alias == lf.Template {
-				kept = append(kept, sb)
-			}
-		}
-		rows = kept
+	rows, err := c.withUsage(r.Context(), page.Sandboxes)
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
 	}
 	return map[string]any{"Title": "Sandboxes", "Rows": rows, "Total": page.Total, "Query": r.URL.RawQuery,
 		"Next": page.Next, "Filter": lf, "States": []store.SandboxState{store.StateRunning, store.StatePaused, store.StateKilled}}, 0, nil
+}
+
+// listRow is a sandbox of the list with its CPU and memory now (nil unless it runs and
+// has been sampled).
+type listRow struct {
+	*store.Sandbox
+	Usage *usage
+}
+
+// withUsage pairs the running sandboxes of a page with their newest resource sample, one
+// query per team on the page.
+func (c *Console) withUsage(ctx context.Context, sbs []*store.Sandbox) ([]listRow, error) {
+	rows := make([]listRow, len(sbs))
+	byTeam := map[string][]string{}
+	at := map[string]int{}
+	for i, sb := range sbs {
+		rows[i].Sandbox = sb
+		if sb.State == store.StateRunning {
+			byTeam[sb.TeamID] = append(byTeam[sb.TeamID], sb.ID)
+			at[sb.ID] = i
+		}
+	}
+	for team, ids := range byTeam {
+		latest, err := c.cfg.Records.LatestSamples(ctx, team, ids)
+		if err != nil {
+			return nil, fmt.Errorf("resource usage: %w", err)
+		}
+		for _, s := range latest {
+			rows[at[s.SandboxID]].Usage = usageOf(s)
+		}
+	}
+	return rows, nil
 }
 
 // find returns a sandbox the viewer may see, killed ones included.
@@ -398,7 +426,12 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events of %s: %w", sb.ID, err))
 		return
 	}
-	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events,
+	samples, err := c.cfg.Records.QuerySamples(r.Context(), sb.ID, time.Time{}, time.Time{})
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("resource samples of %s: %w", sb.ID, err))
+		return
+	}
+	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events, "Plots": plots(samples),
 		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
 }
 

@@ -67,6 +67,26 @@ func newFixture(tb testing.TB) *fixture {
 			tb.Fatal(err)
 		}
 	}
+	// Two samples of every sandbox, and a day of samples every 5 s (17,280) of the first,
+	// whose network counters stay zero.
+	var samples []store.MetricSample
+	for i := range 1000 {
+		for k := range 2 {
+			samples = append(samples, store.MetricSample{SandboxID: fmt.Sprintf("sb%05d", i), TeamID: team.ID, CPUCount: 2,
+				Time: start.Add(time.Duration(k) * 5 * time.Second), CPUUsedPct: 13, MemUsed: 64 << 20, MemTotal: 512 << 20})
+		}
+	}
+	if err := db.InsertSamples(ctx, samples); err != nil {
+		tb.Fatal(err)
+	}
+	samples = samples[:0]
+	for i := range 17280 {
+		samples = append(samples, store.MetricSample{SandboxID: first, TeamID: team.ID, CPUCount: 2, Time: start.Add(time.Duration(i) * 5 * time.Second),
+			CPUUsedPct: float64(i % 100), MemUsed: uint64(100+i%50) << 20, MemTotal: 512 << 20, DiskUsed: uint64(i) << 12, DiskTotal: 1 << 30})
+	}
+	if err := db.InsertSamples(ctx, samples); err != nil {
+		tb.Fatal(err)
+	}
 	c := New(Config{Keys: db, Records: db})
 	s := &session{TeamID: team.ID, TeamName: team.Name, KeyID: "key_bench", CSRF: token(), Expires: time.Now().Add(time.Hour)}
 	c.sessions["bench-session"] = s
@@ -94,6 +114,9 @@ func TestRenderFromARealStore(t *testing.T) {
 		{"the list shows a page of 100 and the count of all 1000", "/dashboard/", []string{`<small id="total">1000</small>`, `rel="next"`}, 100},
 		{"the list filters by metadata", "/dashboard/?meta=taskId%3D7", []string{`<small id="total">1</small>`, "sb00007"}, 1},
 		{"the sandbox page shows the newest log line and command", "/dashboard/sandboxes/" + f.first, []string{"line 9999 of", "req0499", "make test"}, 0},
+		{"the list shows each running sandbox's CPU and memory now", "/dashboard/?meta=taskId%3D7", []string{`<td class="cpu" title="sampled 2026-12-01T00:00:05Z">13% <small>of 2 vCPU`, "64.0 MiB / 512.0 MiB"}, 1},
+		{"the sandbox page plots a day of samples and says network has no data", "/dashboard/sandboxes/" + f.first,
+			[]string{`aria-label="CPU: now`, "Memory: now 149.0 MiB, peak 149.0 MiB of 512.0 MiB", `<figcaption>Network: no data</figcaption><p class="nodata">no data</p>`}, 0},
 		{"the log search keeps only matching lines", "/dashboard/sandboxes/" + f.first + "?q=%22line+42+of%22", []string{"line 42 of"}, 0},
 	}
 	for _, tt := range tests {
@@ -153,5 +176,58 @@ func TestCloseEndsLiveStreams(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the live stream was still open 30 s after Close")
+	}
+}
+
+func TestPlotsDownsample(t *testing.T) {
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	sample := func(sec int, cpu float64, mem, net uint64) store.MetricSample {
+		return store.MetricSample{Time: start.Add(time.Duration(sec) * time.Second), CPUUsedPct: cpu, MemUsed: mem, MemTotal: 1000, NetRxBytes: net}
+	}
+	var day []store.MetricSample
+	for i := range 17280 {
+		day = append(day, sample(i*5, float64(i%2)*100, uint64(i%7), uint64(i)*500))
+	}
+	tests := []struct {
+		name    string
+		samples []store.MetricSample
+		check   func(t *testing.T, ps []plot)
+	}{
+		{"no samples give four empty plots that say no data", nil, func(t *testing.T, ps []plot) {
+			for _, p := range ps {
+				if len(p.Values) != 0 || !strings.Contains(string(p.SVG()), "no data") {
+					t.Errorf("%s: %v", p.Name, p.Values)
+				}
+			}
+		}},
+		{"a day of samples is cut to the plot's points, CPU averaged and memory maxed", day, func(t *testing.T, ps []plot) {
+			cpu, mem, net := ps[0], ps[1], ps[3]
+			if len(cpu.Values) != plotPoints || len(mem.Values) != plotPoints || len(net.Values) != plotPoints {
+				t.Fatalf("points: cpu %d mem %d net %d, want %d", len(cpu.Values), len(mem.Values), len(net.Values), plotPoints)
+			}
+			for i := range cpu.Values {
+				if cpu.Values[i] < 40 || cpu.Values[i] > 60 || mem.Values[i] != 6 {
+					t.Fatalf("bucket %d: cpu %v mem %v, want about 50 and 6", i, cpu.Values[i], mem.Values[i])
+				}
+			}
+			if got := net.Values[10]; got != 100 {
+				t.Errorf("network rate %v B/s, want 100 (500 B every 5 s)", got)
+			}
+		}},
+		{"a counter that goes back does not plot a negative rate", []store.MetricSample{sample(0, 1, 1, 900), sample(5, 1, 1, 100), sample(10, 1, 1, 600)}, func(t *testing.T, ps []plot) {
+			for _, v := range ps[3].Values {
+				if v < 0 {
+					t.Fatalf("network %v", ps[3].Values)
+				}
+			}
+		}},
+		{"one sample draws a flat line", []store.MetricSample{sample(0, 50, 10, 0)}, func(t *testing.T, ps []plot) {
+			if svg := string(ps[0].SVG()); !strings.Contains(svg, `points="4.0,60.0 596.0,60.0"`) {
+				t.Errorf("svg: %s", svg)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.check(t, plots(tt.samples)) })
 	}
 }

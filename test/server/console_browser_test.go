@@ -77,19 +77,23 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Submit(`#key`, chromedp.ByID), chromedp.WaitVisible(`#sandboxes`, chromedp.ByID), shot("login-list"))
 
 	id := a.create(map[string]any{"metadata": map[string]string{"taskId": "browser-1"}})
-	run("see the new sandbox without reload", chromedp.WaitVisible(`tr[data-id="`+id+`"]`, chromedp.ByQuery), shot("list"))
+	run("see the new sandbox without reload", chromedp.WaitVisible(`tr[data-id="`+id+`"]`, chromedp.ByQuery))
+	// Its first resource sample reaches the list through the same live updates.
+	run("see its CPU and memory now", chromedp.WaitVisible(`tr[data-id="`+id+`"] td.cpu[title]`, chromedp.ByQuery), shot("list"))
 
 	run("open the sandbox", chromedp.Click(`tr[data-id="`+id+`"] a`, chromedp.ByQuery), chromedp.WaitVisible(`#commands`, chromedp.ByID))
 	runCmd(t, s, id)
 	var text string
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		run("reload the sandbox page", chromedp.Reload(), chromedp.WaitVisible(`#logs`, chromedp.ByID), chromedp.Text(`#logs`, &text, chromedp.ByID))
-		if strings.Contains(text, "browser-hello") {
+		var plotted bool
+		run("reload the sandbox page", chromedp.Reload(), chromedp.WaitVisible(`#logs`, chromedp.ByID), chromedp.Text(`#logs`, &text, chromedp.ByID),
+			chromedp.Evaluate(`document.querySelector("#plots .plot-CPU svg.plot") !== null`, &plotted))
+		if strings.Contains(text, "browser-hello") && plotted {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("log line not on the sandbox page after 20 s: %q", text)
+			t.Fatalf("log line or CPU plot not on the sandbox page after 30 s (plotted %v): %q", plotted, text)
 		}
 	}
 	run("sandbox page", shot("sandbox"))
