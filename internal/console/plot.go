@@ -79,10 +79,10 @@ func plots(samples []store.MetricSample) []plot {
 		return min(n-1, int(float64(t.Sub(from))/float64(span)*float64(n)))
 	}
 	type acc struct {
-		count                 int
-		cpu, mem, disk        float64
-		netBytes, netSeconds  float64
-		first, lastT          time.Time
+		count                int
+		cpu, mem, disk       float64
+		netBytes, netSeconds float64
+		first, lastT         time.Time
 	}
 	buckets := make([]acc, n)
 	traffic := false
