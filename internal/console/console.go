@@ -15,6 +15,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/reason"
@@ -46,7 +48,7 @@ type Records interface {
 	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
 	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
-	QuerySamples(ctx context.Context, sandboxID string, start, end time.Time) ([]store.MetricSample, error)
+	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 	LatestSamples(ctx context.Context, teamID string, ids []string) ([]store.MetricSample, error)
 	store.TraceStore
 }
@@ -61,7 +63,7 @@ const (
 // Config is what New needs.
 type Config struct {
 	Sandboxes  api.Sandboxes
-	Keys       api.Authenticator
+	Keys       store.Keys // Authenticate, as the API signs in; teams and keys for their pages
 	Records    Records
 	AdminToken string // "" disables admin sign-in
 }
@@ -131,6 +133,8 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("POST /dashboard/sandboxes/{id}/{action}", c.signedIn(c.act))
 	c.mux.HandleFunc("GET /dashboard/trace", c.signedIn(c.trace))
 	c.mux.HandleFunc("GET /dashboard/live", c.signedIn(c.live))
+	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}/tail", c.signedIn(c.tail))
+	c.mux.HandleFunc("GET /dashboard/logs", c.signedIn(c.logsPage))
 	return c
 }
 
@@ -246,53 +250,30 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // live pushes the list's rows (the same query as the page's) as Server-Sent Events
-// whenever they change, checked every liveEvery, until the viewer goes away.
+// whenever they change, checked every liveEvery, until the viewer goes away. Each "rows"
+// event is the total on its first line, then the rows.
 func (c *Console) live(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		c.fail(w, r, http.StatusInternalServerError, errors.New("live: this connection cannot stream"))
-		return
-	}
 	if _, code, err := c.listData(r); err != nil {
 		c.fail(w, r, code, err)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
 	last := ""
-	tick := time.NewTicker(liveEvery)
-	defer tick.Stop()
-	for {
+	c.stream(w, r, func(context.Context) (string, string, error) {
 		data, _, err := c.listData(r)
 		if err != nil {
-			fmt.Fprintf(w, "event: failure\ndata: %s (request %s)\n\n", strings.ReplaceAll(err.Error(), "\n", " "), telemetry.RequestID(r.Context()))
-			flusher.Flush()
-			return
+			return "", "", err
 		}
 		var b strings.Builder
+		fmt.Fprintf(&b, "%d\n", data["Total"])
 		if err := c.pages.ExecuteTemplate(&b, "rows", data); err != nil {
-			telemetry.Logger(r.Context()).Error("console live render", "err", err)
-			return
+			return "", "", fmt.Errorf("render rows: %w", err)
 		}
-		if frag := b.String(); frag != last {
-			last = frag
-			fmt.Fprintf(w, "event: rows\ndata: %d\n", data["Total"])
-			for line := range strings.SplitSeq(frag, "\n") {
-				fmt.Fprintf(w, "data: %s\n", line)
-			}
-			fmt.Fprint(w, "\n")
-			flusher.Flush()
+		if b.String() == last {
+			return "", "", nil
 		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-c.closed:
-			return
-		case <-tick.C:
-		}
-	}
+		last = b.String()
+		return "rows", last, nil
+	})
 }
 
 // liveEvery is how often the live list looks for changes.
@@ -406,16 +387,12 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("commands of %s: %w", sb.ID, err))
 		return
 	}
-	q := r.URL.Query()
-	lq := store.LogQuery{TeamID: sb.TeamID, SandboxID: sb.ID, Limit: pageLogLines, Backward: true, Search: q.Get("q")}
-	if fv := q.Get("field"); fv != "" {
-		k, v, ok := strings.Cut(fv, "=")
-		if !ok || k == "" {
-			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("field: %q is not key=value", fv))
-			return
-		}
-		lq.Fields = map[string]string{k: v}
+	lq, lv, err := logQuery(url.Values{"q": {r.URL.Query().Get("q")}, "field": {r.URL.Query().Get("field")}})
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
 	}
+	lq.TeamID, lq.SandboxID, lq.Limit, lq.Backward = sb.TeamID, sb.ID, pageLogLines, true
 	logs, err := c.cfg.Records.QueryLogs(r.Context(), lq)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("logs of %s: %w", sb.ID, err))
@@ -426,13 +403,13 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events of %s: %w", sb.ID, err))
 		return
 	}
-	samples, err := c.cfg.Records.QuerySamples(r.Context(), sb.ID, time.Time{}, time.Time{})
+	samples, err := c.cfg.Records.DownsampleSamples(r.Context(), sb.ID, plotPoints)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("resource samples of %s: %w", sb.ID, err))
 		return
 	}
 	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events, "Plots": plots(samples),
-		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
+		"Commands": cmds.Commands, "Logs": logs.Lines, "View": lv, "Tail": tailQuery(lv, logs.First)})
 }
 
 // trace shows `cove trace` for one request id: what the server, envd, the command and the
@@ -498,9 +475,13 @@ func parseSeconds(v string) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
+func requestID(r *http.Request) string { return telemetry.RequestID(r.Context()) }
+
 func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	switch {
+	case errors.Is(err, teamapi.ErrBadRequest), errors.Is(err, store.ErrBadCursor), errors.Is(err, store.ErrInvalid):
+		return http.StatusBadRequest
 	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.As(err, &gone):

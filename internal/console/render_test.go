@@ -1,12 +1,15 @@
 package console
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +21,8 @@ import (
 // fixture is a real SQLite store holding 1,000 sandboxes of one team; the first has
 // 10,000 log lines and 500 command records.
 type fixture struct {
+	db      *sqlite.DB
+	team    string
 	console *Console
 	cookie  *http.Cookie
 	first   string
@@ -90,15 +95,15 @@ func newFixture(tb testing.TB) *fixture {
 	c := New(Config{Keys: db, Records: db})
 	s := &session{TeamID: team.ID, TeamName: team.Name, KeyID: "key_bench", CSRF: token(), Expires: time.Now().Add(time.Hour)}
 	c.sessions["bench-session"] = s
-	return &fixture{console: c, cookie: &http.Cookie{Name: cookieName, Value: "bench-session"}, first: first}
+	return &fixture{db: db, team: team.ID, console: c, cookie: &http.Cookie{Name: cookieName, Value: "bench-session"}, first: first}
 }
 
-func (f *fixture) get(tb testing.TB, path string) string {
+func (f *fixture) get(tb testing.TB, path string, code int) string {
 	req := httptest.NewRequest(http.MethodGet, path, nil)
 	req.AddCookie(f.cookie)
 	rec := httptest.NewRecorder()
 	f.console.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
+	if rec.Code != code {
 		tb.Fatalf("GET %s: %d\n%s", path, rec.Code, rec.Body)
 	}
 	return rec.Body.String()
@@ -117,20 +122,92 @@ func TestRenderFromARealStore(t *testing.T) {
 		{"the list shows each running sandbox's CPU and memory now", "/dashboard/?meta=taskId%3D7", []string{`<td class="cpu" title="sampled 2026-12-01T00:00:05Z">13% <small>of 2 vCPU`, "64.0 MiB / 512.0 MiB"}, 1},
 		{"the sandbox page plots a day of samples and says network has no data", "/dashboard/sandboxes/" + f.first,
 			[]string{`aria-label="CPU: now`, "Memory: now 149.0 MiB, peak 149.0 MiB of 512.0 MiB", `<figcaption>Network: no data</figcaption><p class="nodata">no data</p>`}, 0},
+		{"the logs page searches every sandbox of the team, newest first, in pages", "/dashboard/logs?q=line",
+			[]string{`<a href="/dashboard/sandboxes/sb00000">`, "line 9999 of", `rel="next" href="/dashboard/logs?cursor=`}, 0},
+		{"the logs page narrows by metadata, template and time range", "/dashboard/logs?meta=taskId%3D0&template=base&since=2026-12-01T00:00:09&until=2026-12-01T00:00:09.002Z&tz=0",
+			[]string{"line 9000 of", "line 9001 of"}, 0},
+		{"the logs page reads a time in the viewer's zone", "/dashboard/logs?since=2026-12-01T01:00:09.998&tz=-60",
+			[]string{"line 9998 of", "line 9999 of"}, 0},
+		{"a template with no lines shows none", "/dashboard/logs?template=python", []string{"No log lines match."}, 0},
 		{"the log search keeps only matching lines", "/dashboard/sandboxes/" + f.first + "?q=%22line+42+of%22", []string{"line 42 of"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			page := f.get(t, tt.path)
+			page := f.get(t, tt.path, http.StatusOK)
 			for _, w := range tt.want {
 				if !strings.Contains(page, w) {
 					t.Errorf("page lacks %q", w)
+				}
+			}
+			if strings.Contains(tt.path, "since=") {
+				if n := strings.Count(page, `<tr class="lvl-`); n != 2 {
+					t.Errorf("%d lines in the time range, want 2", n)
 				}
 			}
 			if n := strings.Count(page, "<tr data-id="); n != tt.rows {
 				t.Errorf("%d sandbox rows, want %d", n, tt.rows)
 			}
 		})
+	}
+}
+
+func TestLogsPageRejectsBadInput(t *testing.T) {
+	f := newFixture(t)
+	for _, tt := range []struct{ name, query, field string }{
+		{"an unknown level names level", "level=loud", "level"},
+		{"a time that is not one names since", "since=yesterday", "since:"},
+		{"until before since names until", "since=2026-12-02T00:00&until=2026-12-01T00:00", "until:"},
+		{"a field without = names field", "field=taskId", "field:"},
+		{"metadata without = names meta", "meta=taskId", "meta:"},
+		{"a forged cursor names cursor", "cursor=zzz", "cursor"},
+		{"a bad time zone names tz", "tz=east", "tz:"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			page := f.get(t, "/dashboard/logs?"+tt.query, http.StatusBadRequest)
+			if !strings.Contains(page, tt.field) || !strings.Contains(page, "Request id") {
+				t.Errorf("page lacks %q or the request id:\n%s", tt.field, page)
+			}
+		})
+	}
+}
+
+func TestTailSendsOnlyNewLines(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(f.console)
+	t.Cleanup(srv.Close)
+	page := f.get(t, "/dashboard/sandboxes/"+f.first, http.StatusOK)
+	m := regexp.MustCompile(`data-tail="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no data-tail on the page")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+html.UnescapeString(m[1]), nil)
+	req.AddCookie(f.cookie)
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("tail: %d", res.StatusCode)
+	}
+	line := store.LogLine{Time: time.Date(2026, 12, 1, 0, 0, 9, 999_000_000, time.UTC), SandboxID: f.first, TeamID: f.team, TemplateID: "base",
+		Level: "warn", Source: "process", Stream: "stderr", Message: "tailed line"}
+	if err := f.db.InsertLogs(ctx, []store.LogLine{line}); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(res.Body)
+	var got []string
+	for sc.Scan() {
+		if sc.Text() == "" && got != nil {
+			break
+		}
+		got = append(got, sc.Text())
+	}
+	event := strings.Join(got, "\n")
+	if !strings.HasPrefix(event, "event: lines") || !strings.Contains(event, "tailed line") || strings.Contains(event, "line 9999 of") {
+		t.Fatalf("first event: %q (%v)", event, sc.Err())
 	}
 }
 
@@ -144,7 +221,7 @@ func BenchmarkRender(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
-				f.get(b, bc.path)
+				f.get(b, bc.path, http.StatusOK)
 			}
 			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "ms/render")
 		})

@@ -225,6 +225,24 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("the logs page finds the command's line across the team's sandboxes, and only the team's", func(t *testing.T) {
+		code, page := v.get("/dashboard/logs?q=console-hello&level=info&meta=taskId%3Dconsole-7")
+		res := section(page, `id="logresults"`)
+		if code != http.StatusOK || !strings.Contains(res, "console-hello") || !strings.Contains(res, `href="/dashboard/sandboxes/`+id+`"`) || strings.Contains(res, "other-line") {
+			t.Fatalf("logs search: %d\n%s", code, res)
+		}
+		writeArtifact(t, "console-logs.html", page)
+		team := strings.TrimSpace(cli(t, s, "team", "create", "console-logs-other"))
+		other := newViewer(t, s.URL)
+		other.signIn(strings.Fields(cli(t, s, "apikey", "create", "c", "--team", team))[0])
+		if _, page := other.get("/dashboard/logs?q=console-hello"); strings.Contains(section(page, `id="logresults"`), "console-hello") {
+			t.Fatalf("another team's logs search finds the line:\n%s", page)
+		}
+		if code, _ := other.get("/dashboard/sandboxes/" + id + "/tail"); code != http.StatusNotFound {
+			t.Fatalf("another team's tail of %s: %d, want 404", id, code)
+		}
+	})
+
 	t.Run("the trace of the command's request id shows its end cause and links the sandbox", func(t *testing.T) {
 		code, page := v.get("/dashboard/trace?id=req-console-1")
 		tl := section(page, `id="timeline"`)

@@ -27,6 +27,24 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const f of document.querySelectorAll("form[data-confirm]")) {
     f.addEventListener("submit", (e) => { if (!confirm(f.dataset.confirm)) e.preventDefault(); });
   }
+  for (const tz of document.querySelectorAll("input[data-tz]")) tz.value = new Date().getTimezoneOffset();
+  const logs = document.querySelector("table[data-tail]");
+  if (logs && window.EventSource) {
+    const state = document.getElementById("tail-state");
+    const src = new EventSource(logs.dataset.tail);
+    src.addEventListener("open", () => { state.textContent = "live"; });
+    src.addEventListener("lines", (e) => {
+      const body = logs.tBodies[0];
+      const empty = body.querySelector("tr.empty");
+      if (empty) empty.remove();
+      const t = document.createElement("template");
+      t.innerHTML = e.data;
+      localize(t.content);
+      body.prepend(t.content);
+    });
+    src.addEventListener("failure", (e) => { src.close(); state.textContent = "live tail stopped: " + e.data; state.className = "error"; });
+    src.addEventListener("error", () => { if (src.readyState === EventSource.CLOSED) state.textContent = ""; });
+  }
   const table = document.querySelector("table[data-live]");
   if (table && window.EventSource) {
     const src = new EventSource(table.dataset.live);
