@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
@@ -50,6 +52,8 @@ type Records interface {
 	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 	LatestSamples(ctx context.Context, teamID string, ids []string) ([]store.MetricSample, error)
+	ListWebhooks(ctx context.Context, teamID string) ([]*store.Webhook, error)
+	ListDeliveries(ctx context.Context, teamID, webhookID string, limit int) ([]*store.Delivery, error)
 	store.TraceStore
 }
 
@@ -66,6 +70,8 @@ type Config struct {
 	Keys       store.Keys // Authenticate, as the API signs in; teams and keys for their pages
 	Records    Records
 	AdminToken string // "" disables admin sign-in
+	// Metrics is read by the health page; telemetry.Metrics() when nil.
+	Metrics prometheus.Gatherer
 }
 
 // session is one signed-in viewer.
@@ -89,6 +95,9 @@ type Console struct {
 	now      func() time.Time
 	closed   chan struct{} // closed by Close: live streams end
 	once     sync.Once
+	// health and healthAt are the counters the health page last read, for its rates.
+	health   map[string]float64
+	healthAt time.Time
 }
 
 // Close ends every live stream, so a server shutdown does not wait on open browsers.
@@ -96,6 +105,9 @@ func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
 
 // New returns the console handler; mount it at Prefix.
 func New(cfg Config) *Console {
+	if cfg.Metrics == nil {
+		cfg.Metrics = telemetry.Metrics()
+	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
@@ -116,6 +128,12 @@ func New(cfg Config) *Console {
 			return pairs(m)
 		},
 		"ms": func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
+			if len(as) == 0 {
+				return nil
+			}
+			return as[len(as)-1]
+		},
 		"exit": func(p *int) string {
 			if p == nil {
 				return "–"
@@ -135,6 +153,12 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("GET /dashboard/live", c.signedIn(c.live))
 	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}/tail", c.signedIn(c.tail))
 	c.mux.HandleFunc("GET /dashboard/logs", c.signedIn(c.logsPage))
+	c.mux.HandleFunc("GET /dashboard/events", c.signedIn(c.eventsPage))
+	c.mux.HandleFunc("GET /dashboard/webhooks", c.signedIn(c.webhooksPage))
+	c.mux.HandleFunc("GET /dashboard/keys", c.signedIn(c.keysPage))
+	c.mux.HandleFunc("POST /dashboard/keys", c.signedIn(c.createKey))
+	c.mux.HandleFunc("POST /dashboard/keys/{id}/revoke", c.signedIn(c.revokeKey))
+	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
 	return c
 }
 
@@ -222,6 +246,17 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Expires: s.Expires})
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// endSessionsOf ends every session signed in with API key keyID.
+func (c *Console) endSessionsOf(keyID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, s := range c.sessions {
+		if s.KeyID == keyID {
+			delete(c.sessions, id)
+		}
+	}
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {

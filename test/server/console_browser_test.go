@@ -124,6 +124,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("kill reason %q, want request", text)
 	}
 	killedWith(t, a, id, "request")
+	run("the events page", chromedp.Click(`a[href="/dashboard/events"]`, chromedp.ByQuery), chromedp.WaitVisible(`#events`, chromedp.ByID),
+		chromedp.Text(`#events`, &text, chromedp.ByID), shot("events"))
+	if !strings.Contains(text, "sandbox.lifecycle.killed") {
+		t.Errorf("events page lacks the kill: %q", text)
+	}
+	run("create an API key", chromedp.Click(`a[href="/dashboard/keys"]`, chromedp.ByQuery), chromedp.WaitVisible(`#keys`, chromedp.ByID),
+		chromedp.SendKeys(`input[name="name"]`, "browser-key", chromedp.ByQuery), chromedp.Submit(`input[name="name"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#new-key`, chromedp.ByID), chromedp.Text(`#new-key`, &text, chromedp.ByID), shot("keys"))
+	if !strings.HasPrefix(text, "e2b_") {
+		t.Errorf("new key shown as %q", text)
+	}
+	run("the health page", chromedp.Click(`a[href="/dashboard/health"]`, chromedp.ByQuery), chromedp.WaitVisible(`#m-cove_sandboxes`, chromedp.ByID), shot("health"))
 	t.Logf("screenshots in %s", dir)
 }
 

@@ -274,6 +274,44 @@ func TestConsole(t *testing.T) {
 		killedWith(t, a, id, "request")
 	})
 
+	t.Run("the events page lists the sandbox's lifecycle with the kill's reason", func(t *testing.T) {
+		code, page := v.get("/dashboard/events?sandbox=" + id)
+		ev := section(page, `id="events"`)
+		if code != http.StatusOK || !strings.Contains(ev, "sandbox.lifecycle.created") || !strings.Contains(ev, "kill_reason=request") {
+			t.Fatalf("events: %d\n%s", code, ev)
+		}
+	})
+
+	t.Run("a key made in the console works on the API until it is revoked there", func(t *testing.T) {
+		_, page := v.get("/dashboard/keys")
+		code, page := v.post("/dashboard/keys", url.Values{"csrf": {v.csrf(page)}, "name": {"from-console"}})
+		m := regexp.MustCompile(`id="new-key" class="copy" tabindex="0">(e2b_[0-9a-f]+)<`).FindStringSubmatch(page)
+		if code != http.StatusOK || m == nil {
+			t.Fatalf("create key: %d\n%s", code, page)
+		}
+		k := client{t: t, url: s.URL, key: m[1]}
+		if code, _, _ := k.do(http.MethodGet, "/v2/sandboxes", nil); code != http.StatusOK {
+			t.Fatalf("the new key on the API: %d", code)
+		}
+		row := regexp.MustCompile(`<tr data-key="([^"]+)"><td>from-console<`).FindStringSubmatch(page)
+		if row == nil {
+			t.Fatalf("the new key is not listed:\n%s", page)
+		}
+		if code, _ := v.post("/dashboard/keys/"+row[1]+"/revoke", url.Values{"csrf": {v.csrf(page)}}); code != http.StatusOK {
+			t.Fatalf("revoke: %d", code)
+		}
+		if code, _, _ := k.do(http.MethodGet, "/v2/sandboxes", nil); code != http.StatusUnauthorized {
+			t.Fatalf("the revoked key on the API: %d, want 401", code)
+		}
+	})
+
+	t.Run("the health page shows the server's sandboxes and kills by reason", func(t *testing.T) {
+		code, page := v.get("/dashboard/health")
+		if code != http.StatusOK || !strings.Contains(page, `id="m-cove_sandboxes"`) || !strings.Contains(page, "kill_reason=request") {
+			t.Fatalf("health: %d\n%s", code, page)
+		}
+	})
+
 	t.Run("the admin token sees every team", func(t *testing.T) {
 		tok, err := os.ReadFile(filepath.Join(s.DataDir, "admin-token"))
 		if err != nil {
