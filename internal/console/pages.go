@@ -212,7 +212,7 @@ type series struct {
 	Labels string
 	Value  float64
 	Rate   string // per second since the previous reading; "" when there is none
-	Count  uint64   // histograms: observations
+	Count  uint64 // histograms: observations
 }
 
 type family struct {
