@@ -69,7 +69,8 @@ type Config struct {
 	Sandboxes  api.Sandboxes
 	Keys       store.Keys // Authenticate, as the API signs in; teams and keys for their pages
 	Records    Records
-	AdminToken string // "" disables admin sign-in
+	AdminToken string    // "" disables admin sign-in
+	Templates  Templates // nil: the templates page says there is no store
 	// Metrics is read by the health page; telemetry.Metrics() when nil.
 	Metrics prometheus.Gatherer
 }
@@ -127,7 +128,9 @@ func New(cfg Config) *Console {
 			delete(m, "postmortem")
 			return pairs(m)
 		},
-		"ms": func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"ms":    func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"size":  func(n int64) string { return bytesText(float64(n)) },
+		"deref": func(b *bool) bool { return b != nil && *b },
 		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
 			if len(as) == 0 {
 				return nil
@@ -159,6 +162,8 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("POST /dashboard/keys", c.signedIn(c.createKey))
 	c.mux.HandleFunc("POST /dashboard/keys/{id}/revoke", c.signedIn(c.revokeKey))
 	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
+	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
+	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
 	return c
 }
 

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/template"
 )
 
 // post sends a form with the session's CSRF token and returns the status and body.
@@ -182,4 +185,60 @@ func TestHealthPage(t *testing.T) {
 	if !strings.Contains(second, `<td class="num">2/s</td>`) || !strings.Contains(second, "over the last 10s") {
 		t.Errorf("second read has no rate of 2/s over 10s:\n%s", second)
 	}
+}
+
+func TestTemplatesPage(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	// A template as the store writes it: <dir>/<name>/meta.json and build.log.
+	for name, meta := range map[string]string{
+		"base":   `{"name":"base","suite":"bookworm","created_at":"2026-12-01T00:00:00Z","build_seconds":41.5,"size_bytes":183500800}`,
+		"python": `{"name":"python","from":"base","run":["apt-get install -y python3"],"created_at":"2026-12-02T00:00:00Z","build_seconds":12,"size_bytes":1048576,"collect_logs":false}`,
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "meta.json"), []byte(meta), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "python", "build.log"), []byte(strings.Repeat("x", buildLogTail)+"\nSetting up python3 (3.11.2-1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := template.OpenAt(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.console.cfg.Templates = ts
+
+	t.Run("a team sees every template with its live sandboxes, not the steps", func(t *testing.T) {
+		page := f.get(t, "/dashboard/templates", http.StatusOK)
+		for _, want := range []string{`<tr data-template="base">`, "Debian bookworm", "175.0 MiB", `<a href="/dashboard/?template=base">1000</a>`,
+			`<tr data-template="python">`, `<a href="/dashboard/?template=python">0</a>`, "<td>no</td>"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %q", want)
+			}
+		}
+		if strings.Contains(page, "apt-get install") || strings.Contains(page, "/log\"") {
+			t.Errorf("a team sees build steps or logs:\n%s", page)
+		}
+		f.get(t, "/dashboard/templates/python/log", http.StatusForbidden)
+	})
+	t.Run("the admin reads the steps and the end of the build log", func(t *testing.T) {
+		s := f.console.sessions[f.cookie.Value]
+		team := s.TeamID
+		s.TeamID = ""
+		t.Cleanup(func() { s.TeamID = team })
+		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") {
+			t.Errorf("admin's page lacks the steps:\n%s", page)
+		}
+		page := f.get(t, "/dashboard/templates/python/log", http.StatusOK)
+		if !strings.Contains(page, "Setting up python3") || !strings.Contains(page, "The last 64 KiB") {
+			t.Errorf("build log page:\n%.2000s", page)
+		}
+		if page := f.get(t, "/dashboard/templates/base/log", http.StatusOK); !strings.Contains(page, "no build log") {
+			t.Errorf("a template without a log:\n%s", page)
+		}
+		f.get(t, "/dashboard/templates/nope/log", http.StatusNotFound)
+	})
 }

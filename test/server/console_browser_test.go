@@ -124,6 +124,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("kill reason %q, want request", text)
 	}
 	killedWith(t, a, id, "request")
+	run("the templates page", chromedp.Click(`a[href="/dashboard/templates"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-template="base"]`, chromedp.ByQuery), shot("templates"))
 	run("the events page", chromedp.Click(`a[href="/dashboard/events"]`, chromedp.ByQuery), chromedp.WaitVisible(`#events`, chromedp.ByID),
 		chromedp.Text(`#events`, &text, chromedp.ByID), shot("events"))
 	if !strings.Contains(text, "sandbox.lifecycle.killed") {
