@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -68,6 +69,7 @@ const (
 type Config struct {
 	Sandboxes  api.Sandboxes
 	Keys       store.Keys // Authenticate, as the API signs in; teams and keys for their pages
+	Sessions   store.ConsoleSessions
 	Records    Records
 	AdminToken string    // "" disables admin sign-in
 	Templates  Templates // nil: the templates page says there is no store
@@ -75,14 +77,8 @@ type Config struct {
 	Metrics prometheus.Gatherer
 }
 
-// session is one signed-in viewer.
-type session struct {
-	TeamID   string // "" for the admin: every team
-	TeamName string
-	KeyID    string // the actor recorded on actions
-	CSRF     string
-	Expires  time.Time
-}
+// session is one signed-in viewer, as the store keeps it.
+type session struct{ store.ConsoleSession }
 
 func (s *session) admin() bool { return s.TeamID == "" }
 
@@ -92,7 +88,6 @@ type Console struct {
 	mux      *http.ServeMux
 	pages    *template.Template
 	mu       sync.Mutex
-	sessions map[string]*session
 	now      func() time.Time
 	closed   chan struct{} // closed by Close: live streams end
 	once     sync.Once
@@ -109,7 +104,7 @@ func New(cfg Config) *Console {
 	if cfg.Metrics == nil {
 		cfg.Metrics = telemetry.Metrics()
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now, closed: make(chan struct{})}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"fields": pairs,
@@ -179,7 +174,11 @@ type ctxKey struct{}
 // every POST; others are sent to the sign-in page.
 func (c *Console) signedIn(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := c.session(r)
+		s, err := c.session(r)
+		if err != nil {
+			c.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
 		if s == nil {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
@@ -199,19 +198,31 @@ func (c *Console) signedIn(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (c *Console) session(r *http.Request) *session {
+// session returns the request's live session; nil when it has none (no cookie, an
+// unknown or expired token, a revoked key, an admin session once admin sign-in is off).
+func (c *Console) session(r *http.Request) (*session, error) {
 	ck, err := r.Cookie(cookieName)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.sessions[ck.Value]
-	if s != nil && c.now().After(s.Expires) {
-		delete(c.sessions, ck.Value)
-		return nil
+	st, err := c.cfg.Sessions.GetConsoleSession(r.Context(), tokenHash(ck.Value), c.now())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
 	}
-	return s
+	if err != nil {
+		return nil, err
+	}
+	s := &session{*st}
+	if s.admin() && c.cfg.AdminToken == "" {
+		return nil, nil
+	}
+	return s, nil
+}
+
+// tokenHash is what the store keeps of a session's token.
+func tokenHash(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
 }
 
 func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
@@ -229,7 +240,8 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 // login accepts an API key (that key's team) or the admin token (all teams).
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimSpace(r.PostFormValue("key"))
-	s := &session{CSRF: token(), Expires: c.now().Add(sessionTTL)}
+	now := c.now()
+	s := &store.ConsoleSession{CSRF: token(), CreatedAt: now, Expires: now.Add(sessionTTL)}
 	switch {
 	case key == "":
 		c.renderStatus(w, r, http.StatusBadRequest, "login.html", map[string]any{"Title": "Sign in", "Error": "key: enter an API key or the admin token"})
@@ -245,30 +257,25 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		s.TeamID, s.TeamName, s.KeyID = team.ID, team.Name, k.ID
 	}
 	id := token()
-	c.mu.Lock()
-	c.sessions[id] = s
-	c.mu.Unlock()
+	s.TokenHash = tokenHash(id)
+	if err := c.cfg.Sessions.PruneConsoleSessions(r.Context(), now); err != nil {
+		telemetry.Logger(r.Context()).Warn("prune console sessions", "error", err)
+	}
+	if err := c.cfg.Sessions.InsertConsoleSession(r.Context(), s); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sign in: %w", err))
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Expires: s.Expires})
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
-// endSessionsOf ends every session signed in with API key keyID.
-func (c *Console) endSessionsOf(keyID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, s := range c.sessions {
-		if s.KeyID == keyID {
-			delete(c.sessions, id)
-		}
-	}
-}
-
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	if ck, err := r.Cookie(cookieName); err == nil {
-		c.mu.Lock()
-		delete(c.sessions, ck.Value)
-		c.mu.Unlock()
+		if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), tokenHash(ck.Value)); err != nil {
+			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sign out: %w", err))
+			return
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})

@@ -195,7 +195,10 @@ func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	telemetry.Logger(r.Context()).Info("api key revoked", "api_key.id", id, telemetry.KeyTeamID, team, "actor", s.KeyID)
-	c.endSessionsOf(id)
+	// The store no longer finds a revoked key's sessions; deleting them keeps the table small.
+	if err := c.cfg.Sessions.DeleteConsoleSessionsOfKey(r.Context(), id); err != nil {
+		telemetry.Logger(r.Context()).Warn("end sessions of revoked key", "api_key.id", id, "error", err)
+	}
 	if id == s.KeyID {
 		http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 		return

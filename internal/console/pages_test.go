@@ -22,7 +22,7 @@ import (
 // post sends a form with the session's CSRF token and returns the status and body.
 func (f *fixture) post(tb testing.TB, path string, form url.Values) (int, string) {
 	tb.Helper()
-	form.Set("csrf", f.console.sessions[f.cookie.Value].CSRF)
+	form.Set("csrf", f.csrf)
 	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.AddCookie(f.cookie)
@@ -101,7 +101,7 @@ func TestKeysPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.console.sessions[f.cookie.Value].KeyID = own.ID
+	f.signIn(t, f.team, own.ID)
 
 	code, page := f.post(t, "/dashboard/keys", url.Values{"name": {"ci"}})
 	key := regexp.MustCompile(`id="new-key" class="copy" tabindex="0">(e2b_[0-9a-f]+)<`).FindStringSubmatch(page)
@@ -225,10 +225,7 @@ func TestTemplatesPage(t *testing.T) {
 		f.get(t, "/dashboard/templates/python/log", http.StatusForbidden)
 	})
 	t.Run("the admin reads the steps and the end of the build log", func(t *testing.T) {
-		s := f.console.sessions[f.cookie.Value]
-		team := s.TeamID
-		s.TeamID = ""
-		t.Cleanup(func() { s.TeamID = team })
+		f.signIn(t, "", "admin")
 		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") {
 			t.Errorf("admin's page lacks the steps:\n%s", page)
 		}

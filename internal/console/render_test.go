@@ -25,6 +25,7 @@ type fixture struct {
 	team    string
 	console *Console
 	cookie  *http.Cookie
+	csrf    string
 	first   string
 }
 
@@ -92,10 +93,27 @@ func newFixture(tb testing.TB) *fixture {
 	if err := db.InsertSamples(ctx, samples); err != nil {
 		tb.Fatal(err)
 	}
-	c := New(Config{Keys: db, Records: db})
-	s := &session{TeamID: team.ID, TeamName: team.Name, KeyID: "key_bench", CSRF: token(), Expires: time.Now().Add(time.Hour)}
-	c.sessions["bench-session"] = s
-	return &fixture{db: db, team: team.ID, console: c, cookie: &http.Cookie{Name: cookieName, Value: "bench-session"}, first: first}
+	c := New(Config{Keys: db, Sessions: db, Records: db, AdminToken: "admin-token"})
+	_, key, err := db.CreateAPIKey(ctx, team.ID, "bench")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fixture{db: db, team: team.ID, console: c, first: first}
+	f.signIn(tb, team.ID, key.ID)
+	return f
+}
+
+// signIn makes the fixture's requests those of a session of team teamID signed in with
+// key keyID ("" and "admin" for the admin).
+func (f *fixture) signIn(tb testing.TB, teamID, keyID string) {
+	tb.Helper()
+	tok := token()
+	f.csrf = token()
+	if err := f.db.InsertConsoleSession(context.Background(), &store.ConsoleSession{TokenHash: tokenHash(tok), TeamID: teamID, TeamName: "bench",
+		KeyID: keyID, CSRF: f.csrf, CreatedAt: time.Now(), Expires: time.Now().Add(time.Hour)}); err != nil {
+		tb.Fatal(err)
+	}
+	f.cookie = &http.Cookie{Name: cookieName, Value: tok}
 }
 
 func (f *fixture) get(tb testing.TB, path string, code int) string {

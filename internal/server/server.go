@@ -277,7 +277,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
-	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Records: db, AdminToken: admin, Templates: templates})
+	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Sessions: db, Records: db, AdminToken: admin, Templates: templates})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case px.Match(r):

@@ -352,3 +352,31 @@ func section(page, marker string) string {
 	}
 	return page[i:]
 }
+
+func TestConsoleSessionsSurviveARestart(t *testing.T) {
+	s := covetest.Start(t, "")
+	team := strings.TrimSpace(cli(t, s, "team", "create", "console-restart"))
+	key := strings.Fields(cli(t, s, "apikey", "create", "viewer", "--team", team))[0]
+	v := newViewer(t, s.URL)
+	v.signIn(key)
+
+	s.Stop()
+	s.Restart()
+	v.base = s.URL
+	t.Run("a session signed in before the restart still works", func(t *testing.T) {
+		if code, page := v.get("/dashboard/"); code != http.StatusOK || !strings.Contains(page, "<h1>Sandboxes") {
+			t.Fatalf("after restart: %d\n%s", code, page)
+		}
+	})
+	t.Run("revoking its key from the CLI ends the session", func(t *testing.T) {
+		_, page := v.get("/dashboard/keys")
+		row := regexp.MustCompile(`<tr data-key="([^"]+)"><td>viewer<`).FindStringSubmatch(page)
+		if row == nil {
+			t.Fatalf("key not listed:\n%s", page)
+		}
+		cli(t, s, "apikey", "revoke", row[1], "--team", team)
+		if _, page := v.get("/dashboard/"); !strings.Contains(page, `action="/dashboard/login"`) {
+			t.Fatalf("still signed in with a revoked key:\n%s", page)
+		}
+	})
+}
