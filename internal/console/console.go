@@ -84,13 +84,13 @@ func (s *session) admin() bool { return s.TeamID == "" }
 
 // Console is the /dashboard/ handler.
 type Console struct {
-	cfg      Config
-	mux      *http.ServeMux
-	pages    *template.Template
-	mu       sync.Mutex
-	now      func() time.Time
-	closed   chan struct{} // closed by Close: live streams end
-	once     sync.Once
+	cfg    Config
+	mux    *http.ServeMux
+	pages  *template.Template
+	mu     sync.Mutex
+	now    func() time.Time
+	closed chan struct{} // closed by Close: live streams end
+	once   sync.Once
 	// health and healthAt are the counters the health page last read, for its rates.
 	health   map[string]float64
 	healthAt time.Time
