@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"sort"
@@ -460,22 +461,41 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // trace shows `cove trace` for one request id: what the server, envd, the command and the
-// events recorded under it, oldest first.
+// events recorded under it, oldest first. Traces are kept per team: the admin sees the
+// request's entries in every team that has some, each entry naming its team.
 func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
 	id := strings.TrimSpace(r.URL.Query().Get("id"))
 	data := map[string]any{"Title": "Trace", "ID": id}
 	if id != "" {
+		teams := []*store.Team{{ID: s.TeamID}}
 		if s.admin() {
-			c.fail(w, r, http.StatusBadRequest, errors.New("id: traces are kept per team; sign in with the team's API key to trace a request"))
-			return
+			var err error
+			if teams, err = c.cfg.Keys.ListTeams(r.Context()); err != nil {
+				c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("list teams: %w", err))
+				return
+			}
 		}
-		tl, err := trace.Build(r.Context(), c.cfg.Records, s.TeamID, id)
-		if err != nil {
-			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("trace %s: %w", id, err))
-			return
+		all := &trace.Timeline{RequestID: id, Entries: []trace.Entry{}}
+		for _, team := range teams {
+			tl, err := trace.Build(r.Context(), c.cfg.Records, team.ID, id)
+			if err != nil {
+				c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("trace %s: %w", id, err))
+				return
+			}
+			for _, e := range tl.Entries {
+				if s.admin() {
+					e.Fields = maps.Clone(e.Fields)
+					if e.Fields == nil {
+						e.Fields = map[string]any{}
+					}
+					e.Fields[telemetry.KeyTeamID] = team.Name
+				}
+				all.Entries = append(all.Entries, e)
+			}
 		}
-		data["Title"], data["Timeline"] = "Trace "+id, tl
+		sort.SliceStable(all.Entries, func(i, j int) bool { return all.Entries[i].Time.Before(all.Entries[j].Time) })
+		data["Title"], data["Timeline"] = "Trace "+id, all
 	}
 	c.render(w, r, "trace.html", data)
 }

@@ -322,6 +322,10 @@ func TestConsole(t *testing.T) {
 		if _, page := ad.get("/dashboard/?state=killed"); !strings.Contains(page, id) {
 			t.Fatalf("admin's killed list lacks %s", id)
 		}
+		code, page := ad.get("/dashboard/trace?id=req-console-1")
+		if tl := section(page, `id="timeline"`); code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "team.id=") {
+			t.Fatalf("admin's trace: %d\n%s", code, page)
+		}
 	})
 
 	t.Run("sign out ends the session", func(t *testing.T) {
