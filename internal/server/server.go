@@ -155,6 +155,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
+	telemetry.WatchDisk("data", cfg.DataDir)
+	telemetry.WatchDisk("templates", templates.Dir())
 	base, err := templates.Get("base")
 	if err == nil && base.From == "" && base.Key != template.BaseKey(base.Suite) {
 		say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
