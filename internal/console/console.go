@@ -160,6 +160,11 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
 	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
 	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
+	// Anything else under the prefix is a console page with the request id, not Go's bare
+	// 404 or 405.
+	c.mux.HandleFunc("/dashboard/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no console page %s %s", r.Method, r.URL.Path))
+	})
 	return c
 }
 

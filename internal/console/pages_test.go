@@ -239,3 +239,15 @@ func TestTemplatesPage(t *testing.T) {
 		f.get(t, "/dashboard/templates/nope/log", http.StatusNotFound)
 	})
 }
+
+func TestUnknownPagesNameTheRequestID(t *testing.T) {
+	f := newFixture(t)
+	for _, path := range []string{"/dashboard/nope", "/dashboard/logout", "/dashboard/sandboxes/sb00000/explode"} {
+		t.Run(path+" is a console 404 with the request id", func(t *testing.T) {
+			page := f.get(t, path, http.StatusNotFound)
+			if !strings.Contains(page, "no console page GET "+path) || !strings.Contains(page, "Request id") {
+				t.Errorf("page:\n%s", page)
+			}
+		})
+	}
+}

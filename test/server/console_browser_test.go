@@ -138,6 +138,25 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("new key shown as %q", text)
 	}
 	run("the health page", chromedp.Click(`a[href="/dashboard/health"]`, chromedp.ByQuery), chromedp.WaitVisible(`#m-cove_sandboxes`, chromedp.ByID), shot("health"))
+	var focused string
+	run("press / to jump to the log search", chromedp.Click(`a[href="/dashboard/logs"]`, chromedp.ByQuery), chromedp.WaitVisible(`#logsearch`, chromedp.ByID),
+		chromedp.KeyEvent("/"), chromedp.Evaluate(`document.activeElement.name`, &focused))
+	if focused != "q" {
+		t.Errorf("after /, focus is on %q, want the text search", focused)
+	}
+	// A phone's width: nothing wider than the screen but the tables, which scroll inside the page.
+	for _, page := range []struct{ name, path, ready string }{
+		{"phone-list", "/dashboard/?state=killed", `#sandboxes`},
+		{"phone-sandbox", "/dashboard/sandboxes/" + id, `#plots`},
+	} {
+		var overflow bool
+		run(page.name, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(s.URL+page.path),
+			chromedp.WaitVisible(page.ready, chromedp.ByQuery), shot(page.name),
+			chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow))
+		if overflow {
+			t.Errorf("%s: the page is wider than a phone's screen", page.name)
+		}
+	}
 	t.Logf("screenshots in %s", dir)
 }
 

@@ -19,11 +19,26 @@ function ages(root) {
 document.addEventListener("DOMContentLoaded", () => {
   localize(document);
   setInterval(() => ages(document), 1000);
-  const copy = (el) => navigator.clipboard && navigator.clipboard.writeText(el.textContent.trim());
-  document.addEventListener("click", (e) => { if (e.target.classList.contains("copy")) copy(e.target); });
+  const announce = (text) => { const a = document.getElementById("announce"); if (a) a.textContent = text; };
+  const copy = (text) => {
+    if (!navigator.clipboard) { announce("Copying needs a secure page (HTTPS or localhost)"); return; }
+    navigator.clipboard.writeText(text).then(() => announce("Copied " + text), () => announce("Could not copy"));
+  };
+  const copyOf = (el) => el.dataset && el.dataset.copy !== undefined ? el.dataset.copy : el.textContent.trim();
+  const copyable = (el) => el.classList && (el.classList.contains("copy") || el.classList.contains("copybtn"));
+  document.addEventListener("click", (e) => { if (copyable(e.target)) copy(copyOf(e.target)); });
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && e.target.classList && e.target.classList.contains("copy")) copy(e.target);
+    if (e.key === "Enter" && copyable(e.target) && e.target.tagName !== "BUTTON") copy(copyOf(e.target));
+    // "/" jumps to the page's first search box, as on most consoles.
+    const typing = /^(INPUT|SELECT|TEXTAREA)$/.test(e.target.tagName);
+    if (e.key === "/" && !typing && !e.ctrlKey && !e.metaKey) {
+      const box = document.querySelector("main form.filters input:not([type=hidden]), main input[name=id]");
+      if (box) { e.preventDefault(); box.focus(); box.select(); }
+    }
   });
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.pathname === location.pathname) a.setAttribute("aria-current", "page");
+  }
   for (const f of document.querySelectorAll("form[data-confirm]")) {
     f.addEventListener("submit", (e) => { if (!confirm(f.dataset.confirm)) e.preventDefault(); });
   }
