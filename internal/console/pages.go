@@ -1,14 +1,12 @@
 package console
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +40,7 @@ func (c *Console) eventsPage(w http.ResponseWriter, r *http.Request) {
 		f.Types = []string{et.String()}
 	}
 	if cur := v.Get("cursor"); cur != "" {
-		pos, err := decodeEventCursor(cur)
+		pos, err := events.DecodeCursor(cur)
 		if err != nil {
 			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("cursor: %q is not an events page cursor", cur))
 			return
@@ -60,7 +58,7 @@ func (c *Console) eventsPage(w http.ResponseWriter, r *http.Request) {
 		data["Events"] = page.Events
 		if page.More && len(page.Events) > 0 {
 			last := page.Events[len(page.Events)-1]
-			next := url.Values{"cursor": {encodeEventCursor(store.EventPosition{Timestamp: last.Timestamp, ID: last.ID})}}
+			next := url.Values{"cursor": {events.EncodeCursor(store.EventPosition{Timestamp: last.Timestamp, ID: last.ID})}}
 			for _, k := range []string{"team", "type", "sandbox"} {
 				if v.Get(k) != "" {
 					next.Set(k, v.Get(k))
@@ -70,24 +68,6 @@ func (c *Console) eventsPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, "events.html", data)
-}
-
-// An events cursor is base64url("<unix µs>:<event id>").
-func encodeEventCursor(p store.EventPosition) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.Timestamp.UnixMicro(), 10) + ":" + p.ID))
-}
-
-func decodeEventCursor(s string) (store.EventPosition, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return store.EventPosition{}, err
-	}
-	us, id, ok := strings.Cut(string(b), ":")
-	n, err := strconv.ParseInt(us, 10, 64)
-	if !ok || err != nil || id == "" {
-		return store.EventPosition{}, errors.New("malformed")
-	}
-	return store.EventPosition{Timestamp: time.UnixMicro(n).UTC(), ID: id}, nil
 }
 
 // webhookView is a webhook with its newest deliveries.

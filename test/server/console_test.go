@@ -305,9 +305,10 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
-	t.Run("the health page shows the server's sandboxes and kills by reason", func(t *testing.T) {
+	t.Run("the health page shows the server's sandboxes, kills by reason, disk space and webhook attempts", func(t *testing.T) {
 		code, page := v.get("/dashboard/health")
-		if code != http.StatusOK || !strings.Contains(page, `id="m-cove_sandboxes"`) || !strings.Contains(page, "kill_reason=request") {
+		if code != http.StatusOK || !strings.Contains(page, `id="m-cove_sandboxes"`) || !strings.Contains(page, "kill_reason=request") ||
+			!strings.Contains(page, "<td>dir=data</td>") || !strings.Contains(page, `id="m-cove_webhook_attempts_total"`) {
 			t.Fatalf("health: %d\n%s", code, page)
 		}
 	})
