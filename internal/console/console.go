@@ -219,8 +219,8 @@ func (c *Console) session(r *http.Request) (*session, error) {
 		return nil, err
 	}
 	s := &session{*st}
-	if s.admin() && c.cfg.AdminToken == "" {
-		return nil, nil
+	if s.admin() && (c.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(s.AdminHash), []byte(tokenHash(c.cfg.AdminToken))) != 1) {
+		return nil, nil // admin sign-in is off, or the token changed since
 	}
 	return s, nil
 }
@@ -253,7 +253,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderStatus(w, r, http.StatusBadRequest, "login.html", map[string]any{"Title": "Sign in", "Error": "key: enter an API key or the admin token"})
 		return
 	case c.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(key), []byte(c.cfg.AdminToken)) == 1:
-		s.TeamName, s.KeyID = "all teams (admin)", "admin"
+		s.TeamName, s.KeyID, s.AdminHash = "all teams (admin)", "admin", tokenHash(c.cfg.AdminToken)
 	default:
 		k, team, err := c.cfg.Keys.Authenticate(r.Context(), key)
 		if err != nil || k == nil || team == nil {

@@ -251,3 +251,21 @@ func TestUnknownPagesNameTheRequestID(t *testing.T) {
 		})
 	}
 }
+
+func TestAdminSessionsEndWhenTheTokenChanges(t *testing.T) {
+	f := newFixture(t)
+	f.signIn(t, "", "admin")
+	f.get(t, "/dashboard/", http.StatusOK)
+	tests := []struct{ name, token string }{
+		{"a new admin token ends the session", "rotated-token"},
+		{"switching admin sign-in off ends the session", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.console.cfg.AdminToken = tt.token
+			t.Cleanup(func() { f.console.cfg.AdminToken = "admin-token" })
+			f.get(t, "/dashboard/", http.StatusSeeOther)
+		})
+	}
+	t.Run("the same token keeps it", func(t *testing.T) { f.get(t, "/dashboard/", http.StatusOK) })
+}

@@ -103,6 +103,14 @@ func newFixture(tb testing.TB) *fixture {
 	return f
 }
 
+// adminHash is what an admin session (teamID "") of the fixture's console holds.
+func adminHash(teamID string) string {
+	if teamID != "" {
+		return ""
+	}
+	return tokenHash("admin-token")
+}
+
 // signIn makes the fixture's requests those of a session of team teamID signed in with
 // key keyID ("" and "admin" for the admin).
 func (f *fixture) signIn(tb testing.TB, teamID, keyID string) {
@@ -110,7 +118,7 @@ func (f *fixture) signIn(tb testing.TB, teamID, keyID string) {
 	tok := token()
 	f.csrf = token()
 	if err := f.db.InsertConsoleSession(context.Background(), &store.ConsoleSession{TokenHash: tokenHash(tok), TeamID: teamID, TeamName: "bench",
-		KeyID: keyID, CSRF: f.csrf, CreatedAt: time.Now(), Expires: time.Now().Add(time.Hour)}); err != nil {
+		KeyID: keyID, CSRF: f.csrf, CreatedAt: time.Now(), Expires: time.Now().Add(time.Hour), AdminHash: adminHash(teamID)}); err != nil {
 		tb.Fatal(err)
 	}
 	f.cookie = &http.Cookie{Name: cookieName, Value: tok}

@@ -13,6 +13,9 @@ type ConsoleSession struct {
 	TeamName  string
 	KeyID     string // the API key signed in with, or "admin"; the actor of the viewer's actions
 	CSRF      string // the token every form of the session carries
+	// AdminHash is, for an admin session, the SHA-256 of the admin token it signed in with:
+	// the console ends the session once the server's token is another.
+	AdminHash string
 	CreatedAt time.Time
 	Expires   time.Time
 }

@@ -18,8 +18,8 @@ func (db *DB) InsertConsoleSession(ctx context.Context, s *store.ConsoleSession)
 		return errors.New("insert console session: token hash, key and csrf are required")
 	}
 	_, err := db.write.ExecContext(ctx, `INSERT INTO console_sessions
-		(token_hash, team_id, team_name, key_id, csrf, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		s.TokenHash, s.TeamID, s.TeamName, s.KeyID, s.CSRF, toMicros(s.CreatedAt), toMicros(s.Expires))
+		(token_hash, team_id, team_name, key_id, csrf, admin_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		s.TokenHash, s.TeamID, s.TeamName, s.KeyID, s.CSRF, s.AdminHash, toMicros(s.CreatedAt), toMicros(s.Expires))
 	if err != nil {
 		return fmt.Errorf("insert console session: %w", err)
 	}
@@ -31,10 +31,10 @@ func (db *DB) InsertConsoleSession(ctx context.Context, s *store.ConsoleSession)
 func (db *DB) GetConsoleSession(ctx context.Context, tokenHash string, now time.Time) (*store.ConsoleSession, error) {
 	var s store.ConsoleSession
 	var created, expires int64
-	err := db.read.QueryRowContext(ctx, `SELECT s.token_hash, s.team_id, s.team_name, s.key_id, s.csrf, s.created_at, s.expires_at
+	err := db.read.QueryRowContext(ctx, `SELECT s.token_hash, s.team_id, s.team_name, s.key_id, s.csrf, s.admin_hash, s.created_at, s.expires_at
 		FROM console_sessions s LEFT JOIN api_keys k ON k.id = s.key_id AND k.team_id = s.team_id
 		WHERE s.token_hash = ? AND s.expires_at > ? AND (s.team_id = '' OR (k.id IS NOT NULL AND k.revoked_at IS NULL))`,
-		tokenHash, toMicros(now)).Scan(&s.TokenHash, &s.TeamID, &s.TeamName, &s.KeyID, &s.CSRF, &created, &expires)
+		tokenHash, toMicros(now)).Scan(&s.TokenHash, &s.TeamID, &s.TeamName, &s.KeyID, &s.CSRF, &s.AdminHash, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("console session: %w", store.ErrNotFound)
 	}

@@ -25,7 +25,7 @@ func TestConsoleSessions(t *testing.T) {
 	}
 	for _, s := range []*store.ConsoleSession{
 		sess("team", team.ID, key.ID, base.Add(time.Hour)),
-		sess("admin", "", "admin", base.Add(time.Hour)),
+		{TokenHash: "admin", KeyID: "admin", CSRF: "c-admin", AdminHash: "h", CreatedAt: base, Expires: base.Add(time.Hour)},
 		sess("old", team.ID, key.ID, base.Add(-time.Minute)),
 		sess("forged", team.ID, "key_of_nobody", base.Add(time.Hour)),
 	} {

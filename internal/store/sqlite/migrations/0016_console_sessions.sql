@@ -6,6 +6,8 @@ CREATE TABLE console_sessions (
     team_name  TEXT NOT NULL,
     key_id     TEXT NOT NULL,
     csrf       TEXT NOT NULL,
+    -- for an admin session, the SHA-256 of the admin token it signed in with
+    admin_hash TEXT NOT NULL DEFAULT '',
     created_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL
 ) STRICT;
