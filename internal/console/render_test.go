@@ -243,6 +243,7 @@ func BenchmarkRender(b *testing.B) {
 	for _, bc := range []struct{ name, path string }{
 		{"list_1000_sandboxes", "/dashboard/"},
 		{"sandbox_10000_logs_500_commands", "/dashboard/sandboxes/" + f.first},
+		{"logs_search_all_sandboxes", "/dashboard/logs?q=%22line+42%22&level=info"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			start := time.Now()
