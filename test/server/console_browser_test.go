@@ -138,6 +138,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("new key shown as %q", text)
 	}
 	run("the health page", chromedp.Click(`a[href="/dashboard/health"]`, chromedp.ByQuery), chromedp.WaitVisible(`#m-cove_sandboxes`, chromedp.ByID), shot("health"))
+	var theme, bg string
+	run("pick the dark theme", chromedp.Click(`#theme`, chromedp.ByID), chromedp.Click(`#theme`, chromedp.ByID), chromedp.Reload(),
+		chromedp.WaitVisible(`#theme`, chromedp.ByID), chromedp.Text(`#theme`, &theme, chromedp.ByID),
+		chromedp.Evaluate(`getComputedStyle(document.body).backgroundColor`, &bg))
+	if theme != "Theme: dark" || bg != "rgb(20, 20, 24)" {
+		t.Errorf("after picking dark and a reload: %q, background %s", theme, bg)
+	}
+	run("back to the system's theme", chromedp.Click(`#theme`, chromedp.ByID))
 	var focused string
 	run("press / to jump to the log search", chromedp.Click(`a[href="/dashboard/logs"]`, chromedp.ByQuery), chromedp.WaitVisible(`#logsearch`, chromedp.ByID),
 		chromedp.KeyEvent("/"), chromedp.Evaluate(`document.activeElement.name`, &focused))

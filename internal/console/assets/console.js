@@ -1,6 +1,14 @@
 // Cove console: local times with the UTC value on hover, ages, copyable ids, kill
 // confirmation, and the live sandbox list (Server-Sent Events from /dashboard/live).
 "use strict";
+// The theme follows the system unless the viewer picked one (kept in this browser).
+const themes = ["system", "light", "dark"];
+function applyTheme(t) {
+  if (t === "system") delete document.documentElement.dataset.theme; else document.documentElement.dataset.theme = t;
+  const b = document.getElementById("theme");
+  if (b) b.textContent = "Theme: " + t;
+}
+applyTheme(localStorage.getItem("cove-theme") || "system");
 function localize(root) {
   for (const t of root.querySelectorAll("time[datetime]")) {
     const d = new Date(t.dateTime);
@@ -35,6 +43,13 @@ document.addEventListener("DOMContentLoaded", () => {
       const box = document.querySelector("main form.filters input:not([type=hidden]), main input[name=id]");
       if (box) { e.preventDefault(); box.focus(); box.select(); }
     }
+  });
+  applyTheme(localStorage.getItem("cove-theme") || "system");
+  const themeButton = document.getElementById("theme");
+  if (themeButton) themeButton.addEventListener("click", () => {
+    const next = themes[(themes.indexOf(localStorage.getItem("cove-theme") || "system") + 1) % themes.length];
+    localStorage.setItem("cove-theme", next);
+    applyTheme(next);
   });
   for (const a of document.querySelectorAll("nav a")) {
     if (a.pathname === location.pathname) a.setAttribute("aria-current", "page");
