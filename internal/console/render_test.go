@@ -144,6 +144,7 @@ func TestRenderFromARealStore(t *testing.T) {
 	}{
 		{"the list shows a page of 100 and the count of all 1000", "/dashboard/", []string{`<small id="total">1000</small>`, `rel="next"`}, 100},
 		{"the list filters by metadata", "/dashboard/?meta=taskId%3D7", []string{`<small id="total">1</small>`, "sb00007"}, 1},
+		{"the list filters by template in the store, so the count is the filter's", "/dashboard/?template=python", []string{`<small id="total">0</small>`, "No sandboxes match."}, 0},
 		{"the sandbox page shows the newest log line and command", "/dashboard/sandboxes/" + f.first, []string{"line 9999 of", "req0499", "make test"}, 0},
 		{"the list shows each running sandbox's CPU and memory now", "/dashboard/?meta=taskId%3D7", []string{`<td class="cpu" title="sampled 2026-12-01T00:00:05Z">13% <small>of 2 vCPU`, "64.0 MiB / 512.0 MiB"}, 1},
 		{"the sandbox page plots a day of samples and says network has no data", "/dashboard/sandboxes/" + f.first,
