@@ -52,6 +52,9 @@ type Records interface {
 	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
 	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
+	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of
+	// time, one sample each, oldest first: CPU averaged, memory, disk and the cumulative
+	// network counters the span's largest.
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 	LatestSamples(ctx context.Context, teamID string, ids []string) ([]store.MetricSample, error)
 	ListWebhooks(ctx context.Context, teamID string) ([]*store.Webhook, error)

@@ -34,10 +34,6 @@ type MetricStore interface {
 	// QuerySamples returns sandboxID's samples with start <= Time <= end, oldest first. A
 	// zero start or end leaves that side unbounded.
 	QuerySamples(ctx context.Context, sandboxID string, start, end time.Time) ([]MetricSample, error)
-	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of
-	// time, one sample each, oldest first: Time is the span's last sample's, CPUUsedPct the
-	// span's average, memory, disk and the cumulative network counters the span's largest.
-	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]MetricSample, error)
 	// LatestSamples returns the newest sample of each of ids that team teamID owns, in no
 	// particular order; ids without samples are left out.
 	LatestSamples(ctx context.Context, teamID string, ids []string) ([]MetricSample, error)
