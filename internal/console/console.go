@@ -314,21 +314,21 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	last := ""
-	c.stream(w, r, func(context.Context) (string, string, error) {
+	c.stream(w, r, func(context.Context) (sse, error) {
 		data, _, err := c.listData(r)
 		if err != nil {
-			return "", "", err
+			return sse{}, err
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d\n", data["Total"])
 		if err := c.pages.ExecuteTemplate(&b, "rows", data); err != nil {
-			return "", "", fmt.Errorf("render rows: %w", err)
+			return sse{}, fmt.Errorf("render rows: %w", err)
 		}
 		if b.String() == last {
-			return "", "", nil
+			return sse{}, nil
 		}
 		last = b.String()
-		return "rows", last, nil
+		return sse{Event: "rows", Data: last}, nil
 	})
 }
 

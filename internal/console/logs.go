@@ -181,6 +181,11 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := r.URL.Query()
+	// A browser that reconnects names the last event it got: continue after its lines,
+	// not after the page's, so no line shows twice.
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		v.Set("cursor", last)
+	}
 	v.Del("direction")
 	v.Del("limit")
 	v.Del("sandbox")
@@ -190,13 +195,13 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.TeamID, q.SandboxID, q.Limit = sb.TeamID, sb.ID, pageLogLines
-	c.stream(w, r, func(ctx context.Context) (string, string, error) {
+	c.stream(w, r, func(ctx context.Context) (sse, error) {
 		page, err := c.cfg.Records.QueryLogs(ctx, q)
 		if err != nil {
-			return "", "", fmt.Errorf("tail logs of %s: %w", sb.ID, err)
+			return sse{}, fmt.Errorf("tail logs of %s: %w", sb.ID, err)
 		}
 		if len(page.Lines) == 0 {
-			return "", "", nil
+			return sse{}, nil
 		}
 		q.After, q.Cursor = page.Last, time.Time{}
 		rows := make([]store.LogLine, len(page.Lines))
@@ -205,16 +210,23 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		}
 		var b strings.Builder
 		if err := c.pages.ExecuteTemplate(&b, "logrows", map[string]any{"Logs": rows}); err != nil {
-			return "", "", fmt.Errorf("render log lines: %w", err)
+			return sse{}, fmt.Errorf("render log lines: %w", err)
 		}
-		return "lines", b.String(), nil
+		return sse{Event: "lines", ID: logs.EncodeCursor(*q.After), Data: b.String()}, nil
 	})
 }
 
+// sse is one Server-Sent Event; the zero sse is none.
+type sse struct {
+	Event string
+	ID    string // when set, the browser sends it back as Last-Event-ID on reconnecting
+	Data  string
+}
+
 // stream answers with Server-Sent Events: next is called at once and then every liveEvery
-// until the viewer leaves or the console closes; each non-empty event it returns is sent.
-// An error is sent as a "failure" event naming the request id, and ends the stream.
-func (c *Console) stream(w http.ResponseWriter, r *http.Request, next func(ctx context.Context) (event, data string, err error)) {
+// until the viewer leaves or the console closes; each event it returns is sent. An error is
+// sent as a "failure" event naming the request id, and ends the stream.
+func (c *Console) stream(w http.ResponseWriter, r *http.Request, next func(ctx context.Context) (sse, error)) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		c.fail(w, r, http.StatusInternalServerError, errors.New("live: this connection cannot stream"))
@@ -227,7 +239,7 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request, next func(ctx c
 	tick := time.NewTicker(liveEvery)
 	defer tick.Stop()
 	for {
-		event, data, err := next(r.Context())
+		ev, err := next(r.Context())
 		if err != nil {
 			if r.Context().Err() == nil {
 				fmt.Fprintf(w, "event: failure\ndata: %s (request %s)\n\n", strings.ReplaceAll(err.Error(), "\n", " "), requestID(r))
@@ -235,9 +247,12 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request, next func(ctx c
 			}
 			return
 		}
-		if event != "" {
-			fmt.Fprintf(w, "event: %s\n", event)
-			for line := range strings.SplitSeq(data, "\n") {
+		if ev.Event != "" {
+			fmt.Fprintf(w, "event: %s\n", ev.Event)
+			if ev.ID != "" {
+				fmt.Fprintf(w, "id: %s\n", ev.ID)
+			}
+			for line := range strings.SplitSeq(ev.Data, "\n") {
 				fmt.Fprintf(w, "data: %s\n", line)
 			}
 			fmt.Fprint(w, "\n")

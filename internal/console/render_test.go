@@ -209,33 +209,48 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+html.UnescapeString(m[1]), nil)
-	req.AddCookie(f.cookie)
-	res, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("tail: %d", res.StatusCode)
-	}
-	line := store.LogLine{Time: time.Date(2026, 12, 1, 0, 0, 9, 999_000_000, time.UTC), SandboxID: f.first, TeamID: f.team, TemplateID: "base",
-		Level: "warn", Source: "process", Stream: "stderr", Message: "tailed line"}
-	if err := f.db.InsertLogs(ctx, []store.LogLine{line}); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(res.Body)
-	var got []string
-	for sc.Scan() {
-		if sc.Text() == "" && got != nil {
-			break
+	// tail opens the page's tail (resuming after lastID when set), stores a line, and
+	// returns the first event.
+	tail := func(t *testing.T, lastID, message string, sec int) string {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+html.UnescapeString(m[1]), nil)
+		req.AddCookie(f.cookie)
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
 		}
-		got = append(got, sc.Text())
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("tail: %d", res.StatusCode)
+		}
+		line := store.LogLine{Time: time.Date(2026, 12, 1, 0, 0, sec, 0, time.UTC), SandboxID: f.first, TeamID: f.team, TemplateID: "base",
+			Level: "warn", Source: "process", Stream: "stderr", Message: message}
+		if err := f.db.InsertLogs(ctx, []store.LogLine{line}); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(res.Body)
+		var got []string
+		for sc.Scan() {
+			if sc.Text() == "" && got != nil {
+				break
+			}
+			got = append(got, sc.Text())
+		}
+		return strings.Join(got, "\n")
 	}
-	event := strings.Join(got, "\n")
-	if !strings.HasPrefix(event, "event: lines") || !strings.Contains(event, "tailed line") || strings.Contains(event, "line 9999 of") {
-		t.Fatalf("first event: %q (%v)", event, sc.Err())
+	first := tail(t, "", "tailed line", 20)
+	if !strings.HasPrefix(first, "event: lines\nid: ") || !strings.Contains(first, "tailed line") || strings.Contains(first, "line 9999 of") {
+		t.Fatalf("first event: %q", first)
 	}
+	t.Run("a reconnecting browser gets only the lines after the last event it saw", func(t *testing.T) {
+		id := strings.TrimPrefix(strings.Split(first, "\n")[1], "id: ")
+		again := tail(t, id, "after reconnecting", 21)
+		if !strings.Contains(again, "after reconnecting") || strings.Contains(again, "tailed line") {
+			t.Errorf("after reconnecting: %q", again)
+		}
+	})
 }
 
 // BenchmarkRender prints the server time of one render of each page, in ms.

@@ -74,7 +74,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	run("sign in", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(s.URL+"/dashboard/"),
 		chromedp.WaitVisible(`#key`, chromedp.ByID), chromedp.SendKeys(`#key`, s.Key, chromedp.ByID),
-		chromedp.Submit(`#key`, chromedp.ByID), chromedp.WaitVisible(`#sandboxes`, chromedp.ByID), shot("login-list"))
+		chromedp.Submit(`#key`, chromedp.ByID), chromedp.WaitVisible(`#sandboxes`, chromedp.ByID),
+		chromedp.WaitVisible(`//small[@id="list-state" and text()="live"]`, chromedp.BySearch), shot("login-list"))
 
 	id := a.create(map[string]any{"metadata": map[string]string{"taskId": "browser-1"}})
 	run("see the new sandbox without reload", chromedp.WaitVisible(`tr[data-id="`+id+`"]`, chromedp.ByQuery))

@@ -63,6 +63,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const state = document.getElementById("tail-state");
     const src = new EventSource(logs.dataset.tail);
     src.addEventListener("open", () => { state.textContent = "live"; });
+    src.addEventListener("error", () => { if (src.readyState === EventSource.CONNECTING) state.textContent = "reconnecting…"; });
     src.addEventListener("lines", (e) => {
       const body = logs.tBodies[0];
       const empty = body.querySelector("tr.empty");
@@ -73,11 +74,13 @@ document.addEventListener("DOMContentLoaded", () => {
       body.prepend(t.content);
     });
     src.addEventListener("failure", (e) => { src.close(); state.textContent = "live tail stopped: " + e.data; state.className = "error"; });
-    src.addEventListener("error", () => { if (src.readyState === EventSource.CLOSED) state.textContent = ""; });
   }
   const table = document.querySelector("table[data-live]");
   if (table && window.EventSource) {
     const src = new EventSource(table.dataset.live);
+    const state = document.getElementById("list-state");
+    src.addEventListener("open", () => { state.textContent = "live"; });
+    src.addEventListener("error", () => { if (src.readyState === EventSource.CONNECTING) state.textContent = "reconnecting…"; });
     src.addEventListener("rows", (e) => {
       const nl = e.data.indexOf("\n");
       document.getElementById("total").textContent = e.data.slice(0, nl);
@@ -87,6 +90,7 @@ document.addEventListener("DOMContentLoaded", () => {
     });
     src.addEventListener("failure", (e) => {
       src.close();
+      state.textContent = "";
       const p = document.createElement("p");
       p.className = "error"; p.setAttribute("role", "alert"); p.textContent = "Live updates stopped: " + e.data;
       table.before(p);
