@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -14,15 +15,20 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/reason"
@@ -46,6 +52,13 @@ type Records interface {
 	QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error)
 	ListCommands(ctx context.Context, sandboxID string, limit int, cursor string) (*store.CommandPage, error)
 	ListEvents(ctx context.Context, f store.EventFilter) (*store.EventPage, error)
+	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of
+	// time, one sample each, oldest first: CPU averaged, memory, disk and the cumulative
+	// network counters the span's largest.
+	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
+	LatestSamples(ctx context.Context, teamID string, ids []string) ([]store.MetricSample, error)
+	ListWebhooks(ctx context.Context, teamID string) ([]*store.Webhook, error)
+	ListDeliveries(ctx context.Context, teamID, webhookID string, limit int) ([]*store.Delivery, error)
 	store.TraceStore
 }
 
@@ -59,32 +72,32 @@ const (
 // Config is what New needs.
 type Config struct {
 	Sandboxes  api.Sandboxes
-	Keys       api.Authenticator
+	Keys       store.Keys // Authenticate, as the API signs in; teams and keys for their pages
+	Sessions   store.ConsoleSessions
 	Records    Records
-	AdminToken string // "" disables admin sign-in
+	AdminToken string    // "" disables admin sign-in
+	Templates  Templates // nil: the templates page says there is no store
+	// Metrics is read by the health page; telemetry.Metrics() when nil.
+	Metrics prometheus.Gatherer
 }
 
-// session is one signed-in viewer.
-type session struct {
-	TeamID   string // "" for the admin: every team
-	TeamName string
-	KeyID    string // the actor recorded on actions
-	CSRF     string
-	Expires  time.Time
-}
+// session is one signed-in viewer, as the store keeps it.
+type session struct{ store.ConsoleSession }
 
 func (s *session) admin() bool { return s.TeamID == "" }
 
 // Console is the /dashboard/ handler.
 type Console struct {
-	cfg      Config
-	mux      *http.ServeMux
-	pages    *template.Template
-	mu       sync.Mutex
-	sessions map[string]*session
-	now      func() time.Time
-	closed   chan struct{} // closed by Close: live streams end
-	once     sync.Once
+	cfg    Config
+	mux    *http.ServeMux
+	pages  *template.Template
+	mu     sync.Mutex
+	now    func() time.Time
+	closed chan struct{} // closed by Close: live streams end
+	once   sync.Once
+	// health and healthAt are the counters the health page last read, for its rates.
+	health   map[string]float64
+	healthAt time.Time
 }
 
 // Close ends every live stream, so a server shutdown does not wait on open browsers.
@@ -92,7 +105,10 @@ func (c *Console) Close() { c.once.Do(func() { close(c.closed) }) }
 
 // New returns the console handler; mount it at Prefix.
 func New(cfg Config) *Console {
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, now: time.Now, closed: make(chan struct{})}
+	if cfg.Metrics == nil {
+		cfg.Metrics = telemetry.Metrics()
+	}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"fields": pairs,
@@ -111,7 +127,15 @@ func New(cfg Config) *Console {
 			delete(m, "postmortem")
 			return pairs(m)
 		},
-		"ms": func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"ms":    func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"size":  func(n int64) string { return bytesText(float64(n)) },
+		"deref": func(b *bool) bool { return b != nil && *b },
+		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
+			if len(as) == 0 {
+				return nil
+			}
+			return as[len(as)-1]
+		},
 		"exit": func(p *int) string {
 			if p == nil {
 				return "–"
@@ -129,6 +153,21 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("POST /dashboard/sandboxes/{id}/{action}", c.signedIn(c.act))
 	c.mux.HandleFunc("GET /dashboard/trace", c.signedIn(c.trace))
 	c.mux.HandleFunc("GET /dashboard/live", c.signedIn(c.live))
+	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}/tail", c.signedIn(c.tail))
+	c.mux.HandleFunc("GET /dashboard/logs", c.signedIn(c.logsPage))
+	c.mux.HandleFunc("GET /dashboard/events", c.signedIn(c.eventsPage))
+	c.mux.HandleFunc("GET /dashboard/webhooks", c.signedIn(c.webhooksPage))
+	c.mux.HandleFunc("GET /dashboard/keys", c.signedIn(c.keysPage))
+	c.mux.HandleFunc("POST /dashboard/keys", c.signedIn(c.createKey))
+	c.mux.HandleFunc("POST /dashboard/keys/{id}/revoke", c.signedIn(c.revokeKey))
+	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
+	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
+	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
+	// Anything else under the prefix is a console page with the request id, not Go's bare
+	// 404 or 405.
+	c.mux.HandleFunc("/dashboard/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no console page %s %s", r.Method, r.URL.Path))
+	})
 	return c
 }
 
@@ -144,7 +183,11 @@ type ctxKey struct{}
 // every POST; others are sent to the sign-in page.
 func (c *Console) signedIn(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := c.session(r)
+		s, err := c.session(r)
+		if err != nil {
+			c.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
 		if s == nil {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
@@ -164,19 +207,31 @@ func (c *Console) signedIn(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (c *Console) session(r *http.Request) *session {
+// session returns the request's live session; nil when it has none (no cookie, an
+// unknown or expired token, a revoked key, an admin session once admin sign-in is off).
+func (c *Console) session(r *http.Request) (*session, error) {
 	ck, err := r.Cookie(cookieName)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.sessions[ck.Value]
-	if s != nil && c.now().After(s.Expires) {
-		delete(c.sessions, ck.Value)
-		return nil
+	st, err := c.cfg.Sessions.GetConsoleSession(r.Context(), tokenHash(ck.Value), c.now())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
 	}
-	return s
+	if err != nil {
+		return nil, err
+	}
+	s := &session{*st}
+	if s.admin() && (c.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(s.AdminHash), []byte(tokenHash(c.cfg.AdminToken))) != 1) {
+		return nil, nil // admin sign-in is off, or the token changed since
+	}
+	return s, nil
+}
+
+// tokenHash is what the store keeps of a session's token.
+func tokenHash(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
 }
 
 func sessionOf(r *http.Request) *session { s, _ := r.Context().Value(ctxKey{}).(*session); return s }
@@ -194,13 +249,14 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 // login accepts an API key (that key's team) or the admin token (all teams).
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimSpace(r.PostFormValue("key"))
-	s := &session{CSRF: token(), Expires: c.now().Add(sessionTTL)}
+	now := c.now()
+	s := &store.ConsoleSession{CSRF: token(), CreatedAt: now, Expires: now.Add(sessionTTL)}
 	switch {
 	case key == "":
 		c.renderStatus(w, r, http.StatusBadRequest, "login.html", map[string]any{"Title": "Sign in", "Error": "key: enter an API key or the admin token"})
 		return
 	case c.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(key), []byte(c.cfg.AdminToken)) == 1:
-		s.TeamName, s.KeyID = "all teams (admin)", "admin"
+		s.TeamName, s.KeyID, s.AdminHash = "all teams (admin)", "admin", tokenHash(c.cfg.AdminToken)
 	default:
 		k, team, err := c.cfg.Keys.Authenticate(r.Context(), key)
 		if err != nil || k == nil || team == nil {
@@ -210,9 +266,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		s.TeamID, s.TeamName, s.KeyID = team.ID, team.Name, k.ID
 	}
 	id := token()
-	c.mu.Lock()
-	c.sessions[id] = s
-	c.mu.Unlock()
+	s.TokenHash = tokenHash(id)
+	if err := c.cfg.Sessions.PruneConsoleSessions(r.Context(), now); err != nil {
+		telemetry.Logger(r.Context()).Warn("prune console sessions", "error", err)
+	}
+	if err := c.cfg.Sessions.InsertConsoleSession(r.Context(), s); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sign in: %w", err))
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, Expires: s.Expires})
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
@@ -220,9 +281,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	if ck, err := r.Cookie(cookieName); err == nil {
-		c.mu.Lock()
-		delete(c.sessions, ck.Value)
-		c.mu.Unlock()
+		if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), tokenHash(ck.Value)); err != nil {
+			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sign out: %w", err))
+			return
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
@@ -244,53 +306,30 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // live pushes the list's rows (the same query as the page's) as Server-Sent Events
-// whenever they change, checked every liveEvery, until the viewer goes away.
+// whenever they change, checked every liveEvery, until the viewer goes away. Each "rows"
+// event is the total on its first line, then the rows.
 func (c *Console) live(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		c.fail(w, r, http.StatusInternalServerError, errors.New("live: this connection cannot stream"))
-		return
-	}
 	if _, code, err := c.listData(r); err != nil {
 		c.fail(w, r, code, err)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
 	last := ""
-	tick := time.NewTicker(liveEvery)
-	defer tick.Stop()
-	for {
+	c.stream(w, r, func(context.Context) (sse, error) {
 		data, _, err := c.listData(r)
 		if err != nil {
-			fmt.Fprintf(w, "event: failure\ndata: %s (request %s)\n\n", strings.ReplaceAll(err.Error(), "\n", " "), telemetry.RequestID(r.Context()))
-			flusher.Flush()
-			return
+			return sse{}, err
 		}
 		var b strings.Builder
+		fmt.Fprintf(&b, "%d\n", data["Total"])
 		if err := c.pages.ExecuteTemplate(&b, "rows", data); err != nil {
-			telemetry.Logger(r.Context()).Error("console live render", "err", err)
-			return
+			return sse{}, fmt.Errorf("render rows: %w", err)
 		}
-		if frag := b.String(); frag != last {
-			last = frag
-			fmt.Fprintf(w, "event: rows\ndata: %d\n", data["Total"])
-			for line := range strings.SplitSeq(frag, "\n") {
-				fmt.Fprintf(w, "data: %s\n", line)
-			}
-			fmt.Fprint(w, "\n")
-			flusher.Flush()
+		if b.String() == last {
+			return sse{}, nil
 		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-c.closed:
-			return
-		case <-tick.C:
-		}
-	}
+		last = b.String()
+		return sse{Event: "rows", Data: last}, nil
+	})
 }
 
 // liveEvery is how often the live list looks for changes.
@@ -301,7 +340,7 @@ func (c *Console) listData(r *http.Request) (map[string]any, int, error) {
 	s := sessionOf(r)
 	q := r.URL.Query()
 	lf := listFilter{State: q.Get("state"), Template: q.Get("template"), Meta: q.Get("meta"), Next: q.Get("next")}
-	f := store.SandboxFilter{TeamID: s.TeamID, Next: lf.Next, Limit: 100}
+	f := store.SandboxFilter{TeamID: s.TeamID, Next: lf.Next, Limit: 100, Template: lf.Template}
 	switch lf.State {
 	case "":
 	case string(store.StateRunning), string(store.StatePaused), string(store.StateKilled):
@@ -326,18 +365,44 @@ func (c *Console) listData(r *http.Request) (map[string]any, int, error) {
 	if err != nil {
 		return nil, http.StatusInternalServerError, fmt.Errorf("list sandboxes: %w", err)
 	}
-	rows := page.Sandboxes
-	if lf.Template != "" {
-		kept := rows[:0:0]
-		for _, sb := range rows {
-			if sb.TemplateID == lf.Template || sb.Alias == lf.Template {
-				kept = append(kept, sb)
-			}
-		}
-		rows = kept
+	rows, err := c.withUsage(r.Context(), page.Sandboxes)
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
 	}
 	return map[string]any{"Title": "Sandboxes", "Rows": rows, "Total": page.Total, "Query": r.URL.RawQuery,
 		"Next": page.Next, "Filter": lf, "States": []store.SandboxState{store.StateRunning, store.StatePaused, store.StateKilled}}, 0, nil
+}
+
+// listRow is a sandbox of the list with its CPU and memory now (nil unless it runs and
+// has been sampled).
+type listRow struct {
+	*store.Sandbox
+	Usage *usage
+}
+
+// withUsage pairs the running sandboxes of a page with their newest resource sample, one
+// query per team on the page.
+func (c *Console) withUsage(ctx context.Context, sbs []*store.Sandbox) ([]listRow, error) {
+	rows := make([]listRow, len(sbs))
+	byTeam := map[string][]string{}
+	at := map[string]int{}
+	for i, sb := range sbs {
+		rows[i].Sandbox = sb
+		if sb.State == store.StateRunning {
+			byTeam[sb.TeamID] = append(byTeam[sb.TeamID], sb.ID)
+			at[sb.ID] = i
+		}
+	}
+	for team, ids := range byTeam {
+		latest, err := c.cfg.Records.LatestSamples(ctx, team, ids)
+		if err != nil {
+			return nil, fmt.Errorf("resource usage: %w", err)
+		}
+		for _, s := range latest {
+			rows[at[s.SandboxID]].Usage = usageOf(s)
+		}
+	}
+	return rows, nil
 }
 
 // find returns a sandbox the viewer may see, killed ones included.
@@ -378,16 +443,12 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("commands of %s: %w", sb.ID, err))
 		return
 	}
-	q := r.URL.Query()
-	lq := store.LogQuery{TeamID: sb.TeamID, SandboxID: sb.ID, Limit: pageLogLines, Backward: true, Search: q.Get("q")}
-	if fv := q.Get("field"); fv != "" {
-		k, v, ok := strings.Cut(fv, "=")
-		if !ok || k == "" {
-			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("field: %q is not key=value", fv))
-			return
-		}
-		lq.Fields = map[string]string{k: v}
+	lq, lv, err := logQuery(url.Values{"q": {r.URL.Query().Get("q")}, "field": {r.URL.Query().Get("field")}})
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
 	}
+	lq.TeamID, lq.SandboxID, lq.Limit, lq.Backward = sb.TeamID, sb.ID, pageLogLines, true
 	logs, err := c.cfg.Records.QueryLogs(r.Context(), lq)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("logs of %s: %w", sb.ID, err))
@@ -398,27 +459,51 @@ func (c *Console) sandbox(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events of %s: %w", sb.ID, err))
 		return
 	}
-	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events,
-		"Commands": cmds.Commands, "Logs": logs.Lines, "Q": q.Get("q"), "Field": q.Get("field")})
+	samples, err := c.cfg.Records.DownsampleSamples(r.Context(), sb.ID, plotPoints)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("resource samples of %s: %w", sb.ID, err))
+		return
+	}
+	c.render(w, r, "sandbox.html", map[string]any{"Title": "Sandbox " + sb.ID, "SB": sb, "Meta": meta, "Events": evs.Events, "Plots": plots(samples),
+		"Commands": cmds.Commands, "Logs": logs.Lines, "View": lv, "Tail": tailQuery(lv, logs.First)})
 }
 
 // trace shows `cove trace` for one request id: what the server, envd, the command and the
-// events recorded under it, oldest first.
+// events recorded under it, oldest first. Traces are kept per team: the admin sees the
+// request's entries in every team that has some, each entry naming its team.
 func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
 	id := strings.TrimSpace(r.URL.Query().Get("id"))
 	data := map[string]any{"Title": "Trace", "ID": id}
 	if id != "" {
+		teams := []*store.Team{{ID: s.TeamID}}
 		if s.admin() {
-			c.fail(w, r, http.StatusBadRequest, errors.New("id: traces are kept per team; sign in with the team's API key to trace a request"))
-			return
+			var err error
+			if teams, err = c.cfg.Keys.ListTeams(r.Context()); err != nil {
+				c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("list teams: %w", err))
+				return
+			}
 		}
-		tl, err := trace.Build(r.Context(), c.cfg.Records, s.TeamID, id)
-		if err != nil {
-			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("trace %s: %w", id, err))
-			return
+		all := &trace.Timeline{RequestID: id, Entries: []trace.Entry{}}
+		for _, team := range teams {
+			tl, err := trace.Build(r.Context(), c.cfg.Records, team.ID, id)
+			if err != nil {
+				c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("trace %s: %w", id, err))
+				return
+			}
+			for _, e := range tl.Entries {
+				if s.admin() {
+					e.Fields = maps.Clone(e.Fields)
+					if e.Fields == nil {
+						e.Fields = map[string]any{}
+					}
+					e.Fields[telemetry.KeyTeamID] = team.Name
+				}
+				all.Entries = append(all.Entries, e)
+			}
 		}
-		data["Title"], data["Timeline"] = "Trace "+id, tl
+		sort.SliceStable(all.Entries, func(i, j int) bool { return all.Entries[i].Time.Before(all.Entries[j].Time) })
+		data["Title"], data["Timeline"] = "Trace "+id, all
 	}
 	c.render(w, r, "trace.html", data)
 }
@@ -465,9 +550,13 @@ func parseSeconds(v string) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
+func requestID(r *http.Request) string { return telemetry.RequestID(r.Context()) }
+
 func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	switch {
+	case errors.Is(err, teamapi.ErrBadRequest), errors.Is(err, store.ErrBadCursor), errors.Is(err, store.ErrInvalid):
+		return http.StatusBadRequest
 	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.As(err, &gone):

@@ -144,6 +144,14 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 		log.Error("webhook attempt not recorded", "error", err)
 		return
 	}
+	switch state {
+	case store.DeliveryDelivered:
+		telemetry.WebhookAttempts.WithLabelValues(telemetry.WebhookDelivered).Inc()
+	case store.DeliveryPending:
+		telemetry.WebhookAttempts.WithLabelValues(telemetry.WebhookRetry).Inc()
+	default:
+		telemetry.WebhookAttempts.WithLabelValues(telemetry.WebhookFailed).Inc()
+	}
 	attrs := []any{"http.response.status_code", status, "duration_ms", rec.Latency.Milliseconds(),
 		"webhook.delivery.state", string(state)}
 	switch {

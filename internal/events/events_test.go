@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -439,4 +442,42 @@ func TestEmitRejectsIncompleteEvents(t *testing.T) {
 			t.Errorf("%s: Emit accepted %+v", name, ev)
 		}
 	}
+}
+
+// Not parallel: it reads the process-wide attempt counters.
+func TestAttemptsAreCountedByOutcome(t *testing.T) {
+	before := map[string]float64{}
+	outcomes := []string{telemetry.WebhookDelivered, telemetry.WebhookRetry, telemetry.WebhookFailed}
+	for _, o := range outcomes {
+		before[o] = attempts(t, o)
+	}
+	db := newDB(t)
+	team := newTeam(t, db)
+	failing := httptest.NewServer(&receiver{t: t, secret: "s", statuses: []int{503, 400}})
+	t.Cleanup(failing.Close)
+	ok := httptest.NewServer(&receiver{t: t, secret: "s"})
+	t.Cleanup(ok.Close)
+	hf := addWebhook(t, db, team, failing.URL, "s", SandboxKilled)
+	ho := addWebhook(t, db, team, ok.URL, "s", SandboxKilled)
+	bus := newBus(t, db)
+	if err := bus.Emit(context.Background(), killedEvent(team)); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivery(t, db, hf)
+	waitDelivery(t, db, ho)
+	for o, want := range map[string]float64{telemetry.WebhookDelivered: 1, telemetry.WebhookRetry: 1, telemetry.WebhookFailed: 1} {
+		if got := attempts(t, o) - before[o]; got != want {
+			t.Errorf("outcome %s counted %v times, want %v", o, got, want)
+		}
+	}
+}
+
+// attempts reads the webhook attempt counter of outcome.
+func attempts(t *testing.T, outcome string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := telemetry.WebhookAttempts.WithLabelValues(outcome).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -369,3 +369,10 @@ func (a *api) listDeliveries(w http.ResponseWriter, r *http.Request, teamID stri
 
 // Handler returns NewAPI on the Bus's configuration.
 func (b *Bus) Handler() http.Handler { return NewAPI(b.cfg) }
+
+// EncodeCursor is the page token of an event listing's position, as GET /events gives it,
+// for other views of the same listing (the console).
+func EncodeCursor(p store.EventPosition) string { return encodeToken(p) }
+
+// DecodeCursor reads a token EncodeCursor made.
+func DecodeCursor(s string) (store.EventPosition, error) { return decodeToken(s) }

@@ -356,3 +356,11 @@ func (a *api) getCommand(w http.ResponseWriter, r *http.Request, teamID string) 
 	teamapi.WriteJSON(w, http.StatusOK, toWireCommand(c))
 	return nil
 }
+
+// ParseQuery reads a log listing's parameters as GET /v2/sandboxes/{id}/logs takes them
+// (limit, direction, cursor, level, search, fields.<key>, request_id, source, stream, pid),
+// for other views of the same store (the console); the caller sets the team and sandbox.
+func ParseQuery(v url.Values) (store.LogQuery, error) { return logQuery(v) }
+
+// EncodeCursor is the nextCursor of a line's position, as the API gives it.
+func EncodeCursor(p store.LogPosition) string { return encodeCursor(p) }

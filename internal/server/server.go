@@ -155,6 +155,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
+	telemetry.WatchDisk("data", cfg.DataDir)
+	telemetry.WatchDisk("templates", templates.Dir())
 	base, err := templates.Get("base")
 	if err == nil && base.From == "" && base.Key != template.BaseKey(base.Suite) {
 		say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
@@ -277,7 +279,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
-	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Records: db, AdminToken: admin})
+	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Sessions: db, Records: db, AdminToken: admin, Templates: templates})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case px.Match(r):

@@ -56,8 +56,13 @@ type LogPosition struct {
 
 // LogQuery selects lines of one sandbox's log.
 type LogQuery struct {
-	TeamID    string // required: a query never crosses teams
-	SandboxID string // required
+	TeamID string // required: a query never crosses teams
+	// SandboxID is the sandbox whose log to read; "" searches every sandbox of the team.
+	SandboxID string
+	// TemplateID keeps lines of sandboxes of this template id, when not "".
+	TemplateID string
+	// Since and Until bound the lines' times: Since <= Time < Until; a zero bound is none.
+	Since, Until time.Time
 	// Cursor is E2B's cursor, a time at millisecond precision: forward, lines at or after
 	// it; backward, lines at or before its millisecond. Zero for no bound.
 	Cursor time.Time
@@ -83,6 +88,9 @@ type LogPage struct {
 	// Next is the position of the page's last line when more lines follow it; nil on the
 	// last page.
 	Next *LogPosition
+	// First and Last are the positions of the page's first and last lines, nil when it is
+	// empty: a live tail continues After the newest line it has shown.
+	First, Last *LogPosition
 }
 
 // LogStore stores sandboxes' log lines.

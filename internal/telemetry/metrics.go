@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -57,7 +59,55 @@ var (
 	LogBytesDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cove_log_bytes_dropped_total", Help: "Sandbox output bytes envd did not collect as lines: over a byte budget, or binary.",
 	})
+	WebhookAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_webhook_attempts_total", Help: "Webhook delivery attempts, by outcome: delivered, retry (failed, tried again later), failed (given up).",
+	}, []string{"outcome"})
 )
+
+// Webhook attempt outcomes, the values of WebhookAttempts' label.
+const (
+	WebhookDelivered = "delivered"
+	WebhookRetry     = "retry"
+	WebhookFailed    = "failed"
+)
+
+// Disk space of the filesystems holding Cove's directories, read at every scrape.
+var (
+	diskFree = prometheus.NewDesc("cove_disk_free_bytes",
+		"Bytes available to Cove on the filesystem of each of its directories (data: state, logs, sandboxes and snapshots; templates).", []string{"dir"}, nil)
+	diskSize = prometheus.NewDesc("cove_disk_size_bytes",
+		"Size in bytes of the filesystem of each of Cove's directories.", []string{"dir"}, nil)
+	disks = &diskCollector{dirs: map[string]string{}}
+)
+
+// WatchDisk reports the free and total bytes of the filesystem holding path on /metrics,
+// labelled dir=name (a fixed name such as "data" or "templates", never a sandbox's).
+func WatchDisk(name, path string) {
+	disks.mu.Lock()
+	defer disks.mu.Unlock()
+	disks.dirs[name] = path
+}
+
+type diskCollector struct {
+	mu   sync.Mutex
+	dirs map[string]string
+}
+
+func (d *diskCollector) Describe(ch chan<- *prometheus.Desc) { ch <- diskFree; ch <- diskSize }
+
+func (d *diskCollector) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, path := range d.dirs {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(path, &st); err != nil {
+			ch <- prometheus.NewInvalidMetric(diskFree, fmt.Errorf("statfs %s: %w", path, err))
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(diskFree, prometheus.GaugeValue, float64(st.Bavail)*float64(st.Bsize), name)
+		ch <- prometheus.MustNewConstMetric(diskSize, prometheus.GaugeValue, float64(st.Blocks)*float64(st.Bsize), name)
+	}
+}
 
 func register() {
 	Registry.MustRegister(
@@ -65,8 +115,11 @@ func register() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
 		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
-		LogLinesDropped, LogBytesDropped,
+		LogLinesDropped, LogBytesDropped, WebhookAttempts, disks,
 	)
+	for _, o := range []string{WebhookDelivered, WebhookRetry, WebhookFailed} {
+		WebhookAttempts.WithLabelValues(o)
+	}
 	for _, r := range reason.KillReasons {
 		SandboxesKilled.WithLabelValues(r.String())
 	}

@@ -74,22 +74,30 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	run("sign in", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(s.URL+"/dashboard/"),
 		chromedp.WaitVisible(`#key`, chromedp.ByID), chromedp.SendKeys(`#key`, s.Key, chromedp.ByID),
-		chromedp.Submit(`#key`, chromedp.ByID), chromedp.WaitVisible(`#sandboxes`, chromedp.ByID), shot("login-list"))
+		chromedp.Submit(`#key`, chromedp.ByID), chromedp.WaitVisible(`#sandboxes`, chromedp.ByID),
+		chromedp.WaitVisible(`//small[@id="list-state" and text()="live"]`, chromedp.BySearch), shot("login-list"))
 
 	id := a.create(map[string]any{"metadata": map[string]string{"taskId": "browser-1"}})
-	run("see the new sandbox without reload", chromedp.WaitVisible(`tr[data-id="`+id+`"]`, chromedp.ByQuery), shot("list"))
+	run("see the new sandbox without reload", chromedp.WaitVisible(`tr[data-id="`+id+`"]`, chromedp.ByQuery))
+	// Its first resource sample reaches the list through the same live updates.
+	run("see its CPU and memory now", chromedp.WaitVisible(`tr[data-id="`+id+`"] td.cpu[title]`, chromedp.ByQuery), shot("list"))
 
-	run("open the sandbox", chromedp.Click(`tr[data-id="`+id+`"] a`, chromedp.ByQuery), chromedp.WaitVisible(`#commands`, chromedp.ByID))
+	run("open the sandbox", chromedp.Click(`tr[data-id="`+id+`"] a`, chromedp.ByQuery), chromedp.WaitVisible(`#commands`, chromedp.ByID),
+		chromedp.WaitVisible(`//small[@id="tail-state" and text()="live"]`, chromedp.BySearch))
 	runCmd(t, s, id)
+	// The command's output reaches the open page through the live tail, without reload.
+	run("see the command's log line arrive", chromedp.WaitVisible(`//table[@id="logs"]//td[text()="browser-hello"]`, chromedp.BySearch))
 	var text string
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		run("reload the sandbox page", chromedp.Reload(), chromedp.WaitVisible(`#logs`, chromedp.ByID), chromedp.Text(`#logs`, &text, chromedp.ByID))
-		if strings.Contains(text, "browser-hello") {
+		var plotted bool
+		run("reload the sandbox page", chromedp.Reload(), chromedp.WaitVisible(`#logs`, chromedp.ByID),
+			chromedp.Evaluate(`document.querySelector("#plots .plot-CPU svg.plot") !== null`, &plotted))
+		if plotted {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("log line not on the sandbox page after 20 s: %q", text)
+			t.Fatal("no CPU plot on the sandbox page after 30 s")
 		}
 	}
 	run("sandbox page", shot("sandbox"))
@@ -99,6 +107,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	if !strings.Contains(text, "browser-hello") || strings.Contains(text, "browser-other") {
 		t.Errorf("log search: %q", text)
 	}
+	run("search the logs of every sandbox", chromedp.Click(`a[href="/dashboard/logs"]`, chromedp.ByQuery), chromedp.WaitVisible(`#logsearch`, chromedp.ByID),
+		chromedp.SendKeys(`#logsearch input[name="q"]`, "browser-hello", chromedp.ByQuery), chromedp.Submit(`#logsearch input[name="q"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#logsearch input[name="q"][value="browser-hello"]`, chromedp.ByQuery), chromedp.Text(`#logresults`, &text, chromedp.ByID), shot("logs"))
+	if !strings.Contains(text, "browser-hello") || !strings.Contains(text, id) || strings.Contains(text, "browser-other") {
+		t.Errorf("logs search: %q", text)
+	}
+	run("back to the sandbox", chromedp.Navigate(s.URL+"/dashboard/sandboxes/"+id+"?q=browser-hello"), chromedp.WaitVisible(`#logs`, chromedp.ByID))
 	run("open the trace", chromedp.Click(`a[href="/dashboard/trace?id=req-browser-1"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#timeline`, chromedp.ByID), chromedp.Text(`#timeline`, &text, chromedp.ByID), shot("trace"))
 	if !strings.Contains(text, "exited 5") {
@@ -110,6 +125,47 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("kill reason %q, want request", text)
 	}
 	killedWith(t, a, id, "request")
+	run("the templates page", chromedp.Click(`a[href="/dashboard/templates"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-template="base"]`, chromedp.ByQuery), shot("templates"))
+	run("the events page", chromedp.Click(`a[href="/dashboard/events"]`, chromedp.ByQuery), chromedp.WaitVisible(`#events`, chromedp.ByID),
+		chromedp.Text(`#events`, &text, chromedp.ByID), shot("events"))
+	if !strings.Contains(text, "sandbox.lifecycle.killed") {
+		t.Errorf("events page lacks the kill: %q", text)
+	}
+	run("create an API key", chromedp.Click(`a[href="/dashboard/keys"]`, chromedp.ByQuery), chromedp.WaitVisible(`#keys`, chromedp.ByID),
+		chromedp.SendKeys(`input[name="name"]`, "browser-key", chromedp.ByQuery), chromedp.Submit(`input[name="name"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#new-key`, chromedp.ByID), chromedp.Text(`#new-key`, &text, chromedp.ByID), shot("keys"))
+	if !strings.HasPrefix(text, "e2b_") {
+		t.Errorf("new key shown as %q", text)
+	}
+	run("the health page", chromedp.Click(`a[href="/dashboard/health"]`, chromedp.ByQuery), chromedp.WaitVisible(`#m-cove_sandboxes`, chromedp.ByID), shot("health"))
+	var theme, bg string
+	run("pick the dark theme", chromedp.Click(`#theme`, chromedp.ByID), chromedp.Click(`#theme`, chromedp.ByID), chromedp.Reload(),
+		chromedp.WaitVisible(`#theme`, chromedp.ByID), chromedp.Text(`#theme`, &theme, chromedp.ByID),
+		chromedp.Evaluate(`getComputedStyle(document.body).backgroundColor`, &bg))
+	if theme != "Theme: dark" || bg != "rgb(20, 20, 24)" {
+		t.Errorf("after picking dark and a reload: %q, background %s", theme, bg)
+	}
+	run("back to the system's theme", chromedp.Click(`#theme`, chromedp.ByID))
+	var focused string
+	run("press / to jump to the log search", chromedp.Click(`a[href="/dashboard/logs"]`, chromedp.ByQuery), chromedp.WaitVisible(`#logsearch`, chromedp.ByID),
+		chromedp.KeyEvent("/"), chromedp.Evaluate(`document.activeElement.name`, &focused))
+	if focused != "q" {
+		t.Errorf("after /, focus is on %q, want the text search", focused)
+	}
+	// A phone's width: nothing wider than the screen but the tables, which scroll inside the page.
+	for _, page := range []struct{ name, path, ready string }{
+		{"phone-list", "/dashboard/?state=killed", `#sandboxes`},
+		{"phone-sandbox", "/dashboard/sandboxes/" + id, `#plots`},
+	} {
+		var overflow bool
+		run(page.name, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(s.URL+page.path),
+			chromedp.WaitVisible(page.ready, chromedp.ByQuery), shot(page.name),
+			chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow))
+		if overflow {
+			t.Errorf("%s: the page is wider than a phone's screen", page.name)
+		}
+	}
 	t.Logf("screenshots in %s", dir)
 }
 

@@ -225,6 +225,24 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("the logs page finds the command's line across the team's sandboxes, and only the team's", func(t *testing.T) {
+		code, page := v.get("/dashboard/logs?q=console-hello&level=info&meta=taskId%3Dconsole-7")
+		res := section(page, `id="logresults"`)
+		if code != http.StatusOK || !strings.Contains(res, "console-hello") || !strings.Contains(res, `href="/dashboard/sandboxes/`+id+`"`) || strings.Contains(res, "other-line") {
+			t.Fatalf("logs search: %d\n%s", code, res)
+		}
+		writeArtifact(t, "console-logs.html", page)
+		team := strings.TrimSpace(cli(t, s, "team", "create", "console-logs-other"))
+		other := newViewer(t, s.URL)
+		other.signIn(strings.Fields(cli(t, s, "apikey", "create", "c", "--team", team))[0])
+		if _, page := other.get("/dashboard/logs?q=console-hello"); strings.Contains(section(page, `id="logresults"`), "console-hello") {
+			t.Fatalf("another team's logs search finds the line:\n%s", page)
+		}
+		if code, _ := other.get("/dashboard/sandboxes/" + id + "/tail"); code != http.StatusNotFound {
+			t.Fatalf("another team's tail of %s: %d, want 404", id, code)
+		}
+	})
+
 	t.Run("the trace of the command's request id shows its end cause and links the sandbox", func(t *testing.T) {
 		code, page := v.get("/dashboard/trace?id=req-console-1")
 		tl := section(page, `id="timeline"`)
@@ -256,6 +274,45 @@ func TestConsole(t *testing.T) {
 		killedWith(t, a, id, "request")
 	})
 
+	t.Run("the events page lists the sandbox's lifecycle with the kill's reason", func(t *testing.T) {
+		code, page := v.get("/dashboard/events?sandbox=" + id)
+		ev := section(page, `id="events"`)
+		if code != http.StatusOK || !strings.Contains(ev, "sandbox.lifecycle.created") || !strings.Contains(ev, "kill_reason=request") {
+			t.Fatalf("events: %d\n%s", code, ev)
+		}
+	})
+
+	t.Run("a key made in the console works on the API until it is revoked there", func(t *testing.T) {
+		_, page := v.get("/dashboard/keys")
+		code, page := v.post("/dashboard/keys", url.Values{"csrf": {v.csrf(page)}, "name": {"from-console"}})
+		m := regexp.MustCompile(`id="new-key" class="copy" tabindex="0">(e2b_[0-9a-f]+)<`).FindStringSubmatch(page)
+		if code != http.StatusOK || m == nil {
+			t.Fatalf("create key: %d\n%s", code, page)
+		}
+		k := client{t: t, url: s.URL, key: m[1]}
+		if code, _, _ := k.do(http.MethodGet, "/v2/sandboxes", nil); code != http.StatusOK {
+			t.Fatalf("the new key on the API: %d", code)
+		}
+		row := regexp.MustCompile(`<tr data-key="([^"]+)"><td>from-console<`).FindStringSubmatch(page)
+		if row == nil {
+			t.Fatalf("the new key is not listed:\n%s", page)
+		}
+		if code, _ := v.post("/dashboard/keys/"+row[1]+"/revoke", url.Values{"csrf": {v.csrf(page)}}); code != http.StatusOK {
+			t.Fatalf("revoke: %d", code)
+		}
+		if code, _, _ := k.do(http.MethodGet, "/v2/sandboxes", nil); code != http.StatusUnauthorized {
+			t.Fatalf("the revoked key on the API: %d, want 401", code)
+		}
+	})
+
+	t.Run("the health page shows the server's sandboxes, kills by reason, disk space and webhook attempts", func(t *testing.T) {
+		code, page := v.get("/dashboard/health")
+		if code != http.StatusOK || !strings.Contains(page, `id="m-cove_sandboxes"`) || !strings.Contains(page, "kill_reason=request") ||
+			!strings.Contains(page, "<td>dir=data</td>") || !strings.Contains(page, `id="m-cove_webhook_attempts_total"`) {
+			t.Fatalf("health: %d\n%s", code, page)
+		}
+	})
+
 	t.Run("the admin token sees every team", func(t *testing.T) {
 		tok, err := os.ReadFile(filepath.Join(s.DataDir, "admin-token"))
 		if err != nil {
@@ -265,6 +322,10 @@ func TestConsole(t *testing.T) {
 		ad.signIn(strings.TrimSpace(string(tok)))
 		if _, page := ad.get("/dashboard/?state=killed"); !strings.Contains(page, id) {
 			t.Fatalf("admin's killed list lacks %s", id)
+		}
+		code, page := ad.get("/dashboard/trace?id=req-console-1")
+		if tl := section(page, `id="timeline"`); code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "team.id=") {
+			t.Fatalf("admin's trace: %d\n%s", code, page)
 		}
 	})
 
@@ -295,4 +356,32 @@ func section(page, marker string) string {
 		return ""
 	}
 	return page[i:]
+}
+
+func TestConsoleSessionsSurviveARestart(t *testing.T) {
+	s := covetest.Start(t, "")
+	team := strings.TrimSpace(cli(t, s, "team", "create", "console-restart"))
+	key := strings.Fields(cli(t, s, "apikey", "create", "viewer", "--team", team))[0]
+	v := newViewer(t, s.URL)
+	v.signIn(key)
+
+	s.Stop()
+	s.Restart()
+	v.base = s.URL
+	t.Run("a session signed in before the restart still works", func(t *testing.T) {
+		if code, page := v.get("/dashboard/"); code != http.StatusOK || !strings.Contains(page, "<h1>Sandboxes") {
+			t.Fatalf("after restart: %d\n%s", code, page)
+		}
+	})
+	t.Run("revoking its key from the CLI ends the session", func(t *testing.T) {
+		_, page := v.get("/dashboard/keys")
+		row := regexp.MustCompile(`<tr data-key="([^"]+)"><td>viewer<`).FindStringSubmatch(page)
+		if row == nil {
+			t.Fatalf("key not listed:\n%s", page)
+		}
+		cli(t, s, "apikey", "revoke", row[1], "--team", team)
+		if _, page := v.get("/dashboard/"); !strings.Contains(page, `action="/dashboard/login"`) {
+			t.Fatalf("still signed in with a revoked key:\n%s", page)
+		}
+	})
 }

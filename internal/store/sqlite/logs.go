@@ -552,6 +552,12 @@ func newLogFilter(q *store.LogQuery) (*logFilter, error) {
 			f.lo = ms * 1000
 		}
 	}
+	if !q.Since.IsZero() {
+		f.lo = max(f.lo, toMicros(q.Since))
+	}
+	if !q.Until.IsZero() {
+		f.hi = min(f.hi, toMicros(q.Until)-1)
+	}
 	if q.MinLevel != "" {
 		rank, ok := store.LogLevelRank(q.MinLevel)
 		if !ok {
@@ -609,8 +615,8 @@ func (f *logFilter) match(l *chunkLine) bool {
 // descending: the chunks that may hold them, scanned in order until the page is sure, merged
 // with the lines of the old logs table.
 func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error) {
-	if q.TeamID == "" || q.SandboxID == "" {
-		return nil, errors.New("query logs: team and sandbox are required")
+	if q.TeamID == "" {
+		return nil, errors.New("query logs: team is required")
 	}
 	limit := q.Limit
 	if limit <= 0 {
@@ -621,8 +627,7 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 	if err != nil {
 		return nil, err
 	}
-	where := []string{"sandbox_id = ?", "team_id = ?"}
-	args := []any{q.SandboxID, q.TeamID}
+	where, args := logScope(&q)
 	add := func(cond string, a ...any) { where, args = append(where, cond), append(args, a...) }
 	lo, hi := f.lo, f.hi
 	if q.After != nil {
@@ -672,10 +677,27 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 	for _, l := range c.lines[:min(len(c.lines), limit)] {
 		page.Lines = append(page.Lines, l.line)
 	}
+	if n := min(len(c.lines), limit); n > 0 {
+		page.First = &store.LogPosition{Time: c.lines[0].line.Time, Seq: c.lines[0].seq}
+		page.Last = &store.LogPosition{Time: c.lines[n-1].line.Time, Seq: c.lines[n-1].seq}
+	}
 	if len(c.lines) > limit {
 		page.Next = &store.LogPosition{Time: c.lines[limit-1].line.Time, Seq: c.lines[limit-1].seq}
 	}
 	return page, nil
+}
+
+// logScope is the WHERE terms (and their arguments) that pick q's team, sandbox and
+// template, in both the chunk and the old tables.
+func logScope(q *store.LogQuery) ([]string, []any) {
+	where, args := []string{"team_id = ?"}, []any{q.TeamID}
+	if q.SandboxID != "" {
+		where, args = append(where, "sandbox_id = ?"), append(args, q.SandboxID)
+	}
+	if q.TemplateID != "" {
+		where, args = append(where, "template_id = ?"), append(args, q.TemplateID)
+	}
+	return where, args
 }
 
 // scanChunks runs query, whose rows are (sandbox_id, team_id, template_id, min_ts, max_ts,
@@ -719,8 +741,7 @@ func (db *DB) scanChunks(ctx context.Context, query string, args []any, c *lineC
 // queryOldLogs returns up to limit+1 lines q selects from the logs table, written before
 // migration 0006, in the query's order.
 func (db *DB) queryOldLogs(ctx context.Context, q store.LogQuery, limit int) ([]posLine, error) {
-	where := []string{"sandbox_id = ?", "team_id = ?"}
-	args := []any{q.SandboxID, q.TeamID}
+	where, args := logScope(&q)
 	add := func(cond string, a ...any) { where, args = append(where, cond), append(args, a...) }
 
 	order, cmp := "ASC", ">"
@@ -734,6 +755,12 @@ func (db *DB) queryOldLogs(ctx context.Context, q store.LogQuery, limit int) ([]
 		} else {
 			add("ts >= ?", ms*1000)
 		}
+	}
+	if !q.Since.IsZero() {
+		add("ts >= ?", toMicros(q.Since))
+	}
+	if !q.Until.IsZero() {
+		add("ts < ?", toMicros(q.Until))
 	}
 	if q.After != nil {
 		add("(ts, seq) "+cmp+" (?, ?)", toMicros(q.After.Time), q.After.Seq)

@@ -122,15 +122,70 @@ func TestQueryLogs(t *testing.T) {
 		}
 	})
 
-	t.Run("a query without team or sandbox is refused", func(t *testing.T) {
+	t.Run("a query without a team is refused", func(t *testing.T) {
 		if _, err := db.QueryLogs(ctx, store.LogQuery{SandboxID: "sb"}); err == nil {
 			t.Error("no team: no error")
 		}
-		if _, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team"}); err == nil {
-			t.Error("no sandbox: no error")
-		}
 		if _, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "sb", MinLevel: "loud"}); err == nil {
 			t.Error("unknown level: no error")
+		}
+	})
+}
+
+func TestQueryLogsAcrossSandboxes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	ms := time.Millisecond
+	py := logLine("team", "sb2", base.Add(2*ms), "info", "pip install done")
+	py.TemplateID = "python"
+	if err := db.InsertLogs(ctx, []store.LogLine{
+		logLine("team", "sb1", base, "info", "first sandbox starts"),
+		logLine("team", "sb1", base.Add(3*ms), "error", "first sandbox fails"),
+		py,
+		logLine("intruder", "sb9", base.Add(ms), "error", "another team's line"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		q    store.LogQuery
+		want []string
+	}{
+		{"no sandbox searches every sandbox of the team, newest first", store.LogQuery{Backward: true},
+			[]string{"first sandbox fails", "pip install done", "first sandbox starts"}},
+		{"a template keeps its sandboxes' lines", store.LogQuery{TemplateID: "python"}, []string{"pip install done"}},
+		{"since and until bound the time, until excluded", store.LogQuery{Since: base.Add(ms), Until: base.Add(3 * ms)},
+			[]string{"pip install done"}},
+		{"level and search work across sandboxes", store.LogQuery{MinLevel: "error", Search: "fails"}, []string{"first sandbox fails"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := tc.q
+			q.TeamID = "team"
+			page, err := db.QueryLogs(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := messages(page); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+	t.Run("a tail continues after the page's newest line without repeats", func(t *testing.T) {
+		page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "sb1", Backward: true})
+		if err != nil || page.First == nil || page.Last == nil || !page.First.Time.Equal(base.Add(3*ms)) || !page.Last.Time.Equal(base) {
+			t.Fatalf("first %v last %v, %v", page.First, page.Last, err)
+		}
+		later := logLine("team", "sb1", base.Add(3*ms), "info", "same millisecond, stored later")
+		if err := db.InsertLogs(ctx, []store.LogLine{later}); err != nil {
+			t.Fatal(err)
+		}
+		tail, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "sb1", After: page.First})
+		if got := messages(tail); err != nil || !reflect.DeepEqual(got, []string{"same millisecond, stored later"}) {
+			t.Fatalf("tail %q, %v", got, err)
+		}
+		if empty, _ := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "sb1", After: tail.Last}); len(empty.Lines) != 0 || empty.First != nil {
+			t.Errorf("after the tail's last line: %q", messages(empty))
 		}
 	})
 }

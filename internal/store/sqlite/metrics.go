@@ -89,6 +89,31 @@ func (db *DB) LatestSamples(ctx context.Context, teamID string, ids []string) ([
 	return out, nil
 }
 
+// DownsampleSamples returns sandboxID's samples in at most points equal spans of time,
+// aggregated by SQLite: the span's average CPU and largest memory, disk and counters.
+func (db *DB) DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error) {
+	if points < 1 {
+		return nil, fmt.Errorf("downsample samples of %s: %d points", sandboxID, points)
+	}
+	var lo, hi sql.NullInt64
+	if err := db.read.QueryRowContext(ctx, `SELECT min(ts), max(ts) FROM sandbox_metrics WHERE sandbox_id = ?`, sandboxID).Scan(&lo, &hi); err != nil {
+		return nil, fmt.Errorf("downsample samples of %s: %w", sandboxID, err)
+	}
+	if !lo.Valid {
+		return []store.MetricSample{}, nil
+	}
+	// Integer division puts ts in span (ts-lo)*points/(hi-lo+1), 0..points-1.
+	out, err := db.querySamples(ctx, `SELECT sandbox_id, max(ts), team_id, max(cpu_count), avg(cpu_used_pct),
+		max(mem_used), max(mem_total), max(mem_cache), max(disk_used), max(disk_total),
+		max(net_rx_bytes), max(net_tx_bytes), max(net_rx_packets), max(net_tx_packets)
+		FROM sandbox_metrics WHERE sandbox_id = ? GROUP BY (ts - ?) * ? / ? ORDER BY 2`,
+		sandboxID, lo.Int64, points, hi.Int64-lo.Int64+1)
+	if err != nil {
+		return nil, fmt.Errorf("downsample samples of %s: %w", sandboxID, err)
+	}
+	return out, nil
+}
+
 // PruneSamples deletes the samples taken before before.
 func (db *DB) PruneSamples(ctx context.Context, before time.Time) error {
 	if _, err := db.write.ExecContext(ctx, `DELETE FROM sandbox_metrics WHERE ts < ?`, toMicros(before)); err != nil {

@@ -127,3 +127,51 @@ func BenchmarkInsertSamples(b *testing.B) {
 		}
 	}
 }
+
+func TestDownsampleSamples(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	var in []store.MetricSample
+	for i := range 1000 { // every second; CPU alternates 0 and 100, memory and counters rise
+		s := sample("team", "sb", base.Add(time.Duration(i)*time.Second), float64(i%2)*100)
+		s.MemUsed, s.NetRxBytes = uint64(i), uint64(i)*10
+		in = append(in, s)
+	}
+	if err := db.InsertSamples(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		points int
+		want   int
+	}{
+		{"a thousand samples cut to ten spans give ten", 10, 10},
+		{"more points than samples give every sample", 5000, 1000},
+		{"one point gives one", 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := db.DownsampleSamples(ctx, "sb", tc.points)
+			if err != nil || len(got) != tc.want {
+				t.Fatalf("got %d samples, %v; want %d", len(got), err, tc.want)
+			}
+			last := got[len(got)-1]
+			if !last.Time.Equal(in[999].Time) || last.MemUsed != 999 || last.NetRxBytes != 9990 || last.TeamID != "team" {
+				t.Errorf("last span: %+v, want the newest sample's time, memory and counter", last)
+			}
+			if tc.want < 1000 && math.Abs(got[0].CPUUsedPct-50) > 1 {
+				t.Errorf("first span's CPU %v, want the average 50", got[0].CPUUsedPct)
+			}
+		})
+	}
+	t.Run("a sandbox without samples gives none", func(t *testing.T) {
+		if got, err := db.DownsampleSamples(ctx, "nope", 10); err != nil || len(got) != 0 {
+			t.Errorf("got %v, %v", got, err)
+		}
+	})
+	t.Run("zero points is refused", func(t *testing.T) {
+		if _, err := db.DownsampleSamples(ctx, "sb", 0); err == nil {
+			t.Error("no error")
+		}
+	})
+}

@@ -1,0 +1,271 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/template"
+)
+
+// post sends a form with the session's CSRF token and returns the status and body.
+func (f *fixture) post(tb testing.TB, path string, form url.Values) (int, string) {
+	tb.Helper()
+	form.Set("csrf", f.csrf)
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(f.cookie)
+	rec := httptest.NewRecorder()
+	f.console.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+func TestEventsAndWebhooksPages(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	if err := f.db.InsertWebhook(ctx, &store.Webhook{ID: "wh1", TeamID: f.team, Name: "ci hook", URL: "http://198.18.0.1/hook",
+		Events: []string{"sandbox.lifecycle.killed"}, Secret: "s", CreatedAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 150 {
+		typ := "sandbox.lifecycle.created"
+		if i%2 == 1 {
+			typ = "sandbox.lifecycle.killed"
+		}
+		if _, err := f.db.InsertEvent(ctx, &store.Event{ID: fmt.Sprintf("ev%04d", i), Type: typ, Timestamp: at.Add(time.Duration(i) * time.Second),
+			TeamID: f.team, SandboxID: f.first, RequestID: fmt.Sprintf("req-ev-%d", i), Data: []byte(`{"kill_reason":"request"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := f.db.CreateTeam(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.InsertEvent(ctx, &store.Event{ID: "ev-other", Type: "sandbox.lifecycle.created", Timestamp: at, TeamID: other.ID,
+		SandboxID: "theirs", RequestID: "req-other", Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the events page lists the team's events newest first, a page at a time", func(t *testing.T) {
+		page := f.get(t, "/dashboard/events", http.StatusOK)
+		if n := strings.Count(page, `<td class="type">`); n != pageEventRows || !strings.Contains(page, "req-ev-149") || strings.Contains(page, "req-other") {
+			t.Fatalf("%d rows:\n%s", n, page)
+		}
+		next := regexp.MustCompile(`rel="next" href="/dashboard/events\?([^"]+)"`).FindStringSubmatch(page)
+		if next == nil {
+			t.Fatal("no next page")
+		}
+		older := f.get(t, "/dashboard/events?"+strings.ReplaceAll(next[1], "&amp;", "&"), http.StatusOK)
+		if n := strings.Count(older, `<td class="type">`); n != 50 || !strings.Contains(older, "req-ev-0<") || strings.Contains(older, "req-ev-50<") {
+			t.Errorf("second page has %d rows", n)
+		}
+	})
+	t.Run("the events page filters by type", func(t *testing.T) {
+		page := f.get(t, "/dashboard/events?type=sandbox.lifecycle.killed", http.StatusOK)
+		if strings.Contains(page, `<td class="type">sandbox.lifecycle.created`) || !strings.Contains(page, "kill_reason=request") {
+			t.Errorf("type filter:\n%s", page)
+		}
+	})
+	t.Run("an unknown event type is a 400 naming type", func(t *testing.T) {
+		if page := f.get(t, "/dashboard/events?type=sandbox.exploded", http.StatusBadRequest); !strings.Contains(page, "type: unknown event type") {
+			t.Errorf("page:\n%s", page)
+		}
+	})
+	t.Run("a team cannot ask for another team's events", func(t *testing.T) {
+		f.get(t, "/dashboard/events?team="+other.ID, http.StatusNotFound)
+	})
+	t.Run("the webhooks page shows each webhook's deliveries and their state", func(t *testing.T) {
+		page := f.get(t, "/dashboard/webhooks", http.StatusOK)
+		if !strings.Contains(page, "ci hook") || strings.Count(page, `class="delivery-pending"`) != pageDeliveries {
+			t.Errorf("webhooks page:\n%s", page)
+		}
+	})
+}
+
+func TestKeysPage(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	// The fixture's session is signed in with a real key of the team.
+	_, own, err := f.db.CreateAPIKey(ctx, f.team, "own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.signIn(t, f.team, own.ID)
+
+	code, page := f.post(t, "/dashboard/keys", url.Values{"name": {"ci"}})
+	key := regexp.MustCompile(`id="new-key" class="copy" tabindex="0">(e2b_[0-9a-f]+)<`).FindStringSubmatch(page)
+	if code != http.StatusOK || key == nil {
+		t.Fatalf("create: %d\n%s", code, page)
+	}
+	t.Run("a new key is shown once and works", func(t *testing.T) {
+		if _, _, err := f.db.Authenticate(ctx, key[1]); err != nil {
+			t.Fatalf("the new key does not authenticate: %v", err)
+		}
+		if again := f.get(t, "/dashboard/keys", http.StatusOK); strings.Contains(again, key[1]) || !strings.Contains(again, ">ci<") {
+			t.Errorf("the key list shows the key in clear, or not its name:\n%s", again)
+		}
+	})
+	t.Run("a key without a name is a 400 naming name", func(t *testing.T) {
+		if code, page := f.post(t, "/dashboard/keys", url.Values{"name": {"  "}}); code != http.StatusBadRequest || !strings.Contains(page, "name:") {
+			t.Errorf("got %d:\n%s", code, page)
+		}
+	})
+	t.Run("a revoked key stops working and the list says so", func(t *testing.T) {
+		k, _, err := f.db.Authenticate(ctx, key[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := f.post(t, "/dashboard/keys/"+k.ID+"/revoke", url.Values{}); code != http.StatusSeeOther {
+			t.Fatalf("revoke: %d", code)
+		}
+		if _, _, err := f.db.Authenticate(ctx, key[1]); err == nil {
+			t.Error("the revoked key still authenticates")
+		}
+		if page := f.get(t, "/dashboard/keys", http.StatusOK); !strings.Contains(page, `<td class="keystate">revoked`) {
+			t.Errorf("list:\n%s", page)
+		}
+	})
+	t.Run("another team's key cannot be revoked", func(t *testing.T) {
+		other, _ := f.db.CreateTeam(ctx, "other")
+		_, theirs, err := f.db.CreateAPIKey(ctx, other.ID, "theirs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := f.post(t, "/dashboard/keys/"+theirs.ID+"/revoke", url.Values{}); code != http.StatusNotFound {
+			t.Errorf("revoke another team's key: %d, want 404", code)
+		}
+		if code, _ := f.post(t, "/dashboard/keys/"+theirs.ID+"/revoke", url.Values{"team": {other.ID}}); code != http.StatusNotFound {
+			t.Errorf("revoke naming another team: %d, want 404", code)
+		}
+	})
+	t.Run("revoking the key one is signed in with ends the session", func(t *testing.T) {
+		if code, _ := f.post(t, "/dashboard/keys/"+own.ID+"/revoke", url.Values{}); code != http.StatusSeeOther {
+			t.Fatalf("revoke own: %d", code)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/dashboard/keys", nil)
+		req.AddCookie(f.cookie)
+		rec := httptest.NewRecorder()
+		f.console.ServeHTTP(rec, req)
+		if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != Prefix+"login" {
+			t.Errorf("after revoking its key the session answers %d %s", rec.Code, rec.Header().Get("Location"))
+		}
+	})
+}
+
+func TestHealthPage(t *testing.T) {
+	f := newFixture(t)
+	reg := prometheus.NewRegistry()
+	kills := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cove_sandboxes_killed_total", Help: "Sandboxes killed, by kill reason."}, []string{"kill_reason"})
+	live := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cove_sandboxes", Help: "Sandboxes alive now, by state."}, []string{"state"})
+	reg.MustRegister(kills, live)
+	f.console.cfg.Metrics = reg
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	f.console.now = func() time.Time { return now }
+	kills.WithLabelValues("oom").Add(3)
+	live.WithLabelValues("running").Set(7)
+
+	first := f.get(t, "/dashboard/health", http.StatusOK)
+	if !strings.Contains(first, "kill_reason=oom</td><td class=\"num\">3</td>") || !strings.Contains(first, "state=running</td><td class=\"num\">7</td>") {
+		t.Fatalf("first read:\n%s", first)
+	}
+	kills.WithLabelValues("oom").Add(20)
+	now = now.Add(10 * time.Second)
+	second := f.get(t, "/dashboard/health", http.StatusOK)
+	if !strings.Contains(second, `<td class="num">2/s</td>`) || !strings.Contains(second, "over the last 10s") {
+		t.Errorf("second read has no rate of 2/s over 10s:\n%s", second)
+	}
+}
+
+func TestTemplatesPage(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	// A template as the store writes it: <dir>/<name>/meta.json and build.log.
+	for name, meta := range map[string]string{
+		"base":   `{"name":"base","suite":"bookworm","created_at":"2026-12-01T00:00:00Z","build_seconds":41.5,"size_bytes":183500800}`,
+		"python": `{"name":"python","from":"base","run":["apt-get install -y python3"],"created_at":"2026-12-02T00:00:00Z","build_seconds":12,"size_bytes":1048576,"collect_logs":false}`,
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "meta.json"), []byte(meta), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "python", "build.log"), []byte(strings.Repeat("x", buildLogTail)+"\nSetting up python3 (3.11.2-1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := template.OpenAt(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.console.cfg.Templates = ts
+
+	t.Run("a team sees every template with its live sandboxes, not the steps", func(t *testing.T) {
+		page := f.get(t, "/dashboard/templates", http.StatusOK)
+		for _, want := range []string{`<tr data-template="base">`, "Debian bookworm", "175.0 MiB", `<a href="/dashboard/?template=base">1000</a>`,
+			`<tr data-template="python">`, `<a href="/dashboard/?template=python">0</a>`, "<td>no</td>"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %q", want)
+			}
+		}
+		if strings.Contains(page, "apt-get install") || strings.Contains(page, "/log\"") {
+			t.Errorf("a team sees build steps or logs:\n%s", page)
+		}
+		f.get(t, "/dashboard/templates/python/log", http.StatusForbidden)
+	})
+	t.Run("the admin reads the steps and the end of the build log", func(t *testing.T) {
+		f.signIn(t, "", "admin")
+		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") {
+			t.Errorf("admin's page lacks the steps:\n%s", page)
+		}
+		page := f.get(t, "/dashboard/templates/python/log", http.StatusOK)
+		if !strings.Contains(page, "Setting up python3") || !strings.Contains(page, "The last 64 KiB") {
+			t.Errorf("build log page:\n%.2000s", page)
+		}
+		if page := f.get(t, "/dashboard/templates/base/log", http.StatusOK); !strings.Contains(page, "no build log") {
+			t.Errorf("a template without a log:\n%s", page)
+		}
+		f.get(t, "/dashboard/templates/nope/log", http.StatusNotFound)
+	})
+}
+
+func TestUnknownPagesNameTheRequestID(t *testing.T) {
+	f := newFixture(t)
+	for _, path := range []string{"/dashboard/nope", "/dashboard/logout", "/dashboard/sandboxes/sb00000/explode"} {
+		t.Run(path+" is a console 404 with the request id", func(t *testing.T) {
+			page := f.get(t, path, http.StatusNotFound)
+			if !strings.Contains(page, "no console page GET "+path) || !strings.Contains(page, "Request id") {
+				t.Errorf("page:\n%s", page)
+			}
+		})
+	}
+}
+
+func TestAdminSessionsEndWhenTheTokenChanges(t *testing.T) {
+	f := newFixture(t)
+	f.signIn(t, "", "admin")
+	f.get(t, "/dashboard/", http.StatusOK)
+	tests := []struct{ name, token string }{
+		{"a new admin token ends the session", "rotated-token"},
+		{"switching admin sign-in off ends the session", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.console.cfg.AdminToken = tt.token
+			t.Cleanup(func() { f.console.cfg.AdminToken = "admin-token" })
+			f.get(t, "/dashboard/", http.StatusSeeOther)
+		})
+	}
+	t.Run("the same token keeps it", func(t *testing.T) { f.get(t, "/dashboard/", http.StatusOK) })
+}
