@@ -3,10 +3,8 @@ package process
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -29,7 +27,8 @@ type Sink struct {
 	LineMax              int // longer lines are split; 16 KiB when 0
 	// CommandBytes caps the output one stream of a command sends as lines; 64 MiB when 0.
 	// Past it, and past the sandbox's byte budget, output is dropped and counted; the head
-	// and tail of the command record are kept whatever is dropped.
+	// and tail of the command record are kept whatever is dropped. It also caps the binary
+	// output a stream's summary takes a sha256 of (its CRC-32C covers all of it).
 	CommandBytes int64
 
 	queue   chan []byte
@@ -145,7 +144,8 @@ func (s *Sink) lineMax() int {
 // the head and tail for the command record. Only its pump goroutine writes to it.
 //
 // The hot path decides what to keep before building anything: a read the budgets cannot take
-// is counted (one bytes.Count) and dropped whole, and binary output is hashed, never escaped.
+// is counted (one bytes.Count) and dropped whole, and binary output is digested (see digest),
+// never escaped.
 type capture struct {
 	sink         *Sink
 	p            *proc
@@ -158,9 +158,8 @@ type capture struct {
 	sent         int64 // bytes of output sent as lines
 	skip         bool  // the line in progress was dropped: its rest is dropped too
 
-	binary   bool      // the stream turned out binary: no more lines, one summary at its end
-	binBytes int64     // bytes of binary output
-	hash     hash.Hash // sha256 of the binary output
+	binary bool    // the stream turned out binary: no more lines, one summary at its end
+	digest *digest // of the binary output
 
 	batch      []byte // encoded lines of the current read, queued by send
 	batchLines int
@@ -240,16 +239,14 @@ func (c *capture) drop(b []byte) {
 	c.skip = open
 }
 
-// toBinary hashes binary output; the first binary read ends the stream's lines.
+// toBinary digests binary output; the first binary read ends the stream's lines.
 func (c *capture) toBinary(b []byte) {
 	if !c.binary {
-		c.binary, c.hash = true, sha256.New()
-		c.hash.Write(c.partial)
-		c.binBytes += int64(len(c.partial))
+		c.binary, c.digest = true, newDigest(c.sink.commandBytes())
+		c.digest.write(c.partial)
 		c.partial = nil
 	}
-	c.hash.Write(b)
-	c.binBytes += int64(len(b))
+	c.digest.write(b)
 	c.bytesDropped += uint64(len(b))
 }
 
@@ -302,12 +299,15 @@ func (c *capture) send() {
 // binary summary.
 func (c *capture) flush() {
 	if !c.sink.output.Load() {
+		if c.digest != nil {
+			c.digest.summary() // ends its hasher
+		}
 		return
 	}
 	c.now = time.Now()
 	switch {
 	case c.binary:
-		summary := fmt.Sprintf("binary output, %s, sha256 %x", humanBytes(c.binBytes), c.hash.Sum(nil))
+		summary := c.digest.summary()
 		c.batch = envdapi.AppendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, []byte(summary), false)
 		c.batch = append(c.batch[:len(c.batch)-2], `,"binary":true}`+"\n"...)
 		c.batchLines++

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
 	"testing"
@@ -111,9 +112,9 @@ func TestBinaryOutputIsOneSummaryPerStream(t *testing.T) {
 		reads [][]byte
 		want  []string
 	}{
-		{"NUL bytes read after read give one summary with the size and sha256", [][]byte{text, zeros, zeros, zeros},
-			[]string{"text before", fmt.Sprintf("binary output, 293.0 KiB, sha256 %x", sha256.Sum256(bytes.Repeat(zeros, 3)))}},
-		{"invalid UTF-8 is binary", [][]byte{[]byte("ok\xff\xfe")}, []string{fmt.Sprintf("binary output, 4 B, sha256 %x", sha256.Sum256([]byte("ok\xff\xfe")))}},
+		{"NUL bytes read after read give one summary with the size, crc32c and sha256", [][]byte{text, zeros, zeros, zeros},
+			[]string{"text before", "binary output, 293.0 KiB, " + sums(bytes.Repeat(zeros, 3))}},
+		{"invalid UTF-8 is binary", [][]byte{[]byte("ok\xff\xfe")}, []string{"binary output, 4 B, " + sums([]byte("ok\xff\xfe"))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,6 +137,41 @@ func TestBinaryOutputIsOneSummaryPerStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sums is how a summary names the digests of b.
+func sums(b []byte) string {
+	return fmt.Sprintf("crc32c %08x, sha256 %x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)), sha256.Sum256(b))
+}
+
+func TestBinarySummaryGivesUpTheSha256RatherThanSlowTheStream(t *testing.T) {
+	read := bytes.Repeat([]byte{0, 1, 2, 3}, 16<<10) // 64 KiB
+	crcOf := func(n int) string {
+		return fmt.Sprintf("crc32c %08x", crc32.Checksum(bytes.Repeat(read, n), crc32.MakeTable(crc32.Castagnoli)))
+	}
+	t.Run("output past the per-command cap is summarised by its crc32c alone", func(t *testing.T) {
+		lines, _ := feed(t, Budget{}, 3*int64(len(read)), read, read, read, read)
+		want := "binary output, 256.0 KiB, " + crcOf(4) + ", sha256 not computed: over the 192.0 KiB collected per command"
+		if got := lines[len(lines)-1].Line; got != want {
+			t.Errorf("summary %q\nwant %q", got, want)
+		}
+	})
+	t.Run("output up to the cap gets its sha256", func(t *testing.T) {
+		lines, _ := feed(t, Budget{}, 3*int64(len(read)), read, read, read)
+		if got, want := lines[len(lines)-1].Line, "binary output, 192.0 KiB, "+sums(bytes.Repeat(read, 3)); got != want {
+			t.Errorf("summary %q\nwant %q", got, want)
+		}
+	})
+	t.Run("a hasher that falls behind is given up, not waited for", func(t *testing.T) {
+		d := unstartedDigest(1 << 30) // its hasher never takes a copy
+		for range digestBuffers + 1 {
+			d.write(read)
+		}
+		want := "binary output, 576.0 KiB, " + crcOf(digestBuffers+1) + ", sha256 not computed: over budget"
+		if got := d.summary(); got != want {
+			t.Errorf("summary %q\nwant %q", got, want)
+		}
+	})
 }
 
 func TestTextCutMidRuneStaysText(t *testing.T) {
