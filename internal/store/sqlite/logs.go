@@ -114,11 +114,16 @@ type chunkBuilder struct {
 	n                        int
 	levels, sources, streams int64
 	requests                 []string
+	filter                   *filterBuilder // of the messages
 }
 
 // encodeChunk encodes lines (with their seqs) into a chunk.
 func encodeChunk(c *chunkBuilder, lines []*store.LogLine, seqs []int64) error {
-	*c = chunkBuilder{data: c.data[:0], requests: c.requests[:0], n: len(lines)}
+	if c.filter == nil {
+		c.filter = &filterBuilder{}
+	}
+	*c = chunkBuilder{data: c.data[:0], requests: c.requests[:0], n: len(lines), filter: c.filter}
+	c.filter.reset()
 	c.minTs, c.maxTs = toMicros(lines[0].Time), toMicros(lines[0].Time)
 	c.minSeq, c.maxSeq = seqs[0], seqs[len(seqs)-1]
 	for _, l := range lines {
@@ -144,6 +149,7 @@ func encodeChunk(c *chunkBuilder, lines []*store.LogLine, seqs []int64) error {
 		b = binary.AppendVarint(b, int64(l.PID))
 		b = appendStr(b, l.RequestID)
 		b = appendStr(b, l.Message)
+		addMessage(c.filter, l.Message)
 		b = binary.AppendUvarint(b, uint64(len(l.Fields)))
 		for k, v := range l.Fields {
 			b = appendStr(b, k)
@@ -350,6 +356,11 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 			return err
 		}
 		defer insChunk.Close()
+		insFilter, err := tx.PrepareContext(ctx, `INSERT INTO log_chunk_filters (chunk_id, filter) VALUES (?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer insFilter.Close()
 		var insReq *sql.Stmt
 		defer func() {
 			if insReq != nil {
@@ -382,11 +393,14 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 				if err != nil {
 					return fmt.Errorf("lines of %s: %w", l.SandboxID, err)
 				}
+				id, err := res.LastInsertId()
+				if err != nil {
+					return err
+				}
+				if _, err := insFilter.ExecContext(ctx, id, c.filter.filter()); err != nil {
+					return fmt.Errorf("filter of %s: %w", l.SandboxID, err)
+				}
 				if len(c.requests) > 0 {
-					id, err := res.LastInsertId()
-					if err != nil {
-						return err
-					}
 					if insReq == nil {
 						if insReq, err = tx.PrepareContext(ctx, `INSERT OR IGNORE INTO log_chunk_requests
 							(request_id, team_id, chunk_id) VALUES (?, ?, ?)`); err != nil {
@@ -649,6 +663,9 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 	}
 	if q.RequestID != "" {
 		add("id IN (SELECT chunk_id FROM log_chunk_requests WHERE request_id = ? AND team_id = ?)", q.RequestID, q.TeamID)
+	}
+	if keys := searchKeys(f.terms); keys != nil {
+		add(filterFunc+"((SELECT filter FROM log_chunk_filters WHERE chunk_id = log_chunks.id), ?)", keys)
 	}
 	order := "min_ts, id"
 	if q.Backward {

@@ -1,0 +1,335 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// A log chunk's word filter (table log_chunk_filters, migration 0012) lets a search skip the
+// chunks that cannot hold its terms without decoding them. It is a Bloom filter (two bits a
+// key) over keys of the chunk's messages, lowered as a search lowers them:
+//
+//   - every trigram (three consecutive bytes);
+//   - every token (a maximal run of letters, digits, '_' and non-ASCII bytes), whole;
+//   - every token's prefixes of 4 to 8 bytes.
+//
+// A search term needs all of its trigrams, the whole of each token it holds between two
+// non-token bytes, and the prefix (up to 8 bytes) of a token it starts after a non-token byte
+// and ends inside. So a term's keys are a subset of the keys of any line containing it: a
+// filter never skips a chunk that holds a match. Trigrams prune words that are rare or absent;
+// the token keys prune what trigrams cannot, such as one id among millions made of digits
+// that every chunk holds ("id=123456").
+//
+// A filter is built at filterScratchBits and folded (its halves OR'd together, which keeps
+// every key's bits, since a bit's position is its hash modulo the size) down to about
+// filterBitsPerKey bits for each key it holds, so a chunk of a few lines stays small.
+const (
+	filterScratchBits = 1 << 20
+	filterMinBits     = 1 << 10
+	filterBitsPerKey  = 16 // with two bits a key: about 1.4% false positives a key
+)
+
+const (
+	keyTrigram uint64 = 1 << 56
+	keyPrefix  uint64 = 2 << 56
+	keyToken   uint64 = 3 << 56
+)
+
+// filterFunc is the SQL function a chunk query calls: cove_log_filter(filter, keys) is 1 when
+// the filter (NULL for a chunk written before migration 0012) may hold every key of keys, a
+// blob of little-endian uint64 key hashes.
+const filterFunc = "cove_log_filter"
+
+func init() {
+	sqlite.MustRegisterFunction(filterFunc, &sqlite.FunctionImpl{NArgs: 2, Deterministic: true, VolatileArgs: true,
+		Scalar: func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+			filter, _ := args[0].([]byte)
+			keys, _ := args[1].([]byte)
+			if filterMayHold(filter, keys) {
+				return int64(1), nil
+			}
+			return int64(0), nil
+		}})
+}
+
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// bitsOf returns a key's two bit positions in a filter of m bits (a power of two).
+func bitsOf(h uint64, m uint64) (uint64, uint64) {
+	return h & (m - 1), (h >> 32) & (m - 1)
+}
+
+func isTokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c >= 0x80 || 'A' <= c && c <= 'Z'
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// lowerByte lowers an ASCII letter, as asciiLower does.
+func lowerByte(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// addMessage adds the keys of a message (see the filter's comment) to b.
+func addMessage[S ~string | ~[]byte](b *filterBuilder, msg S) {
+	if len(msg) >= 3 {
+		w := uint64(lowerByte(msg[0]))<<8 | uint64(lowerByte(msg[1]))
+		for i := 2; i < len(msg); i++ {
+			w = (w<<8 | uint64(lowerByte(msg[i]))) & 0xffffff
+			b.add(mix(w | keyTrigram))
+		}
+	}
+	for i := 0; i < len(msg); {
+		if !isTokenByte(msg[i]) {
+			i++
+			continue
+		}
+		h := uint64(fnvOffset)
+		n := 0
+		for ; i < len(msg) && isTokenByte(msg[i]); i++ {
+			h = (h ^ uint64(lowerByte(msg[i]))) * fnvPrime
+			if n++; 4 <= n && n <= 8 {
+				b.add(mix(h ^ keyPrefix))
+			}
+		}
+		b.add(mix(h ^ keyToken))
+	}
+}
+
+// termKeys appends the keys every line holding term (lowered) holds.
+func termKeys(keys []uint64, term []byte) []uint64 {
+	if len(term) >= 3 {
+		w := uint64(term[0])<<8 | uint64(term[1])
+		for _, c := range term[2:] {
+			w = (w<<8 | uint64(c)) & 0xffffff
+			keys = append(keys, mix(w|keyTrigram))
+		}
+	}
+	for i := 1; i < len(term); i++ {
+		if isTokenByte(term[i-1]) || !isTokenByte(term[i]) {
+			continue
+		}
+		// A token starts here in any line that holds term.
+		h := uint64(fnvOffset)
+		j, prefix := i, uint64(0)
+		for ; j < len(term) && isTokenByte(term[j]); j++ {
+			h = (h ^ uint64(term[j])) * fnvPrime
+			if n := j - i + 1; 4 <= n && n <= 8 {
+				prefix = mix(h ^ keyPrefix)
+			}
+		}
+		switch {
+		case j < len(term): // ended inside term: the line's token is exactly this one
+			keys = append(keys, mix(h^keyToken))
+		case prefix != 0: // term ends inside the line's token
+			keys = append(keys, prefix)
+		}
+		i = j
+	}
+	return keys
+}
+
+// filterBuilder builds chunk filters; its scratch space is reused.
+type filterBuilder struct {
+	scratch []uint64
+	out     []byte
+}
+
+func (b *filterBuilder) add(h uint64) {
+	p, q := bitsOf(h, filterScratchBits)
+	b.scratch[p>>6] |= 1 << (p & 63)
+	b.scratch[q>>6] |= 1 << (q & 63)
+}
+
+func (b *filterBuilder) reset() {
+	if b.scratch == nil {
+		b.scratch = make([]uint64, filterScratchBits/64)
+		return
+	}
+	clear(b.scratch)
+}
+
+// filter folds what was added into a filter of about filterBitsPerKey bits a key. The
+// result is valid until the next reset.
+func (b *filterBuilder) filter() []byte {
+	set := 0
+	for _, w := range b.scratch {
+		set += bits.OnesCount64(w)
+	}
+	// The keys held, estimated from the bits set (two a key).
+	m := float64(filterScratchBits)
+	keys := -m / 2 * math.Log(1-float64(min(set, filterScratchBits-1))/m)
+	size := uint64(filterScratchBits)
+	for size > filterMinBits && float64(size/2) >= keys*filterBitsPerKey {
+		size /= 2
+	}
+	words := b.scratch[:size/64]
+	for rest := b.scratch[size/64:]; len(rest) > 0; rest = rest[size/64:] {
+		for i, w := range rest[:size/64] {
+			words[i] |= w
+		}
+	}
+	b.out = b.out[:0]
+	for _, w := range words {
+		b.out = binary.LittleEndian.AppendUint64(b.out, w)
+	}
+	return b.out
+}
+
+// filterMayHold reports whether filter may hold every key in keys (little-endian uint64s).
+// A missing or malformed filter may hold anything.
+func filterMayHold(filter, keys []byte) bool {
+	m := uint64(len(filter)) * 8
+	if m < 64 || m&(m-1) != 0 {
+		return true
+	}
+	for ; len(keys) >= 8; keys = keys[8:] {
+		p, q := bitsOf(binary.LittleEndian.Uint64(keys), m)
+		if filter[p>>3]&(1<<(p&7)) == 0 || filter[q>>3]&(1<<(q&7)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// searchKeys encodes the keys of a search's lowered terms for filterFunc; nil when the terms
+// have none.
+func searchKeys(terms [][]byte) []byte {
+	var keys []uint64
+	for _, t := range terms {
+		keys = termKeys(keys, t)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make([]byte, 0, 8*len(keys))
+	for _, k := range keys {
+		out = binary.LittleEndian.AppendUint64(out, k)
+	}
+	return out
+}
+
+// chunkFilter builds the filter of an encoded chunk's messages.
+func chunkFilter(b *filterBuilder, data []byte) ([]byte, error) {
+	b.reset()
+	d := chunkDecoder{b: data}
+	var l chunkLine
+	for d.next(&l) {
+		addMessage(b, l.message)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return b.filter(), nil
+}
+
+// fillBatch is how many chunks fillLogFilters reads at a time; each batch's filters are
+// written in one short transaction.
+const fillBatch = 32
+
+// fillLogFilters builds the filter of every chunk written without one (before migration 0012),
+// oldest first, until none is left or ctx ends. It reads and builds outside any transaction
+// and writes each batch in one short one, so writers wait for it at most a few milliseconds;
+// a chunk pruned meanwhile gets no filter.
+func (db *DB) fillLogFilters(ctx context.Context) error {
+	var fb filterBuilder
+	type built struct {
+		id     int64
+		filter []byte
+	}
+	last := int64(0)
+	for {
+		rows, err := db.read.QueryContext(ctx, `SELECT id, data FROM log_chunks c WHERE id > ?
+			AND NOT EXISTS (SELECT 1 FROM log_chunk_filters f WHERE f.chunk_id = c.id) ORDER BY id LIMIT ?`, last, fillBatch)
+		if err != nil {
+			return err
+		}
+		var batch []built
+		for rows.Next() {
+			var id int64
+			var data sql.RawBytes
+			if err := rows.Scan(&id, &data); err != nil {
+				rows.Close()
+				return err
+			}
+			last = id
+			f, err := chunkFilter(&fb, data)
+			if err != nil {
+				continue // a malformed chunk keeps no filter: every search reads it
+			}
+			batch = append(batch, built{id, append([]byte(nil), f...)})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		err = db.writeTx(ctx, func(tx *sql.Tx) error {
+			for _, b := range batch {
+				if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO log_chunk_filters (chunk_id, filter)
+					SELECT ?, ? WHERE EXISTS (SELECT 1 FROM log_chunks WHERE id = ?)`, b.id, b.filter, b.id); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// startFillingLogFilters runs fillLogFilters in the background until it is done or the DB
+// closes.
+func (db *DB) startFillingLogFilters(ctx context.Context) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	db.stopFill = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		start := time.Now()
+		if err := db.fillLogFilters(ctx); err != nil && ctx.Err() == nil {
+			telemetry.Logger(ctx).Warn("log chunk filters not built", "error", err.Error())
+			return
+		}
+		if took := time.Since(start); took > time.Second {
+			telemetry.Logger(ctx).Info("log chunk filters built", "duration_ms", took.Milliseconds())
+		}
+	}()
+}
+
+// LogFiltersPending is how many log chunks have no word filter yet.
+func (db *DB) LogFiltersPending(ctx context.Context) (int, error) {
+	var n int
+	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM log_chunks c
+		WHERE NOT EXISTS (SELECT 1 FROM log_chunk_filters f WHERE f.chunk_id = c.id)`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count log chunks without a filter: %w", err)
+	}
+	return n, nil
+}
