@@ -190,35 +190,53 @@ func (c *capture) write(b []byte) {
 	c.sent += int64(len(b))
 	// One read's lines go out as one batch: one timestamp, one queue send.
 	c.batch, c.now = c.batch[:0], time.Now()
-	lines := c.sink.lines.takeUpTo(bytes.Count(b, []byte{'\n'}) + 1)
+	// A token for each line the read ends, the one it leaves open and each lineMax piece.
+	lines := c.sink.lines.takeUpTo(bytes.Count(b, []byte{'\n'}) + 1 + (len(c.partial)+len(b))/c.sink.lineMax())
 	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if !c.skip {
-				c.partial = append(c.partial, b...)
-			}
-			for len(c.partial) >= c.sink.lineMax() {
-				lines = c.line(c.partial[:c.sink.lineMax()], true, lines)
-				c.partial = append(c.partial[:0], c.partial[c.sink.lineMax():]...)
-			}
-			break
+		seg, ended := b, false
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			seg, b, ended = b[:i], b[i+1:], true
+		} else {
+			b = nil
 		}
-		switch {
-		case c.skip:
-			c.skip = false
-		case len(c.partial) > 0:
-			c.partial = append(c.partial, b[:i]...)
-			lines = c.line(c.partial, false, lines)
-			c.partial = c.partial[:0]
-		default:
-			lines = c.line(b[:i], false, lines)
+		if c.skip {
+			c.skip = !ended
+			continue
 		}
-		b = b[i+1:]
+		lines = c.pieces(seg, ended, lines)
 	}
 	if lines > 0 {
 		c.sink.lines.give(float64(lines))
 	}
 	c.send()
+}
+
+// pieces sends seg, the next bytes of the line in progress, as lines of at most lineMax bytes
+// (all but the last of a line marked partial); what is left of an open line waits in
+// c.partial, never more than lineMax bytes of it. It returns the line tokens left.
+func (c *capture) pieces(seg []byte, ended bool, tokens int) int {
+	limit := c.sink.lineMax()
+	if len(c.partial) > 0 {
+		take := min(len(seg), limit-len(c.partial))
+		c.partial, seg = append(c.partial, seg[:take]...), seg[take:]
+		if len(seg) == 0 && !ended {
+			return tokens
+		}
+		tokens = c.line(c.partial, !ended || len(seg) > 0, tokens)
+		c.partial = c.partial[:0]
+		if len(seg) == 0 {
+			return tokens
+		}
+	}
+	for len(seg) > limit {
+		tokens = c.line(seg[:limit], true, tokens)
+		seg = seg[limit:]
+	}
+	if ended {
+		return c.line(seg, false, tokens)
+	}
+	c.partial = append(c.partial, seg...)
+	return tokens
 }
 
 // drop counts a read no line of which is sent: every line it touches is dropped, each

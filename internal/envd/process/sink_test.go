@@ -24,9 +24,15 @@ func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(
 // wrote and the capture.
 func feed(t *testing.T, budget Budget, commandBytes int64, reads ...[]byte) ([]envdapi.OutputLine, *capture) {
 	t.Helper()
+	return feedSink(t, budget, func(s *Sink) { s.CommandBytes = commandBytes }, reads...)
+}
+
+// feedSink is feed with the sink's fields set by set.
+func feedSink(t *testing.T, budget Budget, set func(*Sink), reads ...[]byte) ([]envdapi.OutputLine, *capture) {
+	t.Helper()
 	out := &syncBuf{}
 	s := NewSink(out, budget)
-	s.CommandBytes = commandBytes
+	set(s)
 	c := &capture{sink: s, p: &proc{pid: 9, requestID: "req"}, stream: "stdout"}
 	for _, r := range reads {
 		c.write(r)
@@ -99,6 +105,43 @@ func TestBudgetsDropAndCountEveryLineOnce(t *testing.T) {
 			}
 			if !strings.HasPrefix(string(c.head), "1\n2\n3\n") || !strings.HasSuffix(string(c.tailBytes()), fmt.Sprintf("%d\n", tt.lines)) {
 				t.Errorf("head %q… tail …%q: not exact", c.head[:10], c.tail[len(c.tail)-10:])
+			}
+		})
+	}
+}
+
+func TestLongLinesAreCutAtLineMaxHoweverTheyAreRead(t *testing.T) {
+	b := func(s ...string) [][]byte {
+		var out [][]byte
+		for _, x := range s {
+			out = append(out, []byte(x))
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name  string
+		reads [][]byte
+		want  string // each line, "+" after a piece the next one continues
+	}{
+		{"a long line in one read is cut into pieces", b("0123456789ABCDEFGHIJ\n"), "01234567+ 89ABCDEF+ GHIJ"},
+		{"a long line over several reads is cut at the same places", b("0123", "456789AB", "CDEFGHIJ\n"), "01234567+ 89ABCDEF+ GHIJ"},
+		{"a long line and a short one in one read", b("0123456789\nab\n"), "01234567+ 89 ab"},
+		{"a line exactly the limit is one line", b("01234567\n"), "01234567"},
+		{"a line exactly the limit over reads is one line", b("0123", "4567", "\n"), "01234567"},
+		{"a long last line without its newline is cut too", b("0123456789ABCDEFGH"), "01234567+ 89ABCDEF+ GH+"},
+		{"short lines pass whole", b("ab\ncd\n", "\n"), "ab cd "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lines, _ := feedSink(t, Budget{}, func(s *Sink) { s.LineMax = 8 }, tt.reads...)
+			var got []string
+			for _, l := range lines {
+				if l.Partial {
+					l.Line += "+"
+				}
+				got = append(got, l.Line)
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Errorf("lines %q, want %q", strings.Join(got, " "), tt.want)
 			}
 		})
 	}
