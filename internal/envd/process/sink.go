@@ -178,12 +178,22 @@ func (c *capture) write(b []byte) {
 	if !c.sink.output.Load() {
 		return
 	}
-	if c.binary || looksBinary(b) {
+	if c.binary {
 		c.toBinary(b)
 		return
 	}
-	// Budgets first: a read that would be dropped is counted, not split or encoded.
-	if c.sent+int64(len(b)) > c.sink.commandBytes() || !c.sink.bytes.takeN(float64(len(b))) {
+	// Budgets first: a read that will be dropped is counted (one pass, bytes.Count), not
+	// split or encoded, and only its ends are checked for binary output; a read that will be
+	// kept is checked whole, since its lines will be encoded.
+	keep := c.sent+int64(len(b)) <= c.sink.commandBytes() && c.sink.bytes.takeN(float64(len(b)))
+	if keep && looksBinary(b) || !keep && endsLookBinary(b) {
+		if keep {
+			c.sink.bytes.give(float64(len(b)))
+		}
+		c.toBinary(b)
+		return
+	}
+	if !keep {
 		c.drop(b)
 		return
 	}
@@ -300,6 +310,14 @@ func looksBinary(b []byte) bool {
 		}
 	}
 	return controls*16 > min(len(b), binarySample)
+}
+
+// endsLookBinary is looksBinary of the first and last binarySample bytes of b.
+func endsLookBinary(b []byte) bool {
+	if len(b) <= 2*binarySample {
+		return looksBinary(b)
+	}
+	return looksBinary(b[:binarySample]) || looksBinary(b[len(b)-binarySample:])
 }
 
 // send queues the lines batched since the last send.

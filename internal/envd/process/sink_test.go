@@ -205,6 +205,16 @@ func TestBinarySummaryGivesUpTheSha256RatherThanSlowTheStream(t *testing.T) {
 			t.Errorf("summary %q\nwant %q", got, want)
 		}
 	})
+	t.Run("binary output past the byte budget is still summarised, not counted as lines", func(t *testing.T) {
+		big := bytes.Repeat([]byte("text "), 1000)
+		tail := append(bytes.Repeat([]byte("x"), 5000), 0, 1, 2) // binary only at its end
+		lines, c := feed(t, Budget{}, 100, big, tail)
+		want := fmt.Sprintf("binary output, 4.9 KiB, crc32c %08x, sha256 not computed: over the 100 B collected per command",
+			crc32.Checksum(tail, crc32.MakeTable(crc32.Castagnoli)))
+		if len(lines) != 1 || lines[0].Line != want || c.dropped != 1 {
+			t.Errorf("lines %+v, %d dropped; want only %q and the one text line dropped", lines, c.dropped, want)
+		}
+	})
 	t.Run("a hasher that falls behind is given up, not waited for", func(t *testing.T) {
 		d := unstartedDigest(1 << 30) // its hasher never takes a copy
 		for range digestBuffers + 1 {
