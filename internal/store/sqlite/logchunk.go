@@ -86,11 +86,9 @@ type chunkBuilder struct {
 	filter                   *filterBuilder // of the messages
 }
 
-// encodeChunk encodes lines (with their seqs) into a chunk.
+// encodeChunk encodes lines (with their seqs) into a chunk, and their word filter into
+// c.filter, which the caller provides.
 func encodeChunk(c *chunkBuilder, lines []*store.LogLine, seqs []int64) error {
-	if c.filter == nil {
-		c.filter = &filterBuilder{}
-	}
 	*c = chunkBuilder{data: c.data[:0], requests: c.requests[:0], n: len(lines), filter: c.filter}
 	c.filter.reset()
 	c.minTs, c.maxTs = toMicros(lines[0].Time), toMicros(lines[0].Time)

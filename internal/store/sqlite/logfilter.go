@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -172,6 +173,9 @@ func (b *filterBuilder) reset() {
 	clear(b.scratch)
 }
 
+// filterBuilders keeps builders (128 KiB of scratch each) between InsertLogs calls.
+var filterBuilders = sync.Pool{New: func() any { return new(filterBuilder) }}
+
 // filter folds what was added into a filter of about filterBitsPerKey bits a key. The
 // result is valid until the next reset.
 func (b *filterBuilder) filter() []byte {
@@ -323,8 +327,8 @@ func (db *DB) startFillingLogFilters(ctx context.Context) {
 	}()
 }
 
-// LogFiltersPending is how many log chunks have no word filter yet.
-func (db *DB) LogFiltersPending(ctx context.Context) (int, error) {
+// logFiltersPending is how many log chunks have no word filter yet.
+func (db *DB) logFiltersPending(ctx context.Context) (int, error) {
 	var n int
 	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM log_chunks c
 		WHERE NOT EXISTS (SELECT 1 FROM log_chunk_filters f WHERE f.chunk_id = c.id)`).Scan(&n)

@@ -207,7 +207,7 @@ func TestMigratingToChunkFiltersFillsThemForOldChunks(t *testing.T) {
 	db = open(t, path)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		n, err := db.LogFiltersPending(ctx)
+		n, err := db.logFiltersPending(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,7 +86,8 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 				insReq.Close()
 			}
 		}()
-		var c chunkBuilder
+		c := chunkBuilder{filter: filterBuilders.Get().(*filterBuilder)}
+		defer filterBuilders.Put(c.filter)
 		for _, g := range order {
 			for start := 0; start < len(g.lines); {
 				// Cut at maxChunkLines lines, or after the line that passes maxChunkBytes of
