@@ -92,17 +92,23 @@ func run(cove string, scale float64, rounds int) error {
 	for _, w := range loads {
 		var rOn, rOff, cOn, cOff []float64
 		var recBytes int64
-		for range rounds {
-			b, bc, err := rate(ctx, off, w)
-			if err != nil {
-				return err
+		for i := range rounds {
+			var a, ac, b, bc float64
+			// Off first in even rounds, on first in odd ones: a load that rises or falls
+			// during the run favours neither side.
+			for _, side := range [][2]bool{{false, true}, {true, false}}[i%2] {
+				if !side {
+					if b, bc, err = rate(ctx, off, w); err != nil {
+						return err
+					}
+					continue
+				}
+				before := fileSize(on.records)
+				if a, ac, err = rate(ctx, on, w); err != nil {
+					return err
+				}
+				recBytes = fileSize(on.records) - before
 			}
-			before := fileSize(on.records)
-			a, ac, err := rate(ctx, on, w)
-			if err != nil {
-				return err
-			}
-			recBytes = fileSize(on.records) - before
 			rOn, rOff, cOn, cOff = append(rOn, a), append(rOff, b), append(cOn, ac), append(cOff, bc)
 		}
 		mOn, mOff := median(rOn), median(rOff)
