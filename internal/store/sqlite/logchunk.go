@@ -90,13 +90,15 @@ type chunkBuilder struct {
 // c.filter, which the caller provides.
 func encodeChunk(c *chunkBuilder, lines []*store.LogLine, seqs []int64) error {
 	*c = chunkBuilder{data: c.data[:0], requests: c.requests[:0], n: len(lines), filter: c.filter}
-	c.filter.reset()
 	c.minTs, c.maxTs = toMicros(lines[0].Time), toMicros(lines[0].Time)
 	c.minSeq, c.maxSeq = seqs[0], seqs[len(seqs)-1]
+	text := 0
 	for _, l := range lines {
 		ts := toMicros(l.Time)
 		c.minTs, c.maxTs = min(c.minTs, ts), max(c.maxTs, ts)
+		text += len(l.Message)
 	}
+	c.filter.reset(text)
 	for i, l := range lines {
 		level, ok := store.LogLevelRank(l.Level)
 		if !ok {

@@ -22,22 +22,25 @@ import (
 //
 //   - every trigram (three consecutive bytes);
 //   - every token (a maximal run of letters, digits, '_' and non-ASCII bytes), whole;
-//   - every token's prefixes of 4 to 8 bytes.
+//   - every token's prefixes of 4, 6 and 8 bytes.
 //
 // A search term needs all of its trigrams, the whole of each token it holds between two
-// non-token bytes, and the prefix (up to 8 bytes) of a token it starts after a non-token byte
+// non-token bytes, and the longest indexed prefix of a token it starts after a non-token byte
 // and ends inside. So a term's keys are a subset of the keys of any line containing it: a
 // filter never skips a chunk that holds a match. Trigrams prune words that are rare or absent;
 // the token keys prune what trigrams cannot, such as one id among millions made of digits
 // that every chunk holds ("id=123456").
 //
-// A filter is built at filterScratchBits and folded (its halves OR'd together, which keeps
-// every key's bits, since a bit's position is its hash modulo the size) down to about
-// filterBitsPerKey bits for each key it holds, so a chunk of a few lines stays small.
+// A filter is built in scratch space sized for every key its text could hold (at most
+// scratchBitsPerByte bits a byte of text, up to filterScratchBits) and folded (its halves
+// OR'd together, which keeps every key's bits, since a bit's position is its hash modulo the
+// size) down to about filterBitsPerKey bits for each key it holds, so a chunk of a few lines
+// stays small and a chunk of repetitive lines too.
 const (
-	filterScratchBits = 1 << 20
-	filterMinBits     = 1 << 10
-	filterBitsPerKey  = 16 // with two bits a key: about 1.4% false positives a key
+	filterScratchBits  = 1 << 20
+	filterMinBits      = 1 << 10
+	filterBitsPerKey   = 16                       // with two bits a key: about 1.4% false positives a key
+	scratchBitsPerByte = filterBitsPerKey * 5 / 2 // a byte of text starts at most 2.5 keys
 )
 
 const (
@@ -63,13 +66,11 @@ func init() {
 		}})
 }
 
+// mix spreads a key's bits over the low and high halves that bitsOf takes.
 func mix(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+	h ^= h >> 32
+	h *= 0x9e3779b97f4a7c15
+	return h ^ h>>29
 }
 
 // bitsOf returns a key's two bit positions in a filter of m bits (a power of two).
@@ -112,7 +113,7 @@ func addMessage[S ~string | ~[]byte](b *filterBuilder, msg S) {
 		n := 0
 		for ; i < len(msg) && isTokenByte(msg[i]); i++ {
 			h = (h ^ uint64(lowerByte(msg[i]))) * fnvPrime
-			if n++; 4 <= n && n <= 8 {
+			if n++; n == 4 || n == 6 || n == 8 {
 				b.add(mix(h ^ keyPrefix))
 			}
 		}
@@ -138,7 +139,7 @@ func termKeys(keys []uint64, term []byte) []uint64 {
 		j, prefix := i, uint64(0)
 		for ; j < len(term) && isTokenByte(term[j]); j++ {
 			h = (h ^ uint64(term[j])) * fnvPrime
-			if n := j - i + 1; 4 <= n && n <= 8 {
+			if n := j - i + 1; n == 4 || n == 6 || n == 8 {
 				prefix = mix(h ^ keyPrefix)
 			}
 		}
@@ -155,25 +156,30 @@ func termKeys(keys []uint64, term []byte) []uint64 {
 
 // filterBuilder builds chunk filters; its scratch space is reused.
 type filterBuilder struct {
-	scratch []uint64
+	scratch []uint64 // len is the bits in use / 64
 	out     []byte
 }
 
 func (b *filterBuilder) add(h uint64) {
-	p, q := bitsOf(h, filterScratchBits)
+	p, q := bitsOf(h, uint64(len(b.scratch))*64)
 	b.scratch[p>>6] |= 1 << (p & 63)
 	b.scratch[q>>6] |= 1 << (q & 63)
 }
 
-func (b *filterBuilder) reset() {
+// reset starts a filter of at most textBytes bytes of messages.
+func (b *filterBuilder) reset(textBytes int) {
 	if b.scratch == nil {
 		b.scratch = make([]uint64, filterScratchBits/64)
-		return
 	}
+	size := uint64(filterMinBits)
+	for size < filterScratchBits && size < uint64(textBytes)*scratchBitsPerByte {
+		size *= 2
+	}
+	b.scratch = b.scratch[:size/64]
 	clear(b.scratch)
 }
 
-// filterBuilders keeps builders (128 KiB of scratch each) between InsertLogs calls.
+// filterBuilders keeps builders (up to 128 KiB of scratch each) between InsertLogs calls.
 var filterBuilders = sync.Pool{New: func() any { return new(filterBuilder) }}
 
 // filter folds what was added into a filter of about filterBitsPerKey bits a key. The
@@ -184,9 +190,9 @@ func (b *filterBuilder) filter() []byte {
 		set += bits.OnesCount64(w)
 	}
 	// The keys held, estimated from the bits set (two a key).
-	m := float64(filterScratchBits)
-	keys := -m / 2 * math.Log(1-float64(min(set, filterScratchBits-1))/m)
-	size := uint64(filterScratchBits)
+	size := uint64(len(b.scratch)) * 64
+	m := float64(size)
+	keys := -m / 2 * math.Log(1-float64(min(uint64(set), size-1))/m)
 	for size > filterMinBits && float64(size/2) >= keys*filterBitsPerKey {
 		size /= 2
 	}
@@ -238,7 +244,7 @@ func searchKeys(terms [][]byte) []byte {
 
 // chunkFilter builds the filter of an encoded chunk's messages.
 func chunkFilter(b *filterBuilder, data []byte) ([]byte, error) {
-	b.reset()
+	b.reset(len(data))
 	d := chunkDecoder{b: data}
 	var l chunkLine
 	for d.next(&l) {

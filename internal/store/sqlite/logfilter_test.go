@@ -17,7 +17,11 @@ import (
 // filterOf builds the filter of msgs as InsertLogs does.
 func filterOf(msgs ...string) []byte {
 	var b filterBuilder
-	b.reset()
+	text := 0
+	for _, m := range msgs {
+		text += len(m)
+	}
+	b.reset(text)
 	for _, m := range msgs {
 		addMessage(&b, m)
 	}
