@@ -203,6 +203,14 @@ func (c *capture) write(b []byte) {
 	// A token for each line the read ends, the one it leaves open and each lineMax piece.
 	lines := c.sink.lines.takeUpTo(bytes.Count(b, []byte{'\n'}) + 1 + (len(c.partial)+len(b))/c.sink.lineMax())
 	for len(b) > 0 {
+		if lines == 0 {
+			// No line token left: the rest of the read is counted, not split, and its bytes
+			// go back to the byte budget.
+			c.sent -= int64(len(b))
+			c.sink.bytes.give(float64(len(b)))
+			c.drop(b)
+			break
+		}
 		seg, ended := b, false
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
 			seg, b, ended = b[:i], b[i+1:], true
