@@ -123,13 +123,7 @@ func addMessage[S ~string | ~[]byte](b *filterBuilder, msg S) {
 
 // termKeys appends the keys every line holding term (lowered) holds.
 func termKeys(keys []uint64, term []byte) []uint64 {
-	if len(term) >= 3 {
-		w := uint64(term[0])<<8 | uint64(term[1])
-		for _, c := range term[2:] {
-			w = (w<<8 | uint64(c)) & 0xffffff
-			keys = append(keys, mix(w|keyTrigram))
-		}
-	}
+	// Token keys first: rarer than trigrams, they end a filter's check sooner.
 	for i := 1; i < len(term); i++ {
 		if isTokenByte(term[i-1]) || !isTokenByte(term[i]) {
 			continue
@@ -150,6 +144,13 @@ func termKeys(keys []uint64, term []byte) []uint64 {
 			keys = append(keys, prefix)
 		}
 		i = j
+	}
+	if len(term) >= 3 {
+		w := uint64(term[0])<<8 | uint64(term[1])
+		for _, c := range term[2:] {
+			w = (w<<8 | uint64(c)) & 0xffffff
+			keys = append(keys, mix(w|keyTrigram))
+		}
 	}
 	return keys
 }
