@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,7 +40,7 @@ import (
 const (
 	filterScratchBits  = 1 << 20
 	filterMinBits      = 1 << 10
-	filterBitsPerKey   = 16                       // with two bits a key: about 1.4% false positives a key
+	filterBitsPerKey   = 10                       // with two bits a key: at most 3.3% false positives a key
 	scratchBitsPerByte = filterBitsPerKey * 5 / 2 // a byte of text starts at most 2.5 keys
 )
 
@@ -78,45 +79,55 @@ func bitsOf(h uint64, m uint64) (uint64, uint64) {
 	return h & (m - 1), (h >> 32) & (m - 1)
 }
 
-func isTokenByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c >= 0x80 || 'A' <= c && c <= 'Z'
-}
+// byteClass holds each byte lowered as asciiLower lowers it, with isToken set for the bytes
+// of tokens: letters, digits, '_' and every non-ASCII byte.
+var byteClass = func() (t [256]uint16) {
+	for i := range t {
+		c := byte(i)
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		t[i] = uint16(c)
+		if 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c >= 0x80 {
+			t[i] |= isToken
+		}
+	}
+	return t
+}()
+
+const isToken = 1 << 8
+
+func isTokenByte(c byte) bool { return byteClass[c]&isToken != 0 }
 
 const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
 
-// lowerByte lowers an ASCII letter, as asciiLower does.
-func lowerByte(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
-}
-
-// addMessage adds the keys of a message (see the filter's comment) to b.
+// addMessage adds the keys of a message (see the filter's comment) to b, in one pass.
 func addMessage[S ~string | ~[]byte](b *filterBuilder, msg S) {
-	if len(msg) >= 3 {
-		w := uint64(lowerByte(msg[0]))<<8 | uint64(lowerByte(msg[1]))
-		for i := 2; i < len(msg); i++ {
-			w = (w<<8 | uint64(lowerByte(msg[i]))) & 0xffffff
+	var w uint64           // the last three bytes, lowered
+	h := uint64(fnvOffset) // of the token so far
+	n := 0                 // bytes of the token so far
+	for i := 0; i < len(msg); i++ {
+		cl := byteClass[msg[i]]
+		c := uint64(cl & 0xff)
+		if w = (w<<8 | c) & 0xffffff; i >= 2 {
 			b.add(mix(w | keyTrigram))
 		}
-	}
-	for i := 0; i < len(msg); {
-		if !isTokenByte(msg[i]) {
-			i++
+		if cl&isToken == 0 {
+			if n > 0 {
+				b.add(mix(h ^ keyToken))
+				h, n = fnvOffset, 0
+			}
 			continue
 		}
-		h := uint64(fnvOffset)
-		n := 0
-		for ; i < len(msg) && isTokenByte(msg[i]); i++ {
-			h = (h ^ uint64(lowerByte(msg[i]))) * fnvPrime
-			if n++; n == 4 || n == 6 || n == 8 {
-				b.add(mix(h ^ keyPrefix))
-			}
+		h = (h ^ c) * fnvPrime
+		if n++; n == 4 || n == 6 || n == 8 {
+			b.add(mix(h ^ keyPrefix))
 		}
+	}
+	if n > 0 {
 		b.add(mix(h ^ keyToken))
 	}
 }
@@ -178,6 +189,25 @@ func (b *filterBuilder) reset(textBytes int) {
 	}
 	b.scratch = b.scratch[:size/64]
 	clear(b.scratch)
+}
+
+// filterRowsPerInsert bounds the rows of one INSERT of filters (two variables each, well
+// under SQLite's limit of 32766).
+const filterRowsPerInsert = 500
+
+// insertFilters writes (chunk id, filter) pairs, a statement per filterRowsPerInsert rows
+// rather than one per chunk: chunks of a few lines are common, and a statement costs more
+// than the row.
+func insertFilters(ctx context.Context, tx *sql.Tx, pairs []any) error {
+	for len(pairs) > 0 {
+		n := min(len(pairs), 2*filterRowsPerInsert)
+		q := "INSERT INTO log_chunk_filters (chunk_id, filter) VALUES (?, ?)" + strings.Repeat(", (?, ?)", n/2-1)
+		if _, err := tx.ExecContext(ctx, q, pairs[:n]...); err != nil {
+			return fmt.Errorf("chunk filters: %w", err)
+		}
+		pairs = pairs[n:]
+	}
+	return nil
 }
 
 // filterBuilders keeps builders (up to 128 KiB of scratch each) between InsertLogs calls.

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -75,11 +76,7 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 			return err
 		}
 		defer insChunk.Close()
-		insFilter, err := tx.PrepareContext(ctx, `INSERT INTO log_chunk_filters (chunk_id, filter) VALUES (?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer insFilter.Close()
+		var filters []any // chunk id, filter: written with one statement at the end
 		var insReq *sql.Stmt
 		defer func() {
 			if insReq != nil {
@@ -117,9 +114,7 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 				if err != nil {
 					return err
 				}
-				if _, err := insFilter.ExecContext(ctx, id, c.filter.filter()); err != nil {
-					return fmt.Errorf("filter of %s: %w", l.SandboxID, err)
-				}
+				filters = append(filters, id, bytes.Clone(c.filter.filter()))
 				if len(c.requests) > 0 {
 					if insReq == nil {
 						if insReq, err = tx.PrepareContext(ctx, `INSERT OR IGNORE INTO log_chunk_requests
@@ -136,7 +131,7 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 				start = end
 			}
 		}
-		return nil
+		return insertFilters(ctx, tx, filters)
 	})
 	if err != nil {
 		return fmt.Errorf("insert %d log lines: %w", len(lines), err)
