@@ -2,7 +2,8 @@
 // the same commands through a `cove envd --collect on` (its record stream going to a file,
 // as a host writes it) and a `cove envd --collect off`, alternating, in one run, and prints
 // the rate with collection on as a ratio of the rate with it off (target: at least 0.90),
-// and the bytes of records each workload wrote. It never fails on a missed target.
+// the bytes of records each workload wrote, and the CPU each envd spent per GiB streamed (a
+// figure a loaded machine disturbs less than a rate). It never fails on a missed target.
 //
 //	go run ./bench/collect                 # 1 GiB binary, 256 MiB text lines, 64 MiB of 1 MiB lines
 //	go run ./bench/collect -scale 0.25     # a quarter of each
@@ -47,6 +48,7 @@ type workload struct {
 }
 
 type envd struct {
+	pid     int
 	client  processconnect.ProcessClient
 	records string // the record stream's file, "" with collection off
 	stop    func()
@@ -86,25 +88,33 @@ func run(cove string, scale float64, rounds int) error {
 		{"short text lines", sized(256 << 20), `yes 'a short line of text, as a build log writes it' | head -c %d`},
 		{"1 MiB-long lines", sized(64 << 20), `l=$(head -c 1048575 /dev/zero | tr '\0' a); while :; do printf '%%s\n' "$l"; done | head -c %d`},
 	}
-	fmt.Printf("%-28s %10s %12s %12s %8s %14s\n", "workload", "size", "off MiB/s", "on MiB/s", "on/off", "records")
+	fmt.Printf("%-28s %10s %12s %12s %8s %14s %22s\n", "workload", "size", "off MiB/s", "on MiB/s", "on/off", "records", "envd CPU off/on ms/GiB")
 	for _, w := range loads {
-		var rOn, rOff []float64
+		var rOn, rOff, cOn, cOff []float64
 		var recBytes int64
-		for range rounds {
-			b, err := rate(ctx, off, w)
-			if err != nil {
-				return err
+		for i := range rounds {
+			var a, ac, b, bc float64
+			// Off first in even rounds, on first in odd ones: a load that rises or falls
+			// during the run favours neither side.
+			for _, side := range [][2]bool{{false, true}, {true, false}}[i%2] {
+				if !side {
+					if b, bc, err = rate(ctx, off, w); err != nil {
+						return err
+					}
+					continue
+				}
+				before := fileSize(on.records)
+				if a, ac, err = rate(ctx, on, w); err != nil {
+					return err
+				}
+				recBytes = fileSize(on.records) - before
 			}
-			before := fileSize(on.records)
-			a, err := rate(ctx, on, w)
-			if err != nil {
-				return err
-			}
-			recBytes = fileSize(on.records) - before
-			rOn, rOff = append(rOn, a), append(rOff, b)
+			rOn, rOff, cOn, cOff = append(rOn, a), append(rOff, b), append(cOn, ac), append(cOff, bc)
 		}
 		mOn, mOff := median(rOn), median(rOff)
-		fmt.Printf("%-28s %7.0f MiB %12.0f %12.0f %8.2f %10.1f MiB\n", w.name, float64(w.bytes)/(1<<20), mOff, mOn, mOn/mOff, float64(recBytes)/(1<<20))
+		perGiB := func(cpu []float64) float64 { return median(cpu) / (float64(w.bytes) / (1 << 30)) }
+		fmt.Printf("%-28s %7.0f MiB %12.0f %12.0f %8.2f %10.1f MiB %10.0f / %-10.0f\n", w.name, float64(w.bytes)/(1<<20), mOff, mOn, mOn/mOff,
+			float64(recBytes)/(1<<20), perGiB(cOff), perGiB(cOn))
 	}
 	fmt.Println("target: on/off >= 0.90 for each workload")
 	return nil
@@ -151,7 +161,7 @@ func startEnvd(ctx context.Context, cove, records string) (*envd, error) {
 		}
 		measure.Sleep(ctx, 50*time.Millisecond)
 	}
-	return &envd{client: processconnect.NewProcessClient(hc, base), records: records, stop: stop}, nil
+	return &envd{pid: cmd.Process.Pid, client: processconnect.NewProcessClient(hc, base), records: records, stop: stop}, nil
 }
 
 func protocols() *http.Protocols {
@@ -160,16 +170,21 @@ func protocols() *http.Protocols {
 	return p
 }
 
-// rate streams one workload through e and returns the client's stdout rate in MiB/s.
-func rate(ctx context.Context, e *envd, w workload) (float64, error) {
+// rate streams one workload through e and returns the client's stdout rate in MiB/s and the
+// CPU envd spent (its own, not its children's) in milliseconds.
+func rate(ctx context.Context, e *envd, w workload) (float64, float64, error) {
 	noStdin := false
+	cpu0, err := measure.CPUTicks(e.pid)
+	if err != nil {
+		return 0, 0, err
+	}
 	t0 := time.Now()
 	stream, err := e.client.Start(ctx, connect.NewRequest(&pb.StartRequest{
 		Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", fmt.Sprintf(w.script, w.bytes)}},
 		Stdin:   &noStdin,
 	}))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer stream.Close()
 	var got int64
@@ -181,13 +196,20 @@ func rate(ctx context.Context, e *envd, w workload) (float64, error) {
 	}
 	took := time.Since(t0)
 	if err := stream.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if !ended || got != w.bytes {
-		return 0, errors.New(fmt.Sprint(w.name, ": ", got, " of ", w.bytes, " bytes, ended ", ended))
+		return 0, 0, errors.New(fmt.Sprint(w.name, ": ", got, " of ", w.bytes, " bytes, ended ", ended))
 	}
-	return float64(got) / (1 << 20) / took.Seconds(), nil
+	cpu1, err := measure.CPUTicks(e.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	return float64(got) / (1 << 20) / took.Seconds(), float64(cpu1-cpu0) * 1000 / clockTicks, nil
 }
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
+const clockTicks = 100
 
 func fileSize(p string) int64 {
 	fi, err := os.Stat(p)

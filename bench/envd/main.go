@@ -216,9 +216,9 @@ func run(c config) error {
 		// pace on two cores. The measured run gives the client GOGC=800 (envd keeps its own
 		// default); the default-GOGC run is printed beside it.
 		old := debug.SetGCPercent(800)
-		cpu0, _ := cpuTicks(pid)
+		cpu0, _ := measure.CPUTicks(pid)
 		ev, err := throughputEnvd(ctx, client, c.bytes)
-		cpu1, _ := cpuTicks(pid)
+		cpu1, _ := measure.CPUTicks(pid)
 		debug.SetGCPercent(old)
 		if err != nil {
 			return err
@@ -255,13 +255,13 @@ func run(c config) error {
 		if err != nil {
 			return err
 		}
-		cpu0, err := cpuTicks(pid)
+		cpu0, err := measure.CPUTicks(pid)
 		if err != nil {
 			return err
 		}
 		t0 := time.Now()
 		measure.Sleep(ctx, c.idle)
-		cpu1, err := cpuTicks(pid)
+		cpu1, err := measure.CPUTicks(pid)
 		if err != nil {
 			return err
 		}
@@ -402,14 +402,14 @@ func roundTrips(ctx context.Context, hc *http.Client, base string, client proces
 			w := ways[(b+k)%len(ways)]
 			var c0 int64
 			if w.cpu != nil {
-				c0, _ = cpuTicks(w.pid)
+				c0, _ = measure.CPUTicks(w.pid)
 			}
 			ds, err := measure.Runs(per, w.one)
 			if err != nil {
 				return r, err
 			}
 			if w.cpu != nil {
-				c1, _ := cpuTicks(w.pid)
+				c1, _ := measure.CPUTicks(w.pid)
 				*w.cpu += c1 - c0
 			}
 			*w.out = append(*w.out, ds...)
@@ -612,18 +612,3 @@ func readMemory(pid int) (memory, error) {
 	return m, nil
 }
 
-// cpuTicks reads utime+stime (clock ticks) from /proc/PID/stat.
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the ")" that ends comm: state(3) ... utime(14) stime(15).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	return u + s, errors.Join(err1, err2)
-}

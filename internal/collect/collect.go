@@ -273,8 +273,15 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	counts := redact.Counts{}
 	keep := func(head, tail string, total int64, binary bool) (string, string, bool) {
 		if binary {
-			n := base64.StdEncoding.DecodedLen(len(head))
-			return binaryCut(head, rec.HeadBytes, false), binaryCut(tail, rec.TailBytes, true), total > int64(n) && total > int64(rec.HeadBytes+rec.TailBytes)
+			// Redacted like text, on the decoded bytes: base64 would hide a secret from
+			// every pattern while handing it to anyone who decodes the record.
+			hb, tb := decodeBinary(head), decodeBinary(tail)
+			cut := total > int64(len(hb)) && total > int64(rec.HeadBytes+rec.TailBytes)
+			hb, hc := c.redactor.Bytes(hb)
+			tb, tc := c.redactor.Bytes(tb)
+			counts.Add(hc)
+			counts.Add(tc)
+			return binaryCut(hb, rec.HeadBytes, false), binaryCut(tb, rec.TailBytes, true), cut
 		}
 		cut := total > int64(len(head)) && total > int64(rec.HeadBytes+rec.TailBytes)
 		h, hc := c.redactor.String(head)
@@ -331,11 +338,19 @@ func (c *Collector) upsert(ctx context.Context, cr *store.CommandRecord) {
 // rest is base64 of the bytes.
 const BinaryPrefix = "base64:"
 
-// binaryCut keeps at most n bytes of binary output (base64) from its start, or its end when
-// fromEnd, as BinaryPrefix+base64; "" for none.
-func binaryCut(b64 string, n int, fromEnd bool) string {
+// decodeBinary decodes the base64 head or tail of binary output; nil when it is not base64.
+func decodeBinary(b64 string) []byte {
 	b, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil || len(b) == 0 {
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// binaryCut keeps at most n bytes of binary output from its start, or its end when fromEnd,
+// as BinaryPrefix+base64; "" for none.
+func binaryCut(b []byte, n int, fromEnd bool) string {
+	if len(b) == 0 {
 		return ""
 	}
 	if n > 0 && len(b) > n {

@@ -252,6 +252,36 @@ func TestBinaryHeadsAndDroppedBytesInTheRecord(t *testing.T) {
 	}
 }
 
+func TestSecretsInBinaryHeadsAndTailsAreRedacted(t *testing.T) {
+	c, _, db := setup(t)
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	head := "\x00\x01key " + secret + "\x00 AKIAABCDEFGHIJKLMNOP\xff"
+	tail := "\xfe" + secret[3:] + "\x00" + secret
+	now := time.Now().UTC()
+	c.Stdout(context.Background(), strings.NewReader(jsonl(map[string]any{"kind": "command_end", "pid": 7, "started_at": now, "ended_at": now,
+		"end_cause": "exited", "stdout_binary": true, "stdout_head": b64(head), "stdout_tail": b64(tail), "stdout_bytes": 1 << 20,
+		"head_bytes": 4096, "tail_bytes": 4096})))
+	rec, err := db.GetCommand(context.Background(), "isb1", 7, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, got, want string }{
+		{"head", rec.StdoutHead, b64("\x00\x01key [REDACTED:exact]\x00 [REDACTED:aws_key]\xff")},
+		{"tail", rec.StdoutTail, b64("\xfe" + secret[3:] + "\x00[REDACTED:exact]")},
+	} {
+		got, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(tt.got, BinaryPrefix))
+		if err != nil || !strings.HasPrefix(tt.got, BinaryPrefix) {
+			t.Fatalf("%s %q: not %s base64: %v", tt.name, tt.got, BinaryPrefix, err)
+		}
+		if want, _ := base64.StdEncoding.DecodeString(tt.want); string(got) != string(want) {
+			t.Errorf("%s decodes to %q, want %q", tt.name, got, want)
+		}
+	}
+	if rec.Redactions["exact"] != 2 || rec.Redactions["aws_key"] != 1 {
+		t.Errorf("redactions %v, want 2 exact and 1 aws_key", rec.Redactions)
+	}
+}
+
 func TestDropsInACommandRecordReachTheIngester(t *testing.T) {
 	_, _, db := setup(t)
 	in := logs.NewIngester(db, logs.Config{FlushInterval: time.Hour})

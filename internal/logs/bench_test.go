@@ -120,7 +120,7 @@ func BenchmarkIngest20Sandboxes(b *testing.B) {
 }
 
 // searchDataVersion names the cached 1M-line file; change it when the schema or data do.
-const searchDataVersion = "v2-chunks"
+const searchDataVersion = "v5-filters"
 
 // BenchmarkSearch1M loads 1M lines over 10 sandboxes (100k each) once, into a file kept in
 // os.TempDir, and measures queries of one sandbox: searches for common, rare and absent

@@ -371,12 +371,12 @@ func TestBinaryOutputIsOneSummaryLineAndABase64Record(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Run("the output is one summary line with its size and sha256", func(t *testing.T) {
+	t.Run("the output is one summary line with its size, crc32c and sha256", func(t *testing.T) {
 		// The request's lines are envd's own (process start, end) and the command's: of
 		// these, one summary and no NUL.
 		summaries := 0
 		for _, l := range page.Logs {
-			if strings.HasPrefix(l.Message, "binary output, 2.9 MiB, sha256 35bce4eae54ec8e6cc2868baa8d157914d6ae2858811b4cc0c078c94460fa26f") {
+			if strings.HasPrefix(l.Message, "binary output, 2.9 MiB, crc32c ae8cb66e, sha256 35bce4eae54ec8e6cc2868baa8d157914d6ae2858811b4cc0c078c94460fa26f") {
 				summaries++
 			}
 			if strings.Contains(l.Message, "\x00") {

@@ -4,8 +4,13 @@ package measure
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -66,4 +71,20 @@ func Timed(f func() error) func() (time.Duration, error) {
 		err := f()
 		return time.Since(t0), err
 	}
+}
+
+// CPUTicks reads utime+stime (clock ticks) from /proc/PID/stat.
+func CPUTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the ")" that ends comm: state(3) ... utime(14) stime(15).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	return u + s, errors.Join(err1, err2)
 }

@@ -3,10 +3,8 @@ package process
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -29,7 +27,8 @@ type Sink struct {
 	LineMax              int // longer lines are split; 16 KiB when 0
 	// CommandBytes caps the output one stream of a command sends as lines; 64 MiB when 0.
 	// Past it, and past the sandbox's byte budget, output is dropped and counted; the head
-	// and tail of the command record are kept whatever is dropped.
+	// and tail of the command record are kept whatever is dropped. It also caps the binary
+	// output a stream's summary takes a sha256 of (its CRC-32C covers all of it).
 	CommandBytes int64
 
 	queue   chan []byte
@@ -145,7 +144,8 @@ func (s *Sink) lineMax() int {
 // the head and tail for the command record. Only its pump goroutine writes to it.
 //
 // The hot path decides what to keep before building anything: a read the budgets cannot take
-// is counted (one bytes.Count) and dropped whole, and binary output is hashed, never escaped.
+// is counted (one bytes.Count) and dropped whole, and binary output is digested (see digest),
+// never escaped.
 type capture struct {
 	sink         *Sink
 	p            *proc
@@ -158,9 +158,8 @@ type capture struct {
 	sent         int64 // bytes of output sent as lines
 	skip         bool  // the line in progress was dropped: its rest is dropped too
 
-	binary   bool      // the stream turned out binary: no more lines, one summary at its end
-	binBytes int64     // bytes of binary output
-	hash     hash.Hash // sha256 of the binary output
+	binary bool    // the stream turned out binary: no more lines, one summary at its end
+	digest *digest // of the binary output
 
 	batch      []byte // encoded lines of the current read, queued by send
 	batchLines int
@@ -179,47 +178,83 @@ func (c *capture) write(b []byte) {
 	if !c.sink.output.Load() {
 		return
 	}
-	if c.binary || looksBinary(b) {
+	if c.binary {
 		c.toBinary(b)
 		return
 	}
-	// Budgets first: a read that would be dropped is counted, not split or encoded.
-	if c.sent+int64(len(b)) > c.sink.commandBytes() || !c.sink.bytes.takeN(float64(len(b))) {
+	// Budgets first: a read that will be dropped is counted (one pass, bytes.Count), not
+	// split or encoded, and only its ends are checked for binary output; a read that will be
+	// kept is checked whole, since its lines will be encoded.
+	keep := c.sent+int64(len(b)) <= c.sink.commandBytes() && c.sink.bytes.takeN(float64(len(b)))
+	if keep && looksBinary(b) || !keep && endsLookBinary(b) {
+		if keep {
+			c.sink.bytes.give(float64(len(b)))
+		}
+		c.toBinary(b)
+		return
+	}
+	if !keep {
 		c.drop(b)
 		return
 	}
 	c.sent += int64(len(b))
 	// One read's lines go out as one batch: one timestamp, one queue send.
 	c.batch, c.now = c.batch[:0], time.Now()
-	lines := c.sink.lines.takeUpTo(bytes.Count(b, []byte{'\n'}) + 1)
+	// A token for each line the read ends, the one it leaves open and each lineMax piece.
+	lines := c.sink.lines.takeUpTo(bytes.Count(b, []byte{'\n'}) + 1 + (len(c.partial)+len(b))/c.sink.lineMax())
 	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if !c.skip {
-				c.partial = append(c.partial, b...)
-			}
-			for len(c.partial) >= c.sink.lineMax() {
-				lines = c.line(c.partial[:c.sink.lineMax()], true, lines)
-				c.partial = append(c.partial[:0], c.partial[c.sink.lineMax():]...)
-			}
+		if lines == 0 {
+			// No line token left: the rest of the read is counted, not split, and its bytes
+			// go back to the byte budget.
+			c.sent -= int64(len(b))
+			c.sink.bytes.give(float64(len(b)))
+			c.drop(b)
 			break
 		}
-		switch {
-		case c.skip:
-			c.skip = false
-		case len(c.partial) > 0:
-			c.partial = append(c.partial, b[:i]...)
-			lines = c.line(c.partial, false, lines)
-			c.partial = c.partial[:0]
-		default:
-			lines = c.line(b[:i], false, lines)
+		seg, ended := b, false
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			seg, b, ended = b[:i], b[i+1:], true
+		} else {
+			b = nil
 		}
-		b = b[i+1:]
+		if c.skip {
+			c.skip = !ended
+			continue
+		}
+		lines = c.pieces(seg, ended, lines)
 	}
 	if lines > 0 {
 		c.sink.lines.give(float64(lines))
 	}
 	c.send()
+}
+
+// pieces sends seg, the next bytes of the line in progress, as lines of at most lineMax bytes
+// (all but the last of a line marked partial); what is left of an open line waits in
+// c.partial, never more than lineMax bytes of it. It returns the line tokens left.
+func (c *capture) pieces(seg []byte, ended bool, tokens int) int {
+	limit := c.sink.lineMax()
+	if len(c.partial) > 0 {
+		take := min(len(seg), limit-len(c.partial))
+		c.partial, seg = append(c.partial, seg[:take]...), seg[take:]
+		if len(seg) == 0 && !ended {
+			return tokens
+		}
+		tokens = c.line(c.partial, !ended || len(seg) > 0, tokens)
+		c.partial = c.partial[:0]
+		if len(seg) == 0 {
+			return tokens
+		}
+	}
+	for len(seg) > limit {
+		tokens = c.line(seg[:limit], true, tokens)
+		seg = seg[limit:]
+	}
+	if ended {
+		return c.line(seg, false, tokens)
+	}
+	c.partial = append(c.partial, seg...)
+	return tokens
 }
 
 // drop counts a read no line of which is sent: every line it touches is dropped, each
@@ -240,16 +275,14 @@ func (c *capture) drop(b []byte) {
 	c.skip = open
 }
 
-// toBinary hashes binary output; the first binary read ends the stream's lines.
+// toBinary digests binary output; the first binary read ends the stream's lines.
 func (c *capture) toBinary(b []byte) {
 	if !c.binary {
-		c.binary, c.hash = true, sha256.New()
-		c.hash.Write(c.partial)
-		c.binBytes += int64(len(c.partial))
+		c.binary, c.digest = true, newDigest(c.sink.commandBytes())
+		c.digest.write(c.partial)
 		c.partial = nil
 	}
-	c.hash.Write(b)
-	c.binBytes += int64(len(b))
+	c.digest.write(b)
 	c.bytesDropped += uint64(len(b))
 }
 
@@ -287,6 +320,14 @@ func looksBinary(b []byte) bool {
 	return controls*16 > min(len(b), binarySample)
 }
 
+// endsLookBinary is looksBinary of the first and last binarySample bytes of b.
+func endsLookBinary(b []byte) bool {
+	if len(b) <= 2*binarySample {
+		return looksBinary(b)
+	}
+	return looksBinary(b[:binarySample]) || looksBinary(b[len(b)-binarySample:])
+}
+
 // send queues the lines batched since the last send.
 func (c *capture) send() {
 	if len(c.batch) == 0 {
@@ -302,12 +343,15 @@ func (c *capture) send() {
 // binary summary.
 func (c *capture) flush() {
 	if !c.sink.output.Load() {
+		if c.digest != nil {
+			c.digest.summary() // ends its hasher
+		}
 		return
 	}
 	c.now = time.Now()
 	switch {
 	case c.binary:
-		summary := fmt.Sprintf("binary output, %s, sha256 %x", humanBytes(c.binBytes), c.hash.Sum(nil))
+		summary := c.digest.summary()
 		c.batch = envdapi.AppendOutputLine(c.batch, c.now, c.p.pid, c.stream, c.p.requestID, c.p.tag, []byte(summary), false)
 		c.batch = append(c.batch[:len(c.batch)-2], `,"binary":true}`+"\n"...)
 		c.batchLines++

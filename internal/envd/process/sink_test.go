@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +24,15 @@ func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(
 // wrote and the capture.
 func feed(t *testing.T, budget Budget, commandBytes int64, reads ...[]byte) ([]envdapi.OutputLine, *capture) {
 	t.Helper()
+	return feedSink(t, budget, func(s *Sink) { s.CommandBytes = commandBytes }, reads...)
+}
+
+// feedSink is feed with the sink's fields set by set.
+func feedSink(t *testing.T, budget Budget, set func(*Sink), reads ...[]byte) ([]envdapi.OutputLine, *capture) {
+	t.Helper()
 	out := &syncBuf{}
 	s := NewSink(out, budget)
-	s.CommandBytes = commandBytes
+	set(s)
 	c := &capture{sink: s, p: &proc{pid: 9, requestID: "req"}, stream: "stdout"}
 	for _, r := range reads {
 		c.write(r)
@@ -93,11 +100,48 @@ func TestBudgetsDropAndCountEveryLineOnce(t *testing.T) {
 			if got := uint64(len(lines)) + c.dropped; got != uint64(tt.lines) {
 				t.Errorf("%d kept + %d dropped = %d lines, want %d", len(lines), c.dropped, got, tt.lines)
 			}
-			if c.bytesDropped == 0 && tt.budget.LineBurst == 0 {
+			if c.bytesDropped == 0 {
 				t.Error("no bytes counted as dropped")
 			}
 			if !strings.HasPrefix(string(c.head), "1\n2\n3\n") || !strings.HasSuffix(string(c.tailBytes()), fmt.Sprintf("%d\n", tt.lines)) {
 				t.Errorf("head %q… tail …%q: not exact", c.head[:10], c.tail[len(c.tail)-10:])
+			}
+		})
+	}
+}
+
+func TestLongLinesAreCutAtLineMaxHoweverTheyAreRead(t *testing.T) {
+	b := func(s ...string) [][]byte {
+		var out [][]byte
+		for _, x := range s {
+			out = append(out, []byte(x))
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name  string
+		reads [][]byte
+		want  string // each line, "+" after a piece the next one continues
+	}{
+		{"a long line in one read is cut into pieces", b("0123456789ABCDEFGHIJ\n"), "01234567+ 89ABCDEF+ GHIJ"},
+		{"a long line over several reads is cut at the same places", b("0123", "456789AB", "CDEFGHIJ\n"), "01234567+ 89ABCDEF+ GHIJ"},
+		{"a long line and a short one in one read", b("0123456789\nab\n"), "01234567+ 89 ab"},
+		{"a line exactly the limit is one line", b("01234567\n"), "01234567"},
+		{"a line exactly the limit over reads is one line", b("0123", "4567", "\n"), "01234567"},
+		{"a long last line without its newline is cut too", b("0123456789ABCDEFGH"), "01234567+ 89ABCDEF+ GH+"},
+		{"short lines pass whole", b("ab\ncd\n", "\n"), "ab cd "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lines, _ := feedSink(t, Budget{}, func(s *Sink) { s.LineMax = 8 }, tt.reads...)
+			var got []string
+			for _, l := range lines {
+				if l.Partial {
+					l.Line += "+"
+				}
+				got = append(got, l.Line)
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Errorf("lines %q, want %q", strings.Join(got, " "), tt.want)
 			}
 		})
 	}
@@ -111,9 +155,9 @@ func TestBinaryOutputIsOneSummaryPerStream(t *testing.T) {
 		reads [][]byte
 		want  []string
 	}{
-		{"NUL bytes read after read give one summary with the size and sha256", [][]byte{text, zeros, zeros, zeros},
-			[]string{"text before", fmt.Sprintf("binary output, 293.0 KiB, sha256 %x", sha256.Sum256(bytes.Repeat(zeros, 3)))}},
-		{"invalid UTF-8 is binary", [][]byte{[]byte("ok\xff\xfe")}, []string{fmt.Sprintf("binary output, 4 B, sha256 %x", sha256.Sum256([]byte("ok\xff\xfe")))}},
+		{"NUL bytes read after read give one summary with the size, crc32c and sha256", [][]byte{text, zeros, zeros, zeros},
+			[]string{"text before", "binary output, 293.0 KiB, " + sums(bytes.Repeat(zeros, 3))}},
+		{"invalid UTF-8 is binary", [][]byte{[]byte("ok\xff\xfe")}, []string{"binary output, 4 B, " + sums([]byte("ok\xff\xfe"))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,6 +180,51 @@ func TestBinaryOutputIsOneSummaryPerStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sums is how a summary names the digests of b.
+func sums(b []byte) string {
+	return fmt.Sprintf("crc32c %08x, sha256 %x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)), sha256.Sum256(b))
+}
+
+func TestBinarySummaryGivesUpTheSha256RatherThanSlowTheStream(t *testing.T) {
+	read := bytes.Repeat([]byte{0, 1, 2, 3}, 16<<10) // 64 KiB
+	crcOf := func(n int) string {
+		return fmt.Sprintf("crc32c %08x", crc32.Checksum(bytes.Repeat(read, n), crc32.MakeTable(crc32.Castagnoli)))
+	}
+	t.Run("output past the per-command cap is summarised by its crc32c alone", func(t *testing.T) {
+		lines, _ := feed(t, Budget{}, 3*int64(len(read)), read, read, read, read)
+		want := "binary output, 256.0 KiB, " + crcOf(4) + ", sha256 not computed: over the 192.0 KiB collected per command"
+		if got := lines[len(lines)-1].Line; got != want {
+			t.Errorf("summary %q\nwant %q", got, want)
+		}
+	})
+	t.Run("output up to the cap gets its sha256", func(t *testing.T) {
+		lines, _ := feed(t, Budget{}, 3*int64(len(read)), read, read, read)
+		if got, want := lines[len(lines)-1].Line, "binary output, 192.0 KiB, "+sums(bytes.Repeat(read, 3)); got != want {
+			t.Errorf("summary %q\nwant %q", got, want)
+		}
+	})
+	t.Run("binary output past the byte budget is still summarised, not counted as lines", func(t *testing.T) {
+		big := bytes.Repeat([]byte("text "), 1000)
+		tail := append(bytes.Repeat([]byte("x"), 5000), 0, 1, 2) // binary only at its end
+		lines, c := feed(t, Budget{}, 100, big, tail)
+		want := fmt.Sprintf("binary output, 4.9 KiB, crc32c %08x, sha256 not computed: over the 100 B collected per command",
+			crc32.Checksum(tail, crc32.MakeTable(crc32.Castagnoli)))
+		if len(lines) != 1 || lines[0].Line != want || c.dropped != 1 {
+			t.Errorf("lines %+v, %d dropped; want only %q and the one text line dropped", lines, c.dropped, want)
+		}
+	})
+	t.Run("a hasher that falls behind is given up, not waited for", func(t *testing.T) {
+		d := unstartedDigest(1 << 30) // its hasher never takes a copy
+		for range digestBuffers + 1 {
+			d.write(read)
+		}
+		want := "binary output, 576.0 KiB, " + crcOf(digestBuffers+1) + ", sha256 not computed: over budget"
+		if got := d.summary(); got != want {
+			t.Errorf("summary %q\nwant %q", got, want)
+		}
+	})
 }
 
 func TestTextCutMidRuneStaysText(t *testing.T) {

@@ -33,6 +33,8 @@ var migrations embed.FS
 type DB struct {
 	write *sql.DB // one connection: every write goes through it, in BEGIN IMMEDIATE
 	read  *sql.DB // query_only connections, for reads
+
+	stopFill func() // stops the background filling of log chunk filters
 }
 
 var _ store.Store = (*DB)(nil)
@@ -81,11 +83,13 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
 	db.read = read
+	db.startFillingLogFilters(ctx)
 	return db, nil
 }
 
 // Close closes the database. Calls after Close fail.
 func (db *DB) Close() error {
+	db.stopFill()
 	return errors.Join(db.read.Close(), db.write.Close())
 }
 

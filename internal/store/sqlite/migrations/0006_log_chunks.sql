@@ -1,7 +1,7 @@
 -- Log lines are stored in chunks: one row per (sandbox, team, template) per written batch, at
 -- most 2000 lines or about 1 MiB each. A row per line made ingest pay SQLite's B-tree work per
 -- line; a chunk pays it once per a few hundred lines. The lines themselves are a binary blob
--- (see internal/store/sqlite/logs.go) that queries decode and filter in Go.
+-- (see internal/store/sqlite/logchunk.go) that queries decode and filter in Go.
 --
 -- The old logs table stays: lines written before this migration are read from it, and
 -- queries merge both, until PruneLogs deletes them. Nothing writes to it any more.
