@@ -265,3 +265,46 @@ func TestDropsInACommandRecordReachTheIngester(t *testing.T) {
 		t.Errorf("the ingester counts %d lines dropped in the sandbox, want 720", got)
 	}
 }
+
+func TestACommandsEnvSecretsAreMaskedLikeTheSandboxes(t *testing.T) {
+	c, got, db := setup(t)
+	const cmdSecret = "cmd-only-secret-5f3a9c"
+	start := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 7, "request_id": "req-2", "user": "user", "command": "/bin/bash",
+			"args": []string{"-c", "echo " + cmdSecret}, "cwd": "/", "started_at": start, "secrets": []string{cmdSecret}},
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 7, "stream": "stdout", "request_id": "req-2", "line": "got " + cmdSecret},
+		map[string]any{"kind": "command_end", "pid": 7, "request_id": "req-2", "started_at": start, "ended_at": time.Now(),
+			"duration_ms": 1000, "exit_code": 0, "end_cause": "exited", "stdout_bytes": 30, "stdout_head": "got " + cmdSecret + "\n"},
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 8, "stream": "stdout", "line": "later " + cmdSecret},
+	)))
+	rec, err := db.GetCommand(context.Background(), "isb1", 7, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := map[string]string{
+		"the record's args": strings.Join(rec.Args, " "), "the record's head": rec.StdoutHead,
+		"the post-mortem's recent lines": strings.Join(c.Recent(), "\n"),
+	}
+	for _, l := range got.l {
+		places["log line "+l.Message] = l.Message
+	}
+	for where, s := range places {
+		t.Run("it is masked in "+where, func(t *testing.T) {
+			if strings.Contains(s, cmdSecret) || !strings.Contains(s, "[REDACTED:exact]") {
+				t.Errorf("%q", s)
+			}
+		})
+	}
+	t.Run("a sandbox adds at most maxCommandSecrets values", func(t *testing.T) {
+		many := make([]string, maxCommandSecrets+10)
+		for i := range many {
+			many[i] = "bulk-secret-" + strings.Repeat("x", i)
+		}
+		before := c.redactor.Len()
+		c.addSecrets(many)
+		if added := c.redactor.Len() - before; added > maxCommandSecrets {
+			t.Errorf("%d secrets added", added)
+		}
+	})
+}

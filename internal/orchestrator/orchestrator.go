@@ -159,6 +159,7 @@ type entry struct {
 	logFile   *os.File
 	drainers  sync.WaitGroup
 	collector *collect.Collector
+	redactor  *redact.Redactor // the sandbox's: global secrets plus its own
 	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
 	stopOOM context.CancelFunc
 }
@@ -306,8 +307,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
+	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
 
 	stage := "runtime"
 	defer func() {
@@ -387,18 +389,8 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 			raw = f
 		}
 	}
-	secrets := append([]string{e.sb.EnvdAccessToken}, req.Secrets...)
-	for k, v := range req.EnvVars {
-		if redact.LooksSecret(k) {
-			secrets = append(secrets, v)
-		}
-	}
-	base := o.cfg.Redactor
-	if base == nil {
-		base = redact.New(redact.Options{})
-	}
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
-		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+		Metadata: e.sb.Metadata}, e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
 	e.drainers.Add(2)
 	// The pipes outlive the create request: its values go on, its cancel does not.
 	collectCtx := context.WithoutCancel(ctx)
@@ -412,6 +404,36 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 		e.collector.Stderr(rsb.Stderr, raw)
 		_ = rsb.Stderr.Close()
 	}()
+}
+
+// sandboxRedactor is the global redactor plus the sandbox's own secrets: its access token,
+// the caller's API key, and the values of env vars and metadata whose names look secret.
+// Commands add the secret values of their own envs as they start (collect).
+func (o *Orchestrator) sandboxRedactor(sb *store.Sandbox, req CreateRequest) *redact.Redactor {
+	secrets := append([]string{sb.EnvdAccessToken}, req.Secrets...)
+	for _, m := range []map[string]string{req.EnvVars, req.Metadata} {
+		for k, v := range m {
+			if redact.LooksSecret(k) {
+				secrets = append(secrets, v)
+			}
+		}
+	}
+	base := o.cfg.Redactor
+	if base == nil {
+		base = redact.New(redact.Options{})
+	}
+	return base.With(secrets...)
+}
+
+// redactMetadata masks the known secrets in metadata values: a value equal to an env
+// secret, the API key or a value under a secret-looking key is stored, listed, labelled
+// and sent in events as "[REDACTED:exact]".
+func redactMetadata(r *redact.Redactor, md map[string]string) map[string]string {
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		out[k], _ = r.Exact(v)
+	}
+	return out
 }
 
 func (e *entry) closeLog() {

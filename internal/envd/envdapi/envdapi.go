@@ -77,6 +77,10 @@ type CommandStart struct {
 	Args      []string  `json:"args"`
 	Cwd       string    `json:"cwd"`
 	StartedAt time.Time `json:"started_at"`
+	// Secrets are the values of the command's own envs whose names look secret: the host
+	// masks them in everything it collects from the sandbox from here on, as it masks the
+	// sandbox's env secrets.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // CommandEnd is the record written when a process ends. Heads and tails of a stream whose

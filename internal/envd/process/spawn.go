@@ -22,6 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
+	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -156,7 +157,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		outCap, errCap = &capture{sink: s.sink, p: p, stream: first}, &capture{sink: s.sink, p: p, stream: "stderr"}
 		p.caps = []*capture{outCap, errCap}
 		s.sink.emit(envdapi.CommandStart{Kind: envdapi.KindCommandStart, PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
-			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started})
+			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started, Secrets: envSecrets(cfg.GetEnvs())})
 	}
 	p.onEnd = func(ex exit) {
 		if logger.Enabled(context.Background(), slog.LevelInfo) {
@@ -224,6 +225,17 @@ func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 		rec.StderrHead, rec.StderrTail, rec.StderrBinary = keep(p.caps[1], rec.StderrBytes)
 	}
 	return rec
+}
+
+// envSecrets returns the values of envs whose names look secret, for the host to mask.
+func envSecrets(envs map[string]string) []string {
+	var out []string
+	for k, v := range envs {
+		if v != "" && redact.LooksSecret(k) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func logStart(logger *slog.Logger, p *proc, cfg *pb.ProcessConfig, u *identity.User, cwd string) {
