@@ -159,7 +159,7 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 
 // post sends d's event, signed, and returns the response status.
 func (b *Bus) post(ctx context.Context, d *store.DueDelivery) (int, error) {
-	body, err := Body(d.Event)
+	body, err := Body(d.Event, Stamp{DeliveryID: d.Delivery.ID, Attempt: d.Delivery.Attempts + 1, SentAt: time.Now()})
 	if err != nil {
 		return 0, err
 	}

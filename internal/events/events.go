@@ -287,7 +287,23 @@ func toWire(ev *store.Event) wireEvent {
 	}
 }
 
-// Body returns the JSON of ev as webhooks receive it.
-func Body(ev *store.Event) ([]byte, error) {
-	return json.Marshal(toWire(ev))
+// Stamp says which attempt of which delivery a webhook body is, and when it was sent. It
+// is inside the signed body, so a receiver that refuses stale or seen stamps cannot be
+// replayed to: the signature header stays E2B's, over the body.
+type Stamp struct {
+	DeliveryID string    `json:"deliveryId"`
+	Attempt    int       `json:"attempt"`
+	SentAt     time.Time `json:"sentAt"`
+}
+
+// webhookBody is what a webhook receives: the event and the delivery's stamp.
+type webhookBody struct {
+	wireEvent
+	Delivery Stamp `json:"delivery"`
+}
+
+// Body returns the JSON of ev as a webhook receives it in the attempt stamp describes.
+func Body(ev *store.Event, stamp Stamp) ([]byte, error) {
+	stamp.SentAt = stamp.SentAt.UTC()
+	return json.Marshal(webhookBody{toWire(ev), stamp})
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -266,9 +267,45 @@ func TestDelivery(t *testing.T) {
 			t.Errorf("last attempt %+v", last)
 		}
 		got := rc.deliveries()
-		if len(got) != 3 || string(got[0].body) != string(got[2].body) ||
+		if len(got) != 3 || got[0].event.ID != got[2].event.ID ||
 			got[0].header.Get(HeaderDeliveryID) != got[2].header.Get(HeaderDeliveryID) {
-			t.Errorf("retries did not resend the same delivery: %d received", len(got))
+			t.Fatalf("retries did not resend the same delivery: %d received", len(got))
+		}
+		for i, g := range got {
+			st, err := VerifyDelivery(rc.secret, g.body, g.header.Get(HeaderSignature), time.Minute, time.Now())
+			if err != nil || st.Attempt != i+1 || st.DeliveryID != d.ID {
+				t.Errorf("attempt %d: stamp %+v, %v", i+1, st, err)
+			}
+		}
+	})
+
+	t.Run("a delivery replayed later is refused by its signed stamp, and a forged stamp breaks the signature", func(t *testing.T) {
+		t.Parallel()
+		db := newDB(t)
+		team := newTeam(t, db)
+		rc := &receiver{t: t, secret: "s"}
+		srv := httptest.NewServer(rc)
+		t.Cleanup(srv.Close)
+		h := addWebhook(t, db, team, srv.URL, rc.secret, SandboxKilled)
+		bus := newBus(t, db)
+		if err := bus.Emit(context.Background(), killedEvent(team)); err != nil {
+			t.Fatal(err)
+		}
+		waitDelivery(t, db, h)
+		g := rc.deliveries()[0]
+		sig := g.header.Get(HeaderSignature)
+		if _, err := VerifyDelivery(rc.secret, g.body, sig, 5*time.Minute, time.Now()); err != nil {
+			t.Fatalf("fresh delivery refused: %v", err)
+		}
+		if _, err := VerifyDelivery(rc.secret, g.body, sig, 5*time.Minute, time.Now().Add(time.Hour)); !errors.Is(err, ErrStale) {
+			t.Errorf("replayed an hour later: %v, want ErrStale", err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(g.body, &m)
+		m["delivery"].(map[string]any)["sentAt"] = time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+		forged, _ := json.Marshal(m)
+		if _, err := VerifyDelivery(rc.secret, forged, sig, 5*time.Minute, time.Now().Add(time.Hour)); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("forged stamp: %v, want ErrBadSignature", err)
 		}
 	})
 
