@@ -402,6 +402,15 @@ func TestCreate(t *testing.T) {
 		{name: "a template id with NUL is 400", body: `{"templateID":"base\u0000x"}`, status: 400},
 		{name: "an env value with NUL is 400 at create", body: `{"envVars":{"K":"a\u0000b"}}`, status: 400},
 		{name: "an env name with '=' is 400 at create", body: `{"envVars":{"K=1":"v"}}`, status: 400},
+		{name: "metadata with too many keys is 400 naming the limit", body: bigMetadata(api.MaxMetadataKeys+1, 1, 1), status: 400,
+			check: wantMessage("over the limit of 64 keys")},
+		{name: "a metadata key too long is 400 naming the limit", body: bigMetadata(1, api.MaxMetadataKeyBytes+1, 1), status: 400,
+			check: wantMessage("over the limit of 128 bytes per key")},
+		{name: "a metadata value too long is 400 naming the limit", body: bigMetadata(1, 1, api.MaxMetadataValueBytes+1), status: 400,
+			check: wantMessage("over the limit of 1024 bytes per value")},
+		{name: "metadata too big in all is 400 naming the limit", body: bigMetadata(16, 100, 1000), status: 400,
+			check: wantMessage("over the limit of 8192 bytes of keys and values in all")},
+		{name: "metadata at every limit is accepted", body: bigMetadata(api.MaxMetadataKeys, 8, api.MaxMetadataBytes/api.MaxMetadataKeys-8), status: 201},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,6 +432,25 @@ func TestCreate(t *testing.T) {
 				tt.check(t, e, body)
 			}
 		})
+	}
+}
+
+// bigMetadata is a create body with n metadata keys of about keyLen bytes and values of
+// valueLen bytes.
+func bigMetadata(n, keyLen, valueLen int) string {
+	md := map[string]string{}
+	for i := range n {
+		md[fmt.Sprintf("k%0*d", keyLen-1, i)] = strings.Repeat("v", valueLen)
+	}
+	b, _ := json.Marshal(map[string]any{"templateID": "base", "metadata": md})
+	return string(b)
+}
+
+func wantMessage(want string) func(t *testing.T, _ *env, body map[string]any) {
+	return func(t *testing.T, _ *env, body map[string]any) {
+		if msg, _ := body["message"].(string); !strings.Contains(msg, want) {
+			t.Errorf("message %q, want %q", msg, want)
+		}
 	}
 }
 
