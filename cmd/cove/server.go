@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -27,7 +28,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint, budgetsFile string
+	var logLevel, otelEndpoint, budgetsFile, quotasFile string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -57,6 +58,21 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 					return fmt.Errorf("--collect-budgets %s: %w", budgetsFile, err)
 				}
 			}
+			if quotasFile != "" {
+				def := cfg.Quotas.Default
+				f, err := os.Open(quotasFile)
+				if err != nil {
+					return fmt.Errorf("--quotas: %w", err)
+				}
+				cfg.Quotas, err = orchestrator.ParseQuotas(f)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("--quotas %s: %w", quotasFile, err)
+				}
+				if cfg.Quotas.Default == (orchestrator.Quota{}) {
+					cfg.Quotas.Default = def // the flags, unless the file sets a default
+				}
+			}
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -74,6 +90,11 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Int64Var(&cfg.Collect.ByteBurst, "collect-byte-burst", 16<<20, "output bytes a sandbox's envd collects at once before collect-bytes-per-sec applies")
 	f.Int64Var(&cfg.Collect.CommandBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; its record's head and tail are kept past it")
 	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N}},"templates":{...}}`)
+	f.IntVar(&cfg.Quotas.Default.Sandboxes, "quota-sandboxes", 0, "running and paused sandboxes a team may hold at once (0: no limit); past it create answers 429")
+	f.IntVar(&cfg.Quotas.Default.VCPUs, "quota-vcpus", 0, "vCPUs a team's sandboxes may hold in all (0: no limit)")
+	f.IntVar(&cfg.Quotas.Default.MemoryMB, "quota-memory-mb", 0, "memory in MB a team's sandboxes may hold in all (0: no limit)")
+	f.Float64Var(&cfg.Quotas.Default.CreatesPerSec, "quota-creates-per-sec", 0, "sandbox creates per second a team may make, in bursts up to its ceiling (0: no limit)")
+	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N}}}`)
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

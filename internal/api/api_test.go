@@ -108,6 +108,9 @@ func (f *fakeSandboxes) Create(_ context.Context, req orchestrator.CreateRequest
 	if req.TemplateID == "missing" {
 		return nil, fmt.Errorf("template %s: %w", req.TemplateID, orchestrator.ErrTemplateNotFound)
 	}
+	if req.TemplateID == "over-quota" { // the orchestrator's refusal, as the fake's stand-in
+		return nil, &orchestrator.QuotaError{Limit: "concurrent sandboxes", Have: 21, Max: 20}
+	}
 	sb := &store.Sandbox{ID: "inew" + strconv.Itoa(len(f.created)), TeamID: req.TeamID, TemplateID: req.TemplateID,
 		State: store.StateRunning, Secure: req.Secure, Metadata: req.Metadata}
 	if req.Secure {
@@ -395,6 +398,8 @@ func TestCreate(t *testing.T) {
 				}
 			},
 		},
+		{name: "a create over the team's quota is 429 in E2B's shape, naming the limit", body: `{"templateID":"over-quota"}`, status: 429,
+			check: wantMessage("21 concurrent sandboxes, over the team's limit of 20")},
 		{name: "invalid JSON is 400", body: `{"templateID":`, status: 400},
 		{name: "a negative timeout is 400", body: `{"timeout":-1}`, status: 400},
 		{name: "a wrongly typed field is 400", body: `{"metadata":"x"}`, status: 400},

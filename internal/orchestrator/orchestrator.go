@@ -88,6 +88,8 @@ type Config struct {
 	// per template. Each sandbox's envd gets its own as flags.
 	Collect        envdapi.Budget
 	CollectBudgets envdapi.Budgets
+	// Quotas bound each team's sandboxes, vCPUs, memory and create rate; zero: none.
+	Quotas Quotas
 }
 
 // envdCommand is the command line of sb's envd: the server's args, then sb's budget.
@@ -140,8 +142,10 @@ type Orchestrator struct {
 
 	// mu guards live. Lock order: an entry's mu may be held when taking mu, never the
 	// other way round.
-	mu   sync.Mutex
-	live map[string]*entry
+	mu       sync.Mutex
+	live     map[string]*entry
+	creating map[string]reservation // creates in flight, counted against their team's quota
+	rates    map[string]*bucket     // each team's create-rate bucket
 
 	wake   chan struct{} // the evictor recomputes its next deadline
 	stop   chan struct{}
@@ -212,7 +216,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		}
 	}
 	telemetry.Metrics()
-	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	o.wg.Add(1)
 	go o.evictor()
 	return o, nil
@@ -307,6 +311,18 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
+	o.mu.Lock()
+	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now)
+	o.mu.Unlock()
+	if err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
+		return nil, err
+	}
+	defer func() {
+		o.mu.Lock()
+		delete(o.creating, sb.ID) // when the create failed
+		o.mu.Unlock()
+	}()
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
 	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)
@@ -361,6 +377,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	}
 	o.mu.Lock()
 	o.live[sb.ID] = e
+	delete(o.creating, sb.ID)
 	o.mu.Unlock()
 	o.watchInit(e)
 	o.nudge()

@@ -60,6 +60,8 @@ type Config struct {
 	// budget is dropped and counted.
 	Collect        envdapi.Budget
 	CollectBudgets envdapi.Budgets
+	// Quotas bound each team's sandboxes, vCPUs, memory and create rate (429 past them).
+	Quotas orchestrator.Quotas
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -211,7 +213,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
+		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
