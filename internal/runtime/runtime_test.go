@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 )
@@ -586,10 +588,13 @@ func TestTemplateSymlinksCannotReachTheHost(t *testing.T) {
 
 func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 	r, rootfs := newRuntime(t)
-	// Init survives (the child is the biggest process); the child's allocation is OOM-killed.
+	// Init survives; the child's allocation is OOM-killed. The child raises its own OOM
+	// score first, as envd does for every command it starts: memory charged to the cgroup
+	// but held in no process's RSS (pipe buffers, page cache) otherwise leaves init and the
+	// child with near-equal scores, and under load the kernel picked init.
 	s := create(t, r, runtime.Spec{
 		Rootfs: rootfs,
-		Args:   sh(`sh -c 'x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
+		Args:   sh(`sh -c 'echo 500 > /proc/self/oom_score_adj; x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
 		Limits: runtime.Limits{MemoryBytes: 32 << 20},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -615,6 +620,24 @@ func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 	}
 	if strings.Contains(s.stdout.String(), "survived") {
 		t.Fatal("the allocation survived the memory limit")
+	}
+}
+
+func TestTheSandboxInitIsTheOOMKillersLastChoiceWhereTheHostAllowsIt(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`echo adj=$(cat /proc/1/oom_score_adj); sleep 30`)})
+	s.stdout.waitFor(t, "adj=", 10*time.Second)
+	out := s.stdout.String()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil || data[0].Effective&(1<<unix.CAP_SYS_RESOURCE) == 0 {
+		if !strings.Contains(out, "adj=0") {
+			t.Errorf("without CAP_SYS_RESOURCE init's score should stay 0: %q", out)
+		}
+		t.Skip("this host lacks CAP_SYS_RESOURCE: no score can go below 0 (init stays at 0, envd raises its commands)")
+	}
+	if !strings.Contains(out, "adj=-998") {
+		t.Errorf("init's oom_score_adj: %q, want -998", out)
 	}
 }
 

@@ -70,6 +70,12 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		requestID: telemetry.RequestID(ctx),
 		subs:      map[*subscriber]struct{}{sub: {}},
 		done:      make(chan struct{}),
+		oomBefore: -1,
+	}
+	if s.reaper.central {
+		// As the sandbox's init: the OOM kill count before the start tells an OOM kill of
+		// this process from a SIGKILL of another kind at its end.
+		p.oomBefore = oomKills()
 	}
 	if req.Tag != nil && !s.table.reserveTag(p.tag) {
 		return nil, fmt.Errorf("%w: a running process already has tag %q", fault.ErrExists, p.tag)
@@ -198,8 +204,11 @@ func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 		rec.Signal = unix.SignalName(ex.Signal)
 		p.mu.Lock()
 		rec.EndCause, rec.SignalRequestID = envdapi.EndKilled, p.signal.requestID
-		if p.signal.cause == "timeout" {
+		switch {
+		case p.signal.cause == "timeout":
 			rec.EndCause = envdapi.EndTimeout
+		case ex.OOMKilled:
+			rec.EndCause = envdapi.EndOOMKilled
 		}
 		p.mu.Unlock()
 	}
