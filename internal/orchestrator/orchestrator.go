@@ -80,7 +80,7 @@ type Config struct {
 	MaxTimeout     time.Duration // 24 h when 0
 	CPUCount       int           // per sandbox; 2 when 0
 	MemoryMB       int           // per sandbox; 512 when 0
-	DiskSizeMB     int           // reported disk size; 1024 when 0
+	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
 	// EnvdArgs are added to every sandbox's `cove envd` command line (record caps, say).
 	EnvdArgs []string
@@ -342,7 +342,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Rootfs: tmpl.Rootfs,
 		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
+		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Start:  true,
 	})

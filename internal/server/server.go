@@ -62,6 +62,8 @@ type Config struct {
 	CollectBudgets envdapi.Budgets
 	// Quotas bound each team's sandboxes, vCPUs, memory and create rate (429 past them).
 	Quotas orchestrator.Quotas
+	// DiskSizeMB is each sandbox's disk: writes past it get ENOSPC; 1024 when 0.
+	DiskSizeMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -136,8 +138,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if os.Geteuid() != 0 {
 		return errors.New("cove server runs sandboxes with runc and needs root")
 	}
-	say("checking host packages (runc, debootstrap)")
-	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap"); err != nil {
+	say("checking host packages (runc, debootstrap, e2fsprogs)")
+	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap", "e2fsprogs"); err != nil {
 		return fmt.Errorf("install host packages: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -213,7 +215,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas,
+		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
