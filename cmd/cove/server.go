@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"time"
 
@@ -29,6 +30,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var logLevel, otelEndpoint, budgetsFile, quotasFile string
+	var webhookAllow []string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -73,6 +75,13 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 					cfg.Quotas.Default = def // the flags, unless the file sets a default
 				}
 			}
+			for _, n := range webhookAllow {
+				p, err := netip.ParsePrefix(n)
+				if err != nil {
+					return fmt.Errorf("--webhook-allow-net %q: want a CIDR range such as 127.0.0.0/8: %w", n, err)
+				}
+				cfg.WebhookAllowNets = append(cfg.WebhookAllowNets, p)
+			}
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -96,6 +105,7 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Float64Var(&cfg.Quotas.Default.CreatesPerSec, "quota-creates-per-sec", 0, "sandbox creates per second a team may make, in bursts up to its ceiling (0: no limit)")
 	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N}}}`)
 	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
+	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

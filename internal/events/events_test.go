@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -42,12 +43,15 @@ func newTeam(t testing.TB, db *sqlite.DB) string {
 	return team.ID
 }
 
+// loopback is the operator's allow option the tests' receivers on 127.0.0.1 need.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
 // fastBackoff keeps retry tests quick.
 var fastBackoff = Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Attempts: 8}
 
 func newBus(t testing.TB, db store.EventStore) *Bus {
 	t.Helper()
-	b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second})
+	b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second, AllowNets: loopback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +336,7 @@ func TestDelivery(t *testing.T) {
 		db := newDB(t)
 		team := newTeam(t, db)
 		h := addWebhook(t, db, team, "http://"+deadAddr(t), "s", SandboxKilled)
-		b, err := New(context.Background(), Config{Store: db,
+		b, err := New(context.Background(), Config{Store: db, AllowNets: loopback,
 			Backoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond, Attempts: 3}})
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +378,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	db1 := openDB(t, path)
 	team := newTeam(t, db1)
 	h := addWebhook(t, db1, team, "http://"+addr, "s", SandboxKilled)
-	bus1, err := New(ctx, Config{Store: db1, Backoff: Backoff{Initial: 200 * time.Millisecond, Attempts: 8}})
+	bus1, err := New(ctx, Config{Store: db1, AllowNets: loopback, Backoff: Backoff{Initial: 200 * time.Millisecond, Attempts: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +444,7 @@ func TestCloseInterruptsAnAttemptWithoutCountingIt(t *testing.T) {
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
 	h := addWebhook(t, db, team, srv.URL, "s", SandboxKilled)
-	bus, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff})
+	bus, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AllowNets: loopback})
 	if err != nil {
 		t.Fatal(err)
 	}

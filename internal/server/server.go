@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,6 +65,9 @@ type Config struct {
 	Quotas orchestrator.Quotas
 	// DiskSizeMB is each sandbox's disk: writes past it get ENOSPC; 1024 when 0.
 	DiskSizeMB int
+	// WebhookAllowNets are ranges webhook deliveries may reach although they are loopback,
+	// link-local, private or the server's own (refused otherwise).
+	WebhookAllowNets []netip.Prefix
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -201,7 +205,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}))
 	// Built after the tee so webhook delivery lines about a sandbox reach `cove trace`.
 	bus, err := events.New(ctx, events.Config{
-		Store: db, Logger: cfg.Logger,
+		Store: db, Logger: cfg.Logger, AllowNets: cfg.WebhookAllowNets,
 		Team: func(ctx context.Context) (string, bool) {
 			team, _ := telemetry.Caller(ctx)
 			return team, team != ""
