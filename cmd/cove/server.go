@@ -11,7 +11,9 @@ import (
 
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -30,7 +32,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var logLevel, otelEndpoint, budgetsFile, quotasFile string
-	var webhookAllow []string
+	var webhookAllow, retain []string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -75,6 +77,16 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 					cfg.Quotas.Default = def // the flags, unless the file sets a default
 				}
 			}
+			for _, r := range retain {
+				d, p, err := retention.ParseFlag(r)
+				if err != nil {
+					return fmt.Errorf("--retain %w", err)
+				}
+				if cfg.Retain == nil {
+					cfg.Retain = map[store.Dataset]retention.Policy{}
+				}
+				cfg.Retain[d] = p
+			}
 			for _, n := range webhookAllow {
 				p, err := netip.ParsePrefix(n)
 				if err != nil {
@@ -105,6 +117,7 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Float64Var(&cfg.Quotas.Default.CreatesPerSec, "quota-creates-per-sec", 0, "sandbox creates per second a team may make, in bursts up to its ceiling (0: no limit)")
 	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N}}}`)
 	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
+	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines")
 	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")

@@ -33,6 +33,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/redact"
+	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
 	"github.com/cove-dev/cove/internal/store"
@@ -53,6 +54,8 @@ type Config struct {
 	SampleInterval time.Duration
 	// Retention is how long log lines and ended commands are kept; 7 days when 0.
 	Retention time.Duration
+	// Retain sets a dataset's TTL and size cap, over the defaults and Retention.
+	Retain map[store.Dataset]retention.Policy
 	// RecordHeadBytes and RecordTailBytes are how much of each command's stdout and stderr
 	// its record keeps from the start and the end; 4 KiB each when 0.
 	RecordHeadBytes, RecordTailBytes int
@@ -228,13 +231,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}
-	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: orch, rt: rt}, Store: db, Logger: cfg.Logger, Interval: cfg.SampleInterval})
+	samplesTTL := policies(cfg)[store.DatasetSamples].TTL // the sampler prunes too: the same TTL
+	if samplesTTL <= 0 {
+		samplesTTL = 100 * 365 * 24 * time.Hour
+	}
+	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: orch, rt: rt}, Store: db, Logger: cfg.Logger, Interval: cfg.SampleInterval, Retention: samplesTTL})
 	if err != nil {
 		return err
 	}
 	go func() { _ = smp.Run(ctx) }()
 	defer smp.Close()
-	go retain(ctx, db, cfg.Retention, cfg.Logger)
+	retainer := retention.New(retention.Config{Store: db, Policies: policies(cfg), Logger: cfg.Logger})
+	go retainer.Run(ctx)
 	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) (string, error) {
@@ -282,7 +290,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			"GET /sandboxes/{id}/commands/{pid}": logsAPI,
 			"GET /traces/{requestId}": trace.NewAPI(trace.APIConfig{Store: db,
 				Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" }}),
-		}})
+		},
+		AdminRoutes: map[string]http.Handler{"GET /admin/status": retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Records: db, AdminToken: admin})
@@ -352,28 +361,21 @@ func envdArgs(cfg Config) []string {
 	return args
 }
 
-// retain prunes log lines and ended commands older than the retention, every ten minutes.
-func retain(ctx context.Context, db *sqlite.DB, keep time.Duration, logger *slog.Logger) {
-	if keep <= 0 {
-		keep = 7 * 24 * time.Hour
-	}
-	tick := time.NewTicker(10 * time.Minute)
-	defer tick.Stop()
-	for {
-		before := time.Now().Add(-keep)
-		lines, err1 := db.PruneLogs(ctx, before)
-		cmds, err2 := db.PruneCommands(ctx, before)
-		if err := errors.Join(err1, err2); err != nil && ctx.Err() == nil {
-			logger.Warn("retention: prune failed", "error", err.Error())
-		} else if lines+cmds > 0 {
-			logger.Info("retention: pruned", "log_lines", lines, "commands", cmds, "before", before.UTC())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+// policies are the retention policies: the defaults, --retention for log lines and command
+// records, then the operator's per-dataset ones.
+func policies(cfg Config) map[store.Dataset]retention.Policy {
+	pol := retention.Defaults()
+	if cfg.Retention > 0 {
+		for _, d := range []store.Dataset{store.DatasetLogs, store.DatasetCommands} {
+			p := pol[d]
+			p.TTL = cfg.Retention
+			pol[d] = p
 		}
 	}
+	for d, p := range cfg.Retain {
+		pol[d] = p
+	}
+	return pol
 }
 
 // sampleSource tells the resource sampler which sandboxes run and where their cgroup,

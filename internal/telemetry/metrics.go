@@ -57,6 +57,24 @@ var (
 	LogBytesDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cove_log_bytes_dropped_total", Help: "Sandbox output bytes envd did not collect as lines: over a byte budget, or binary.",
 	})
+	StoreRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_rows", Help: "Rows each dataset holds now (lines for log_lines).",
+	}, []string{"dataset"})
+	StoreBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_bytes", Help: "Bytes each dataset's tables and indexes take in the store.",
+	}, []string{"dataset"})
+	StoreOldestAgeSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_oldest_age_seconds", Help: "Age of each dataset's oldest row (0 when empty).",
+	}, []string{"dataset"})
+	StoreRetentionSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_retention_seconds", Help: "How long each dataset keeps a row (its TTL).",
+	}, []string{"dataset"})
+	StoreMaxRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_max_rows", Help: "Each dataset's size cap in rows (lines for log_lines); past it the oldest go.",
+	}, []string{"dataset"})
+	StorePruned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_store_pruned_total", Help: "Rows pruned from each dataset, by why: ttl or cap.",
+	}, []string{"dataset", "why"})
 )
 
 func register() {
@@ -66,6 +84,7 @@ func register() {
 		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
 		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
 		LogLinesDropped, LogBytesDropped,
+		StoreRows, StoreBytes, StoreOldestAgeSeconds, StoreRetentionSeconds, StoreMaxRows, StorePruned,
 	)
 	for _, r := range reason.KillReasons {
 		SandboxesKilled.WithLabelValues(r.String())
