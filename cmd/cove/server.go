@@ -110,7 +110,7 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Int64Var(&cfg.Collect.BytesPerSec, "collect-bytes-per-sec", 1<<20, "output bytes per second each sandbox's envd collects as log lines; past it output is dropped and counted")
 	f.Int64Var(&cfg.Collect.ByteBurst, "collect-byte-burst", 16<<20, "output bytes a sandbox's envd collects at once before collect-bytes-per-sec applies")
 	f.Int64Var(&cfg.Collect.CommandBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; its record's head and tail are kept past it")
-	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N}},"templates":{...}}`)
+	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N,"collect":false}},"templates":{...}}`)
 	f.IntVar(&cfg.Quotas.Default.Sandboxes, "quota-sandboxes", 0, "running and paused sandboxes a team may hold at once (0: no limit); past it create answers 429")
 	f.IntVar(&cfg.Quotas.Default.VCPUs, "quota-vcpus", 0, "vCPUs a team's sandboxes may hold in all (0: no limit)")
 	f.IntVar(&cfg.Quotas.Default.MemoryMB, "quota-memory-mb", 0, "memory in MB a team's sandboxes may hold in all (0: no limit)")

@@ -357,10 +357,8 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
 	init := map[string]any{"envVars": req.EnvVars}
-	if collect := req.CollectLogs; collect != nil {
+	if collect := o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs); collect != nil {
 		init["collectOutput"] = *collect
-	} else if tmpl.CollectLogs != nil {
-		init["collectOutput"] = *tmpl.CollectLogs
 	}
 	if sb.EnvdAccessToken != "" {
 		init["accessToken"] = sb.EnvdAccessToken
@@ -421,6 +419,19 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 		e.collector.Stderr(rsb.Stderr, raw)
 		_ = rsb.Stderr.Close()
 	}()
+}
+
+// collectOutput says whether sb's envd collects command output: the sandbox's own
+// collectLogs, else its template's (cove template set), else its team's or template's in
+// --collect-budgets; nil leaves envd's default, on.
+func (o *Orchestrator) collectOutput(sb *store.Sandbox, own, template *bool) *bool {
+	if own != nil {
+		return own
+	}
+	if template != nil {
+		return template
+	}
+	return o.cfg.CollectBudgets.For(o.cfg.Collect, sb.TeamID, sb.TemplateID).Collect
 }
 
 // sandboxRedactor is the global redactor plus the sandbox's own secrets: its access token,
