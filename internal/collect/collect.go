@@ -27,10 +27,10 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// Labels are the host's facts about a sandbox, put on every line.
+// Labels are the host's facts about a sandbox, put on every line. Its metadata is joined
+// onto lines at query time from the sandbox's record, not copied here.
 type Labels struct {
 	SandboxID, TeamID, TemplateID string
-	Metadata                      map[string]string
 }
 
 // Logs takes log lines without blocking (logs.Ingester).
@@ -217,10 +217,8 @@ func (c *Collector) add(line store.LogLine) {
 	for k, v := range line.Fields {
 		line.Fields[k] = c.redactValue(v)
 	}
-	for k, v := range c.labels.Metadata {
-		line.Fields = with(line.Fields, k, v)
-	}
-	line.Fields = with(line.Fields, "sandbox.id", c.labels.SandboxID)
+	// The sandbox's metadata is not copied onto the line: it is stored once with the
+	// sandbox and joined at query time (logs API), where it wins over the line's fields.
 	if c.logs != nil {
 		c.logs.Add(line)
 	}

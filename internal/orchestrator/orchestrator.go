@@ -404,8 +404,8 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 			raw = f
 		}
 	}
-	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
-		Metadata: e.sb.Metadata}, e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID},
+		e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
 	e.drainers.Add(2)
 	// The pipes outlive the create request: its values go on, its cancel does not.
 	collectCtx := context.WithoutCancel(ctx)

@@ -258,6 +258,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 				return "", store.ErrNotFound
 			}
 			return "", err
+		},
+		Labels: func(ctx context.Context, team, id string) (map[string]string, error) {
+			sb, err := db.GetSandbox(ctx, id)
+			if errors.Is(err, store.ErrNotFound) || (err == nil && sb.TeamID != team) {
+				return nil, nil // checked by Sandbox: a sandbox without a record has no labels
+			}
+			if err != nil {
+				return nil, err
+			}
+			return sb.Metadata, nil
 		}})
 	metricsAPI := sampler.NewAPI(sampler.APIConfig{Store: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
