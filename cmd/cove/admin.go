@@ -276,6 +276,15 @@ func newTeamCmd() *cobra.Command {
 	return cmd
 }
 
+// adminToken reads the data dir's admin token.
+func adminToken(data string) (string, error) {
+	b, err := os.ReadFile(server.AdminTokenFile(data))
+	if err != nil {
+		return "", fmt.Errorf("read the admin token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 func newAdminCmd() *cobra.Command {
 	var data, apiURL string
 	cmd := &cobra.Command{Use: "admin", Short: "Operator actions on any team's sandboxes (needs the data dir's admin token)"}
@@ -284,15 +293,15 @@ func newAdminCmd() *cobra.Command {
 	kill := &cobra.Command{
 		Use: "kill SANDBOX", Short: "Kill any team's sandbox, recorded with kill reason admin", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			token, err := os.ReadFile(server.AdminTokenFile(data))
+			token, err := adminToken(data)
 			if err != nil {
-				return fmt.Errorf("read the admin token: %w", err)
+				return err
 			}
 			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodDelete, strings.TrimRight(apiURL, "/")+"/admin/sandboxes/"+args[0], nil)
 			if err != nil {
 				return err
 			}
-			req.Header.Set(api.HeaderAdminToken, strings.TrimSpace(string(token)))
+			req.Header.Set(api.HeaderAdminToken, token)
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return err
@@ -310,11 +319,11 @@ func newAdminCmd() *cobra.Command {
 	status := &cobra.Command{
 		Use: "status", Short: "What each store keeps, for how long, and how big it is now", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token, err := os.ReadFile(server.AdminTokenFile(data))
+			token, err := adminToken(data)
 			if err != nil {
-				return fmt.Errorf("read the admin token: %w", err)
+				return err
 			}
-			c := cove.NewClient(cove.Config{APIURL: apiURL, AdminToken: strings.TrimSpace(string(token))})
+			c := cove.NewClient(cove.Config{APIURL: apiURL, AdminToken: token})
 			st, err := c.AdminStatus(cmd.Context())
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -29,6 +30,21 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 	cmd.Flags().StringVar(p, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory (state, templates, sandboxes, logs) [$COVE_DATA]")
 }
 
+// parseFile parses the file a flag names, with errors naming the flag and the file.
+func parseFile[T any](flag, path string, parse func(io.Reader) (T, error)) (T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", flag, err)
+	}
+	defer f.Close()
+	v, err := parse(f)
+	if err != nil {
+		return v, fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return v, nil
+}
+
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var logLevel, otelEndpoint, budgetsFile, quotasFile string
@@ -52,26 +68,14 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 			}
 			defer stopOTel()
 			if budgetsFile != "" {
-				f, err := os.Open(budgetsFile)
-				if err != nil {
-					return fmt.Errorf("--collect-budgets: %w", err)
-				}
-				cfg.CollectBudgets, err = envdapi.ParseBudgets(f)
-				f.Close()
-				if err != nil {
-					return fmt.Errorf("--collect-budgets %s: %w", budgetsFile, err)
+				if cfg.CollectBudgets, err = parseFile("--collect-budgets", budgetsFile, envdapi.ParseBudgets); err != nil {
+					return err
 				}
 			}
 			if quotasFile != "" {
 				def := cfg.Quotas.Default
-				f, err := os.Open(quotasFile)
-				if err != nil {
-					return fmt.Errorf("--quotas: %w", err)
-				}
-				cfg.Quotas, err = orchestrator.ParseQuotas(f)
-				f.Close()
-				if err != nil {
-					return fmt.Errorf("--quotas %s: %w", quotasFile, err)
+				if cfg.Quotas, err = parseFile("--quotas", quotasFile, orchestrator.ParseQuotas); err != nil {
+					return err
 				}
 				if cfg.Quotas.Default == (orchestrator.Quota{}) {
 					cfg.Quotas.Default = def // the flags, unless the file sets a default

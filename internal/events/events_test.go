@@ -46,6 +46,24 @@ func newTeam(t testing.TB, db *sqlite.DB) string {
 // loopback is the operator's allow option the tests' receivers on 127.0.0.1 need.
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
+// deliverKilled emits a killed event to one webhook at url on a new store and bus that
+// allow allow, and returns the finished delivery.
+func deliverKilled(t *testing.T, url, secret string, allow []netip.Prefix) *store.Delivery {
+	t.Helper()
+	db := newDB(t)
+	team := newTeam(t, db)
+	h := addWebhook(t, db, team, url, secret, SandboxKilled)
+	b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second, AllowNets: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Emit(context.Background(), killedEvent(team)); err != nil {
+		t.Fatal(err)
+	}
+	return waitDelivery(t, db, h)
+}
+
 // fastBackoff keeps retry tests quick.
 var fastBackoff = Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Attempts: 8}
 
@@ -285,17 +303,10 @@ func TestDelivery(t *testing.T) {
 
 	t.Run("a delivery replayed later is refused by its signed stamp, and a forged stamp breaks the signature", func(t *testing.T) {
 		t.Parallel()
-		db := newDB(t)
-		team := newTeam(t, db)
 		rc := &receiver{t: t, secret: "s"}
 		srv := httptest.NewServer(rc)
 		t.Cleanup(srv.Close)
-		h := addWebhook(t, db, team, srv.URL, rc.secret, SandboxKilled)
-		bus := newBus(t, db)
-		if err := bus.Emit(context.Background(), killedEvent(team)); err != nil {
-			t.Fatal(err)
-		}
-		waitDelivery(t, db, h)
+		deliverKilled(t, srv.URL, rc.secret, loopback)
 		g := rc.deliveries()[0]
 		sig := g.header.Get(HeaderSignature)
 		if _, err := VerifyDelivery(rc.secret, g.body, sig, 5*time.Minute, time.Now()); err != nil {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cove-dev/cove/internal/store"
 )
@@ -62,18 +61,7 @@ func TestDeliveriesCannotBeTurnedAgainstTheNetwork(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	deliver := func(t *testing.T, url string, allow []netip.Prefix) *store.Delivery {
-		db := newDB(t)
-		team := newTeam(t, db)
-		h := addWebhook(t, db, team, url, "s", SandboxKilled)
-		b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second, AllowNets: allow})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Close)
-		if err := b.Emit(context.Background(), killedEvent(team)); err != nil {
-			t.Fatal(err)
-		}
-		return waitDelivery(t, db, h)
+		return deliverKilled(t, url, "s", allow)
 	}
 	t.Run("a receiver on the loopback is refused once, not retried, and never reached", func(t *testing.T) {
 		before := hits.Load()
