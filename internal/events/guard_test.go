@@ -3,12 +3,14 @@ package events
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cove-dev/cove/internal/store"
 )
@@ -97,4 +99,81 @@ func TestDeliveriesCannotBeTurnedAgainstTheNetwork(t *testing.T) {
 			t.Errorf("dial: %v", err)
 		}
 	})
+}
+
+// fakeDNS answers A queries on the loopback with answers[0], then answers[1] for every later
+// one (a rebinding name), and AAAA queries with nothing: a resolver Cove does not own.
+func fakeDNS(t *testing.T, answers [2]netip.Addr) *net.Resolver {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	var asked atomic.Int32
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := buf[:n]
+			end := 12 // the question: labels, then type and class
+			for end < len(q) && q[end] != 0 {
+				end += int(q[end]) + 1
+			}
+			end += 5
+			if n < 12 || end > n {
+				continue
+			}
+			qtype := int(q[end-4])<<8 | int(q[end-3])
+			resp := append([]byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}, q[12:end]...)
+			if qtype == 1 { // A
+				a := answers[min(int(asked.Add(1))-1, 1)].As4()
+				resp[7] = 1
+				resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4)
+				resp = append(resp, a[:]...)
+			}
+			_, _ = pc.WriteTo(resp, from)
+		}
+	}()
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", pc.LocalAddr().String())
+	}}
+}
+
+func TestTheConnectionIsPinnedToTheAddressTheCheckPassed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.2:0") // the allowed receiver; nothing listens on 127.0.0.1 at its port
+	if err != nil {
+		t.Skipf("no 127.0.0.2 on this loopback: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	g := &guard{allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}, own: func() []netip.Addr { return nil },
+		resolver: fakeDNS(t, [2]netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.1")})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := g.dial(ctx, "tcp", "rebind.test:"+port)
+	if err != nil {
+		t.Fatalf("the first answer (allowed) was not dialled: %v", err)
+	}
+	if got := c.RemoteAddr().String(); got != ln.Addr().String() {
+		t.Errorf("connected to %s, want the checked %s: one resolution serves the check and the connect", got, ln.Addr())
+	}
+	c.Close()
+	if _, err := g.dial(ctx, "tcp", "rebind.test:"+port); !errors.Is(err, ErrForbiddenAddress) {
+		t.Errorf("after the name rebound to the loopback: %v, want ErrForbiddenAddress", err)
+	}
 }
