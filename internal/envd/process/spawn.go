@@ -72,11 +72,6 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		done:      make(chan struct{}),
 		oomBefore: -1,
 	}
-	if s.reaper.central {
-		// As the sandbox's init: the OOM kill count before the start tells an OOM kill of
-		// this process from a SIGKILL of another kind at its end.
-		p.oomBefore = oomKills()
-	}
 	if req.Tag != nil && !s.table.reserveTag(p.tag) {
 		return nil, fmt.Errorf("%w: a running process already has tag %q", fault.ErrExists, p.tag)
 	}
@@ -396,12 +391,21 @@ func devNullFile() (*os.File, error) {
 }
 
 // preferForOOM, as the sandbox's init, lets the OOM killer prefer the command over envd:
-// raising a score needs no privilege, and the command's own children inherit it. Start calls
-// it once the start event is out, off the round trip's path (the write costs a /proc lookup,
-// about 20 us here); the reaper's lock keeps the pid from being reaped, and reused, meanwhile.
-func (s *Service) preferForOOM(pid int) {
+// raising a score needs no privilege, and the command's own children inherit it. It also
+// reads the sandbox's OOM kill count, which tells an OOM kill of this process from another
+// SIGKILL at its end (a kill in the microseconds before this read reads as plain killed).
+// Start calls it once the start event is out, off the round trip's path (the write costs a
+// /proc lookup, about 20 us here, the read 7 us); the reaper's lock keeps the pid from being
+// reaped, and reused, meanwhile.
+func (s *Service) preferForOOM(p *proc) {
 	if s.reaper.central {
-		s.reaper.whileWaiting(pid, func() { setOOMScoreAdj(pid) })
+		s.reaper.whileWaiting(p.pid, func() {
+			setOOMScoreAdj(p.pid)
+			n := oomKills()
+			p.mu.Lock()
+			p.oomBefore = n
+			p.mu.Unlock()
+		})
 	}
 }
 
