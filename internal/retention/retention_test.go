@@ -133,7 +133,7 @@ func TestRetention(t *testing.T) {
 			t.Errorf("events keep the default TTL: %+v", byName["events"])
 		}
 		for name, want := range map[string]float64{
-			fmt.Sprint(gauge(telemetry.StoreRows.WithLabelValues("metric_samples"))):            20,
+			fmt.Sprint(gauge(telemetry.StoreRows.WithLabelValues("metric_samples"))):             20,
 			fmt.Sprint(gauge(telemetry.StoreRetentionSeconds.WithLabelValues("metric_samples"))): 86400,
 			fmt.Sprint(gauge(telemetry.StoreMaxRows.WithLabelValues("metric_samples"))):          20,
 		} {
