@@ -3,7 +3,6 @@ package retention_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
@@ -132,13 +131,16 @@ func TestRetention(t *testing.T) {
 		if byName["events"].TTLSeconds != int64(30*24*time.Hour/time.Second) {
 			t.Errorf("events keep the default TTL: %+v", byName["events"])
 		}
-		for name, want := range map[string]float64{
-			fmt.Sprint(gauge(telemetry.StoreRows.WithLabelValues("metric_samples"))):             20,
-			fmt.Sprint(gauge(telemetry.StoreRetentionSeconds.WithLabelValues("metric_samples"))): 86400,
-			fmt.Sprint(gauge(telemetry.StoreMaxRows.WithLabelValues("metric_samples"))):          20,
+		for _, g := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"cove_store_rows", gauge(telemetry.StoreRows.WithLabelValues("metric_samples")), 20},
+			{"cove_store_retention_seconds", gauge(telemetry.StoreRetentionSeconds.WithLabelValues("metric_samples")), 86400},
+			{"cove_store_max_rows", gauge(telemetry.StoreMaxRows.WithLabelValues("metric_samples")), 20},
 		} {
-			if name != fmt.Sprint(want) {
-				t.Errorf("gauge %s, want %v", name, want)
+			if g.got != g.want {
+				t.Errorf("%s{dataset=metric_samples} = %v, want %v", g.name, g.got, g.want)
 			}
 		}
 		if gauge(telemetry.StoreBytes.WithLabelValues("metric_samples")) <= 0 {
