@@ -57,6 +57,24 @@ var (
 	LogBytesDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cove_log_bytes_dropped_total", Help: "Sandbox output bytes envd did not collect as lines: over a byte budget, or binary.",
 	})
+)
+
+func register() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
+		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
+		LogLinesDropped, LogBytesDropped,
+	)
+	for _, r := range reason.KillReasons {
+		SandboxesKilled.WithLabelValues(r.String())
+	}
+	Registry.MustRegister(StoreRows, StoreBytes, StoreOldestAgeSeconds, StoreRetentionSeconds, StoreMaxRows, StorePruned)
+}
+
+// What each store keeps (internal/retention), by dataset: a closed set of five.
+var (
 	StoreRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cove_store_rows", Help: "Rows each dataset holds now (lines for log_lines).",
 	}, []string{"dataset"})
@@ -76,17 +94,3 @@ var (
 		Name: "cove_store_pruned_total", Help: "Rows pruned from each dataset, by why: ttl or cap.",
 	}, []string{"dataset", "why"})
 )
-
-func register() {
-	Registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
-		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
-		LogLinesDropped, LogBytesDropped,
-		StoreRows, StoreBytes, StoreOldestAgeSeconds, StoreRetentionSeconds, StoreMaxRows, StorePruned,
-	)
-	for _, r := range reason.KillReasons {
-		SandboxesKilled.WithLabelValues(r.String())
-	}
-}
