@@ -15,7 +15,7 @@ import (
 type dataset struct {
 	tables []string // tables whose pages (and their indexes') make its size
 	count  string   // its rows (lines for logs)
-	oldest string   // MIN of its time column, unix microseconds
+	oldest string   // its oldest row's time, unix microseconds, by an index or rowid (no scan)
 	// victims selects up to ? (limit) keys of prunable rows older than ? (cutoff), oldest
 	// first: keys columns, then the units each holds (1, or a chunk's lines).
 	victims string
@@ -28,10 +28,11 @@ var datasets = map[store.Dataset]dataset{
 	store.DatasetEvents: {
 		tables: []string{"events"},
 		count:  `SELECT COUNT(*) FROM events`,
-		oldest: `SELECT MIN(ts) FROM events`,
+		// Rows are inserted in time order, so rowid order is age order without an index on ts.
+		oldest: `SELECT (SELECT ts FROM events ORDER BY rowid LIMIT 1)`,
 		// An event whose delivery is still pending is the outbox's: it stays.
 		victims: `SELECT id, 1 FROM events e WHERE ts < ? AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
-			WHERE d.event_id = e.id AND d.state = 'pending') ORDER BY ts LIMIT ?`,
+			WHERE d.event_id = e.id AND d.state = 'pending') ORDER BY rowid LIMIT ?`,
 		remove: []string{
 			`DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM webhook_deliveries WHERE event_id = ?)`,
 			`DELETE FROM webhook_deliveries WHERE event_id = ?`,
@@ -41,9 +42,9 @@ var datasets = map[store.Dataset]dataset{
 	store.DatasetDeliveries: {
 		tables: []string{"webhook_deliveries", "webhook_attempts"},
 		count:  `SELECT COUNT(*) FROM webhook_deliveries`,
-		oldest: `SELECT MIN(created_at) FROM webhook_deliveries`,
+		oldest: `SELECT (SELECT created_at FROM webhook_deliveries ORDER BY rowid LIMIT 1)`,
 		victims: `SELECT id, 1 FROM webhook_deliveries WHERE created_at < ? AND state != 'pending'
-			ORDER BY created_at LIMIT ?`,
+			ORDER BY rowid LIMIT ?`,
 		remove: []string{
 			`DELETE FROM webhook_attempts WHERE delivery_id = ?`,
 			`DELETE FROM webhook_deliveries WHERE id = ?`,
@@ -59,7 +60,7 @@ var datasets = map[store.Dataset]dataset{
 	store.DatasetCommands: {
 		tables: []string{"commands"},
 		count:  `SELECT COUNT(*) FROM commands`,
-		oldest: `SELECT MIN(started_at) FROM commands`,
+		oldest: `SELECT MIN(ended_at) FROM commands WHERE ended_at IS NOT NULL`, // the age its TTL goes by
 		victims: `SELECT sandbox_id, pid, started_at, 1 FROM commands WHERE ended_at IS NOT NULL AND ended_at < ?
 			ORDER BY ended_at LIMIT ?`, keys: 3,
 		remove: []string{`DELETE FROM commands WHERE sandbox_id = ? AND pid = ? AND started_at = ?`},
