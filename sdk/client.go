@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -86,6 +87,9 @@ func (c *Client) do(ctx context.Context, op, sandboxID, method, path string, in,
 	req.Header.Set("Accept", "application/json")
 	if c.cfg.APIKey != "" {
 		req.Header.Set("X-API-Key", c.cfg.APIKey)
+	}
+	if c.cfg.AdminToken != "" && strings.HasPrefix(path, "/admin/") {
+		req.Header.Set("X-Admin-Token", c.cfg.AdminToken)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -20,6 +20,9 @@ type Config struct {
 	SandboxURL string
 	// APIKey authenticates REST calls (X-API-Key).
 	APIKey string
+	// AdminToken authenticates the operator's calls (X-Admin-Token: AdminStatus): the
+	// server data dir's admin-token file. COVE_ADMIN_TOKEN when empty.
+	AdminToken string
 	// Logger receives the SDK's lines: one "stream cancelled" line per process stream that
 	// ends before its end event, warnings, and a DEBUG line per HTTP request. nil uses
 	// slog.Default().
@@ -46,6 +49,7 @@ func (c Config) resolve() Config {
 	c.APIURL = strings.TrimRight(cmp.Or(c.APIURL, os.Getenv("COVE_API_URL"), os.Getenv("E2B_API_URL"), DefaultAPIURL), "/")
 	c.SandboxURL = strings.TrimRight(cmp.Or(c.SandboxURL, os.Getenv("COVE_SANDBOX_URL"), os.Getenv("E2B_SANDBOX_URL"), c.APIURL), "/")
 	c.APIKey = cmp.Or(c.APIKey, os.Getenv("COVE_API_KEY"), os.Getenv("E2B_API_KEY"))
+	c.AdminToken = cmp.Or(c.AdminToken, os.Getenv("COVE_ADMIN_TOKEN"))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

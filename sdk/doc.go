@@ -19,7 +19,7 @@
 //
 // A Client is configured from Config, whose empty fields come from COVE_API_URL,
 // COVE_SANDBOX_URL and COVE_API_KEY, or the official E2B SDK's E2B_API_URL,
-// E2B_SANDBOX_URL and E2B_API_KEY. Errors match ErrNotFound, ErrAuth, ErrConflict and
+// E2B_SANDBOX_URL and E2B_API_KEY. Errors match ErrNotFound, ErrAuth, ErrConflict, ErrRateLimit and
 // ErrTimeout with errors.Is; a command that exits non-zero is a *CommandExitError, and a
 // sandbox that was killed is a *SandboxKilledError that says why.
 package cove

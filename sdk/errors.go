@@ -25,6 +25,9 @@ var (
 	ErrAuth = errors.New("authentication failed")
 	// ErrConflict: the sandbox is not in a state that allows the call (pause a paused one).
 	ErrConflict = errors.New("conflict")
+	// ErrRateLimit: the team is over a quota (concurrent sandboxes, vCPUs, memory, create
+	// rate); the message names the limit. E2B's SDKs raise RateLimitError.
+	ErrRateLimit = errors.New("rate limited")
 	// ErrTimeout: the call's own timeout passed (Config.RequestTimeout, or a command's
 	// Timeout). It also matches context.DeadlineExceeded.
 	ErrTimeout error = timeoutError{}
@@ -224,6 +227,8 @@ func sentinelForStatus(status int) error {
 		return ErrAuth
 	case http.StatusConflict:
 		return ErrConflict
+	case http.StatusTooManyRequests:
+		return ErrRateLimit
 	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
 		return ErrTimeout
 	}

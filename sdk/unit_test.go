@@ -64,7 +64,7 @@ func TestHTTPErrorReadsKilledSandboxes(t *testing.T) {
 		})
 	}
 	t.Run("statuses map to sentinels", func(t *testing.T) {
-		for status, want := range map[int]error{404: ErrNotFound, 401: ErrAuth, 409: ErrConflict, 504: ErrTimeout} {
+		for status, want := range map[int]error{404: ErrNotFound, 401: ErrAuth, 409: ErrConflict, 429: ErrRateLimit, 504: ErrTimeout} {
 			if err := httpError("op", "", status, []byte(`{"code":1,"message":"m"}`), "r"); !errors.Is(err, want) || RequestIDOf(err) != "r" {
 				t.Errorf("status %d: %v, want %v with request id r", status, err, want)
 			}

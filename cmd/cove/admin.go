@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // printJSON writes v as indented JSON, for --json.
@@ -274,6 +276,15 @@ func newTeamCmd() *cobra.Command {
 	return cmd
 }
 
+// adminToken reads the data dir's admin token.
+func adminToken(data string) (string, error) {
+	b, err := os.ReadFile(server.AdminTokenFile(data))
+	if err != nil {
+		return "", fmt.Errorf("read the admin token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 func newAdminCmd() *cobra.Command {
 	var data, apiURL string
 	cmd := &cobra.Command{Use: "admin", Short: "Operator actions on any team's sandboxes (needs the data dir's admin token)"}
@@ -282,15 +293,15 @@ func newAdminCmd() *cobra.Command {
 	kill := &cobra.Command{
 		Use: "kill SANDBOX", Short: "Kill any team's sandbox, recorded with kill reason admin", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			token, err := os.ReadFile(server.AdminTokenFile(data))
+			token, err := adminToken(data)
 			if err != nil {
-				return fmt.Errorf("read the admin token: %w", err)
+				return err
 			}
 			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodDelete, strings.TrimRight(apiURL, "/")+"/admin/sandboxes/"+args[0], nil)
 			if err != nil {
 				return err
 			}
-			req.Header.Set(api.HeaderAdminToken, strings.TrimSpace(string(token)))
+			req.Header.Set(api.HeaderAdminToken, token)
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return err
@@ -304,6 +315,41 @@ func newAdminCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(kill)
+	var asJSON bool
+	status := &cobra.Command{
+		Use: "status", Short: "What each store keeps, for how long, and how big it is now", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token, err := adminToken(data)
+			if err != nil {
+				return err
+			}
+			c := cove.NewClient(cove.Config{APIURL: apiURL, AdminToken: token})
+			st, err := c.AdminStatus(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(st)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "DATASET\tROWS\tSIZE\tOLDEST\tKEEPS\tCAP\tPRUNED")
+			for _, s := range st {
+				oldest, keeps, capRows := "-", "forever", "none"
+				if !s.Oldest.IsZero() {
+					oldest = time.Since(s.Oldest).Round(time.Second).String() + " ago"
+				}
+				if s.TTLSeconds > 0 {
+					keeps = (time.Duration(s.TTLSeconds) * time.Second).String()
+				}
+				if s.MaxRows > 0 {
+					capRows = strconv.FormatInt(s.MaxRows, 10)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%.1f MiB\t%s\t%s\t%s\t%d\n", s.Dataset, s.Rows, float64(s.Bytes)/(1<<20), oldest, keeps, capRows, s.PrunedTotal)
+			}
+			return tw.Flush()
+		},
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(kill, status)
 	return cmd
 }

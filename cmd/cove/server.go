@@ -2,14 +2,19 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -25,9 +30,25 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 	cmd.Flags().StringVar(p, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory (state, templates, sandboxes, logs) [$COVE_DATA]")
 }
 
+// parseFile parses the file a flag names, with errors naming the flag and the file.
+func parseFile[T any](flag, path string, parse func(io.Reader) (T, error)) (T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", flag, err)
+	}
+	defer f.Close()
+	v, err := parse(f)
+	if err != nil {
+		return v, fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return v, nil
+}
+
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint, budgetsFile string
+	var logLevel, otelEndpoint, budgetsFile, quotasFile string
+	var webhookAllow, retain []string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -47,15 +68,35 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 			}
 			defer stopOTel()
 			if budgetsFile != "" {
-				f, err := os.Open(budgetsFile)
-				if err != nil {
-					return fmt.Errorf("--collect-budgets: %w", err)
+				if cfg.CollectBudgets, err = parseFile("--collect-budgets", budgetsFile, envdapi.ParseBudgets); err != nil {
+					return err
 				}
-				cfg.CollectBudgets, err = envdapi.ParseBudgets(f)
-				f.Close()
-				if err != nil {
-					return fmt.Errorf("--collect-budgets %s: %w", budgetsFile, err)
+			}
+			if quotasFile != "" {
+				def := cfg.Quotas.Default
+				if cfg.Quotas, err = parseFile("--quotas", quotasFile, orchestrator.ParseQuotas); err != nil {
+					return err
 				}
+				if cfg.Quotas.Default == (orchestrator.Quota{}) {
+					cfg.Quotas.Default = def // the flags, unless the file sets a default
+				}
+			}
+			for _, r := range retain {
+				d, p, err := retention.ParseFlag(r)
+				if err != nil {
+					return fmt.Errorf("--retain %w", err)
+				}
+				if cfg.Retain == nil {
+					cfg.Retain = map[store.Dataset]retention.Policy{}
+				}
+				cfg.Retain[d] = p
+			}
+			for _, n := range webhookAllow {
+				p, err := netip.ParsePrefix(n)
+				if err != nil {
+					return fmt.Errorf("--webhook-allow-net %q: want a CIDR range such as 127.0.0.0/8: %w", n, err)
+				}
+				cfg.WebhookAllowNets = append(cfg.WebhookAllowNets, p)
 			}
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
@@ -73,7 +114,15 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Int64Var(&cfg.Collect.BytesPerSec, "collect-bytes-per-sec", 1<<20, "output bytes per second each sandbox's envd collects as log lines; past it output is dropped and counted")
 	f.Int64Var(&cfg.Collect.ByteBurst, "collect-byte-burst", 16<<20, "output bytes a sandbox's envd collects at once before collect-bytes-per-sec applies")
 	f.Int64Var(&cfg.Collect.CommandBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; its record's head and tail are kept past it")
-	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N}},"templates":{...}}`)
+	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N,"collect":false}},"templates":{...}}`)
+	f.IntVar(&cfg.Quotas.Default.Sandboxes, "quota-sandboxes", 0, "running and paused sandboxes a team may hold at once (0: no limit); past it create answers 429")
+	f.IntVar(&cfg.Quotas.Default.VCPUs, "quota-vcpus", 0, "vCPUs a team's sandboxes may hold in all (0: no limit)")
+	f.IntVar(&cfg.Quotas.Default.MemoryMB, "quota-memory-mb", 0, "memory in MB a team's sandboxes may hold in all (0: no limit)")
+	f.Float64Var(&cfg.Quotas.Default.CreatesPerSec, "quota-creates-per-sec", 0, "sandbox creates per second a team may make, in bursts up to its ceiling (0: no limit)")
+	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N}}}`)
+	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
+	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines")
+	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

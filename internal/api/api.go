@@ -53,6 +53,8 @@ type Config struct {
 	// Routes are more handlers served behind the API's authentication, by mux pattern
 	// (events, metrics, logs); they read the caller's team with telemetry.Caller.
 	Routes map[string]http.Handler
+	// AdminRoutes are more handlers served behind the admin token (GET /admin/status).
+	AdminRoutes map[string]http.Handler
 	// Activity answers /teams/{teamID}/metrics from the sandbox records; nil leaves those
 	// operations to the 501 of operations this server does not serve.
 	Activity store.Activity
@@ -95,6 +97,12 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
+	for pattern, h := range a.cfg.AdminRoutes {
+		a.handleAdmin(pattern, func(w http.ResponseWriter, r *http.Request) error {
+			h.ServeHTTP(w, r)
+			return nil
+		})
+	}
 	a.handle("GET /teams", a.teams)
 	if a.cfg.Activity != nil {
 		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)

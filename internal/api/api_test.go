@@ -108,6 +108,9 @@ func (f *fakeSandboxes) Create(_ context.Context, req orchestrator.CreateRequest
 	if req.TemplateID == "missing" {
 		return nil, fmt.Errorf("template %s: %w", req.TemplateID, orchestrator.ErrTemplateNotFound)
 	}
+	if req.TemplateID == "over-quota" { // the orchestrator's refusal, as the fake's stand-in
+		return nil, &orchestrator.QuotaError{Limit: "concurrent sandboxes", Have: 21, Max: 20}
+	}
 	sb := &store.Sandbox{ID: "inew" + strconv.Itoa(len(f.created)), TeamID: req.TeamID, TemplateID: req.TemplateID,
 		State: store.StateRunning, Secure: req.Secure, Metadata: req.Metadata}
 	if req.Secure {
@@ -395,6 +398,8 @@ func TestCreate(t *testing.T) {
 				}
 			},
 		},
+		{name: "a create over the team's quota is 429 in E2B's shape, naming the limit", body: `{"templateID":"over-quota"}`, status: 429,
+			check: wantMessage("21 concurrent sandboxes, over the team's limit of 20")},
 		{name: "invalid JSON is 400", body: `{"templateID":`, status: 400},
 		{name: "a negative timeout is 400", body: `{"timeout":-1}`, status: 400},
 		{name: "a wrongly typed field is 400", body: `{"metadata":"x"}`, status: 400},
@@ -402,6 +407,15 @@ func TestCreate(t *testing.T) {
 		{name: "a template id with NUL is 400", body: `{"templateID":"base\u0000x"}`, status: 400},
 		{name: "an env value with NUL is 400 at create", body: `{"envVars":{"K":"a\u0000b"}}`, status: 400},
 		{name: "an env name with '=' is 400 at create", body: `{"envVars":{"K=1":"v"}}`, status: 400},
+		{name: "metadata with too many keys is 400 naming the limit", body: bigMetadata(api.MaxMetadataKeys+1, 1, 1), status: 400,
+			check: wantMessage("over the limit of 64 keys")},
+		{name: "a metadata key too long is 400 naming the limit", body: bigMetadata(1, api.MaxMetadataKeyBytes+1, 1), status: 400,
+			check: wantMessage("over the limit of 128 bytes per key")},
+		{name: "a metadata value too long is 400 naming the limit", body: bigMetadata(1, 1, api.MaxMetadataValueBytes+1), status: 400,
+			check: wantMessage("over the limit of 1024 bytes per value")},
+		{name: "metadata too big in all is 400 naming the limit", body: bigMetadata(16, 100, 1000), status: 400,
+			check: wantMessage("over the limit of 8192 bytes of keys and values in all")},
+		{name: "metadata at every limit is accepted", body: bigMetadata(api.MaxMetadataKeys, 8, api.MaxMetadataBytes/api.MaxMetadataKeys-8), status: 201},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,6 +437,25 @@ func TestCreate(t *testing.T) {
 				tt.check(t, e, body)
 			}
 		})
+	}
+}
+
+// bigMetadata is a create body with n metadata keys of about keyLen bytes and values of
+// valueLen bytes.
+func bigMetadata(n, keyLen, valueLen int) string {
+	md := map[string]string{}
+	for i := range n {
+		md[fmt.Sprintf("k%0*d", keyLen-1, i)] = strings.Repeat("v", valueLen)
+	}
+	b, _ := json.Marshal(map[string]any{"templateID": "base", "metadata": md})
+	return string(b)
+}
+
+func wantMessage(want string) func(t *testing.T, _ *env, body map[string]any) {
+	return func(t *testing.T, _ *env, body map[string]any) {
+		if msg, _ := body["message"].(string); !strings.Contains(msg, want) {
+			t.Errorf("message %q, want %q", msg, want)
+		}
 	}
 }
 

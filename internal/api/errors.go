@@ -33,6 +33,7 @@ func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
 	var unserved *notImplementedError
+	var quota *orchestrator.QuotaError
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
@@ -51,6 +52,9 @@ func statusOf(err error) int {
 		errors.Is(err, orchestrator.ErrConflict),
 		errors.Is(err, store.ErrConflict):
 		return http.StatusConflict
+	case errors.As(err, &quota):
+		// E2B's answer to a team over its limits; the SDKs raise RateLimitError.
+		return http.StatusTooManyRequests
 	case errors.As(err, &unserved):
 		return http.StatusNotImplemented
 	case errors.Is(err, context.DeadlineExceeded):

@@ -35,11 +35,47 @@ type createBody struct {
 	CollectLogs *bool `json:"collectLogs"`
 }
 
+// Metadata limits. Metadata is stored with the sandbox, listed, filtered on and sent with
+// every event and webhook, so it is kept to what labels need: E2B-like small labels.
+const (
+	MaxMetadataKeys       = 64
+	MaxMetadataKeyBytes   = 128
+	MaxMetadataValueBytes = 1024
+	MaxMetadataBytes      = 8 << 10 // keys and values together
+)
+
+// validMetadata refuses metadata over the limits, naming the limit.
+func validMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataKeys {
+		return fmt.Errorf("%w: metadata has %d keys, over the limit of %d keys", errBadRequest, len(md), MaxMetadataKeys)
+	}
+	total := 0
+	for k, v := range md {
+		switch {
+		case k == "":
+			return fmt.Errorf("%w: metadata: a key is empty", errBadRequest)
+		case len(k) > MaxMetadataKeyBytes:
+			return fmt.Errorf("%w: metadata: key %.32q… is %d bytes, over the limit of %d bytes per key", errBadRequest, k, len(k), MaxMetadataKeyBytes)
+		case len(v) > MaxMetadataValueBytes:
+			return fmt.Errorf("%w: metadata: the value of %q is %d bytes, over the limit of %d bytes per value", errBadRequest, k, len(v), MaxMetadataValueBytes)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return fmt.Errorf("%w: metadata is %d bytes, over the limit of %d bytes of keys and values in all", errBadRequest, total, MaxMetadataBytes)
+	}
+	return nil
+}
+
 // validCreate refuses at create what would break the sandbox later: a template id with
-// '..' or NUL in it, and env names or values no process environment can hold.
+// '..' or NUL in it, env names or values no process environment can hold, and metadata
+// over its limits.
 func validCreate(body createBody) error {
 	if id := body.TemplateID; strings.Contains(id, "..") || strings.ContainsRune(id, 0) {
 		return fmt.Errorf("%w: templateID %q must not contain '..' or NUL", errBadRequest, id)
+	}
+	if err := validMetadata(body.Metadata); err != nil {
+		return err
 	}
 	for k, v := range body.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -27,10 +27,10 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// Labels are the host's facts about a sandbox, put on every line.
+// Labels are the host's facts about a sandbox, put on every line. Its metadata is joined
+// onto lines at query time from the sandbox's record, not copied here.
 type Labels struct {
 	SandboxID, TeamID, TemplateID string
-	Metadata                      map[string]string
 }
 
 // Logs takes log lines without blocking (logs.Ingester).
@@ -55,6 +55,7 @@ type Collector struct {
 	mu      sync.Mutex
 	running map[int]*store.CommandRecord // started, not yet ended, by pid
 	recent  []string                     // the last output lines, redacted, for post-mortems
+	added   int                          // secrets the sandbox's commands added to redactor
 }
 
 // recentLines is how many output lines a collector keeps for a post-mortem.
@@ -216,10 +217,8 @@ func (c *Collector) add(line store.LogLine) {
 	for k, v := range line.Fields {
 		line.Fields[k] = c.redactValue(v)
 	}
-	for k, v := range c.labels.Metadata {
-		line.Fields = with(line.Fields, k, v)
-	}
-	line.Fields = with(line.Fields, "sandbox.id", c.labels.SandboxID)
+	// The sandbox's metadata is not copied onto the line: it is stored once with the
+	// sandbox and joined at query time (logs API), where it wins over the line's fields.
 	if c.logs != nil {
 		c.logs.Add(line)
 	}
@@ -247,7 +246,36 @@ func (c *Collector) base(pid int, tag, requestID string, startedAt time.Time) *s
 		PID: pid, Tag: tag, RequestID: requestID, StartedAt: startedAt}
 }
 
+// Bounds on the secrets commands add to a sandbox's redactor: envd is inside the sandbox,
+// so what it sends must not grow the host's work without end.
+const (
+	maxCommandSecrets = 256     // per sandbox
+	maxSecretLen      = 4 << 10 // bytes; longer values are masked piece by piece
+)
+
+// addSecrets makes the sandbox's redactor mask values from now on, within the bounds.
+func (c *Collector) addSecrets(values []string) {
+	if c.redactor == nil {
+		return
+	}
+	for _, v := range values {
+		for len(v) > 0 {
+			piece := v[:min(len(v), maxSecretLen)]
+			v = v[len(piece):]
+			c.mu.Lock()
+			full := c.added >= maxCommandSecrets
+			c.added++
+			c.mu.Unlock()
+			if full {
+				return
+			}
+			c.redactor.AddSecret(piece)
+		}
+	}
+}
+
 func (c *Collector) commandStart(ctx context.Context, rec envdapi.CommandStart) {
+	c.addSecrets(rec.Secrets)
 	cr := c.base(rec.PID, rec.Tag, rec.RequestID, rec.StartedAt)
 	cr.User, cr.Cwd = rec.User, rec.Cwd
 	cr.Command, _ = c.redactor.String(rec.Command)

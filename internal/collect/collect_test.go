@@ -39,7 +39,7 @@ func setup(t *testing.T) (*Collector, *lines, *sqlite.DB) {
 		t.Fatal(err)
 	}
 	got := &lines{}
-	c := New(Labels{SandboxID: "isb1", TeamID: team.ID, TemplateID: "base", Metadata: map[string]string{"taskId": "task-7"}},
+	c := New(Labels{SandboxID: "isb1", TeamID: team.ID, TemplateID: "base"},
 		redact.New(redact.Options{Secrets: []string{secret}}), got, db, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return c, got, db
 }
@@ -71,12 +71,13 @@ func TestCollectorLabelsRedactsAndRecords(t *testing.T) {
 	c.Stderr(strings.NewReader(jsonl(map[string]any{"time": time.Now().Format(time.RFC3339Nano), "level": "WARN",
 		"msg": "stream end", "request_id": "req-1", "process.pid": 42, "stream.end": "deadline"})), nil)
 
-	t.Run("every line carries the host's labels and the user's metadata, which a line cannot forge", func(t *testing.T) {
+	t.Run("every line carries the host's labels, and no copy of the sandbox's metadata", func(t *testing.T) {
 		if len(got.l) != 3 {
 			t.Fatalf("%d lines stored, want 3", len(got.l))
 		}
-		for _, l := range got.l {
-			if l.SandboxID != "isb1" || l.TemplateID != "base" || l.Fields["taskId"] != "task-7" || l.Fields["sandbox.id"] != "isb1" {
+		for i, l := range got.l {
+			_, copied := l.Fields["sandbox.id"]
+			if l.SandboxID != "isb1" || l.TemplateID != "base" || copied || (i != 1 && l.Fields["taskId"] != nil) {
 				t.Errorf("line %q labels: sandbox %q template %q fields %v", l.Message, l.SandboxID, l.TemplateID, l.Fields)
 			}
 		}
@@ -294,4 +295,47 @@ func TestDropsInACommandRecordReachTheIngester(t *testing.T) {
 	if got := in.Dropped("isb4"); got != 720 {
 		t.Errorf("the ingester counts %d lines dropped in the sandbox, want 720", got)
 	}
+}
+
+func TestACommandsEnvSecretsAreMaskedLikeTheSandboxes(t *testing.T) {
+	c, got, db := setup(t)
+	const cmdSecret = "cmd-only-secret-5f3a9c"
+	start := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "command_start", "pid": 7, "request_id": "req-2", "user": "user", "command": "/bin/bash",
+			"args": []string{"-c", "echo " + cmdSecret}, "cwd": "/", "started_at": start, "secrets": []string{cmdSecret}},
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 7, "stream": "stdout", "request_id": "req-2", "line": "got " + cmdSecret},
+		map[string]any{"kind": "command_end", "pid": 7, "request_id": "req-2", "started_at": start, "ended_at": time.Now(),
+			"duration_ms": 1000, "exit_code": 0, "end_cause": "exited", "stdout_bytes": 30, "stdout_head": "got " + cmdSecret + "\n"},
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 8, "stream": "stdout", "line": "later " + cmdSecret},
+	)))
+	rec, err := db.GetCommand(context.Background(), "isb1", 7, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := map[string]string{
+		"the record's args": strings.Join(rec.Args, " "), "the record's head": rec.StdoutHead,
+		"the post-mortem's recent lines": strings.Join(c.Recent(), "\n"),
+	}
+	for _, l := range got.l {
+		places["log line "+l.Message] = l.Message
+	}
+	for where, s := range places {
+		t.Run("it is masked in "+where, func(t *testing.T) {
+			if strings.Contains(s, cmdSecret) || !strings.Contains(s, "[REDACTED:exact]") {
+				t.Errorf("%q", s)
+			}
+		})
+	}
+	t.Run("a sandbox adds at most maxCommandSecrets values", func(t *testing.T) {
+		many := make([]string, maxCommandSecrets+10)
+		for i := range many {
+			many[i] = "bulk-secret-" + strings.Repeat("x", i)
+		}
+		before := c.redactor.Len()
+		c.addSecrets(many)
+		if added := c.redactor.Len() - before; added > maxCommandSecrets {
+			t.Errorf("%d secrets added", added)
+		}
+	})
 }

@@ -106,6 +106,7 @@ type Server struct {
 
 	t         testing.TB
 	templates string
+	args      []string // extra `cove server` flags
 	cmd       *exec.Cmd
 	logs      *Buffer
 	exited    chan struct{}
@@ -114,11 +115,17 @@ type Server struct {
 // Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup.
 func Start(t testing.TB, dataDir string) *Server {
 	t.Helper()
+	return StartWith(t, dataDir)
+}
+
+// StartWith is Start with extra `cove server` flags, kept across restarts.
+func StartWith(t testing.TB, dataDir string, args ...string) *Server {
+	t.Helper()
 	Skip(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: Templates(t)}
+	s := &Server{t: t, DataDir: dataDir, templates: Templates(t), args: args}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()
@@ -135,8 +142,8 @@ func (s *Server) start() {
 	if s.logs == nil {
 		s.logs = &Buffer{} // kept across restarts: a test reads what every run logged
 	}
-	cmd := exec.Command(Binary(t), "server", "--data", s.DataDir, "--templates", s.templates,
-		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms")
+	cmd := exec.Command(Binary(t), append([]string{"server", "--data", s.DataDir, "--templates", s.templates,
+		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms"}, s.args...)...)
 	cmd.Stderr = s.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

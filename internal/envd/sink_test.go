@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -162,6 +163,30 @@ func TestSinkRecordsOutputLinesAndCommands(t *testing.T) {
 			t.Error("an output line was collected with collection off")
 		}
 	})
+}
+
+func TestSinkCommandStartCarriesTheCommandsEnvSecretsForTheHost(t *testing.T) {
+	t.Parallel()
+	c, _, out := startWithSink(t, 0)
+	req := connect.NewRequest(bash("true"))
+	req.Msg.Process.Envs = map[string]string{"DEPLOY_TOKEN": "tok-9f8e7d6c", "GREETING": "hello-world"}
+	withHeaders(req, "sink-secrets", "")
+	stream, err := c.Start(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect[*pb.StartResponse](stream)
+	endOf(t, out, "sink-secrets")
+	for _, s := range records(t, out)["command_start"] {
+		if s["request_id"] != "sink-secrets" {
+			continue
+		}
+		if got := fmt.Sprint(s["secrets"]); got != "[tok-9f8e7d6c]" {
+			t.Errorf("secrets %s, want only the value of the secret-looking name", got)
+		}
+		return
+	}
+	t.Error("no command_start record")
 }
 
 func TestSinkRateLimitCountsDroppedLines(t *testing.T) {

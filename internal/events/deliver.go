@@ -23,6 +23,7 @@ const (
 	ErrorTimeout    = "timeout"
 	ErrorTLS        = "tls"
 	ErrorHTTPStatus = "http_status"
+	ErrorForbidden  = "forbidden_address" // the host resolves only to refused addresses
 	ErrorOther      = "other"
 )
 
@@ -120,7 +121,7 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 	retry := false
 	if err != nil {
 		rec.ErrorClass, rec.Error = classify(err), err.Error()
-		retry = true
+		retry = rec.ErrorClass != ErrorForbidden // an operator's decision, not a passing fault
 	} else if status < 200 || status > 299 {
 		rec.ErrorClass, rec.Error = ErrorHTTPStatus, "HTTP "+strconv.Itoa(status)
 		retry = status >= 500 || status == http.StatusTooManyRequests
@@ -167,7 +168,7 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 
 // post sends d's event, signed, and returns the response status.
 func (b *Bus) post(ctx context.Context, d *store.DueDelivery) (int, error) {
-	body, err := Body(d.Event)
+	body, err := Body(d.Event, Stamp{DeliveryID: d.Delivery.ID, Attempt: d.Delivery.Attempts + 1, SentAt: time.Now()})
 	if err != nil {
 		return 0, err
 	}
@@ -205,6 +206,8 @@ func classify(err error) string {
 	var alert tls.AlertError
 	var netErr net.Error
 	switch {
+	case errors.Is(err, ErrForbiddenAddress):
+		return ErrorForbidden
 	case errors.As(err, &dnsErr):
 		return ErrorDNS
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():

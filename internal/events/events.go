@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -130,9 +132,14 @@ type Config struct {
 	Store store.EventStore
 	// Logger logs the dispatcher's lines; nil uses telemetry's default.
 	Logger *slog.Logger
-	// HTTPClient sends deliveries; nil uses a client that does not follow redirects.
+	// HTTPClient sends deliveries; nil uses a client that does not follow redirects and
+	// refuses addresses outside AllowNets that are loopback, link-local, private,
+	// unique-local or the server's own, resolving at delivery time and pinning the address.
 	HTTPClient *http.Client
-	Backoff    Backoff
+	// AllowNets are ranges deliveries may reach although they are otherwise refused (an
+	// operator's receiver on the loopback or the private network).
+	AllowNets []netip.Prefix
+	Backoff   Backoff
 	// AttemptTimeout bounds one delivery attempt; 10 s when 0.
 	AttemptTimeout time.Duration
 	// Workers is how many deliveries are attempted at once; 8 when 0.
@@ -146,9 +153,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = telemetry.Logger(context.Background())
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		}}
+		c.HTTPClient = deliveryClient(&guard{allow: c.AllowNets, resolver: net.DefaultResolver, own: ownAddresses})
 	}
 	c.Backoff = c.Backoff.withDefaults()
 	if c.AttemptTimeout <= 0 {
@@ -287,7 +292,23 @@ func toWire(ev *store.Event) wireEvent {
 	}
 }
 
-// Body returns the JSON of ev as webhooks receive it.
-func Body(ev *store.Event) ([]byte, error) {
-	return json.Marshal(toWire(ev))
+// Stamp says which attempt of which delivery a webhook body is, and when it was sent. It
+// is inside the signed body, so a receiver that refuses stale or seen stamps cannot be
+// replayed to: the signature header stays E2B's, over the body.
+type Stamp struct {
+	DeliveryID string    `json:"deliveryId"`
+	Attempt    int       `json:"attempt"`
+	SentAt     time.Time `json:"sentAt"`
+}
+
+// webhookBody is what a webhook receives: the event and the delivery's stamp.
+type webhookBody struct {
+	wireEvent
+	Delivery Stamp `json:"delivery"`
+}
+
+// Body returns the JSON of ev as a webhook receives it in the attempt stamp describes.
+func Body(ev *store.Event, stamp Stamp) ([]byte, error) {
+	stamp.SentAt = stamp.SentAt.UTC()
+	return json.Marshal(webhookBody{toWire(ev), stamp})
 }

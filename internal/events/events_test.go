@@ -3,10 +3,12 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -44,12 +46,33 @@ func newTeam(t testing.TB, db *sqlite.DB) string {
 	return team.ID
 }
 
+// loopback is the operator's allow option the tests' receivers on 127.0.0.1 need.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
+// deliverKilled emits a killed event to one webhook at url on a new store and bus that
+// allow allow, and returns the finished delivery.
+func deliverKilled(t *testing.T, url, secret string, allow []netip.Prefix) *store.Delivery {
+	t.Helper()
+	db := newDB(t)
+	team := newTeam(t, db)
+	h := addWebhook(t, db, team, url, secret, SandboxKilled)
+	b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second, AllowNets: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Emit(context.Background(), killedEvent(team)); err != nil {
+		t.Fatal(err)
+	}
+	return waitDelivery(t, db, h)
+}
+
 // fastBackoff keeps retry tests quick.
 var fastBackoff = Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Attempts: 8}
 
 func newBus(t testing.TB, db store.EventStore) *Bus {
 	t.Helper()
-	b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second})
+	b, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AttemptTimeout: 2 * time.Second, AllowNets: loopback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,9 +292,38 @@ func TestDelivery(t *testing.T) {
 			t.Errorf("last attempt %+v", last)
 		}
 		got := rc.deliveries()
-		if len(got) != 3 || string(got[0].body) != string(got[2].body) ||
+		if len(got) != 3 || got[0].event.ID != got[2].event.ID ||
 			got[0].header.Get(HeaderDeliveryID) != got[2].header.Get(HeaderDeliveryID) {
-			t.Errorf("retries did not resend the same delivery: %d received", len(got))
+			t.Fatalf("retries did not resend the same delivery: %d received", len(got))
+		}
+		for i, g := range got {
+			st, err := VerifyDelivery(rc.secret, g.body, g.header.Get(HeaderSignature), time.Minute, time.Now())
+			if err != nil || st.Attempt != i+1 || st.DeliveryID != d.ID {
+				t.Errorf("attempt %d: stamp %+v, %v", i+1, st, err)
+			}
+		}
+	})
+
+	t.Run("a delivery replayed later is refused by its signed stamp, and a forged stamp breaks the signature", func(t *testing.T) {
+		t.Parallel()
+		rc := &receiver{t: t, secret: "s"}
+		srv := httptest.NewServer(rc)
+		t.Cleanup(srv.Close)
+		deliverKilled(t, srv.URL, rc.secret, loopback)
+		g := rc.deliveries()[0]
+		sig := g.header.Get(HeaderSignature)
+		if _, err := VerifyDelivery(rc.secret, g.body, sig, 5*time.Minute, time.Now()); err != nil {
+			t.Fatalf("fresh delivery refused: %v", err)
+		}
+		if _, err := VerifyDelivery(rc.secret, g.body, sig, 5*time.Minute, time.Now().Add(time.Hour)); !errors.Is(err, ErrStale) {
+			t.Errorf("replayed an hour later: %v, want ErrStale", err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(g.body, &m)
+		m["delivery"].(map[string]any)["sentAt"] = time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+		forged, _ := json.Marshal(m)
+		if _, err := VerifyDelivery(rc.secret, forged, sig, 5*time.Minute, time.Now().Add(time.Hour)); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("forged stamp: %v, want ErrBadSignature", err)
 		}
 	})
 
@@ -298,7 +350,7 @@ func TestDelivery(t *testing.T) {
 		db := newDB(t)
 		team := newTeam(t, db)
 		h := addWebhook(t, db, team, "http://"+deadAddr(t), "s", SandboxKilled)
-		b, err := New(context.Background(), Config{Store: db,
+		b, err := New(context.Background(), Config{Store: db, AllowNets: loopback,
 			Backoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond, Attempts: 3}})
 		if err != nil {
 			t.Fatal(err)
@@ -340,7 +392,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	db1 := openDB(t, path)
 	team := newTeam(t, db1)
 	h := addWebhook(t, db1, team, "http://"+addr, "s", SandboxKilled)
-	bus1, err := New(ctx, Config{Store: db1, Backoff: Backoff{Initial: 200 * time.Millisecond, Attempts: 8}})
+	bus1, err := New(ctx, Config{Store: db1, AllowNets: loopback, Backoff: Backoff{Initial: 200 * time.Millisecond, Attempts: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +458,7 @@ func TestCloseInterruptsAnAttemptWithoutCountingIt(t *testing.T) {
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
 	h := addWebhook(t, db, team, srv.URL, "s", SandboxKilled)
-	bus, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff})
+	bus, err := New(context.Background(), Config{Store: db, Backoff: fastBackoff, AllowNets: loopback})
 	if err != nil {
 		t.Fatal(err)
 	}

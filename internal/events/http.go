@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -225,12 +226,33 @@ func ValidateURL(raw string) error {
 	return nil
 }
 
+// allowedHost refuses at once a URL whose host is an address deliveries would refuse; a
+// name is resolved, and checked, at each delivery.
+func (a *api) allowedHost(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	addr, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return nil
+	}
+	if g := (&guard{allow: a.cfg.AllowNets, own: ownAddresses}); !g.allowed(addr) {
+		return fmt.Errorf("%s is a loopback, link-local, private, unique-local or this server's own address: "+
+			"deliveries there are refused unless the operator allows its range (cove server --webhook-allow-net)", addr)
+	}
+	return nil
+}
+
 func (a *api) createWebhook(w http.ResponseWriter, r *http.Request, teamID string) error {
 	var req webhookRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
 		return teamapi.BadRequest("body: %v", err)
 	}
 	if err := ValidateURL(req.URL); err != nil {
+		return teamapi.BadRequest("url: %v", err)
+	}
+	if err := a.allowedHost(req.URL); err != nil {
 		return teamapi.BadRequest("url: %v", err)
 	}
 	if len(req.Name) > maxNameLen {

@@ -25,7 +25,7 @@ type teamKey struct{}
 // API's authentication.
 func apiServer(t testing.TB, db *sqlite.DB) *httptest.Server {
 	t.Helper()
-	h := NewAPI(Config{Store: db, Team: func(ctx context.Context) (string, bool) {
+	h := NewAPI(Config{Store: db, AllowNets: loopback, Team: func(ctx context.Context) (string, bool) {
 		team, ok := ctx.Value(teamKey{}).(string)
 		return team, ok
 	}})
@@ -304,6 +304,9 @@ func TestWebhooksAPI(t *testing.T) {
 		{"an empty secret", map[string]any{"url": "https://example.com/", "events": []string{"sandbox.lifecycle.killed"}, "secret": ""}},
 		{"a huge secret", map[string]any{"url": "https://example.com/", "events": []string{"sandbox.lifecycle.killed"}, "secret": strings.Repeat("x", 300)}},
 		{"malformed JSON", `{"url":`},
+		{"the cloud metadata address", map[string]any{"url": "http://169.254.169.254/latest", "events": []string{"sandbox.lifecycle.killed"}}},
+		{"a private address", map[string]any{"url": "http://10.0.0.7:8080/hook", "events": []string{"sandbox.lifecycle.killed"}}},
+		{"an IPv6 unique-local address", map[string]any{"url": "http://[fd00::1]/hook", "events": []string{"sandbox.lifecycle.killed"}}},
 	} {
 		t.Run("creating with "+c.name+" is 400", func(t *testing.T) {
 			resp, body := call(t, "POST", srv.URL+"/events/webhooks", teamA, c.body)

@@ -27,6 +27,9 @@ type APIConfig struct {
 	// template; an error wrapping store.ErrNotFound answers 404. Nil skips the check: the
 	// stores' team filter still hides other teams' lines.
 	Sandbox func(ctx context.Context, teamID, id string) (templateID string, err error)
+	// Labels returns the sandbox's metadata, stored once with the sandbox and joined onto
+	// its lines here, at query time, never copied onto every stored line. Nil joins none.
+	Labels func(ctx context.Context, teamID, id string) (map[string]string, error)
 }
 
 // Limits of the HTTP API.
@@ -83,8 +86,8 @@ type wireLog struct {
 	Fields    map[string]string `json:"fields"`
 }
 
-func toWireLog(l *store.LogLine) wireLog {
-	f := make(map[string]string, len(l.Fields)+4)
+func toWireLog(l *store.LogLine, labels map[string]string) wireLog {
+	f := make(map[string]string, len(l.Fields)+len(labels)+4)
 	for k, v := range l.Fields {
 		if s, ok := v.(string); ok {
 			f[k] = s
@@ -93,6 +96,9 @@ func toWireLog(l *store.LogLine) wireLog {
 		}
 	}
 	// The host's labels win over a line's own fields of the same name.
+	for k, v := range labels {
+		f[k] = v
+	}
 	f["source"] = l.Source
 	if l.Stream != "" {
 		f["stream"] = l.Stream
@@ -119,13 +125,28 @@ func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) erro
 		return err
 	}
 	q.TeamID, q.SandboxID = teamID, r.PathValue("id")
+	labels, err := a.labels(r.Context(), teamID, q.SandboxID)
+	if err != nil {
+		return err
+	}
+	out := logsV2Response{Logs: []wireLog{}}
+	// A filter on a label holds for every line of the sandbox or for none: it is decided
+	// here, and only the lines' own fields go to the store.
+	for k, v := range q.Fields {
+		if lv, ok := labels[k]; ok {
+			if lv != v {
+				teamapi.WriteJSON(w, http.StatusOK, out)
+				return nil
+			}
+			delete(q.Fields, k)
+		}
+	}
 	page, err := a.cfg.Logs.QueryLogs(r.Context(), q)
 	if err != nil {
 		return err
 	}
-	out := logsV2Response{Logs: make([]wireLog, 0, len(page.Lines))}
 	for i := range page.Lines {
-		out.Logs = append(out.Logs, toWireLog(&page.Lines[i]))
+		out.Logs = append(out.Logs, toWireLog(&page.Lines[i], labels))
 	}
 	if page.Next != nil {
 		tok := encodeCursor(*page.Next)
@@ -133,6 +154,22 @@ func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) erro
 	}
 	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// labels are the host's labels of sandbox id: its metadata and its id.
+func (a *api) labels(ctx context.Context, teamID, id string) (map[string]string, error) {
+	labels := map[string]string{}
+	if a.cfg.Labels != nil {
+		md, err := a.cfg.Labels(ctx, teamID, id)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range md {
+			labels[k] = v
+		}
+	}
+	labels[telemetry.KeySandboxID] = id
+	return labels, nil
 }
 
 func logQuery(v url.Values) (store.LogQuery, error) {
@@ -249,6 +286,10 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 		}
 		q.Cursor = time.UnixMilli(ms).UTC()
 	}
+	labels, err := a.labels(r.Context(), teamID, q.SandboxID)
+	if err != nil {
+		return err
+	}
 	page, err := a.cfg.Logs.QueryLogs(r.Context(), q)
 	if err != nil {
 		return err
@@ -257,7 +298,7 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 	for i := range page.Lines {
 		l := &page.Lines[i]
 		out.Logs = append(out.Logs, legacyLog{Timestamp: l.Time, Line: l.Message})
-		out.LogEntries = append(out.LogEntries, toWireLog(l))
+		out.LogEntries = append(out.LogEntries, toWireLog(l, labels))
 	}
 	teamapi.WriteJSON(w, http.StatusOK, out)
 	return nil

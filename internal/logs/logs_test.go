@@ -310,7 +310,7 @@ func TestAPI(t *testing.T) {
 		want := map[string]any{
 			"logs": []any{map[string]any{"timestamp": "2026-03-01T12:00:00Z", "message": "out 0", "level": "info",
 				"fields": map[string]any{"taskId": "t1", "n": "0", "source": "process", "stream": "stdout",
-					"process.pid": "9", "request_id": "req_1"}}},
+					"process.pid": "9", "request_id": "req_1", "sandbox.id": "sb_a"}}},
 			"nextCursor": body["nextCursor"],
 		}
 		if !reflect.DeepEqual(body, want) {
@@ -511,5 +511,45 @@ func TestANoisySandboxCannotTakeTheWholeQueue(t *testing.T) {
 	}
 	if n, q := count(t, db, "team", "noisy"), count(t, db, "team", "quiet"); n != 31 || q != 20 {
 		t.Errorf("stored noisy %d quiet %d, want 31 and 20", n, q)
+	}
+}
+
+func TestTheSandboxsMetadataIsJoinedAtQueryTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newDB(t)
+	h := NewAPI(APIConfig{Logs: db, Commands: db,
+		Team: func(context.Context) (string, bool) { return "team_a", true },
+		Labels: func(_ context.Context, team, id string) (map[string]string, error) {
+			return map[string]string{"taskId": "t-42"}, nil
+		}})
+	// The lines carry no metadata; one claims a taskId of its own.
+	if err := db.InsertLogs(ctx, []store.LogLine{
+		{Time: base, SandboxID: "sb_a", TeamID: "team_a", Level: "info", Source: store.SourceProcess, Message: "plain"},
+		{Time: base.Add(time.Millisecond), SandboxID: "sb_a", TeamID: "team_a", Level: "info", Source: store.SourceProcess,
+			Message: "forging", Fields: map[string]any{"taskId": "forged"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, query string
+		want        int
+	}{
+		{"a filter on the sandbox's label matches every line", "fields.taskId=t-42", 2},
+		{"a line's forged label matches nothing: the host's wins", "fields.taskId=forged", 0},
+		{"a filter on the sandbox id label matches every line", "fields.sandbox.id=sb_a", 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := get(t, h, "team_a", "/v2/sandboxes/sb_a/logs?"+tt.query)
+			logs, _ := body["logs"].([]any)
+			if status != 200 || len(logs) != tt.want {
+				t.Fatalf("status %d, %d lines, want %d: %v", status, len(logs), tt.want, body)
+			}
+			for _, l := range logs {
+				if f := l.(map[string]any)["fields"].(map[string]any); f["taskId"] != "t-42" || f["sandbox.id"] != "sb_a" {
+					t.Errorf("line fields %v: want the host's taskId and sandbox id", f)
+				}
+			}
+		})
 	}
 }

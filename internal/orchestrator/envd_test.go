@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/envd/envdapi"
@@ -30,5 +31,36 @@ func TestEachSandboxsEnvdGetsItsTeamsAndTemplatesBudget(t *testing.T) {
 	}
 	if len(o.cfg.EnvdArgs) != 2 {
 		t.Errorf("the server's args were changed: %q", o.cfg.EnvdArgs)
+	}
+}
+
+func TestCollectionIsSwitchedPerSandboxTemplateAndTeam(t *testing.T) {
+	off, on := false, true
+	o := &Orchestrator{cfg: Config{CollectBudgets: envdapi.Budgets{
+		Teams:     map[string]envdapi.Budget{"quiet": {Collect: &off}},
+		Templates: map[string]envdapi.Budget{"loud": {Collect: &on}},
+	}}}
+	tests := []struct {
+		name           string
+		team, template string
+		own, tmpl      *bool
+		want           string
+	}{
+		{"a sandbox of an unlisted team keeps envd's default", "t", "base", nil, nil, "default"},
+		{"a team switched off in --collect-budgets collects nothing", "quiet", "base", nil, nil, "false"},
+		{"a template listed on wins over its team", "quiet", "loud", nil, nil, "true"},
+		{"the template's own setting wins over the budgets file", "quiet", "base", nil, &on, "true"},
+		{"the sandbox's collectLogs wins over everything", "t", "loud", &off, &on, "false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := "default"
+			if c := o.collectOutput(&store.Sandbox{TeamID: tt.team, TemplateID: tt.template}, tt.own, tt.tmpl); c != nil {
+				got = strconv.FormatBool(*c)
+			}
+			if got != tt.want {
+				t.Errorf("collect = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }

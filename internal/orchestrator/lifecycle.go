@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,27 @@ func (o *Orchestrator) Get(ctx context.Context, teamID, id string) (*store.Sandb
 // Lookup is Get for any team, for the proxy.
 func (o *Orchestrator) Lookup(ctx context.Context, id string) (*store.Sandbox, error) {
 	return o.Get(ctx, "", id)
+}
+
+// Authorized says a proxy caller may learn sandbox id's state: it exists (killed
+// included) and is insecure, or accessToken is its envd access token.
+func (o *Orchestrator) Authorized(ctx context.Context, id, accessToken string) bool {
+	var token string
+	o.mu.Lock()
+	e := o.live[id]
+	o.mu.Unlock()
+	if e != nil {
+		e.mu.Lock()
+		token = e.sb.EnvdAccessToken
+		e.mu.Unlock()
+	} else {
+		sb, err := o.cfg.Store.GetSandbox(ctx, id)
+		if err != nil {
+			return false
+		}
+		token = sb.EnvdAccessToken
+	}
+	return token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(accessToken)) == 1
 }
 
 // List lists a team's sandboxes from the store.

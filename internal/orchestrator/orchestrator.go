@@ -80,7 +80,7 @@ type Config struct {
 	MaxTimeout     time.Duration // 24 h when 0
 	CPUCount       int           // per sandbox; 2 when 0
 	MemoryMB       int           // per sandbox; 512 when 0
-	DiskSizeMB     int           // reported disk size; 1024 when 0
+	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
 	// EnvdArgs are added to every sandbox's `cove envd` command line (record caps, say).
 	EnvdArgs []string
@@ -88,6 +88,8 @@ type Config struct {
 	// per template. Each sandbox's envd gets its own as flags.
 	Collect        envdapi.Budget
 	CollectBudgets envdapi.Budgets
+	// Quotas bound each team's sandboxes, vCPUs, memory and create rate; zero: none.
+	Quotas Quotas
 }
 
 // envdCommand is the command line of sb's envd: the server's args, then sb's budget.
@@ -140,8 +142,10 @@ type Orchestrator struct {
 
 	// mu guards live. Lock order: an entry's mu may be held when taking mu, never the
 	// other way round.
-	mu   sync.Mutex
-	live map[string]*entry
+	mu       sync.Mutex
+	live     map[string]*entry
+	creating map[string]reservation // creates in flight, counted against their team's quota
+	rates    map[string]*bucket     // each team's create-rate bucket
 
 	wake   chan struct{} // the evictor recomputes its next deadline
 	stop   chan struct{}
@@ -159,6 +163,7 @@ type entry struct {
 	logFile   *os.File
 	drainers  sync.WaitGroup
 	collector *collect.Collector
+	redactor  *redact.Redactor // the sandbox's: global secrets plus its own
 	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
 	stopOOM context.CancelFunc
 }
@@ -211,7 +216,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		}
 	}
 	telemetry.Metrics()
-	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	o.wg.Add(1)
 	go o.evictor()
 	return o, nil
@@ -306,8 +311,21 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
+	o.mu.Lock()
+	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now)
+	o.mu.Unlock()
+	if err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
+		return nil, err
+	}
+	defer func() {
+		o.mu.Lock()
+		delete(o.creating, sb.ID) // when the create failed
+		o.mu.Unlock()
+	}()
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
+	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
 
 	stage := "runtime"
 	defer func() {
@@ -324,7 +342,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Rootfs: tmpl.Rootfs,
 		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
+		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Start:  true,
 	})
@@ -339,10 +357,8 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
 	init := map[string]any{"envVars": req.EnvVars}
-	if collect := req.CollectLogs; collect != nil {
+	if collect := o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs); collect != nil {
 		init["collectOutput"] = *collect
-	} else if tmpl.CollectLogs != nil {
-		init["collectOutput"] = *tmpl.CollectLogs
 	}
 	if sb.EnvdAccessToken != "" {
 		init["accessToken"] = sb.EnvdAccessToken
@@ -359,6 +375,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	}
 	o.mu.Lock()
 	o.live[sb.ID] = e
+	delete(o.creating, sb.ID)
 	o.mu.Unlock()
 	o.watchInit(e)
 	o.nudge()
@@ -387,18 +404,8 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 			raw = f
 		}
 	}
-	secrets := append([]string{e.sb.EnvdAccessToken}, req.Secrets...)
-	for k, v := range req.EnvVars {
-		if redact.LooksSecret(k) {
-			secrets = append(secrets, v)
-		}
-	}
-	base := o.cfg.Redactor
-	if base == nil {
-		base = redact.New(redact.Options{})
-	}
-	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
-		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID},
+		e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
 	e.drainers.Add(2)
 	// The pipes outlive the create request: its values go on, its cancel does not.
 	collectCtx := context.WithoutCancel(ctx)
@@ -412,6 +419,49 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 		e.collector.Stderr(rsb.Stderr, raw)
 		_ = rsb.Stderr.Close()
 	}()
+}
+
+// collectOutput says whether sb's envd collects command output: the sandbox's own
+// collectLogs, else its template's (cove template set), else its team's or template's in
+// --collect-budgets; nil leaves envd's default, on.
+func (o *Orchestrator) collectOutput(sb *store.Sandbox, own, template *bool) *bool {
+	if own != nil {
+		return own
+	}
+	if template != nil {
+		return template
+	}
+	return o.cfg.CollectBudgets.For(o.cfg.Collect, sb.TeamID, sb.TemplateID).Collect
+}
+
+// sandboxRedactor is the global redactor plus the sandbox's own secrets: its access token,
+// the caller's API key, and the values of env vars and metadata whose names look secret.
+// Commands add the secret values of their own envs as they start (collect).
+func (o *Orchestrator) sandboxRedactor(sb *store.Sandbox, req CreateRequest) *redact.Redactor {
+	secrets := append([]string{sb.EnvdAccessToken}, req.Secrets...)
+	for _, m := range []map[string]string{req.EnvVars, req.Metadata} {
+		for k, v := range m {
+			if redact.LooksSecret(k) {
+				secrets = append(secrets, v)
+			}
+		}
+	}
+	base := o.cfg.Redactor
+	if base == nil {
+		base = redact.New(redact.Options{})
+	}
+	return base.With(secrets...)
+}
+
+// redactMetadata masks the known secrets in metadata values: a value equal to an env
+// secret, the API key or a value under a secret-looking key is stored, listed, labelled
+// and sent in events as "[REDACTED:exact]".
+func redactMetadata(r *redact.Redactor, md map[string]string) map[string]string {
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		out[k], _ = r.Exact(v)
+	}
+	return out
 }
 
 func (e *entry) closeLog() {

@@ -65,11 +65,21 @@ func describe(err error, t target) (int, errorBody) {
 	return body.Code, body
 }
 
-// fail answers r with err as JSON and records it for the access line.
+// errNotYours is what a caller who has not shown it may see a sandbox learns about it,
+// whatever its state: the same answer for a sandbox that never existed, one that was
+// killed and another team's.
+var errNotYours = errors.New("not found or not yours")
+
+// fail answers r with err as JSON and records it for the access line (the full error).
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error) {
 	ctx := r.Context()
 	infoFrom(ctx).err = err
 	code, body := describe(err, t)
+	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, r.Header.Get(HeaderAccessToken)) {
+		err = fmt.Errorf("%w: sandbox %s %w", orchestrator.ErrNotFound, t.id, errNotYours)
+		code, body = http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, SandboxID: t.id,
+			Message: fmt.Sprintf("sandbox %s %s", t.id, errNotYours)}
+	}
 	body.RequestID = telemetry.RequestID(ctx)
 	if body.RequestID != "" && !strings.Contains(body.Message, body.RequestID) {
 		body.Message += " (request id " + body.RequestID + ")"

@@ -41,7 +41,14 @@ type Backend interface {
 	Watch(id string, c io.Closer) (stop func())
 	// SecureSandboxes lists running and paused secure sandboxes with their access tokens.
 	SecureSandboxes(ctx context.Context) []*store.Sandbox
+	// Authorized says the caller may learn the sandbox's state: it exists (in any state,
+	// killed included) and is insecure (its id is the capability) or accessToken is its
+	// envd access token.
+	Authorized(ctx context.Context, id, accessToken string) bool
 }
+
+// HeaderAccessToken carries a secure sandbox's envd access token, as the SDKs send it.
+const HeaderAccessToken = "X-Access-Token"
 
 // Headers the SDKs send when one URL serves every sandbox.
 const (
@@ -115,8 +122,9 @@ func (p *Proxy) Match(r *http.Request) bool {
 
 // target is where a request goes.
 type target struct {
-	id   string
-	port int
+	id     string
+	port   int
+	signed bool // found by a valid signature, which only the access token could make
 }
 
 type targetKey struct{}

@@ -119,6 +119,13 @@ func (b *fakeBackend) SecureSandboxes(context.Context) []*store.Sandbox {
 	return out
 }
 
+func (b *fakeBackend) Authorized(_ context.Context, id, token string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sb, ok := b.sbs[id]
+	return ok && (!sb.Secure || sb.EnvdAccessToken == token)
+}
+
 // kill marks the sandbox killed and closes its watched connections, as the orchestrator does.
 func (b *fakeBackend) kill(id string, why reason.KillReason) {
 	b.mu.Lock()
@@ -531,6 +538,66 @@ func TestErrors(t *testing.T) {
 			}
 			if res.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("content type %q", res.Header.Get("Content-Type"))
+			}
+		})
+	}
+}
+
+func TestCallersWithoutTheTokenLearnNothingOfASecureSandbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.backend.serve(t, &store.Sandbox{ID: "iskilled", Secure: true, EnvdAccessToken: "tok-k"}, proxy.EnvdPort, echo("k"))
+	e.backend.kill("iskilled", reason.KillTimeout)
+	e.backend.serve(t, &store.Sandbox{ID: "ispaused", Secure: true, EnvdAccessToken: "tok-p", State: store.StatePaused}, proxy.EnvdPort, echo("p"))
+	e.backend.serve(t, &store.Sandbox{ID: "isrun", Secure: true, EnvdAccessToken: "tok-r"}, proxy.EnvdPort, echo("r"))
+	tests := []struct {
+		name, id, port, token string
+		rpc                   bool
+		want                  string // in the message
+		state                 any
+	}{
+		{name: "a killed one without a token is not found or not yours", id: "iskilled", want: "sandbox iskilled not found or not yours"},
+		{name: "a killed one with another token is not found or not yours", id: "iskilled", token: "tok-r", want: "sandbox iskilled not found or not yours"},
+		{name: "a paused one without a token is not found or not yours", id: "ispaused", want: "sandbox ispaused not found or not yours"},
+		{name: "a closed port without a token is not found or not yours", id: "isrun", port: "3000", want: "sandbox isrun not found or not yours"},
+		{name: "an unknown one gets the very same answer", id: "inever", want: "sandbox inever not found or not yours"},
+		{name: "an RPC without a token gets a Connect not_found saying only that", id: "iskilled", rpc: true, want: "sandbox iskilled not found or not yours"},
+		{name: "the owner with the token learns the kill reason", id: "iskilled", token: "tok-k", want: "was killed: timeout", state: "killed"},
+		{name: "the owner's RPC learns the kill reason", id: "iskilled", token: "tok-k", rpc: true, want: "was killed: timeout"},
+		{name: "the owner with the token learns it is paused", id: "ispaused", token: "tok-p", want: "is paused", state: "paused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := []string{"E2b-Sandbox-Id", tt.id}
+			if tt.port != "" {
+				h = append(h, "E2b-Sandbox-Port", tt.port)
+			}
+			if tt.token != "" {
+				h = append(h, proxy.HeaderAccessToken, tt.token)
+			}
+			method, path, body := "GET", "/health", io.Reader(nil)
+			if tt.rpc {
+				method, path, body = "POST", "/filesystem.Filesystem/Stat", strings.NewReader("{}")
+				h = append(h, "Content-Type", "application/json")
+			}
+			res := e.request(t, method, path, body, h...)
+			got := decode(t, res)
+			msg, _ := got["message"].(string)
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("message %q, want %q", msg, tt.want)
+			}
+			if tt.rpc {
+				if res.StatusCode != 404 || got["code"] != "not_found" {
+					t.Errorf("RPC: status %d body %v, want a Connect not_found", res.StatusCode, got)
+				}
+				return
+			}
+			if res.StatusCode != 502 || got["state"] != tt.state {
+				t.Errorf("status %d body %v, want 502 with state %v", res.StatusCode, got, tt.state)
+			}
+			if tt.state == nil && (got["killReason"] != nil || got["port"] != nil || strings.Contains(msg, "refused")) {
+				t.Errorf("an unauthenticated answer tells more: %v", got)
 			}
 		})
 	}

@@ -96,7 +96,7 @@ func (p *Proxy) signedTarget(ctx context.Context, r *http.Request) (target, erro
 		}
 		want := Sign(q.Get("path"), op, q.Get("username"), sb.EnvdAccessToken, q.Get("signature_expiration"))
 		if subtle.ConstantTimeCompare(sig, []byte(want)) == 1 {
-			return target{id: sb.ID, port: EnvdPort}, nil
+			return target{id: sb.ID, port: EnvdPort, signed: true}, nil
 		}
 	}
 	return target{}, fmt.Errorf("%w: no running or paused secure sandbox signed %s of path %q", errNoSigned, op, q.Get("path"))

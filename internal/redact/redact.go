@@ -236,16 +236,24 @@ func (r *Redactor) Len() int {
 // String returns s with secrets masked, and what was masked. With nothing to mask it returns s
 // itself without allocating.
 func (r *Redactor) String(s string) (string, Counts) {
+	s, c := r.Exact(s)
+	var buf [8]span
+	spans := findPatterns(s, buf[:0])
+	if len(spans) > 0 {
+		s = apply(s, spans, &c)
+	}
+	return s, c
+}
+
+// Exact returns s with only the exact secrets masked (no patterns): for values the user
+// chose, such as metadata, where a pattern would mask innocent text.
+func (r *Redactor) Exact(s string) (string, Counts) {
 	var c Counts
 	var buf [8]span
 	spans := buf[:0]
 	for p := r; p != nil; p = p.parent {
 		spans = p.set.Load().find(s, spans)
 	}
-	if len(spans) > 0 {
-		s = apply(s, spans, &c)
-	}
-	spans = findPatterns(s, spans[:0])
 	if len(spans) > 0 {
 		s = apply(s, spans, &c)
 	}

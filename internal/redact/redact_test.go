@@ -637,3 +637,20 @@ func BenchmarkExact(b *testing.B) {
 		})
 	}
 }
+
+func TestExact(t *testing.T) {
+	t.Parallel()
+	r := New(Options{Secrets: []string{"global-secret"}}).With("sandbox-secret")
+	tests := []struct{ name, in, want string }{
+		{"a value equal to a known secret is masked", "sandbox-secret", "[REDACTED:exact]"},
+		{"a value holding a parent's secret is masked", "x=global-secret", "x=[REDACTED:exact]"},
+		{"a pattern that is no known secret stays", "Bearer abc123def456", "Bearer abc123def456"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, _ := r.Exact(tt.in); got != tt.want {
+				t.Errorf("Exact(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}

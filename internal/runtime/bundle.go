@@ -130,7 +130,29 @@ func ociSpec(s Spec, root, netns, cgroupPath string, seccomp bool) *specs.Spec {
 	if seccomp {
 		spec.Linux.Seccomp = seccompProfile()
 	}
+	if canLowerOOMScore() {
+		// The sandbox's init (envd) is the OOM killer's last choice, so a memory-hungry
+		// command never takes the control plane with it. Without CAP_SYS_RESOURCE no score
+		// can go below 0; envd then stays at 0 and raises its commands to 500 itself.
+		adj := initOOMScoreAdj
+		spec.Process.OOMScoreAdj = &adj
+	}
 	return spec
+}
+
+// initOOMScoreAdj is the sandbox init's OOM score adjustment where the host may lower it:
+// just above -1000, which would exempt it entirely.
+const initOOMScoreAdj = -998
+
+// canLowerOOMScore says this process holds CAP_SYS_RESOURCE, which a negative
+// oom_score_adj needs (runc fails the create otherwise).
+func canLowerOOMScore() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[unix.CAP_SYS_RESOURCE/32].Effective&(1<<(unix.CAP_SYS_RESOURCE%32)) != 0
 }
 
 // withDefault appends each default KEY=value whose key env does not set.

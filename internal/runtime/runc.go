@@ -123,8 +123,19 @@ func (r *Runc) cgroupPath(id string) string { return filepath.Join(r.cfg.CgroupP
 // NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`).
 func (r *Runc) NetnsPath(id string) string { return r.netnsPath(id) }
 
-// UpperDir is the overlay's upper directory: everything the sandbox wrote.
-func (r *Runc) UpperDir(id string) string { return filepath.Join(r.dir(id), "upper") }
+// UpperDir is the overlay's upper directory: everything the sandbox wrote. It is on the
+// sandbox's own disk when it has a disk limit.
+func (r *Runc) UpperDir(id string) string {
+	if upper := filepath.Join(r.dir(id), diskDir, "upper"); exists(upper) {
+		return upper
+	}
+	return filepath.Join(r.dir(id), "upper")
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
 
 // CgroupPath is the sandbox's absolute cgroup path, the same in every hierarchy.
 func (r *Runc) CgroupPath(id string) string { return r.cgroupPath(id) }
@@ -210,7 +221,13 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	root := s.Rootfs
 	if !s.Direct {
 		root = filepath.Join(dir, "rootfs")
-		if err := mountOverlay(s.Rootfs, dir); err != nil {
+		layers := dir
+		if s.Limits.DiskBytes > 0 {
+			if layers, err = mountDisk(r.cfg.DataDir, dir, s.Limits.DiskBytes); err != nil {
+				return nil, fmt.Errorf("create %s: %w", s.ID, err)
+			}
+		}
+		if err := mountOverlay(s.Rootfs, layers, root); err != nil {
 			return nil, fmt.Errorf("create %s: %w", s.ID, err)
 		}
 		if err := prepareRoot(root, s.ID); err != nil {
@@ -305,8 +322,8 @@ func (r *Runc) reap(sb *sandbox) error {
 	return nil
 }
 
-func mountOverlay(lower, dir string) error {
-	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
+func mountOverlay(lower, layers, merged string) error {
+	upper, work := filepath.Join(layers, "upper"), filepath.Join(layers, "work")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
@@ -544,9 +561,12 @@ func (r *Runc) destroy(ctx context.Context, id string) error {
 	}
 	dir := r.dir(id)
 	mounted := false
-	if err := unmount(filepath.Join(dir, "rootfs")); err != nil {
-		errs = append(errs, err)
-		mounted = true
+	for _, m := range []string{"rootfs", diskDir} { // the overlay, then the disk under it
+		if err := unmount(filepath.Join(dir, m)); err != nil {
+			errs = append(errs, err)
+			mounted = true
+			break
+		}
 	}
 	if err := removeCgroups(r.cgroupPath(id)); err != nil {
 		errs = append(errs, err)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 )
@@ -586,10 +588,13 @@ func TestTemplateSymlinksCannotReachTheHost(t *testing.T) {
 
 func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 	r, rootfs := newRuntime(t)
-	// Init survives (the child is the biggest process); the child's allocation is OOM-killed.
+	// Init survives; the child's allocation is OOM-killed. The child raises its own OOM
+	// score first, as envd does for every command it starts: memory charged to the cgroup
+	// but held in no process's RSS (pipe buffers, page cache) otherwise leaves init and the
+	// child with near-equal scores, and under load the kernel picked init.
 	s := create(t, r, runtime.Spec{
 		Rootfs: rootfs,
-		Args:   sh(`sh -c 'x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
+		Args:   sh(`sh -c 'echo 500 > /proc/self/oom_score_adj; x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
 		Limits: runtime.Limits{MemoryBytes: 32 << 20},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -615,6 +620,24 @@ func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 	}
 	if strings.Contains(s.stdout.String(), "survived") {
 		t.Fatal("the allocation survived the memory limit")
+	}
+}
+
+func TestTheSandboxInitIsTheOOMKillersLastChoiceWhereTheHostAllowsIt(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`echo adj=$(cat /proc/1/oom_score_adj); sleep 30`)})
+	s.stdout.waitFor(t, "adj=", 10*time.Second)
+	out := s.stdout.String()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil || data[0].Effective&(1<<unix.CAP_SYS_RESOURCE) == 0 {
+		if !strings.Contains(out, "adj=0") {
+			t.Errorf("without CAP_SYS_RESOURCE init's score should stay 0: %q", out)
+		}
+		t.Skip("this host lacks CAP_SYS_RESOURCE: no score can go below 0 (init stays at 0, envd raises its commands)")
+	}
+	if !strings.Contains(out, "adj=-998") {
+		t.Errorf("init's oom_score_adj: %q, want -998", out)
 	}
 }
 
@@ -653,5 +676,76 @@ func TestCreateCanStartTheSandboxInOneStep(t *testing.T) {
 	s.stdout.waitFor(t, "started-at-once", 10*time.Second)
 	if st, err := r.State(context.Background(), s.id); err != nil || st != runtime.StateRunning {
 		t.Fatalf("state %v %v, want running without a Start call", st, err)
+	}
+}
+
+func TestADiskLimitedSandboxGetsENOSPCAndTheHostGivesNoMore(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	const limit = 32 << 20
+	s := run(t, r, runtime.Spec{Rootfs: rootfs, Limits: runtime.Limits{DiskBytes: limit},
+		Args: sh(`dd if=/dev/zero of=/big bs=1M count=64 2>&1; echo dd-exit=$?; echo small > /small && echo small-ok; sleep 30`)})
+	s.stdout.waitFor(t, "dd-exit=", 20*time.Second)
+	upper := r.UpperDir(s.id)
+	img := filepath.Join(filepath.Dir(filepath.Dir(upper)), "disk.img")
+	t.Run("a write past the disk size gets ENOSPC inside the sandbox", func(t *testing.T) {
+		out := s.stdout.String()
+		if !strings.Contains(out, "No space left on device") || strings.Contains(out, "dd-exit=0") {
+			t.Errorf("dd of 64 MiB into a 32 MiB disk: %q", out)
+		}
+	})
+	t.Run("the sandbox's writes live on its own disk, whose host file holds at most its size", func(t *testing.T) {
+		if !strings.HasSuffix(upper, "/disk/upper") {
+			t.Errorf("upper dir %s is not on the sandbox's disk", upper)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(img, &st); err != nil {
+			t.Fatal(err)
+		}
+		if used := st.Blocks * 512; used > limit {
+			t.Errorf("the disk image uses %d bytes of the host's disk, over the %d limit", used, limit)
+		}
+	})
+	t.Run("destroy unmounts the disk and frees its loop device", func(t *testing.T) {
+		if err := r.Destroy(context.Background(), s.id); err != nil {
+			t.Fatal(err)
+		}
+		mounts, _ := os.ReadFile("/proc/self/mountinfo")
+		if strings.Contains(string(mounts), filepath.Dir(upper)) {
+			t.Errorf("the disk is still mounted at %s", filepath.Dir(upper))
+		}
+		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, f := range files {
+			if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), img) {
+				t.Errorf("%s still backs onto %s", f, img)
+			}
+		}
+	})
+}
+
+// BenchmarkCreate times a sandbox's create (its destroy untimed) without and with a 1 GiB
+// disk limit, in one run: the difference is what the limit costs create (go test -run '^$'
+// -bench 'Create$' ./internal/runtime/).
+func BenchmarkCreate(b *testing.B) {
+	r := runtimetest.Runc(b)
+	rootfs := runtimetest.BusyboxRootfs(b)
+	for _, disk := range []int64{0, 1 << 30} {
+		name := "no disk limit"
+		if disk > 0 {
+			name = "1 GiB disk"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				id := fmt.Sprintf("bench-%d-%d", disk>>20, b.N+int(time.Now().UnixNano()%1e9))
+				if _, err := r.Create(context.Background(), runtime.Spec{ID: id, Rootfs: rootfs, Args: sh("true"),
+					Limits: runtime.Limits{DiskBytes: disk}}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := r.Destroy(context.Background(), id); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
 	}
 }

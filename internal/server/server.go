@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,6 +33,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/redact"
+	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
 	"github.com/cove-dev/cove/internal/store"
@@ -52,6 +54,8 @@ type Config struct {
 	SampleInterval time.Duration
 	// Retention is how long log lines and ended commands are kept; 7 days when 0.
 	Retention time.Duration
+	// Retain sets a dataset's TTL and size cap, over the defaults and Retention.
+	Retain map[store.Dataset]retention.Policy
 	// RecordHeadBytes and RecordTailBytes are how much of each command's stdout and stderr
 	// its record keeps from the start and the end; 4 KiB each when 0.
 	RecordHeadBytes, RecordTailBytes int
@@ -60,6 +64,13 @@ type Config struct {
 	// budget is dropped and counted.
 	Collect        envdapi.Budget
 	CollectBudgets envdapi.Budgets
+	// Quotas bound each team's sandboxes, vCPUs, memory and create rate (429 past them).
+	Quotas orchestrator.Quotas
+	// DiskSizeMB is each sandbox's disk: writes past it get ENOSPC; 1024 when 0.
+	DiskSizeMB int
+	// WebhookAllowNets are ranges webhook deliveries may reach although they are loopback,
+	// link-local, private or the server's own (refused otherwise).
+	WebhookAllowNets []netip.Prefix
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -134,8 +145,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if os.Geteuid() != 0 {
 		return errors.New("cove server runs sandboxes with runc and needs root")
 	}
-	say("checking host packages (runc, debootstrap)")
-	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap"); err != nil {
+	say("checking host packages (runc, debootstrap, e2fsprogs)")
+	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap", "e2fsprogs"); err != nil {
 		return fmt.Errorf("install host packages: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -199,7 +210,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}))
 	// Built after the tee so webhook delivery lines about a sandbox reach `cove trace`.
 	bus, err := events.New(ctx, events.Config{
-		Store: db, Logger: cfg.Logger,
+		Store: db, Logger: cfg.Logger, AllowNets: cfg.WebhookAllowNets,
 		Team: func(ctx context.Context) (string, bool) {
 			team, _ := telemetry.Caller(ctx)
 			return team, team != ""
@@ -213,7 +224,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
+		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -222,13 +233,18 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}
-	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: orch, rt: rt}, Store: db, Logger: cfg.Logger, Interval: cfg.SampleInterval})
+	samplesTTL := policies(cfg)[store.DatasetSamples].TTL // the sampler prunes too: the same TTL
+	if samplesTTL <= 0 {
+		samplesTTL = 100 * 365 * 24 * time.Hour
+	}
+	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: orch, rt: rt}, Store: db, Logger: cfg.Logger, Interval: cfg.SampleInterval, Retention: samplesTTL})
 	if err != nil {
 		return err
 	}
 	go func() { _ = smp.Run(ctx) }()
 	defer smp.Close()
-	go retain(ctx, db, cfg.Retention, cfg.Logger)
+	retainer := retention.New(retention.Config{Store: db, Policies: policies(cfg), Logger: cfg.Logger})
+	go retainer.Run(ctx)
 	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) (string, error) {
@@ -244,6 +260,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 				return "", store.ErrNotFound
 			}
 			return "", err
+		},
+		Labels: func(ctx context.Context, team, id string) (map[string]string, error) {
+			sb, err := db.GetSandbox(ctx, id)
+			if errors.Is(err, store.ErrNotFound) || (err == nil && sb.TeamID != team) {
+				return nil, nil // checked by Sandbox: a sandbox without a record has no labels
+			}
+			if err != nil {
+				return nil, err
+			}
+			return sb.Metadata, nil
 		}})
 	metricsAPI := sampler.NewAPI(sampler.APIConfig{Store: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
@@ -276,7 +302,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			"GET /sandboxes/{id}/commands/{pid}": logsAPI,
 			"GET /traces/{requestId}": trace.NewAPI(trace.APIConfig{Store: db,
 				Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" }}),
-		}})
+		},
+		AdminRoutes: map[string]http.Handler{"GET /admin/status": retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Sessions: db, Records: db, AdminToken: admin, Templates: templates})
@@ -346,28 +373,21 @@ func envdArgs(cfg Config) []string {
 	return args
 }
 
-// retain prunes log lines and ended commands older than the retention, every ten minutes.
-func retain(ctx context.Context, db *sqlite.DB, keep time.Duration, logger *slog.Logger) {
-	if keep <= 0 {
-		keep = 7 * 24 * time.Hour
-	}
-	tick := time.NewTicker(10 * time.Minute)
-	defer tick.Stop()
-	for {
-		before := time.Now().Add(-keep)
-		lines, err1 := db.PruneLogs(ctx, before)
-		cmds, err2 := db.PruneCommands(ctx, before)
-		if err := errors.Join(err1, err2); err != nil && ctx.Err() == nil {
-			logger.Warn("retention: prune failed", "error", err.Error())
-		} else if lines+cmds > 0 {
-			logger.Info("retention: pruned", "log_lines", lines, "commands", cmds, "before", before.UTC())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+// policies are the retention policies: the defaults, --retention for log lines and command
+// records, then the operator's per-dataset ones.
+func policies(cfg Config) map[store.Dataset]retention.Policy {
+	pol := retention.Defaults()
+	if cfg.Retention > 0 {
+		for _, d := range []store.Dataset{store.DatasetLogs, store.DatasetCommands} {
+			p := pol[d]
+			p.TTL = cfg.Retention
+			pol[d] = p
 		}
 	}
+	for d, p := range cfg.Retain {
+		pol[d] = p
+	}
+	return pol
 }
 
 // sampleSource tells the resource sampler which sandboxes run and where their cgroup,

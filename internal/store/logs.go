@@ -108,6 +108,7 @@ const (
 	EndExited        = "exited"         // it exited by itself, or was signalled by nobody Cove knows
 	EndKilled        = "killed"         // a client's SendSignal
 	EndTimeout       = "timeout"        // its Connect-Timeout-Ms deadline
+	EndOOMKilled     = "oom_killed"     // the kernel's OOM killer, at the sandbox's memory limit
 	EndSandboxKilled = "sandbox_killed" // its sandbox was killed or died
 )
 
@@ -129,7 +130,7 @@ type CommandRecord struct {
 	Duration   time.Duration // EndedAt-StartedAt when zero and EndedAt is set
 	ExitCode   *int
 	Signal     string
-	EndCause   string // EndExited, EndKilled, EndTimeout or EndSandboxKilled; "" while it runs
+	EndCause   string // EndExited, EndKilled, EndTimeout, EndOOMKilled or EndSandboxKilled; "" while it runs
 	// SignalRequestID is the request that sent the fatal signal (killed, timeout).
 	SignalRequestID string
 	// KillReason is the sandbox's kill reason when EndCause is EndSandboxKilled.

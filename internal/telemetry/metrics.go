@@ -123,4 +123,27 @@ func register() {
 	for _, r := range reason.KillReasons {
 		SandboxesKilled.WithLabelValues(r.String())
 	}
+	Registry.MustRegister(StoreRows, StoreBytes, StoreOldestAgeSeconds, StoreRetentionSeconds, StoreMaxRows, StorePruned)
 }
+
+// What each store keeps (internal/retention), by dataset: a closed set of five.
+var (
+	StoreRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_rows", Help: "Rows each dataset holds now (lines for log_lines).",
+	}, []string{"dataset"})
+	StoreBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_bytes", Help: "Bytes each dataset's tables and indexes take in the store.",
+	}, []string{"dataset"})
+	StoreOldestAgeSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_oldest_age_seconds", Help: "Age of each dataset's oldest row (0 when empty).",
+	}, []string{"dataset"})
+	StoreRetentionSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_retention_seconds", Help: "How long each dataset keeps a row (its TTL).",
+	}, []string{"dataset"})
+	StoreMaxRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cove_store_max_rows", Help: "Each dataset's size cap in rows (lines for log_lines); past it the oldest go.",
+	}, []string{"dataset"})
+	StorePruned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_store_pruned_total", Help: "Rows pruned from each dataset, by why: ttl or cap.",
+	}, []string{"dataset", "why"})
+)

@@ -2,6 +2,7 @@ package template
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -505,17 +506,34 @@ func treeSize(dir string) int64 {
 	return n
 }
 
-// lineWriter writes whole lines to the build log and to the caller's progress writer.
+// maxBuildLog bounds one build's log file: a step that prints without end fills the
+// caller's progress, never the data dir. Build logs have no TTL: each lives and goes with
+// its template (or is the one failed log kept per name).
+const maxBuildLog = 64 << 20
+
+// lineWriter writes whole lines to the build log, up to maxBuildLog bytes (max, when set),
+// and to the caller's progress writer.
 type lineWriter struct {
 	mu       sync.Mutex
 	w        io.Writer
 	progress io.Writer
+	written  int64
+	max      int64 // maxBuildLog when 0
+	cut      bool
 }
 
 func (l *lineWriter) line(s string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	io.WriteString(l.w, s+"\n")
+	limit := cmp.Or(l.max, maxBuildLog)
+	switch {
+	case l.written+int64(len(s))+1 <= limit:
+		n, _ := io.WriteString(l.w, s+"\n")
+		l.written += int64(n)
+	case !l.cut:
+		l.cut = true
+		io.WriteString(l.w, fmt.Sprintf("==> build log cut at %d bytes: later output is not kept here\n", limit))
+	}
 	if l.progress != nil {
 		io.WriteString(l.progress, s+"\n")
 	}

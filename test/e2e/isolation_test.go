@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,8 +92,23 @@ func TestSandboxIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("python3 allocating 1 GiB: %v (%s)", err, res)
 		}
-		if res.end.GetExited() || res.end.GetStatus() != "signal: killed" {
-			t.Errorf("python3 allocating 1 GiB ended with %s, want status \"signal: killed\" (the OOM killer)", res)
+		if res.end.GetExited() || res.end.GetStatus() != "signal: killed" || !strings.HasPrefix(res.end.GetError(), "oom_killed: ") {
+			t.Errorf("python3 allocating 1 GiB ended with %s, want status \"signal: killed\" and an error saying oom_killed", res)
+		}
+		var rec struct {
+			EndCause string `json:"endCause"`
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for rec.EndCause == "" && time.Now().Before(deadline) {
+			if code, b := call(t, http.MethodGet, fmt.Sprintf("/sandboxes/%s/commands/%d", sb.ID, res.pid), nil); code == http.StatusOK {
+				_ = json.Unmarshal(b, &rec)
+			}
+			if rec.EndCause == "" {
+				time.Sleep(100 * time.Millisecond) // the record reaches the store through envd's pipe
+			}
+		}
+		if rec.EndCause != "oom_killed" {
+			t.Errorf("the command record's end cause is %q, want oom_killed", rec.EndCause)
 		}
 		if got := e.health(t); got != http.StatusNoContent {
 			t.Errorf("GET /health after the OOM kill: %d, want 204", got)

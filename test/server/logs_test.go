@@ -28,9 +28,15 @@ func run(t *testing.T, s *covetest.Server, id, script, requestID string) {
 // runSecure is run for a sandbox created secure, with its envd access token.
 func runSecure(t *testing.T, s *covetest.Server, id, token, script, requestID string) {
 	t.Helper()
+	runWithEnvs(t, s, id, token, script, requestID, nil)
+}
+
+// runWithEnvs is runSecure with the command's own envs.
+func runWithEnvs(t *testing.T, s *covetest.Server, id, token, script, requestID string, envs map[string]string) {
+	t.Helper()
 	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
 	f := false
-	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}, Stdin: &f})
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}, Envs: envs}, Stdin: &f})
 	req.Header().Set("E2b-Sandbox-Id", id)
 	req.Header().Set("E2b-Sandbox-Port", "49983")
 	req.Header().Set("X-E2B-Request-Id", requestID)

@@ -1,54 +1,83 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/telemetry/otlptest"
 )
 
-// TestPlantedSecretsReachNoSink plants secrets Cove knows (an env var whose name looks
-// secret, the creating API key, the envd access token) and secrets it only recognises by
-// shape (a bearer token, URL credentials, a private key), makes the sandbox print, log, fail
-// and die with them, and reads every place Cove writes: the server's log, envd's log file,
-// the log store, the command records, the events and a webhook's bodies.
+// TestPlantedSecretsReachNoSink plants secrets Cove knows (a sandbox-level env var whose
+// name looks secret, a command-level one, a metadata value under a secret-looking key and
+// one equal to the env secret, the creating API key, the envd access token) and secrets it
+// only recognises by shape (a bearer token, URL credentials), makes the sandbox print, log,
+// fail and die with them (one process is even named after a secret), and reads every place
+// Cove writes: the whole data dir (database, WAL, envd's log files), the server's log, the
+// log store, the command records, the events, the sandbox's info and list, a webhook's
+// bodies, `cove trace`, `cove explain` and the OTLP export.
 func TestPlantedSecretsReachNoSink(t *testing.T) {
-	s := covetest.Start(t, "")
+	covetest.Skip(t)
+	otlp := otlptest.Start(t)
+	t.Setenv("COVE_OTEL_ENDPOINT", otlp.URL)
+	s := covetest.StartWith(t, "", "--webhook-allow-net", "127.0.0.0/8") // the receiver is on the loopback
 	a := client{t: t, url: s.URL, key: s.Key}
-	var hookMu strings.Builder
+	var hookMu sync.Mutex
+	var hookBodies strings.Builder
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		hookMu.Write(b)
+		hookMu.Lock()
+		hookBodies.Write(b)
+		hookMu.Unlock()
 	}))
 	t.Cleanup(hook.Close)
+	hooked := func() string { hookMu.Lock(); defer hookMu.Unlock(); return hookBodies.String() }
 	if code, _, _ := a.do(http.MethodPost, "/events/webhooks", map[string]any{"url": hook.URL, "events": []string{"sandbox.lifecycle.created", "sandbox.lifecycle.killed"}}); code != http.StatusCreated {
 		t.Fatalf("webhook: %d", code)
 	}
-	const envSecret = "env-secret-value-4242424242"
-	const bearer = "Bearer abcDEF0123456789xyzTOKEN"
-	const urlPass = "s3cr3tpassw0rd"
+	const (
+		envSecret = "env-secret-value-4242424242"
+		cmdSecret = "cmd-secret-value-5353535353"
+		mdSecret  = "md-secret-value-6464646464"
+		bearer    = "Bearer abcDEF0123456789xyzTOKEN"
+		urlPass   = "s3cr3tpassw0rd"
+	)
 	code, created, _ := a.do(http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "secure": true,
-		"envVars": map[string]string{"DB_PASSWORD": envSecret}, "metadata": map[string]string{"taskId": "secrets"}})
+		"envVars":  map[string]string{"DB_PASSWORD": envSecret},
+		"metadata": map[string]string{"taskId": "secrets", "apiToken": mdSecret, "copied": envSecret}})
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %v", code, created)
 	}
 	id := created["sandboxID"].(string)
 	token := created["envdAccessToken"].(string)
-	script := `echo "pw=$DB_PASSWORD"; echo "curl -H 'Authorization: ` + bearer + `'"; ` +
+	script := `echo "pw=$DB_PASSWORD"; echo "cmd=$DEPLOY_TOKEN"; echo "md=` + mdSecret + `"; ` +
+		`echo "curl -H 'Authorization: ` + bearer + `'"; ` +
 		`echo "git clone https://bob:` + urlPass + `@git.example/x"; echo "key ` + s.Key + `"; ` +
+		`(exec -a "worker-$DEPLOY_TOKEN" sleep 600 &); ` +
 		`echo "token ` + token + `" >&2; exit 9`
-	runSecure(t, s, id, token, script, "req-secrets")
-	time.Sleep(500 * time.Millisecond)
-	if code, _, _ := a.do(http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+	runWithEnvs(t, s, id, token, script, "req-secrets", map[string]string{"DEPLOY_TOKEN": cmdSecret})
+	logsBody := waitFor(t, func() (string, bool) {
+		b := body(t, s, "/v2/sandboxes/"+id+"/logs?limit=1000")
+		return b, strings.Contains(b, "pw=[REDACTED") && strings.Contains(b, "cmd=[REDACTED") && strings.Contains(b, "md=[REDACTED")
+	})
+	if code, _, _ := a.do(http.MethodDelete, "/sandboxes/"+id, nil, "X-E2B-Request-Id", "req-secrets-kill"); code != http.StatusNoContent {
 		t.Fatalf("kill: %d", code)
 	}
-	time.Sleep(time.Second) // deliveries and flushes
+	waitFor(t, func() (string, bool) { b := hooked(); return b, strings.Contains(b, "sandbox.lifecycle.killed") })
+	waitFor(t, func() (string, bool) {
+		// The kill's log record in the OTLP export: the batch processors export every few seconds.
+		recs := fmt.Sprint(otlp.Records())
+		return recs, strings.Contains(recs, "req-secrets-kill")
+	})
 
 	// The server's log is its JSON lines; its stdout banner shows the first key once, on
 	// purpose, to the operator who started it.
@@ -58,32 +87,60 @@ func TestPlantedSecretsReachNoSink(t *testing.T) {
 			jsonLines = append(jsonLines, l)
 		}
 	}
-	var sinks = map[string]string{"server log": strings.Join(jsonLines, "\n"), "webhook bodies": hookMu.String()}
-	envdLog, _ := os.ReadFile(filepath.Join(s.DataDir, "logs", id+".log"))
-	sinks["envd log file"] = string(envdLog)
+	sinks := map[string]string{"server log": strings.Join(jsonLines, "\n"), "webhook bodies": hooked(), "log store": logsBody,
+		"OTLP spans": fmt.Sprint(otlp.Spans()), "OTLP log records": fmt.Sprint(otlp.Records())}
 	for name, path := range map[string]string{
-		"log store":       "/v2/sandboxes/" + id + "/logs?limit=1000",
 		"command records": "/sandboxes/" + id + "/commands",
 		"events":          "/events/sandboxes/" + id,
+		"trace API":       "/traces/req-secrets",
+		"sandbox list":    "/v2/sandboxes?state=running,paused,killed",
 	} {
-		req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
-		req.Header.Set("X-API-Key", s.Key)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		sinks[name] = string(b)
+		sinks[name] = body(t, s, path)
 	}
-	if !strings.Contains(sinks["log store"], "pw=[REDACTED") || !strings.Contains(sinks["command records"], "pw=[REDACTED") {
-		t.Fatalf("the planted lines were not collected at all:\n%s", sinks["log store"])
+	sinks["cove trace"] = coveCLI(t, s, "trace", "req-secrets")
+	sinks["cove explain"] = coveCLI(t, s, "explain", id)
+	sinks["cove explain --json"] = coveCLI(t, s, "explain", "--json", id)
+	for _, want := range []struct{ sink, text string }{
+		{"command records", "pw=[REDACTED"}, {"cove explain", "worker-[REDACTED"}, {"cove trace", "cmd=[REDACTED"},
+		{"events", `"apiToken":"[REDACTED:exact]"`}, {"webhook bodies", `"copied":"[REDACTED:exact]"`},
+	} {
+		if !strings.Contains(sinks[want.sink], want.text) {
+			t.Errorf("%s lacks %q: the planted secret did not reach it at all, so the check below proves nothing:\n%s", want.sink, want.text, sinks[want.sink])
+		}
 	}
 	for name, text := range sinks {
-		for _, secret := range []string{envSecret, "abcDEF0123456789xyzTOKEN", urlPass, s.Key, token} {
+		for _, secret := range []string{envSecret, cmdSecret, mdSecret, "abcDEF0123456789xyzTOKEN", urlPass, s.Key, token} {
 			if strings.Contains(text, secret) {
 				t.Errorf("%s contains the secret %q", name, secret)
 			}
 		}
 	}
+	// Every file Cove keeps: the database and its WAL, envd's log files, the bundles. The
+	// database holds the access token on purpose (the proxy checks it) and the key's hash.
+	err := filepath.WalkDir(s.DataDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		for _, secret := range []string{envSecret, cmdSecret, mdSecret, urlPass} {
+			if strings.Contains(string(b), secret) {
+				t.Errorf("%s contains the secret %q", path, secret)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// body GETs path with the server's key and returns the raw body.
+func body(t *testing.T, s *covetest.Server, path string) string {
+	t.Helper()
+	var raw json.RawMessage
+	getJSON(t, s, path, &raw)
+	return string(raw)
 }

@@ -15,6 +15,10 @@ type Budget struct {
 	BytesPerSec  int64 `json:"bytes_per_sec,omitempty"`
 	ByteBurst    int64 `json:"byte_burst,omitempty"`
 	CommandBytes int64 `json:"command_bytes,omitempty"`
+	// Collect false switches the collection of command output off (the host tells envd at
+	// /init, not by a flag); nil leaves it on. A sandbox's own collectLogs and its template's
+	// `cove template set --collect-logs` win over it.
+	Collect *bool `json:"collect,omitempty"`
 }
 
 // Args are envd's flags for the budget's set fields.
@@ -45,6 +49,9 @@ func (b Budget) Over(o Budget) Budget {
 	}
 	if o.CommandBytes > 0 {
 		b.CommandBytes = o.CommandBytes
+	}
+	if o.Collect != nil {
+		b.Collect = o.Collect
 	}
 	return b
 }

@@ -2,6 +2,7 @@ package envdapi
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,35 @@ func TestParseBudgetsNamesWhatIsWrong(t *testing.T) {
 			_, err := ParseBudgets(strings.NewReader(tt.doc))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestATeamCanSwitchCollectionOff(t *testing.T) {
+	bs, err := ParseBudgets(strings.NewReader(`{"teams":{"quiet":{"collect":false}},"templates":{"loud":{"collect":true}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, team, template string
+		want                 string
+	}{
+		{"the team's switch applies to its sandboxes", "quiet", "base", "false"},
+		{"a template's switch wins over the team's", "quiet", "loud", "true"},
+		{"an unlisted team leaves it unset", "other", "base", "<nil>"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := bs.For(Budget{}, tt.team, tt.template).Collect
+			got := "<nil>"
+			if c != nil {
+				got = strconv.FormatBool(*c)
+			}
+			if got != tt.want {
+				t.Errorf("collect %s, want %s", got, tt.want)
+			}
+			if args := bs.For(Budget{}, tt.team, tt.template).Args(); len(args) != 0 {
+				t.Errorf("the switch became envd flags: %v", args)
 			}
 		})
 	}

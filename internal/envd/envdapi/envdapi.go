@@ -39,6 +39,8 @@ const (
 	EndExited  EndCause = "exited"
 	EndKilled  EndCause = "killed"
 	EndTimeout EndCause = "timeout"
+	// EndOOMKilled: the kernel's OOM killer ended it at the sandbox's memory limit.
+	EndOOMKilled EndCause = "oom_killed"
 )
 
 func (c EndCause) String() string { return string(c) }
@@ -46,7 +48,7 @@ func (c EndCause) String() string { return string(c) }
 // ParseEndCause returns the cause named s, or an error for any other name.
 func ParseEndCause(s string) (EndCause, error) {
 	switch c := EndCause(s); c {
-	case EndExited, EndKilled, EndTimeout:
+	case EndExited, EndKilled, EndTimeout, EndOOMKilled:
 		return c, nil
 	}
 	return "", fmt.Errorf("envdapi: unknown end cause %q", s)
@@ -77,6 +79,10 @@ type CommandStart struct {
 	Args      []string  `json:"args"`
 	Cwd       string    `json:"cwd"`
 	StartedAt time.Time `json:"started_at"`
+	// Secrets are the values of the command's own envs whose names look secret: the host
+	// masks them in everything it collects from the sandbox from here on, as it masks the
+	// sandbox's env secrets.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // CommandEnd is the record written when a process ends. Heads and tails of a stream whose

@@ -46,6 +46,8 @@ type proc struct {
 		cause     string // killed (SendSignal) or timeout (the Start stream's deadline)
 	}
 	caps []*capture // per output (stdout or pty, stderr) when a Sink collects
+	// oomBefore is the sandbox's OOM kill count when the process started (-1: unknown).
+	oomBefore int64
 
 	stdoutBytes atomic.Int64
 	stderrBytes atomic.Int64
@@ -240,6 +242,7 @@ func (p *proc) finish() {
 	p.closeStdin()
 
 	ex := *p.exit
+	ex.OOMKilled = p.oomKilled(ex)
 	ev := endEvent(ex)
 	p.mu.Lock()
 	p.endEvent = ev
@@ -268,6 +271,9 @@ func endEvent(ex exit) *pb.ProcessEvent {
 	end := &pb.ProcessEvent_EndEvent{ExitCode: ex.Code, Exited: ex.Exited, Status: ex.Text}
 	if !ex.Exited {
 		msg := ex.Text
+		if ex.OOMKilled {
+			msg = oomKillText // the status stays E2B's "signal: killed"
+		}
 		end.Error = &msg
 	}
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}

@@ -19,7 +19,9 @@ type exit struct {
 	Exited bool           // it called exit (rather than being signalled)
 	Signal syscall.Signal // the signal that ended it, when !Exited
 	Text   string         // "exit status 3", "signal: killed", as E2B's envd reports it
-	Rusage unix.Rusage
+	// OOMKilled: the kernel's OOM killer sent the SIGKILL (the end event's error says so).
+	OOMKilled bool
+	Rusage    unix.Rusage
 }
 
 // exitTexts are the texts of exit codes 0-255, made once: a burst of ended commands keeps

@@ -94,7 +94,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 		err := stream.Send(&pb.StartResponse{Event: ev})
 		if !startSent { // the start event: follow sends it first
 			startSent = true
-			s.preferForOOM(p.pid)
+			s.preferForOOM(p)
 		}
 		return err
 	}

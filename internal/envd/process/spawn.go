@@ -22,6 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
+	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -69,6 +70,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		requestID: telemetry.RequestID(ctx),
 		subs:      map[*subscriber]struct{}{sub: {}},
 		done:      make(chan struct{}),
+		oomBefore: -1,
 	}
 	if req.Tag != nil && !s.table.reserveTag(p.tag) {
 		return nil, fmt.Errorf("%w: a running process already has tag %q", fault.ErrExists, p.tag)
@@ -156,7 +158,7 @@ func (s *Service) spawn(ctx context.Context, req *pb.StartRequest, u *identity.U
 		outCap, errCap = &capture{sink: s.sink, p: p, stream: first}, &capture{sink: s.sink, p: p, stream: "stderr"}
 		p.caps = []*capture{outCap, errCap}
 		s.sink.emit(envdapi.CommandStart{Kind: envdapi.KindCommandStart, PID: p.pid, Tag: p.tag, RequestID: p.requestID, User: u.Name,
-			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started})
+			Command: cfg.GetCmd(), Args: cfg.GetArgs(), Cwd: cwd, StartedAt: p.started, Secrets: envSecrets(cfg.GetEnvs())})
 	}
 	p.onEnd = func(ex exit) {
 		if logger.Enabled(context.Background(), slog.LevelInfo) {
@@ -197,8 +199,11 @@ func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 		rec.Signal = unix.SignalName(ex.Signal)
 		p.mu.Lock()
 		rec.EndCause, rec.SignalRequestID = envdapi.EndKilled, p.signal.requestID
-		if p.signal.cause == "timeout" {
+		switch {
+		case p.signal.cause == "timeout":
 			rec.EndCause = envdapi.EndTimeout
+		case ex.OOMKilled:
+			rec.EndCause = envdapi.EndOOMKilled
 		}
 		p.mu.Unlock()
 	}
@@ -224,6 +229,17 @@ func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 		rec.StderrHead, rec.StderrTail, rec.StderrBinary = keep(p.caps[1], rec.StderrBytes)
 	}
 	return rec
+}
+
+// envSecrets returns the values of envs whose names look secret, for the host to mask.
+func envSecrets(envs map[string]string) []string {
+	var out []string
+	for k, v := range envs {
+		if v != "" && redact.LooksSecret(k) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func logStart(logger *slog.Logger, p *proc, cfg *pb.ProcessConfig, u *identity.User, cwd string) {
@@ -375,12 +391,21 @@ func devNullFile() (*os.File, error) {
 }
 
 // preferForOOM, as the sandbox's init, lets the OOM killer prefer the command over envd:
-// raising a score needs no privilege, and the command's own children inherit it. Start calls
-// it once the start event is out, off the round trip's path (the write costs a /proc lookup,
-// about 20 us here); the reaper's lock keeps the pid from being reaped, and reused, meanwhile.
-func (s *Service) preferForOOM(pid int) {
+// raising a score needs no privilege, and the command's own children inherit it. It also
+// reads the sandbox's OOM kill count, which tells an OOM kill of this process from another
+// SIGKILL at its end (a kill in the microseconds before this read reads as plain killed).
+// Start calls it once the start event is out, off the round trip's path (the write costs a
+// /proc lookup, about 20 us here, the read 7 us); the reaper's lock keeps the pid from being
+// reaped, and reused, meanwhile.
+func (s *Service) preferForOOM(p *proc) {
 	if s.reaper.central {
-		s.reaper.whileWaiting(pid, func() { setOOMScoreAdj(pid) })
+		s.reaper.whileWaiting(p.pid, func() {
+			setOOMScoreAdj(p.pid)
+			n := oomKills()
+			p.mu.Lock()
+			p.oomBefore = n
+			p.mu.Unlock()
+		})
 	}
 }
 

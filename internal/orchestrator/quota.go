@@ -1,0 +1,129 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+)
+
+// Quota bounds what one team may hold at once and how fast it may create. Zero means no
+// limit. Paused sandboxes count: a freeze keeps their memory.
+type Quota struct {
+	Sandboxes int `json:"sandboxes"` // running and paused sandboxes at once
+	VCPUs     int `json:"vcpus"`     // their vCPUs in all
+	MemoryMB  int `json:"memory_mb"` // their memory in all
+	// CreatesPerSec is the sustained create rate; a team may create up to its ceiling (at
+	// least one) at once.
+	CreatesPerSec float64 `json:"creates_per_sec"`
+}
+
+// Quotas is every team's quota: Default, overridden whole by Teams[id].
+type Quotas struct {
+	Default Quota            `json:"default"`
+	Teams   map[string]Quota `json:"teams"`
+}
+
+// For returns team's quota.
+func (q Quotas) For(team string) Quota {
+	if t, ok := q.Teams[team]; ok {
+		return t
+	}
+	return q.Default
+}
+
+// ParseQuotas reads {"default":{...},"teams":{"<id>":{...}}}, refusing unknown fields and
+// negative limits.
+func ParseQuotas(r io.Reader) (Quotas, error) {
+	var q Quotas
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&q); err != nil {
+		return Quotas{}, fmt.Errorf("quotas: %w", err)
+	}
+	for name, t := range q.Teams {
+		if err := t.valid(); err != nil {
+			return Quotas{}, fmt.Errorf("quotas: team %s: %w", name, err)
+		}
+	}
+	if err := q.Default.valid(); err != nil {
+		return Quotas{}, fmt.Errorf("quotas: default: %w", err)
+	}
+	return q, nil
+}
+
+func (q Quota) valid() error {
+	if q.Sandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.CreatesPerSec < 0 || math.IsNaN(q.CreatesPerSec) {
+		return errors.New("limits must not be negative")
+	}
+	return nil
+}
+
+// QuotaError says a create was refused by the team's quota; the API answers 429.
+type QuotaError struct {
+	Limit string // "concurrent sandboxes", "vCPUs", "memory MB", "creates per second"
+	Have  float64
+	Max   float64
+}
+
+func (e *QuotaError) Error() string {
+	if e.Limit == "creates per second" {
+		return fmt.Sprintf("team quota: sandbox creates are limited to %g per second; retry in %.1f s", e.Max, e.Have)
+	}
+	return fmt.Sprintf("team quota: this sandbox would make %g %s, over the team's limit of %g", e.Have, e.Limit, e.Max)
+}
+
+// reservation is a create in flight, counted against its team until it is live or failed.
+type reservation struct {
+	team            string
+	vcpus, memoryMB int
+}
+
+// bucket is a team's create-rate token bucket.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// admit checks team's quota for one more sandbox of cpus and memoryMB and, when it fits,
+// reserves it under id; release(id) gives it back. o.mu must be held.
+func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time) error {
+	q := o.cfg.Quotas.For(team)
+	n, c, m := 1, cpus, memoryMB
+	for _, e := range o.live {
+		if e.sb.TeamID == team {
+			n, c, m = n+1, c+e.sb.CPUCount, m+e.sb.MemoryMB
+		}
+	}
+	for _, r := range o.creating {
+		if r.team == team {
+			n, c, m = n+1, c+r.vcpus, m+r.memoryMB
+		}
+	}
+	switch {
+	case q.Sandboxes > 0 && n > q.Sandboxes:
+		return &QuotaError{Limit: "concurrent sandboxes", Have: float64(n), Max: float64(q.Sandboxes)}
+	case q.VCPUs > 0 && c > q.VCPUs:
+		return &QuotaError{Limit: "vCPUs", Have: float64(c), Max: float64(q.VCPUs)}
+	case q.MemoryMB > 0 && m > q.MemoryMB:
+		return &QuotaError{Limit: "memory MB", Have: float64(m), Max: float64(q.MemoryMB)}
+	}
+	if rate := q.CreatesPerSec; rate > 0 {
+		burst := max(1, math.Ceil(rate))
+		b, ok := o.rates[team]
+		if !ok {
+			b = &bucket{tokens: burst, at: now}
+			o.rates[team] = b
+		}
+		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
+		b.at = now
+		if b.tokens < 1 {
+			return &QuotaError{Limit: "creates per second", Have: (1 - b.tokens) / rate, Max: rate}
+		}
+		b.tokens--
+	}
+	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
+	return nil
+}

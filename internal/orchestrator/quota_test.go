@@ -1,0 +1,100 @@
+package orchestrator
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/store"
+)
+
+func TestQuotasRefuseWhatWouldGoOverAndReserveWhatFits(t *testing.T) {
+	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	newO := func(q Quota, live ...*store.Sandbox) *Orchestrator {
+		o := &Orchestrator{cfg: Config{Quotas: Quotas{Default: Quota{}, Teams: map[string]Quota{"t1": q}}},
+			live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
+		for _, sb := range live {
+			o.live[sb.ID] = &entry{sb: sb}
+		}
+		return o
+	}
+	sb := func(id, team string) *store.Sandbox {
+		return &store.Sandbox{ID: id, TeamID: team, CPUCount: 2, MemoryMB: 512}
+	}
+	tests := []struct {
+		name  string
+		o     *Orchestrator
+		team  string
+		limit string // "" when admitted
+	}{
+		{"a team under its sandbox count is admitted", newO(Quota{Sandboxes: 2}, sb("a", "t1")), "t1", ""},
+		{"a team at its sandbox count is refused", newO(Quota{Sandboxes: 2}, sb("a", "t1"), sb("b", "t1")), "t1", "concurrent sandboxes"},
+		{"another team's sandboxes do not count", newO(Quota{Sandboxes: 1}, sb("a", "t2"), sb("b", "t2")), "t1", ""},
+		{"a team without a quota entry gets the default, here none", newO(Quota{Sandboxes: 1}, sb("a", "t2")), "t2", ""},
+		{"vCPUs over the total are refused", newO(Quota{VCPUs: 3}, sb("a", "t1")), "t1", "vCPUs"},
+		{"memory over the total is refused", newO(Quota{MemoryMB: 1000}, sb("a", "t1")), "t1", "memory MB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.o.admit("new", tt.team, 2, 512, now)
+			var qe *QuotaError
+			switch {
+			case tt.limit == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.limit == "" && tt.o.creating["new"].team != tt.team:
+				t.Errorf("admitted but not reserved: %v", tt.o.creating)
+			case tt.limit != "" && (!errors.As(err, &qe) || qe.Limit != tt.limit):
+				t.Errorf("err %v, want the %s limit", err, tt.limit)
+			case tt.limit != "" && len(tt.o.creating) != 0:
+				t.Errorf("refused but reserved: %v", tt.o.creating)
+			}
+		})
+	}
+	t.Run("creates in flight count before they are live", func(t *testing.T) {
+		o := newO(Quota{Sandboxes: 1})
+		if err := o.admit("first", "t1", 2, 512, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.admit("second", "t1", 2, 512, now); err == nil {
+			t.Error("a second concurrent create was admitted past a quota of 1")
+		}
+	})
+	t.Run("the create rate allows a burst of its ceiling, then refuses until tokens refill", func(t *testing.T) {
+		o := newO(Quota{CreatesPerSec: 2})
+		for i := range 2 {
+			if err := o.admit(string(rune('a'+i)), "t1", 1, 1, now); err != nil {
+				t.Fatalf("create %d of the burst refused: %v", i+1, err)
+			}
+		}
+		err := o.admit("c", "t1", 1, 1, now)
+		if err == nil || !strings.Contains(err.Error(), "limited to 2 per second; retry in 0.5 s") {
+			t.Fatalf("third create at once: %v", err)
+		}
+		if err := o.admit("d", "t1", 1, 1, now.Add(500*time.Millisecond)); err != nil {
+			t.Errorf("after half a second: %v", err)
+		}
+	})
+}
+
+func TestParseQuotas(t *testing.T) {
+	tests := []struct {
+		name, in string
+		ok       bool
+	}{
+		{"a default and a team parse", `{"default":{"sandboxes":20},"teams":{"t1":{"vcpus":8,"memory_mb":4096,"creates_per_sec":1.5}}}`, true},
+		{"an unknown field is refused", `{"default":{"sandbox":20}}`, false},
+		{"a negative limit is refused", `{"teams":{"t1":{"vcpus":-1}}}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, err := ParseQuotas(strings.NewReader(tt.in))
+			if (err == nil) != tt.ok {
+				t.Fatalf("err %v, want ok %v", err, tt.ok)
+			}
+			if tt.ok && (q.For("t1").VCPUs != 8 || q.For("other").Sandboxes != 20) {
+				t.Errorf("quotas %+v", q)
+			}
+		})
+	}
+}
