@@ -46,3 +46,10 @@ func gone(sb *store.Sandbox) error {
 	}
 	return &GoneError{ID: sb.ID, Reason: sb.KillReason, At: at}
 }
+
+// goneOf is gone for a live entry, read under its lock.
+func (o *Orchestrator) goneOf(e *entry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return gone(e.sb)
+}

@@ -348,7 +348,7 @@ func (o *Orchestrator) DialPort(ctx context.Context, id string, port int) (net.C
 	state, auto, killed := e.sb.State, e.sb.AutoResume, e.killed
 	e.mu.Unlock()
 	if killed {
-		return nil, gone(e.sb)
+		return nil, o.goneOf(e)
 	}
 	if state == store.StatePaused {
 		if !auto {

@@ -225,6 +225,16 @@ func (o *Orchestrator) systemContext() context.Context {
 	return telemetry.WithRequestID(telemetry.WithLogger(context.Background(), o.cfg.Logger), SystemRequestID)
 }
 
+// stopping reports whether Shutdown has begun.
+func (o *Orchestrator) stopping() bool {
+	select {
+	case <-o.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 func (o *Orchestrator) nudge() {
 	select {
 	case o.wake <- struct{}{}:
@@ -357,23 +367,32 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
-	o.mu.Lock()
-	o.live[sb.ID] = e
-	o.mu.Unlock()
-	o.watchInit(e)
-	o.nudge()
-
-	o.emit(ctx, events.SandboxCreated, sb, map[string]any{"timeout": timeout.Seconds(), "secure": sb.Secure, "auto_pause": sb.AutoPause})
-	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
+	// Told before the sandbox is published: from then on the evictor or a kill may change it
+	// (sb is e.sb, guarded by e.mu), and its created event must come before its killed one.
+	out := copySandbox(sb)
+	o.emit(ctx, events.SandboxCreated, out, map[string]any{"timeout": timeout.Seconds(), "secure": out.Secure, "auto_pause": out.AutoPause})
+	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
+	o.mu.Lock()
+	o.live[sb.ID] = e
+	stopping := o.stopping()
+	o.mu.Unlock()
+	o.watchInit(e)
+	if stopping {
+		// Shutdown went through the live sandboxes before this one was among them.
+		stage = "shutdown"
+		_ = o.kill(o.systemContext(), e, reason.KillServerShutdown, "", "the server shut down while it was being created")
+		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
+	}
+	o.nudge()
 	if req.AllowInternet {
 		// The runtime gives every sandbox a loopback-only network: say so rather than pretend.
 		o.logger(ctx).Info("internet access requested; sandboxes have loopback-only networks", "allow_internet_access", false)
 	}
 	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
-		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames)
-	return copySandbox(sb), nil
+		"timeout_s", timeout.Seconds(), "secure", out.Secure, "auto_pause", out.AutoPause, "env_names", out.EnvVarNames)
+	return out, nil
 }
 
 // drain collects the sandbox's stdout (output lines and command records) and stderr (envd's
