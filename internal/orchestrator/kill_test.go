@@ -224,9 +224,9 @@ func TestAnOOMKillInsideASandboxIsAnEventAndTheSandboxLives(t *testing.T) {
 
 func TestResumeFailuresKillWithTheirReason(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(h *harness)
-		want  reason.KillReason
+		want   reason.KillReason
 	}{
 		{"a paused sandbox whose template was removed is killed for template_missing", func(h *harness) {
 			if err := h.templates.Remove("base"); err != nil {

@@ -230,7 +230,9 @@ func TestCreate(t *testing.T) {
 		{"a timeout over the maximum is invalid", CreateRequest{Timeout: 25 * time.Hour}, nil, nil, ErrInvalid, "maximum"},
 		{"a runtime that cannot create fails the create", CreateRequest{}, func(f *fakeRuntime) { f.createErr = errFake }, nil, errFake, "create sandbox"},
 		{"an envd that never answers fails the create and the sandbox is destroyed", CreateRequest{}, func(f *fakeRuntime) { f.envdDown = true },
-			func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 300*time.Millisecond) },
+			func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 300*time.Millisecond)
+			},
 			context.DeadlineExceeded, "did not come up"},
 	}
 	for _, tt := range tests {

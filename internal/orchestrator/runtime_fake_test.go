@@ -331,4 +331,3 @@ var errFake = errors.New("fake runtime failure")
 
 // Interface check: the fake is what the orchestrator asks of a runtime.
 var _ Runtime = (*fakeRuntime)(nil)
-
