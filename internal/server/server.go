@@ -60,6 +60,9 @@ type Config struct {
 	// budget is dropped and counted.
 	Collect        envdapi.Budget
 	CollectBudgets envdapi.Budgets
+	// CoveBinary is the static cove binary run as envd in every sandbox; this process's own
+	// executable when empty (tests that run the server in-process name a built one).
+	CoveBinary string
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -212,7 +215,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary,
 	})
 	if err != nil {
 		return err
