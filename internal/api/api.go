@@ -11,9 +11,9 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -150,22 +150,14 @@ func (a *api) handle(pattern string, h handlerFunc) {
 // ServeHTTP sets up the request id and logger, routes, and logs the access line.
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ctx, _ := requestContext(r, a.cfg.Logger, w)
+	ctx, _ := httpx.RequestContext(w, r, a.cfg.Logger)
 	info := &requestInfo{}
 	ctx = context.WithValue(ctx, requestInfoKey{}, info)
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &httpx.Recorder{ResponseWriter: w}
 	r = r.WithContext(ctx)
 	defer func() {
-		status := rec.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		attrs := []any{
-			"http.request.method", r.Method,
-			"http.route", r.Pattern,
-			"http.response.status_code", status,
-			"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
-		}
+		status := rec.StatusOr(http.StatusOK)
+		attrs := append(httpx.AccessAttrs(r, status, start), "http.route", r.Pattern)
 		if info.sandboxID != "" {
 			attrs = append(attrs, telemetry.KeySandboxID, info.sandboxID)
 		}
@@ -184,33 +176,9 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if route == "" {
 			route = "unmatched" // keeps the label set bounded for unknown paths
 		}
-		telemetry.APIRequests.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
+		telemetry.APIRequests.WithLabelValues(route, httpx.StatusClass(status)).Inc()
 	}()
 	a.mux.ServeHTTP(rec, r)
-}
-
-// requestContext returns r's context with the request id and a logger carrying it, taking
-// the id from an outer middleware, the client's header, or minting one; it echoes the id.
-func requestContext(r *http.Request, base *slog.Logger, w http.ResponseWriter) (context.Context, string) {
-	ctx := r.Context()
-	id := telemetry.RequestID(ctx)
-	fromCtx := id != ""
-	if id == "" {
-		id = telemetry.RequestIDFrom(r.Header)
-	}
-	if id == "" {
-		id = telemetry.NewRequestID()
-		r.Header.Set(telemetry.HeaderRequestID, id)
-	}
-	w.Header().Set(telemetry.HeaderRequestID, id)
-	if base != nil {
-		ctx = telemetry.WithLogger(ctx, base)
-		return telemetry.WithRequestID(ctx, id), id
-	}
-	if !fromCtx {
-		ctx = telemetry.WithRequestID(ctx, id)
-	}
-	return ctx, id
 }
 
 // requestInfo collects what the access line reports but only handlers learn.
@@ -227,25 +195,3 @@ func infoFrom(ctx context.Context) *requestInfo {
 	}
 	return &requestInfo{}
 }
-
-// statusRecorder remembers the status written, for the access line.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -62,7 +63,7 @@ func (w *errorBodyWriter) finish(requestID string) {
 	var e map[string]any
 	if requestID != "" && json.Unmarshal(out, &e) == nil {
 		if msg, _ := e["message"].(string); !strings.Contains(msg, requestID) {
-			e["message"] = strings.TrimSpace(msg + " (request_id " + requestID + ")")
+			e["message"] = strings.TrimSpace(errdefs.WithRequestID(msg, requestID))
 			if b, err := json.Marshal(e); err == nil {
 				out = b
 			}

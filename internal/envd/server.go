@@ -33,6 +33,8 @@ import (
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/envd/sysinfo"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -103,7 +105,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /envs", s.serveEnvs)
 	mux.HandleFunc("POST /init", s.serveInit)
-	s.handler = s.trimWhenIdle(s.withLogger(telemetry.RequestIDMiddleware(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux))))))))
+	s.handler = s.trimWhenIdle(s.withLogger(httpx.RequestIDs(nil, httpx.Recover(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux)))))))))
 	return s
 }
 
@@ -186,9 +188,7 @@ func isRPC(path string) bool {
 // writeConnectError answers an RPC that never reached a handler, in the Connect protocol's
 // unary error shape (which streaming Connect clients also read from a non-200 answer).
 func writeConnectError(w http.ResponseWriter, r *http.Request, code connect.Code, msg string) {
-	if id := telemetry.RequestID(r.Context()); id != "" {
-		msg = fmt.Sprintf("%s (request_id %s)", msg, id)
-	}
+	msg = errdefs.WithRequestID(msg, telemetry.RequestID(r.Context()))
 	status := http.StatusUnauthorized
 	if code != connect.CodeUnauthenticated {
 		status = http.StatusBadRequest
@@ -207,38 +207,18 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		}
 		begun := time.Now()
 		ctx := telemetry.With(r.Context(), telemetry.KeyOperationID, s.nextOp())
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		rec := &httpx.Recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r.WithContext(ctx))
+		status := rec.StatusOr(http.StatusOK)
 		level := slog.LevelInfo
-		if rec.status >= 500 {
+		if status >= 500 {
 			level = slog.LevelError
-		} else if rec.status >= 400 {
+		} else if status >= 400 {
 			level = slog.LevelWarn
 		}
 		telemetry.Logger(ctx).Log(ctx, level, "http request",
-			"http.request.method", r.Method, "url.path", r.URL.Path,
-			"http.response.status_code", rec.status, "http.response.body.size", rec.bytes,
-			"duration_ms", float64(time.Since(begun).Microseconds())/1000)
+			append(httpx.AccessAttrs(r, status, begun), "http.response.body.size", rec.Bytes)...)
 	})
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	n, err := r.ResponseWriter.Write(b)
-	r.bytes += int64(n)
-	return n, err
-}
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }
 
 func (s *Server) nextOp() string { return strconv.FormatUint(s.opSeq.Add(1), 10) }

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // statusClientClosed is nginx's status for a client that went away; it is only logged.
-const statusClientClosed = 499
+const statusClientClosed = errdefs.StatusClientClosed
 
 // errorBody is the proxy's error: E2B's {code, message} plus what an operator needs to
 // answer "why did this fail?" from the client side alone.
@@ -37,11 +37,8 @@ func describe(err error, t target) (int, errorBody) {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
 	switch {
-	case errors.Is(err, errNoSigned):
-		body.Code = http.StatusNotFound
-		body.Message = err.Error()
-	case errors.Is(err, errBadTarget):
-		body.Code = http.StatusBadRequest
+	case errors.Is(err, errNoSigned), errors.Is(err, errBadTarget):
+		body.Code = errdefs.Status(err)
 		body.Message = err.Error()
 	case errors.As(err, &gone):
 		body.Code = http.StatusBadGateway
@@ -71,9 +68,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	infoFrom(ctx).err = err
 	code, body := describe(err, t)
 	body.RequestID = telemetry.RequestID(ctx)
-	if body.RequestID != "" && !strings.Contains(body.Message, body.RequestID) {
-		body.Message += " (request id " + body.RequestID + ")"
-	}
+	body.Message = errdefs.WithRequestID(body.Message, body.RequestID)
 	if proto := rpcProtocolOf(r); proto != notRPC && code != statusClientClosed {
 		// An RPC gets its error in its own protocol, so the SDK shows this message and
 		// raises NotFoundError or TimeoutError, not a transport error about a 502.

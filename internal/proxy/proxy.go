@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -124,7 +125,7 @@ type targetKey struct{}
 // ServeHTTP forwards r to its sandbox, or answers with a JSON error.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ctx := requestContext(r, p.cfg.Logger, w)
+	ctx, _ := httpx.RequestContext(w, r, p.cfg.Logger)
 	rec := &recorder{ResponseWriter: w}
 	info := &requestInfo{}
 	ctx = context.WithValue(ctx, requestInfoKey{}, info)
@@ -224,28 +225,6 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// requestContext returns r's context with the request id and a logger carrying it, taking
-// the id from an outer middleware, the client's header, or minting one, and echoes it.
-func requestContext(r *http.Request, base *slog.Logger, w http.ResponseWriter) context.Context {
-	ctx := r.Context()
-	id := telemetry.RequestID(ctx)
-	fromCtx := id != ""
-	if id == "" {
-		id = telemetry.RequestIDFrom(r.Header)
-	}
-	if id == "" {
-		id = telemetry.NewRequestID()
-	}
-	w.Header().Set(telemetry.HeaderRequestID, id)
-	if base != nil {
-		return telemetry.WithRequestID(telemetry.WithLogger(ctx, base), id)
-	}
-	if !fromCtx {
-		ctx = telemetry.WithRequestID(ctx, id)
-	}
-	return ctx
-}
-
 // requestInfo collects what the access line reports.
 type requestInfo struct {
 	target target
@@ -268,12 +247,7 @@ func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, sta
 			status = statusClientClosed
 		}
 	}
-	attrs := []any{
-		"http.request.method", r.Method,
-		"url.path", r.URL.Path,
-		"http.response.status_code", status,
-		"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
-	}
+	attrs := httpx.AccessAttrs(r, status, start)
 	if info.target.id != "" {
 		attrs = append(attrs, telemetry.KeySandboxID, info.target.id, "sandbox.port", info.target.port)
 	}
@@ -283,7 +257,7 @@ func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, sta
 		level = slog.LevelWarn
 	}
 	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)
-	outcome := strconv.Itoa(status/100) + "xx"
+	outcome := httpx.StatusClass(status)
 	if info.err != nil {
 		outcome = "error"
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
@@ -293,7 +294,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			apiHandler.ServeHTTP(w, r)
 		}
 	})
-	handler := withLogger(cfg.Logger, telemetry.RequestIDMiddleware(telemetry.TraceHTTP(root)))
+	handler := httpx.RequestIDs(cfg.Logger, httpx.Recover(telemetry.TraceHTTP(root)))
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
@@ -418,12 +419,6 @@ func trimNL(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func withLogger(l *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(telemetry.WithLogger(r.Context(), l)))
-	})
 }
 
 // SandboxDomains returns the domain the proxy routes {port}-{id}.{domain} Hosts by, and the

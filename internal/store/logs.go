@@ -2,12 +2,13 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // ErrBadCursor is returned for a listing cursor that no listing made.
-var ErrBadCursor = errors.New("bad cursor")
+var ErrBadCursor = errdefs.New(errdefs.ErrInvalidArgument, "bad cursor")
 
 // Log levels, lowest first. A query's MinLevel keeps its level and those after it.
 var LogLevels = []string{"debug", "info", "warn", "error"}

@@ -5,20 +5,20 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/reason"
 )
 
 // Errors callers branch on.
 var (
-	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("conflict")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "not found")
+	ErrConflict = errdefs.New(errdefs.ErrConflict, "conflict")
 	// ErrInvalid is a request the store cannot serve as asked (a forged page token): the
 	// caller's mistake, a 400.
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid request")
 )
 
 // Team owns sandboxes and API keys.
