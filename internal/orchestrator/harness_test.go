@@ -2,16 +2,15 @@ package orchestrator
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/redact"
@@ -30,7 +29,7 @@ type harness struct {
 	db        *sqlite.DB
 	templates *template.Store
 	team      string
-	logs      *lockedBuffer
+	logs      *covetest.Buffer
 	dir       string
 }
 
@@ -53,7 +52,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, rt: newFakeRuntime(), db: db, templates: templates, team: team.ID, logs: &lockedBuffer{}, dir: dir}
+	h := &harness{t: t, rt: newFakeRuntime(), db: db, templates: templates, team: team.ID, logs: &covetest.Buffer{}, dir: dir}
 	h.addTemplate("base", "root:x:0:0:root:/root:/bin/sh\n")
 	logger := telemetry.NewLogger(h.logs, nil)
 	bus, err := events.New(ctx, events.Config{Store: db, Logger: logger})
@@ -215,19 +214,12 @@ func (h *harness) logLines(msg, id string) []map[string]any {
 	return out
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// createHeld starts a create that the runtime holds after making the sandbox, until release
+// is called; done receives the create's error.
+func (h *harness) createHeld() (id string, release func(), done <-chan error) {
+	gate := make(chan struct{})
+	h.rt.set(func(f *fakeRuntime) { f.creating = gate })
+	errc := make(chan error, 1)
+	go func() { _, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team}); errc <- err }()
+	return <-h.rt.created, func() { close(gate) }, errc
 }

@@ -304,15 +304,11 @@ func envdGet(t *testing.T, c *http.Client, path, token string) *http.Response {
 func TestKillWhileCreating(t *testing.T) {
 	t.Run("a kill by id before the create returns finds nothing, and the create completes", func(t *testing.T) {
 		h := newHarness(t)
-		gate := make(chan struct{})
-		h.rt.set(func(f *fakeRuntime) { f.creating = gate })
-		done := make(chan error, 1)
-		go func() { _, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team}); done <- err }()
-		id := <-h.rt.created
+		id, release, done := h.createHeld()
 		if err := h.o.Kill(h.ctx("req-kill"), h.team, id, reason.KillRequest, ""); !errors.Is(err, ErrNotFound) {
 			t.Errorf("kill during create: %v, want ErrNotFound", err)
 		}
-		close(gate)
+		release()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
@@ -322,13 +318,9 @@ func TestKillWhileCreating(t *testing.T) {
 	})
 	t.Run("a shutdown during a create kills the new sandbox for server_shutdown", func(t *testing.T) {
 		h := newHarness(t)
-		gate := make(chan struct{})
-		h.rt.set(func(f *fakeRuntime) { f.creating = gate })
-		done := make(chan error, 1)
-		go func() { _, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team}); done <- err }()
-		id := <-h.rt.created
+		id, release, done := h.createHeld()
 		h.o.Shutdown(context.Background())
-		close(gate)
+		release()
 		err := <-done
 		var gone *GoneError
 		if !errors.As(err, &gone) || gone.Reason != reason.KillServerShutdown {
