@@ -27,6 +27,7 @@ import (
 
 	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
@@ -104,7 +105,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /envs", s.serveEnvs)
-	mux.HandleFunc("POST /init", s.serveInit)
+	mux.HandleFunc("POST "+envdapi.InitPath, s.serveInit)
 	s.handler = s.trimWhenIdle(s.withLogger(httpx.RequestIDs(nil, httpx.Recover(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux)))))))))
 	return s
 }
@@ -283,20 +284,9 @@ func (s *Server) serveEnvs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.defaults.Get().EnvVars)
 }
 
-// initRequest is POST /init's body, as the control plane sends it.
-type initRequest struct {
-	EnvVars        map[string]string `json:"envVars"`
-	AccessToken    *string           `json:"accessToken"`
-	DefaultUser    *string           `json:"defaultUser"`
-	DefaultWorkdir *string           `json:"defaultWorkdir"`
-	// CollectOutput switches the collection of processes' output lines (Cove's extension).
-	CollectOutput *bool      `json:"collectOutput"`
-	Timestamp     *time.Time `json:"timestamp"`
-}
-
 func (s *Server) serveInit(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	var req initRequest
+	var req envdapi.Init
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
 		fault.WriteHTTPStatus(ctx, w, http.StatusBadRequest, "init: body is not valid JSON: "+err.Error())

@@ -348,17 +348,16 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
-	init := map[string]any{"envVars": req.EnvVars}
-	if collect := req.CollectLogs; collect != nil {
-		init["collectOutput"] = *collect
-	} else if tmpl.CollectLogs != nil {
-		init["collectOutput"] = *tmpl.CollectLogs
+	init := envdapi.Init{EnvVars: req.EnvVars, CollectOutput: req.CollectLogs}
+	if init.CollectOutput == nil {
+		init.CollectOutput = tmpl.CollectLogs
 	}
 	if sb.EnvdAccessToken != "" {
-		init["accessToken"] = sb.EnvdAccessToken
+		init.AccessToken = &sb.EnvdAccessToken
 	}
 	if hasUser(tmpl.Rootfs, template.UserName) {
-		init["defaultUser"], init["defaultWorkdir"] = template.UserName, template.UserHome
+		user, home := template.UserName, template.UserHome
+		init.DefaultUser, init.DefaultWorkdir = &user, &home
 	}
 	if err = postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
@@ -538,9 +537,9 @@ func waitHealthy(ctx context.Context, c *http.Client, limit time.Duration) error
 	}
 }
 
-func postInit(ctx context.Context, c *http.Client, body map[string]any) error {
+func postInit(ctx context.Context, c *http.Client, body envdapi.Init) error {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd"+envdapi.InitPath, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	if id := telemetry.RequestID(ctx); id != "" {
 		req.Header.Set(telemetry.HeaderRequestID, id)
