@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/hostpkg"
 	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/template"
 )
 
 var (
@@ -64,7 +64,7 @@ func ensurePackages() error {
 	pkgOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		pkgErr = template.EnsureHostPackages(ctx, "runc", "busybox-static")
+		pkgErr = hostpkg.Ensure(ctx, "runc", "busybox-static")
 	})
 	return pkgErr
 }
