@@ -1,6 +1,8 @@
 // Package requestid mints and checks Cove's request ids, the one id that joins a client's log
 // with every server and envd line of the same call. The server and the Go SDK both use it,
 // so an id minted on either side has the same form.
+//
+// It imports nothing of Cove's, so the server, envd and the public SDK share it.
 package requestid
 
 import (

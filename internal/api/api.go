@@ -5,6 +5,9 @@
 // Every handler returns an error, and one function (statusOf) turns an error into the HTTP
 // status the official SDKs branch on; every error body names what failed and carries the
 // request id.
+//
+// It must not import the proxy, the console or server; errors go through errdefs and the edge
+// through httpx.
 package api
 
 import (

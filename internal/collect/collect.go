@@ -6,6 +6,9 @@
 // The one idea: nothing inside the sandbox labels itself. envd says which pid and stream a
 // line came from; the host says which sandbox, team and task it belongs to, and host labels
 // win over any field a line carries.
+//
+// It must not import the orchestrator, the runtime or the edges: the orchestrator hands it the
+// pipes.
 package collect
 
 import (

@@ -5,6 +5,10 @@
 // The one idea: every call carries a request id, the client's own or one minted here, and
 // every line logged for the call carries it beside envd's operation_id, so the client's log
 // and envd's join on one id.
+//
+// envd runs inside the sandbox: it must not import the host's rooms (orchestrator, runtime,
+// template, store, events, collect, api, proxy, server); what it shares with the host is in
+// envdapi.
 package envd
 
 import (

@@ -4,6 +4,9 @@
 // subscribed webhook in one transaction, and a dispatcher goroutine works the pending
 // deliveries off the store: woken by Emit, or by a timer set to the next retry. Nothing is
 // held only in memory, so a restart loses no delivery; it resumes them.
+//
+// It must not import the orchestrator, the runtime or the edges: the orchestrator calls Emit
+// through its Events interface.
 package events
 
 import (

@@ -6,6 +6,9 @@
 // every kill carries a reason.KillReason from the call that caused it, so "why is it gone?"
 // always has an answer: in the log, in the record, in the counter, and in the error a client
 // gets when it touches the dead sandbox.
+//
+// It must not import the edges that call it (api, proxy, console, server); they reach it through
+// their own small interfaces.
 package orchestrator
 
 import (

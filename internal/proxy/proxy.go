@@ -8,6 +8,9 @@
 // the backend, which closes it when the sandbox is paused or killed, so open streams end
 // with the sandbox. Every failure is a 502 JSON body naming the sandbox, its state and kill
 // reason, and the request id.
+//
+// It must not import the API, the console or server; it reaches sandboxes through its Backend
+// interface.
 package proxy
 
 import (

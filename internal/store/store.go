@@ -1,6 +1,9 @@
 // Package store defines Cove's persistent state behind interfaces: teams and API keys, and
 // sandbox records. SQLite (store/sqlite) implements them by default; the shapes are chosen
 // so PostgreSQL can take the same state without changing callers.
+//
+// It owns the persistent shapes and their interfaces; it must not import the orchestrator, the
+// runtime, events, collect or the edges.
 package store
 
 import (

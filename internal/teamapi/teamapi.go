@@ -1,6 +1,8 @@
 // Package teamapi is the scaffolding shared by Cove's team-scoped HTTP APIs (events and
 // webhooks, logs and commands, metrics, traces): the caller's team from the context, and
 // errors answered through the one HTTP edge (httpx, errdefs).
+//
+// It must not import the APIs built on it (events, logs, sampler, trace) or the orchestrator.
 package teamapi
 
 import (

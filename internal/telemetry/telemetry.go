@@ -3,6 +3,10 @@
 // The one idea: a request id and the facts known about a call (sandbox, team, operation) are
 // attached to the context once, where they become known, and every log line below gets them
 // for free through Logger(ctx).
+//
+// It owns the context logger, request ids in contexts, the metric and log-key registries and
+// OTel. It must not import the store, the orchestrator, the edges (api, proxy, httpx) or envd:
+// everything imports it.
 package telemetry
 
 import (

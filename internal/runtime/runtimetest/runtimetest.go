@@ -1,5 +1,7 @@
 // Package runtimetest gives tests a real runc driver and a tiny busybox root filesystem, or
 // skips them saying what the machine lacks.
+//
+// Like the runtime, it must not import template, the store or anything above them.
 package runtimetest
 
 import (
