@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -163,17 +164,6 @@ func newLogsCmd(f *apiFlags) *cobra.Command {
 	return cmd
 }
 
-type event struct {
-	ID        string            `json:"id"`
-	Type      string            `json:"type"`
-	Timestamp time.Time         `json:"timestamp"`
-	SandboxID string            `json:"sandboxId"`
-	RequestID string            `json:"requestId"`
-	APIKeyID  string            `json:"apiKeyId"`
-	Metadata  map[string]string `json:"sandboxMetadata"`
-	Data      map[string]any    `json:"eventData"`
-}
-
 func newEventsCmd(f *apiFlags) *cobra.Command {
 	var types []string
 	var limit int
@@ -182,16 +172,16 @@ func newEventsCmd(f *apiFlags) *cobra.Command {
 		Short: "List lifecycle events (created, connected, paused, resumed, updated, killed, oom), newest first",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := "/events/sandboxes"
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			id := ""
 			if len(args) == 1 {
-				path += "/" + args[0]
+				id = args[0]
 			}
-			q := url.Values{"limit": {strconv.Itoa(limit)}}
-			if len(types) > 0 {
-				q.Set("type", strings.Join(types, ","))
-			}
-			var evs []event
-			if err := f.rest(cmd.Context(), http.MethodGet, path+"?"+q.Encode(), nil, &evs); err != nil {
+			evs, err := c.Events(cmd.Context(), id, cove.EventOptions{Types: types, Limit: limit})
+			if err != nil {
 				return err
 			}
 			if f.asJSON {
@@ -201,7 +191,7 @@ func newEventsCmd(f *apiFlags) *cobra.Command {
 			fmt.Fprintln(tw, "TIME\tSANDBOX\tEVENT\tREQUEST\tDETAIL")
 			for _, e := range evs {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Timestamp.Format(time.RFC3339), e.SandboxID,
-					strings.TrimPrefix(e.Type, "sandbox.lifecycle."), e.RequestID, detail(e.Data))
+					strings.TrimPrefix(e.Type, "sandbox.lifecycle."), e.RequestID, detail(e))
 			}
 			return tw.Flush()
 		},
@@ -212,14 +202,42 @@ func newEventsCmd(f *apiFlags) *cobra.Command {
 	return cmd
 }
 
-func detail(d map[string]any) string {
+// detail is the facts of an event's payload worth a column.
+func detail(e cove.SandboxEvent) string {
+	data, err := e.Data()
+	if err != nil {
+		return err.Error()
+	}
 	var parts []string
-	for _, k := range []string{"kill_reason", "api_key_name", "timeout", "end_at", "count"} {
-		if v, ok := d[k]; ok {
-			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
-		}
+	add := func(k string, v any) { parts = append(parts, fmt.Sprintf("%s=%v", k, v)) }
+	switch d := data.(type) {
+	case *cove.KilledEventData:
+		add("kill_reason", d.KillReason)
+	case *cove.CreatedEventData:
+		add("timeout", d.TimeoutSeconds)
+	case *cove.ResumedEventData:
+		add("timeout", d.TimeoutSeconds)
+		add("end_at", d.EndAt.Format(time.RFC3339))
+	case *cove.UpdatedEventData:
+		add("timeout", d.TimeoutSeconds)
+		add("end_at", d.EndAt.Format(time.RFC3339))
+	case *cove.ConnectedEventData:
+		add("end_at", d.EndAt.Format(time.RFC3339))
+	case *cove.OOMEventData:
+		add("count", d.Count)
+	}
+	if name := keyName(data); name != "" {
+		add("api_key_name", name)
 	}
 	return strings.Join(parts, " ")
+}
+
+// keyName is the name of the key whose call caused an event, when the payload says.
+func keyName(data any) string {
+	if c, ok := data.(interface{ GetAPIKeyName() string }); ok {
+		return c.GetAPIKeyName()
+	}
+	return ""
 }
 
 type command struct {
@@ -456,23 +474,27 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			var info map[string]any
-			err := f.rest(cmd.Context(), http.MethodGet, "/sandboxes/"+id, nil, &info)
-			var he *httpError
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			info, err := c.Info(cmd.Context(), id)
+			var killed *cove.SandboxKilledError
 			switch {
 			case err == nil:
-				fmt.Printf("sandbox %s is %v (template %v), started %v, its timeout ends at %v\n", id, info["state"], info["templateID"], info["startedAt"], info["endAt"])
-				var evs []event
-				if err := f.rest(cmd.Context(), http.MethodGet, "/events/sandboxes/"+id+"?limit=1&type=sandbox.lifecycle.paused", nil, &evs); err == nil && len(evs) > 0 && info["state"] == "paused" {
+				fmt.Printf("sandbox %s is %s (template %s), started %s, its timeout ends at %s\n", id, info.State, info.TemplateID,
+					info.StartedAt.Format(time.RFC3339), info.EndAt.Format(time.RFC3339))
+				evs, err := c.Events(cmd.Context(), id, cove.EventOptions{Types: []string{cove.EventSandboxPaused}, Limit: 1})
+				if err == nil && len(evs) > 0 && info.State == cove.StatePaused {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))
 				}
 				return nil
-			case asHTTP(err, &he) && he.status == http.StatusNotFound:
+			case errors.As(err, &killed), errors.Is(err, cove.ErrNotFound):
 			default:
 				return err
 			}
-			var evs []event
-			if err := f.rest(cmd.Context(), http.MethodGet, "/events/sandboxes/"+id+"?limit=1&type=sandbox.lifecycle.killed", nil, &evs); err != nil {
+			evs, err := c.Events(cmd.Context(), id, cove.EventOptions{Types: []string{cove.EventSandboxKilled}, Limit: 1})
+			if err != nil {
 				return err
 			}
 			if len(evs) == 0 {
@@ -482,30 +504,36 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 			if f.asJSON {
 				return printJSON(k)
 			}
-			fmt.Printf("sandbox %s was killed at %s: reason %v, by %s\n", id, k.Timestamp.Format(time.RFC3339), k.Data["kill_reason"], who(k))
-			if k.Data["kill_reason"] == "timeout" {
-				fmt.Printf("its timeout ended at %v\n", k.Data["end_at"])
+			data, err := k.Data()
+			if err != nil {
+				return err
 			}
-			if ex, ok := k.Data["execution"].(map[string]any); ok {
-				fmt.Printf("it ran %v ms from %v with %v vCPU and %v MB\n", ex["execution_time"], ex["started_at"], ex["vcpu_count"], ex["memory_mb"])
+			d := data.(*cove.KilledEventData)
+			fmt.Printf("sandbox %s was killed at %s: reason %s, by %s\n", id, k.Timestamp.Format(time.RFC3339), d.KillReason, who(k))
+			if d.KillReason == "timeout" {
+				fmt.Printf("its timeout ended at %s\n", d.EndAt.Format(time.RFC3339))
 			}
-			pm, _ := k.Data["postmortem"].(map[string]any)
-			if res, ok := pm["resources"].(map[string]any); ok {
-				fmt.Printf("at the kill: memory %.1f of %.0f MiB (peak %.1f MiB), %v OOM kills, %v processes\n",
-					toFloat(res["memory_bytes"])/(1<<20), toFloat(res["memory_limit_bytes"])/(1<<20),
-					toFloat(res["memory_max_bytes"])/(1<<20), res["oom_kills"], res["pids"])
+			ex := d.Execution
+			fmt.Printf("it ran %d ms from %s with %d vCPU and %d MB\n", ex.ExecutionTimeMS, ex.StartedAt.Format(time.RFC3339), ex.VCPUCount, ex.MemoryMB)
+			pm := d.Postmortem
+			if pm == nil {
+				return nil
 			}
-			if procs, ok := pm["processes"].([]any); ok && len(procs) > 0 {
+			if res := pm.Resources; res != nil {
+				fmt.Printf("at the kill: memory %.1f of %.0f MiB (peak %.1f MiB), %d OOM kills, %d processes\n",
+					float64(res.MemoryBytes)/(1<<20), float64(res.MemoryLimitBytes)/(1<<20),
+					float64(res.MemoryMaxBytes)/(1<<20), res.OOMKills, res.PIDs)
+			}
+			if len(pm.Processes) > 0 {
 				fmt.Println("processes at the kill, biggest memory first:")
-				for _, p := range procs {
-					m, _ := p.(map[string]any)
-					fmt.Printf("  pid %-6v %8.1f MiB  %v\n", m["pid"], toFloat(m["rss_bytes"])/(1<<20), m["command"])
+				for _, p := range pm.Processes {
+					fmt.Printf("  pid %-6d %8.1f MiB  %s\n", p.PID, float64(p.RSSBytes)/(1<<20), p.Command)
 				}
 			}
-			if lines, ok := pm["last_output"].([]any); ok && len(lines) > 0 {
+			if len(pm.LastOutput) > 0 {
 				fmt.Println("last output:")
-				for _, l := range lines {
-					fmt.Printf("  %v\n", l)
+				for _, l := range pm.LastOutput {
+					fmt.Printf("  %s\n", l)
 				}
 			}
 			return nil
@@ -515,28 +543,16 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 	return cmd
 }
 
-func who(e event) string {
+func who(e cove.SandboxEvent) string {
 	if e.RequestID == "system" || e.RequestID == "" {
 		return "Cove itself (request id system)"
 	}
 	s := "request " + e.RequestID
-	if name, ok := e.Data["api_key_name"].(string); ok && name != "" {
+	data, _ := e.Data()
+	if name := keyName(data); name != "" {
 		s += " with API key " + name
 	} else if e.APIKeyID != "" {
 		s += " with API key " + e.APIKeyID
 	}
 	return s
-}
-
-func toFloat(v any) float64 {
-	f, _ := v.(float64)
-	return f
-}
-
-func asHTTP(err error, target **httpError) bool {
-	e, ok := err.(*httpError)
-	if ok {
-		*target = e
-	}
-	return ok
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func killedCount(why reason.KillReason) float64 {
@@ -54,6 +55,10 @@ func (h *harness) checkKilled(id string, why reason.KillReason, requestID, keyID
 	if strings.Contains(string(ev.Data), "s3cr3t-token-value") {
 		h.t.Errorf("the post-mortem leaks a secret: %s", ev.Data)
 	}
+	typed, err := cove.SandboxEvent{ID: ev.ID, Type: ev.Type, EventData: ev.Data}.Data()
+	if k, ok := typed.(*cove.KilledEventData); err != nil || !ok || k.KillReason != why.String() || k.Postmortem == nil {
+		h.t.Errorf("the SDK reads the killed event as %#v (%v)", typed, err)
+	}
 	lines := h.logLines("sandbox killed", id)
 	if len(lines) != 1 {
 		h.t.Fatalf("%d 'sandbox killed' lines for %s, want 1\n%s", len(lines), id, h.logs.String())
@@ -61,7 +66,7 @@ func (h *harness) checkKilled(id string, why reason.KillReason, requestID, keyID
 	if l := lines[0]; l[telemetry.KeyKillReason] != why.String() || l["state_before"] != string(stateBefore) || l[telemetry.KeyRequestID] != requestID {
 		h.t.Errorf("log line %v: want kill_reason %q, state_before %q, request_id %q", l, why, stateBefore, requestID)
 	}
-	_, err := h.o.Get(context.Background(), h.team, id)
+	_, err = h.o.Get(context.Background(), h.team, id)
 	var gone *GoneError
 	if !errors.As(err, &gone) || gone.Reason != why {
 		h.t.Errorf("Get after the kill: %v; want a GoneError with reason %q", err, why)

@@ -38,6 +38,7 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // EnvdPort is where envd listens inside every sandbox.
@@ -105,7 +106,8 @@ type Events interface {
 }
 
 // emit sends a lifecycle event for sb; a failure is logged and never fails the transition.
-func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.Sandbox, data map[string]any) {
+// data is t's payload type from the SDK (cove.EventDataFor), as a pointer.
+func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.Sandbox, data interface{ SetAPIKeyName(string) }) {
 	if o.cfg.Events == nil {
 		return
 	}
@@ -113,10 +115,7 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 	ev.Data = data
 	_, ev.APIKeyID = telemetry.Caller(ctx)
 	if name := telemetry.CallerKeyName(ctx); name != "" {
-		if ev.Data == nil {
-			ev.Data = map[string]any{}
-		}
-		ev.Data["api_key_name"] = name
+		data.SetAPIKeyName(name)
 	}
 	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
 		telemetry.Warnings.Warn(ctx, o.logger(ctx), t.String(), "event not recorded", "event.type", t.String(), "error", err.Error())
@@ -372,7 +371,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	// Told before the sandbox is published: from then on the evictor or a kill may change it
 	// (sb is e.sb, guarded by e.mu), and its created event must come before its killed one.
 	out := copySandbox(sb)
-	o.emit(ctx, events.SandboxCreated, out, map[string]any{"timeout": timeout.Seconds(), "secure": out.Secure, "auto_pause": out.AutoPause})
+	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause})
 	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
