@@ -70,16 +70,21 @@ type SandboxOptions struct {
 	NoInternet bool
 }
 
-// newSandboxJSON is E2B's answer to create, connect and resume.
-type newSandboxJSON struct {
+// CreatedSandbox is E2B's Sandbox, the answer to create, connect and resume: the server
+// emits this very type.
+type CreatedSandbox struct {
 	SandboxID       string `json:"sandboxID"`
 	TemplateID      string `json:"templateID"`
-	Alias           string `json:"alias"`
+	Alias           string `json:"alias,omitempty"`
+	ClientID        string `json:"clientID"` // E2B's deprecated field, always filled
 	EnvdVersion     string `json:"envdVersion"`
-	EnvdAccessToken string `json:"envdAccessToken"`
+	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
+	// Domain is the sandboxes' base domain ({port}-{id}.{domain}); null keeps the SDK's
+	// configured sandbox URL.
+	Domain *string `json:"domain"`
 }
 
-func (c *Client) newSandbox(j newSandboxJSON, requestID string) *Sandbox {
+func (c *Client) newSandbox(j CreatedSandbox, requestID string) *Sandbox {
 	s := &Sandbox{
 		ID: j.SandboxID, TemplateID: j.TemplateID, Alias: j.Alias, EnvdVersion: j.EnvdVersion,
 		Secure: j.EnvdAccessToken != "", client: c, accessToken: j.EnvdAccessToken, requestID: requestID,
@@ -111,7 +116,7 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	if opts.AutoResume {
 		body["autoResume"] = map[string]bool{"enabled": true}
 	}
-	var out newSandboxJSON
+	var out CreatedSandbox
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
 	if err != nil {
 		return nil, err
@@ -126,7 +131,7 @@ func (c *Client) Connect(ctx context.Context, sandboxID string, timeout time.Dur
 	if timeout > 0 {
 		body["timeout"] = seconds(timeout)
 	}
-	var out newSandboxJSON
+	var out CreatedSandbox
 	res, err := c.do(ctx, "connect to sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/connect", body, &out)
 	if err != nil {
 		return nil, err
@@ -144,7 +149,7 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, timeout time.Dura
 	if timeout > 0 {
 		body["timeout"] = seconds(timeout)
 	}
-	var out newSandboxJSON
+	var out CreatedSandbox
 	res, err := c.do(ctx, "resume sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/resume", body, &out)
 	if err != nil {
 		return nil, err
@@ -155,11 +160,13 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, timeout time.Dura
 	return c.newSandbox(out, res.requestID), nil
 }
 
-// SandboxInfo describes a sandbox, as Info and List return it.
+// SandboxInfo describes a sandbox, as Info and List return it: E2B's SandboxDetail and
+// ListedSandbox, which the server emits as this very type.
 type SandboxInfo struct {
 	SandboxID   string            `json:"sandboxID"`
 	TemplateID  string            `json:"templateID"`
 	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"` // E2B's deprecated field, always filled
 	StartedAt   time.Time         `json:"startedAt"`
 	EndAt       time.Time         `json:"endAt"`
 	State       SandboxState      `json:"state"`
@@ -168,6 +175,10 @@ type SandboxInfo struct {
 	DiskSizeMB  int               `json:"diskSizeMB"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// EnvdAccessToken is sent by Info of a secure sandbox, never by a listing.
+	EnvdAccessToken     string  `json:"envdAccessToken,omitempty"`
+	Domain              *string `json:"domain"`
+	AllowInternetAccess bool    `json:"allowInternetAccess"`
 
 	requestID string
 }
