@@ -8,6 +8,7 @@ package requestid
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 )
@@ -74,4 +75,18 @@ func Valid(id string) bool {
 		}
 	}
 	return true
+}
+
+// System is the request id of what Cove does by itself, no client's call causing it: the
+// TTL evictor, a shutdown, a restart's clean-up.
+const System = "system"
+
+// Annotate ends msg with " (request id X)", the one format every error a user sees names
+// its call in, so the id can be grepped from any message; msg is kept as it is when it
+// names the id already or there is none.
+func Annotate(msg, id string) string {
+	if id == "" || strings.Contains(msg, id) {
+		return msg
+	}
+	return msg + " (request id " + id + ")"
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -55,9 +56,7 @@ func (f *apiFlags) rest(ctx context.Context, method, path string, body any, out 
 		if e.Message == "" {
 			e.Message = strings.TrimSpace(string(b))
 		}
-		if !strings.Contains(e.Message, id) {
-			e.Message += " (request id " + id + ")"
-		}
+		e.Message = requestid.Annotate(e.Message, id)
 		return &httpError{status: res.StatusCode, msg: fmt.Sprintf("%s %s: %s: %s", method, path, res.Status, e.Message)}
 	}
 	if out != nil && len(b) > 0 {
@@ -544,8 +543,8 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 }
 
 func who(e cove.SandboxEvent) string {
-	if e.RequestID == "system" || e.RequestID == "" {
-		return "Cove itself (request id system)"
+	if e.RequestID == requestid.System || e.RequestID == "" {
+		return "Cove itself (request id " + requestid.System + ")"
 	}
 	s := "request " + e.RequestID
 	data, _ := e.Data()

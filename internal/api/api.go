@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
@@ -63,7 +64,7 @@ type Config struct {
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
 // features off below 0.6.4.
-const EnvdVersion = "0.6.4"
+const EnvdVersion = envdapi.Version
 
 // clientID fills E2B's deprecated clientID field.
 const clientID = "cove"

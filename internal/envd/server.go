@@ -45,7 +45,7 @@ import (
 
 // Version is the envd protocol version reported to clients. E2B's SDKs switch features off
 // below 0.6.4.
-const Version = "0.6.4"
+const Version = envdapi.Version
 
 // DefaultMaxMessageBytes bounds one Connect message.
 const DefaultMaxMessageBytes = 16 << 20

@@ -7,16 +7,17 @@
 // answers any error through Status, Code and NewBody, so the same failure gets the same status
 // everywhere, and every message carries the request id in one format (WithRequestID).
 //
-// errdefs imports nothing of Cove's: every package may use it.
+// errdefs imports nothing of Cove's but requestid: every package may use it.
 package errdefs
 
 import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/cove-dev/cove/requestid"
 )
 
 // kind is a class of failure; its sentinel is what errors.Is matches.
@@ -118,11 +119,6 @@ func NewBody(code int, msg, requestID string) Body {
 	return Body{Code: code, Message: WithRequestID(msg, requestID), RequestID: requestID}
 }
 
-// WithRequestID ends msg with "(request id X)", the one format a user greps a server's logs
-// with, unless msg names the id already or there is none.
-func WithRequestID(msg, requestID string) string {
-	if requestID == "" || strings.Contains(msg, requestID) {
-		return msg
-	}
-	return msg + " (request id " + requestID + ")"
-}
+// WithRequestID ends msg with "(request id X)" (requestid.Annotate, the one format), unless
+// msg names the id already or there is none.
+func WithRequestID(msg, requestID string) string { return requestid.Annotate(msg, requestID) }

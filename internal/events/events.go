@@ -22,12 +22,13 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
 // SystemRequestID is the request id of events no client call caused (the TTL evictor, a
 // restart's clean-up).
-const SystemRequestID = "system"
+const SystemRequestID = requestid.System
 
 // Event is one thing that happened to one sandbox.
 type Event struct {

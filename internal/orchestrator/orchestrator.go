@@ -38,17 +38,18 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
 // EnvdPort is where envd listens inside every sandbox.
-const EnvdPort = 49983
+const EnvdPort = envdapi.Port
 
 // EnvdVersion is the envd protocol version Cove reports.
-const EnvdVersion = "0.6.4"
+const EnvdVersion = envdapi.Version
 
 // SystemRequestID marks transitions Cove made by itself (the TTL evictor, shutdown).
-const SystemRequestID = "system"
+const SystemRequestID = requestid.System
 
 // Runtime is what the orchestrator needs of a sandbox runtime: the Runtime interface and a
 // listing of the sandboxes it holds, to clean up after a crash.

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -54,7 +55,7 @@ const (
 )
 
 // EnvdPort is envd's port inside every sandbox, the default target.
-const EnvdPort = 49983
+const EnvdPort = envdapi.Port
 
 // Config is what New needs.
 type Config struct {

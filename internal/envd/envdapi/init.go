@@ -23,3 +23,10 @@ type Init struct {
 	// Timestamp is the host's clock when it sent the init.
 	Timestamp *time.Time `json:"timestamp,omitempty"`
 }
+
+// Port is where envd listens inside every sandbox, on the sandbox's own loopback.
+const Port = 49983
+
+// Version is the envd protocol version envd and the control plane report. E2B's SDKs switch
+// features off below 0.6.4.
+const Version = "0.6.4"
