@@ -28,6 +28,7 @@ import (
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // Labels are the host's facts about a sandbox, put on every line.
@@ -178,22 +179,17 @@ func (c *Collector) envdLine(b []byte) {
 	c.add(line)
 }
 
+// level reads a line's level field (reason.NormalizeLogLevel, the one reading).
 func level(v any) (string, bool) {
 	s, ok := v.(string)
 	if !ok {
 		return "", false
 	}
-	switch strings.ToLower(s) {
-	case "debug", "trace":
-		return "debug", true
-	case "info", "notice":
-		return "info", true
-	case "warn", "warning":
-		return "warn", true
-	case "error", "err", "fatal", "critical", "panic":
-		return "error", true
+	l, ok := reason.NormalizeLogLevel(s)
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return l.String(), true
 }
 
 func with(fields map[string]any, k string, v any) map[string]any {

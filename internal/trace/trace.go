@@ -15,6 +15,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // Entry is one step of a request's timeline.
@@ -167,14 +168,4 @@ func (t *tee) Handle(ctx context.Context, r slog.Record) error {
 	return err
 }
 
-func level(l slog.Level) string {
-	switch {
-	case l >= slog.LevelError:
-		return "error"
-	case l >= slog.LevelWarn:
-		return "warn"
-	case l >= slog.LevelInfo:
-		return "info"
-	}
-	return "debug"
-}
+func level(l slog.Level) string { return reason.SlogLevel(l).String() }
