@@ -306,7 +306,7 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 
 // SandboxKilled ends the records of commands still running when the sandbox died, storing
 // them under ctx.
-func (c *Collector) SandboxKilled(ctx context.Context, why string, at time.Time) {
+func (c *Collector) SandboxKilled(ctx context.Context, why reason.KillReason, at time.Time) {
 	c.mu.Lock()
 	running := c.running
 	c.running = map[int]*store.CommandRecord{}

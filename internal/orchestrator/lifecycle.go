@@ -91,10 +91,10 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	if e.collector != nil {
 		// After the pipes drain, what is still running was killed with the sandbox.
 		// The kill request may end first: its values (request id, logger) go on, its cancel does not.
-		go func(ctx context.Context, c *collect.Collector, why string) {
+		go func(ctx context.Context, c *collect.Collector, why reason.KillReason) {
 			e.drainers.Wait()
 			c.SandboxKilled(ctx, why, now)
-		}(context.WithoutCancel(ctx), e.collector, why.String())
+		}(context.WithoutCancel(ctx), e.collector, why)
 	}
 	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
 		// Not a closed-set reason: record it as unknown rather than as "", and say so.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/reason"
 )
 
 // ErrBadCursor is returned for a listing cursor that no listing made.
@@ -126,7 +127,7 @@ type CommandRecord struct {
 	// SignalRequestID is the request that sent the fatal signal (killed, timeout).
 	SignalRequestID string
 	// KillReason is the sandbox's kill reason when EndCause is EndSandboxKilled.
-	KillReason  string
+	KillReason  reason.KillReason
 	StdoutBytes int64
 	StderrBytes int64
 	StdoutHead  string

@@ -71,7 +71,7 @@ func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (
 			f["signal_request_id"] = c.SignalRequestID
 		}
 		if c.KillReason != "" {
-			f["kill_reason"] = c.KillReason
+			f[telemetry.KeyKillReason] = c.KillReason.String()
 		}
 		tl.Entries = append(tl.Entries, Entry{Time: c.EndedAt, Source: "command", SandboxID: c.SandboxID, Level: "info", Message: msg, Fields: f})
 	}
@@ -82,7 +82,7 @@ func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (
 func ended(c *store.CommandRecord) string {
 	switch {
 	case c.EndCause == store.EndSandboxKilled:
-		return "ended with its sandbox (" + c.KillReason + ")"
+		return "ended with its sandbox (" + c.KillReason.String() + ")"
 	case c.ExitCode != nil:
 		return fmt.Sprintf("exited %d", *c.ExitCode)
 	case c.EndCause == store.EndTimeout:
