@@ -239,28 +239,8 @@ func keyName(data any) string {
 	return ""
 }
 
-type command struct {
-	PID             int      `json:"pid"`
-	Tag             string   `json:"tag"`
-	RequestID       string   `json:"requestId"`
-	User            string   `json:"user"`
-	Command         string   `json:"command"`
-	Args            []string `json:"args"`
-	StartedAt       string   `json:"startedAt"`
-	DurationMS      *float64 `json:"durationMs"`
-	ExitCode        *int     `json:"exitCode"`
-	Signal          string   `json:"signal"`
-	EndCause        string   `json:"endCause"`
-	SignalRequestID string   `json:"signalRequestId"`
-	KillReason      string   `json:"killReason"`
-	StdoutHead      string   `json:"stdoutHead"`
-	StdoutTail      string   `json:"stdoutTail"`
-	StderrHead      string   `json:"stderrHead"`
-	StderrTail      string   `json:"stderrTail"`
-	Truncated       bool     `json:"truncated"`
-}
-
-func (c command) outcome() string {
+// outcome says in a few words how a recorded command ended.
+func outcome(c cove.CommandRecord) string {
 	switch {
 	case c.EndCause == "":
 		return "running"
@@ -280,16 +260,24 @@ func newCommandsCmd(f *apiFlags) *cobra.Command {
 		Short: "List the commands a sandbox ran, or show one with the head and tail of its output",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := f.client()
+			if err != nil {
+				return err
+			}
 			if len(args) == 2 {
-				var c command
-				if err := f.rest(cmd.Context(), http.MethodGet, "/sandboxes/"+args[0]+"/commands/"+args[1], nil, &c); err != nil {
+				pid, err := strconv.Atoi(args[1])
+				if err != nil || pid < 1 {
+					return fmt.Errorf("pid %q: want a positive integer", args[1])
+				}
+				c, err := client.Command(cmd.Context(), args[0], pid)
+				if err != nil {
 					return err
 				}
 				if f.asJSON {
 					return printJSON(c)
 				}
 				fmt.Printf("pid %d  %s %s\nstarted %s by request %s as %s: %s\n", c.PID, c.Command, strings.Join(c.Args, " "),
-					c.StartedAt, c.RequestID, c.User, c.outcome())
+					c.StartedAt.Format(time.RFC3339Nano), c.RequestID, c.User, outcome(*c))
 				for _, s := range []struct{ name, text string }{{"stdout head", c.StdoutHead}, {"stdout tail", c.StdoutTail},
 					{"stderr head", c.StderrHead}, {"stderr tail", c.StderrTail}} {
 					if s.text != "" {
@@ -298,10 +286,8 @@ func newCommandsCmd(f *apiFlags) *cobra.Command {
 				}
 				return nil
 			}
-			var page struct {
-				Commands []command `json:"commands"`
-			}
-			if err := f.rest(cmd.Context(), http.MethodGet, "/sandboxes/"+args[0]+"/commands", nil, &page); err != nil {
+			page, err := client.Commands(cmd.Context(), args[0], "")
+			if err != nil {
 				return err
 			}
 			if f.asJSON {
@@ -314,7 +300,7 @@ func newCommandsCmd(f *apiFlags) *cobra.Command {
 				if len(line) > 60 {
 					line = line[:57] + "..."
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", c.PID, c.StartedAt, line, c.RequestID, c.outcome())
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", c.PID, c.StartedAt.Format(time.RFC3339Nano), line, c.RequestID, outcome(c))
 			}
 			return tw.Flush()
 		},
@@ -373,15 +359,6 @@ func newWebhookCmd(f *apiFlags) *cobra.Command {
 	return cmd
 }
 
-type traceEntry struct {
-	Time      time.Time      `json:"time"`
-	Source    string         `json:"source"`
-	SandboxID string         `json:"sandboxId,omitempty"`
-	Level     string         `json:"level,omitempty"`
-	Message   string         `json:"message"`
-	Fields    map[string]any `json:"fields,omitempty"`
-}
-
 func newTraceCmd(f *apiFlags) *cobra.Command {
 	var clientLog string
 	cmd := &cobra.Command{
@@ -393,10 +370,12 @@ of a client's log (the Go SDK's, say) that carry the same request_id, so a clien
 and envd's stream end read side by side.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var tl struct {
-				Entries []traceEntry `json:"entries"`
+			client, err := f.client()
+			if err != nil {
+				return err
 			}
-			if err := f.rest(cmd.Context(), http.MethodGet, "/traces/"+url.PathEscape(args[0]), nil, &tl); err != nil {
+			tl, err := client.Trace(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			entries := tl.Entries
@@ -442,13 +421,13 @@ func facts(f map[string]any) string {
 }
 
 // clientEntries reads a JSON-lines log and keeps the lines of one request id.
-func clientEntries(path, requestID string) ([]traceEntry, error) {
+func clientEntries(path, requestID string) ([]cove.TraceEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []traceEntry
+	var out []cove.TraceEntry
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -456,7 +435,7 @@ func clientEntries(path, requestID string) ([]traceEntry, error) {
 		if json.Unmarshal(sc.Bytes(), &m) != nil || m["request_id"] != requestID {
 			continue
 		}
-		e := traceEntry{Source: "client", Fields: m}
+		e := cove.TraceEntry{Source: "client", Fields: m}
 		if t, ok := m["time"].(string); ok {
 			e.Time, _ = time.Parse(time.RFC3339Nano, t)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // APIConfig is what the logs HTTP API needs.
@@ -263,33 +264,8 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 	return nil
 }
 
-// wireCommand is a command record on the wire.
-type wireCommand struct {
-	SandboxID       string         `json:"sandboxId"`
-	PID             int            `json:"pid"`
-	Tag             string         `json:"tag"`
-	RequestID       string         `json:"requestId"`
-	User            string         `json:"user"`
-	Command         string         `json:"command"`
-	Args            []string       `json:"args"`
-	Cwd             string         `json:"cwd"`
-	StartedAt       time.Time      `json:"startedAt"`
-	EndedAt         *time.Time     `json:"endedAt"`    // null while it runs
-	DurationMS      *float64       `json:"durationMs"` // null while it runs
-	ExitCode        *int           `json:"exitCode"`
-	Signal          string         `json:"signal"`
-	EndCause        string         `json:"endCause"`
-	SignalRequestID string         `json:"signalRequestId"`
-	KillReason      string         `json:"killReason"`
-	StdoutBytes     int64          `json:"stdoutBytes"`
-	StderrBytes     int64          `json:"stderrBytes"`
-	StdoutHead      string         `json:"stdoutHead"`
-	StdoutTail      string         `json:"stdoutTail"`
-	StderrHead      string         `json:"stderrHead"`
-	StderrTail      string         `json:"stderrTail"`
-	Truncated       bool           `json:"truncated"`
-	Redactions      map[string]int `json:"redactions"`
-}
+// wireCommand is a command record on the wire: the SDK's type.
+type wireCommand = cove.CommandRecord
 
 func toWireCommand(c *store.CommandRecord) wireCommand {
 	w := wireCommand{SandboxID: c.SandboxID, PID: c.PID, Tag: c.Tag, RequestID: c.RequestID, User: c.User,
@@ -312,10 +288,7 @@ func toWireCommand(c *store.CommandRecord) wireCommand {
 	return w
 }
 
-type commandsResponse struct {
-	Commands   []wireCommand `json:"commands"`
-	NextCursor *string       `json:"nextCursor"` // null on the last page
-}
+type commandsResponse = cove.CommandPage
 
 func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string) error {
 	v := r.URL.Query()

@@ -16,23 +16,14 @@ import (
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
-// Entry is one step of a request's timeline.
-type Entry struct {
-	Time      time.Time      `json:"time"`
-	Source    string         `json:"source"` // server, envd, process, event, command
-	SandboxID string         `json:"sandboxId,omitempty"`
-	Level     string         `json:"level,omitempty"`
-	Message   string         `json:"message"`
-	Fields    map[string]any `json:"fields,omitempty"`
-}
+// Entry is one step of a request's timeline (the SDK's type, which the API emits).
+type Entry = cove.TraceEntry
 
 // Timeline is everything stored under one request id, oldest first.
-type Timeline struct {
-	RequestID string  `json:"requestId"`
-	Entries   []Entry `json:"entries"`
-}
+type Timeline = cove.Trace
 
 // Build gathers the team's timeline for requestID.
 func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (*Timeline, error) {

@@ -1,0 +1,65 @@
+package cove_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// TestRecordsOfACallReadBackThroughTheSDK reads a command's record, its request's trace and
+// the sandbox's lifecycle events in the SDK's types, which the server emits.
+func TestRecordsOfACallReadBackThroughTheSDK(t *testing.T) {
+	needServer(t)
+	c, _ := newClient(t, cove.Config{})
+	sb := newSandbox(t, c, cove.SandboxOptions{})
+	ctx := ctxFor(t, time.Minute)
+	id := cove.NewRequestID()
+	res, err := sb.Commands.Run(cove.WithRequestID(ctx, id), "echo recorded; exit 3")
+	var exit *cove.CommandExitError
+	if !errors.As(err, &exit) || exit.ExitCode != 3 {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	var rec *cove.CommandRecord
+	waitUntil(t, "the command's record is closed", func() bool {
+		rec, err = c.Command(ctx, sb.ID, int(exit.PID))
+		return err == nil && rec.EndedAt != nil
+	})
+	if rec.RequestID != id || rec.ExitCode == nil || *rec.ExitCode != 3 || rec.StdoutHead != "recorded\n" || rec.EndCause != "exited" {
+		t.Errorf("record %+v", rec)
+	}
+	page, err := c.Commands(ctx, sb.ID, "")
+	if err != nil || len(page.Commands) == 0 || page.Commands[0].PID != int(exit.PID) {
+		t.Errorf("commands %+v %v", page, err)
+	}
+	tr, err := c.Trace(ctx, id)
+	if err != nil || tr.RequestID != id || len(tr.Entries) < 2 {
+		t.Fatalf("trace %+v %v", tr, err)
+	}
+	evs, err := c.Events(ctx, sb.ID, cove.EventOptions{Types: []string{cove.EventSandboxCreated}})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("events %+v %v", evs, err)
+	}
+	data, err := evs[0].Data()
+	if d, ok := data.(*cove.CreatedEventData); err != nil || !ok || !d.Secure || d.TimeoutSeconds != 300 {
+		t.Errorf("created event data %#v %v", data, err)
+	}
+	if _, err := c.Command(ctx, sb.ID, 999999); !errors.Is(err, cove.ErrNotFound) {
+		t.Errorf("an unknown pid: %v, want ErrNotFound", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting until %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
