@@ -94,3 +94,56 @@ func (c *Client) Trace(ctx context.Context, requestID string) (*Trace, error) {
 	}
 	return &out, nil
 }
+
+// LogEntry is one line of a sandbox's logs, E2B's SandboxLogEntry: the server emits this
+// very type. Fields are strings, as E2B's are; Cove adds source (envd, process, server),
+// stream, process.pid and request_id, and the sandbox's metadata.
+type LogEntry struct {
+	Timestamp time.Time         `json:"timestamp"`
+	Message   string            `json:"message"`
+	Level     string            `json:"level"`
+	Fields    map[string]string `json:"fields"`
+}
+
+// LogPage is one page of GET /v2/sandboxes/{id}/logs.
+type LogPage struct {
+	Logs []LogEntry `json:"logs"`
+	// NextCursor continues the listing without repeats, as the cursor of the next call in
+	// the same direction; null on the last page.
+	NextCursor *string `json:"nextCursor"`
+}
+
+// LogQuery selects a sandbox's log lines.
+type LogQuery struct {
+	RequestID string            // only lines of this request
+	Search    string            // only lines containing every word (or a "quoted phrase")
+	Level     string            // minimum level: debug, info, warn or error
+	Fields    map[string]string // only lines whose field KEY has VALUE (metadata too)
+	Limit     int               // lines per page; the server's default when 0
+	Cursor    string            // a previous page's NextCursor
+}
+
+// Logs returns one page of the sandbox's log lines. A killed sandbox's logs stay readable.
+func (c *Client) Logs(ctx context.Context, sandboxID string, q LogQuery) (*LogPage, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"request_id": q.RequestID, "search": q.Search, "level": q.Level, "cursor": q.Cursor} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	for k, s := range q.Fields {
+		v.Set("fields."+k, s)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	path := "/v2/sandboxes/" + url.PathEscape(sandboxID) + "/logs"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out LogPage
+	if _, err := c.do(ctx, "get logs", sandboxID, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -38,6 +38,10 @@ func TestRecordsOfACallReadBackThroughTheSDK(t *testing.T) {
 	if err != nil || tr.RequestID != id || len(tr.Entries) < 2 {
 		t.Fatalf("trace %+v %v", tr, err)
 	}
+	waitUntil(t, "the command's output line is stored", func() bool {
+		page, err := c.Logs(ctx, sb.ID, cove.LogQuery{RequestID: id, Search: "recorded"})
+		return err == nil && len(page.Logs) == 1 && page.Logs[0].Message == "recorded" && page.Logs[0].Fields["source"] == "process"
+	})
 	evs, err := c.Events(ctx, sb.ID, cove.EventOptions{Types: []string{cove.EventSandboxCreated}})
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("events %+v %v", evs, err)

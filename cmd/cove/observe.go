@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -85,13 +84,6 @@ func newObserveCmds() []*cobra.Command {
 	return out
 }
 
-type logLine struct {
-	Timestamp string            `json:"timestamp"`
-	Message   string            `json:"message"`
-	Level     string            `json:"level"`
-	Fields    map[string]string `json:"fields"`
-}
-
 func newLogsCmd(f *apiFlags) *cobra.Command {
 	var requestID, search, level string
 	var fields []string
@@ -102,25 +94,18 @@ func newLogsCmd(f *apiFlags) *cobra.Command {
 		Short: "Show a sandbox's logs: its commands' output and envd's lines, labelled with its metadata",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q := url.Values{"limit": {strconv.Itoa(limit)}}
-			for k, v := range map[string]string{"request_id": requestID, "search": search, "level": level} {
-				if v != "" {
-					q.Set(k, v)
-				}
-			}
 			pairs, err := parsePairs("field", fields)
 			if err != nil {
 				return err
 			}
-			for k, v := range pairs {
-				q.Set("fields."+k, v)
+			client, err := f.client()
+			if err != nil {
+				return err
 			}
+			q := cove.LogQuery{RequestID: requestID, Search: search, Level: level, Fields: pairs, Limit: limit}
 			for {
-				var page struct {
-					Logs       []logLine `json:"logs"`
-					NextCursor *string   `json:"nextCursor"`
-				}
-				if err := f.rest(cmd.Context(), http.MethodGet, "/v2/sandboxes/"+args[0]+"/logs?"+q.Encode(), nil, &page); err != nil {
+				page, err := client.Logs(cmd.Context(), args[0], q)
+				if err != nil {
 					return err
 				}
 				for _, l := range page.Logs {
@@ -136,10 +121,10 @@ func newLogsCmd(f *apiFlags) *cobra.Command {
 					if p := l.Fields["process.pid"]; p != "" && p != "0" {
 						where += " pid " + p
 					}
-					fmt.Printf("%s %-5s [%s] %s\n", l.Timestamp, l.Level, where, l.Message)
+					fmt.Printf("%s %-5s [%s] %s\n", l.Timestamp.Format(time.RFC3339Nano), l.Level, where, l.Message)
 				}
 				if page.NextCursor != nil && *page.NextCursor != "" {
-					q.Set("cursor", *page.NextCursor)
+					q.Cursor = *page.NextCursor
 					continue
 				}
 				if !follow {

@@ -75,14 +75,9 @@ func NewAPI(cfg APIConfig) http.Handler {
 	return a.mux
 }
 
-// wireLog is E2B's SandboxLogEntry. Fields are strings, as E2B's are: other JSON values
-// are given as their JSON text.
-type wireLog struct {
-	Timestamp time.Time         `json:"timestamp"`
-	Message   string            `json:"message"`
-	Level     string            `json:"level"`
-	Fields    map[string]string `json:"fields"`
-}
+// wireLog is E2B's SandboxLogEntry, the SDK's type. Fields are strings, as E2B's are: other
+// JSON values are given as their JSON text.
+type wireLog = cove.LogEntry
 
 func toWireLog(l *store.LogLine) wireLog {
 	f := make(map[string]string, len(l.Fields)+4)
@@ -107,12 +102,7 @@ func toWireLog(l *store.LogLine) wireLog {
 	return wireLog{Timestamp: l.Time, Message: l.Message, Level: l.Level, Fields: f}
 }
 
-type logsV2Response struct {
-	Logs []wireLog `json:"logs"`
-	// NextCursor continues the listing without repeats, as the cursor of the next call in
-	// the same direction; null on the last page.
-	NextCursor *string `json:"nextCursor"`
-}
+type logsV2Response = cove.LogPage
 
 func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) error {
 	q, err := logQuery(r.URL.Query())
