@@ -203,3 +203,83 @@ func (c *Client) Events(ctx context.Context, sandboxID string, opts EventOptions
 	}
 	return out, nil
 }
+
+// WebhookRequest is POST /events/webhooks's body. SignatureSecret is E2B's name for Secret;
+// without either, the server generates one and shows it once.
+type WebhookRequest struct {
+	Name            string   `json:"name"`
+	URL             string   `json:"url"`
+	Events          []string `json:"events"`
+	Secret          *string  `json:"secret,omitempty"`
+	SignatureSecret *string  `json:"signatureSecret,omitempty"`
+}
+
+// Webhook is a team's subscription to lifecycle events: the server emits this very type.
+type Webhook struct {
+	ID        string    `json:"id"`
+	TeamID    string    `json:"teamId"`
+	Name      string    `json:"name"`
+	URL       string    `json:"url"`
+	Events    []string  `json:"events"`
+	Enabled   bool      `json:"enabled"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Secret signs every delivery; it is shown once, in the answer to the create.
+	Secret string `json:"secret,omitempty"`
+}
+
+// WebhookAttempt is one try at delivering an event.
+type WebhookAttempt struct {
+	Attempt     int        `json:"attempt"`
+	StartedAt   time.Time  `json:"startedAt"`
+	StatusCode  int        `json:"statusCode,omitempty"`
+	LatencyMS   float64    `json:"latencyMs"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	NextRetryAt *time.Time `json:"nextRetryAt,omitempty"`
+}
+
+// WebhookDelivery is one event on its way to one webhook, with every attempt.
+type WebhookDelivery struct {
+	ID            string           `json:"id"`
+	WebhookID     string           `json:"webhookId"`
+	EventID       string           `json:"eventId"`
+	EventType     string           `json:"eventType"`
+	State         string           `json:"state"` // pending, delivered, failed
+	NextAttemptAt *time.Time       `json:"nextAttemptAt,omitempty"`
+	CreatedAt     time.Time        `json:"createdAt"`
+	UpdatedAt     time.Time        `json:"updatedAt"`
+	Attempts      []WebhookAttempt `json:"attempts"`
+}
+
+// AddWebhook registers a webhook; the answer carries its signing secret, once.
+func (c *Client) AddWebhook(ctx context.Context, req WebhookRequest) (*Webhook, error) {
+	var out Webhook
+	if _, err := c.do(ctx, "add webhook", "", http.MethodPost, "/events/webhooks", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Webhooks lists the team's webhooks (without their secrets).
+func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
+	var out []Webhook
+	if _, err := c.do(ctx, "list webhooks", "", http.MethodGet, "/events/webhooks", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RemoveWebhook deletes a webhook and its deliveries.
+func (c *Client) RemoveWebhook(ctx context.Context, id string) error {
+	_, err := c.do(ctx, "remove webhook", "", http.MethodDelete, "/events/webhooks/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// WebhookDeliveries lists a webhook's newest deliveries with their attempts.
+func (c *Client) WebhookDeliveries(ctx context.Context, id string) ([]WebhookDelivery, error) {
+	var out []WebhookDelivery
+	if _, err := c.do(ctx, "list webhook deliveries", "", http.MethodGet, "/events/webhooks/"+url.PathEscape(id)+"/deliveries", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -67,3 +67,39 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+func TestWebhooksThroughTheSDK(t *testing.T) {
+	needServer(t)
+	c, _ := newClient(t, cove.Config{})
+	ctx := ctxFor(t, time.Minute)
+	secret := "whsec_sdk-test"
+	// A loopback port nothing listens on: no event of this test's team is delivered anywhere.
+	h, err := c.AddWebhook(ctx, cove.WebhookRequest{Name: "sdk", URL: "http://127.0.0.1:9/hook", Events: []string{cove.EventSandboxKilled}, Secret: &secret})
+	if err != nil || h.ID == "" || h.Secret != secret || !h.Enabled {
+		t.Fatalf("add: %+v %v", h, err)
+	}
+	t.Cleanup(func() { _ = c.RemoveWebhook(context.Background(), h.ID) })
+	list, err := c.Webhooks(ctx)
+	found := false
+	for _, w := range list {
+		if w.ID == h.ID {
+			found = w.Secret == "" && w.URL == h.URL
+		}
+	}
+	if err != nil || !found {
+		t.Errorf("list %+v %v: the webhook is missing or shows its secret", list, err)
+	}
+	if ds, err := c.WebhookDeliveries(ctx, h.ID); err != nil || len(ds) != 0 {
+		t.Errorf("deliveries %+v %v", ds, err)
+	}
+	if err := c.RemoveWebhook(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WebhookDeliveries(ctx, h.ID); !errors.Is(err, cove.ErrNotFound) {
+		t.Errorf("deliveries of a removed webhook: %v, want ErrNotFound", err)
+	}
+	var apiErr *cove.Error
+	if _, err := c.AddWebhook(ctx, cove.WebhookRequest{URL: "ftp://x", Events: []string{cove.EventSandboxKilled}}); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Errorf("a bad URL: %v, want a 400", err)
+	}
+}

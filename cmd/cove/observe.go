@@ -2,13 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -21,55 +17,6 @@ import (
 	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
 )
-
-// rest does one call to Cove's REST API with the CLI's URL and key, a fresh request id, and
-// errors that name it.
-func (f *apiFlags) rest(ctx context.Context, method, path string, body any, out any) error {
-	c, err := f.client()
-	if err != nil {
-		return err
-	}
-	cfg := c.Config()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(cfg.APIURL, "/")+path, rd)
-	if err != nil {
-		return err
-	}
-	id := cove.NewRequestID()
-	req.Header.Set(cove.HeaderRequestID, id)
-	req.Header.Set("X-API-Key", cfg.APIKey)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w (request id %s)", method, path, err, id)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode >= 300 {
-		var e struct{ Message string }
-		_ = json.Unmarshal(b, &e)
-		if e.Message == "" {
-			e.Message = strings.TrimSpace(string(b))
-		}
-		e.Message = requestid.Annotate(e.Message, id)
-		return &httpError{status: res.StatusCode, msg: fmt.Sprintf("%s %s: %s: %s", method, path, res.Status, e.Message)}
-	}
-	if out != nil && len(b) > 0 {
-		return json.Unmarshal(b, out)
-	}
-	return nil
-}
-
-type httpError struct {
-	status int
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
 
 // newObserveCmds are the verbs that read what Cove recorded: logs, events, commands,
 // webhooks, trace and explain. Each has its own API flags, as the other client verbs do.
@@ -298,47 +245,57 @@ func newWebhookCmd(f *apiFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "webhook", Short: "Manage signed webhooks for lifecycle events"}
 	var evs []string
 	var secret string
+	// withClient runs fn with the CLI's SDK client.
+	withClient := func(fn func(cmd *cobra.Command, c *cove.Client, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return fn(cmd, c, args)
+		}
+	}
 	add := &cobra.Command{
 		Use: "add URL", Short: "Register a webhook; its signing secret is printed once", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			body := map[string]any{"url": args[0], "events": evs}
+		RunE: withClient(func(cmd *cobra.Command, c *cove.Client, args []string) error {
+			req := cove.WebhookRequest{URL: args[0], Events: evs}
 			if secret != "" {
-				body["secret"] = secret
+				req.Secret = &secret
 			}
-			var out map[string]any
-			if err := f.rest(cmd.Context(), http.MethodPost, "/events/webhooks", body, &out); err != nil {
+			out, err := c.AddWebhook(cmd.Context(), req)
+			if err != nil {
 				return err
 			}
 			return printJSON(out)
-		},
+		}),
 	}
 	add.Flags().StringArrayVar(&evs, "event", nil, "event type to deliver (repeatable; all when none)")
 	add.Flags().StringVar(&secret, "secret", "", "signing secret (generated when empty)")
 	list := &cobra.Command{
 		Use: "list", Short: "List webhooks", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out []map[string]any
-			if err := f.rest(cmd.Context(), http.MethodGet, "/events/webhooks", nil, &out); err != nil {
+		RunE: withClient(func(cmd *cobra.Command, c *cove.Client, _ []string) error {
+			out, err := c.Webhooks(cmd.Context())
+			if err != nil {
 				return err
 			}
 			return printJSON(out)
-		},
+		}),
 	}
 	rm := &cobra.Command{
 		Use: "rm ID", Short: "Remove a webhook", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.rest(cmd.Context(), http.MethodDelete, "/events/webhooks/"+args[0], nil, nil)
-		},
+		RunE: withClient(func(cmd *cobra.Command, c *cove.Client, args []string) error {
+			return c.RemoveWebhook(cmd.Context(), args[0])
+		}),
 	}
 	deliveries := &cobra.Command{
 		Use: "deliveries ID", Short: "Show a webhook's deliveries and every attempt", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var out any
-			if err := f.rest(cmd.Context(), http.MethodGet, "/events/webhooks/"+args[0]+"/deliveries", nil, &out); err != nil {
+		RunE: withClient(func(cmd *cobra.Command, c *cove.Client, args []string) error {
+			out, err := c.WebhookDeliveries(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			return printJSON(out)
-		},
+		}),
 	}
 	cmd.AddCommand(add, list, rm, deliveries)
 	return cmd
