@@ -38,9 +38,9 @@ import (
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/envd/sysinfo"
-	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // Version is the envd protocol version reported to clients. E2B's SDKs switch features off
@@ -193,7 +193,7 @@ func isRPC(path string) bool {
 // writeConnectError answers an RPC that never reached a handler, in the Connect protocol's
 // unary error shape (which streaming Connect clients also read from a non-200 answer).
 func writeConnectError(w http.ResponseWriter, r *http.Request, code connect.Code, msg string) {
-	msg = errdefs.WithRequestID(msg, telemetry.RequestID(r.Context()))
+	msg = requestid.Annotate(msg, telemetry.RequestID(r.Context()))
 	status := http.StatusUnauthorized
 	if code != connect.CodeUnauthenticated {
 		status = http.StatusBadRequest

@@ -5,7 +5,7 @@
 // (`ErrNotFound = errdefs.New(errdefs.ErrNotFound, "sandbox not found")`) and wraps them with %w
 // and a few words of where; every HTTP edge (the API, the proxy, envd, the team APIs) then
 // answers any error through Status, Code and NewBody, so the same failure gets the same status
-// everywhere, and every message carries the request id in one format (WithRequestID).
+// everywhere, and every message carries the request id in one format (requestid.Annotate).
 //
 // errdefs imports nothing of Cove's but requestid: every package may use it.
 package errdefs
@@ -116,9 +116,5 @@ type Body struct {
 
 // NewBody is the body of an answer with status code and message msg to the call requestID.
 func NewBody(code int, msg, requestID string) Body {
-	return Body{Code: code, Message: WithRequestID(msg, requestID), RequestID: requestID}
+	return Body{Code: code, Message: requestid.Annotate(msg, requestID), RequestID: requestID}
 }
-
-// WithRequestID ends msg with "(request id X)" (requestid.Annotate, the one format), unless
-// msg names the id already or there is none.
-func WithRequestID(msg, requestID string) string { return requestid.Annotate(msg, requestID) }

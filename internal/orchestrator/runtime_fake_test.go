@@ -109,30 +109,25 @@ func (f *fakeRuntime) Create(ctx context.Context, spec runtime.Spec) (*runtime.S
 func (f *fakeRuntime) Start(ctx context.Context, id string) error { _, err := f.get(id); return err }
 
 func (f *fakeRuntime) Freeze(ctx context.Context, id string) error {
-	sb, err := f.get(id)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.freezeErr != nil {
-		return f.freezeErr
-	}
-	sb.state = runtime.StatePaused
-	return nil
+	return f.setState(id, runtime.StatePaused, func() error { return f.freezeErr })
 }
 
 func (f *fakeRuntime) Thaw(ctx context.Context, id string) error {
+	return f.setState(id, runtime.StateRunning, func() error { return f.thawErr })
+}
+
+// setState moves the sandbox to state, unless failure (read under the lock) says no.
+func (f *fakeRuntime) setState(id string, state runtime.State, failure func() error) error {
 	sb, err := f.get(id)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.thawErr != nil {
-		return f.thawErr
+	if err := failure(); err != nil {
+		return err
 	}
-	sb.state = runtime.StateRunning
+	sb.state = state
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // statusClientClosed is nginx's status for a client that went away; it is only logged.
@@ -68,7 +69,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	infoFrom(ctx).err = err
 	code, body := describe(err, t)
 	body.RequestID = telemetry.RequestID(ctx)
-	body.Message = errdefs.WithRequestID(body.Message, body.RequestID)
+	body.Message = requestid.Annotate(body.Message, body.RequestID)
 	if proto := rpcProtocolOf(r); proto != notRPC && code != statusClientClosed {
 		// An RPC gets its error in its own protocol, so the SDK shows this message and
 		// raises NotFoundError or TimeoutError, not a transport error about a 502.

@@ -15,6 +15,7 @@ import (
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // Sentinels callers branch on, of errdefs' kinds. Wrap them with %w and a few words of where.
@@ -53,7 +54,7 @@ func Connect(ctx context.Context, err error) error {
 		return ce
 	}
 	id := telemetry.RequestID(ctx)
-	out := connect.NewError(Code(err), errors.New(errdefs.WithRequestID(err.Error(), id)))
+	out := connect.NewError(Code(err), errors.New(requestid.Annotate(err.Error(), id)))
 	if id != "" {
 		if d, derr := connect.NewErrorDetail(&errdetails.RequestInfo{RequestId: id}); derr == nil {
 			out.AddDetail(d)
