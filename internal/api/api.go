@@ -131,9 +131,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller) error
 func (a *api) handle(pattern string, h handlerFunc) {
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		info := infoFrom(ctx)
+		note := httpx.NoteFrom(ctx)
 		if id := r.PathValue("id"); id != "" {
-			info.sandboxID = id
+			note.Add(telemetry.KeySandboxID, id)
 			ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)
 		}
 		key, team, err := a.authenticate(r)
@@ -141,7 +141,7 @@ func (a *api) handle(pattern string, h handlerFunc) {
 			a.fail(w, r.WithContext(ctx), err)
 			return
 		}
-		info.teamID = team.ID
+		note.Add(telemetry.KeyTeamID, team.ID)
 		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, "api_key.id", key.ID)
 		ctx = telemetry.WithCaller(ctx, team.ID, key.ID, key.Name)
 		r = r.WithContext(ctx)
@@ -155,22 +155,16 @@ func (a *api) handle(pattern string, h handlerFunc) {
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ctx, _ := httpx.RequestContext(w, r, a.cfg.Logger)
-	info := &requestInfo{}
-	ctx = context.WithValue(ctx, requestInfoKey{}, info)
+	ctx, note := httpx.WithNote(ctx)
 	rec := &httpx.Recorder{ResponseWriter: w}
 	r = r.WithContext(ctx)
 	defer func() {
 		status := rec.StatusOr(http.StatusOK)
 		attrs := append(httpx.AccessAttrs(r, status, start), "http.route", r.Pattern)
-		if info.sandboxID != "" {
-			attrs = append(attrs, telemetry.KeySandboxID, info.sandboxID)
-		}
-		if info.teamID != "" {
-			attrs = append(attrs, telemetry.KeyTeamID, info.teamID)
-		}
+		attrs = append(attrs, note.Attrs...)
 		level := slog.LevelInfo
-		if info.err != nil {
-			attrs = append(attrs, "error", info.err.Error())
+		if note.Err != nil {
+			attrs = append(attrs, "error", note.Err.Error())
 			if status >= 500 {
 				level = slog.LevelError
 			}
@@ -183,19 +177,4 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		telemetry.APIRequests.WithLabelValues(route, httpx.StatusClass(status)).Inc()
 	}()
 	a.mux.ServeHTTP(rec, r)
-}
-
-// requestInfo collects what the access line reports but only handlers learn.
-type requestInfo struct {
-	sandboxID, teamID string
-	err               error
-}
-
-type requestInfoKey struct{}
-
-func infoFrom(ctx context.Context) *requestInfo {
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		return info
-	}
-	return &requestInfo{}
 }

@@ -31,7 +31,7 @@ func statusOf(err error) int { return errdefs.Status(err) }
 // fail writes err as a JSON error body and records it for the access line.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
-	infoFrom(ctx).err = err
+	httpx.NoteFrom(ctx).Err = err
 	httpx.WriteErrorStatus(ctx, w, statusOf(err), err.Error())
 }
 

@@ -98,7 +98,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		}
 		return fmt.Errorf("create sandbox: %w", err)
 	}
-	infoFrom(ctx).sandboxID = sb.ID
+	httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, sb.ID)
 	writeJSON(w, http.StatusCreated, a.newSandbox(sb))
 	return nil
 }

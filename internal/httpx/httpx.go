@@ -160,3 +160,29 @@ func WriteErrorStatus(ctx context.Context, w http.ResponseWriter, status int, ms
 	}
 	WriteJSON(w, status, errdefs.NewBody(status, msg, telemetry.RequestID(ctx)))
 }
+
+// Note is what a request's handlers learn that its edge's access line reports: the error the
+// request failed with and the attributes found on the way (the sandbox, the team).
+type Note struct {
+	Err   error
+	Attrs []any // key, value pairs
+}
+
+// Add records attributes for the access line.
+func (n *Note) Add(attrs ...any) { n.Attrs = append(n.Attrs, attrs...) }
+
+type noteKey struct{}
+
+// WithNote returns ctx carrying a new Note for the access line.
+func WithNote(ctx context.Context) (context.Context, *Note) {
+	n := &Note{}
+	return context.WithValue(ctx, noteKey{}, n), n
+}
+
+// NoteFrom returns ctx's Note, or a throwaway one when the edge keeps none.
+func NoteFrom(ctx context.Context) *Note {
+	if n, ok := ctx.Value(noteKey{}).(*Note); ok {
+		return n
+	}
+	return &Note{}
+}

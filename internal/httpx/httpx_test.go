@@ -148,3 +148,13 @@ func TestTheRecorderReportsWhatWasWritten(t *testing.T) {
 		t.Error("status class")
 	}
 }
+
+func TestANoteCarriesWhatHandlersLearnToTheAccessLine(t *testing.T) {
+	ctx, note := httpx.WithNote(t.Context())
+	httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, "i1")
+	httpx.NoteFrom(ctx).Err = errdefs.ErrNotFound
+	if len(note.Attrs) != 2 || note.Attrs[1] != "i1" || note.Err != errdefs.ErrNotFound {
+		t.Errorf("note %+v", note)
+	}
+	httpx.NoteFrom(t.Context()).Add("lost", 1) // no note: a throwaway, not a panic
+}

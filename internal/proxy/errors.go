@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -66,7 +67,7 @@ func describe(err error, t target) (int, errorBody) {
 // fail answers r with err as JSON and records it for the access line.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error) {
 	ctx := r.Context()
-	infoFrom(ctx).err = err
+	httpx.NoteFrom(ctx).Err = err
 	code, body := describe(err, t)
 	body.RequestID = telemetry.RequestID(ctx)
 	body.Message = requestid.Annotate(body.Message, body.RequestID)
@@ -94,7 +95,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	t, _ := r.Context().Value(targetKey{}).(target)
 	if isClientGone(r, err) {
-		infoFrom(r.Context()).err = fmt.Errorf("client went away: %w", err)
+		httpx.NoteFrom(r.Context()).Err = fmt.Errorf("client went away: %w", err)
 		w.WriteHeader(statusClientClosed)
 		return
 	}

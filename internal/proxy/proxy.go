@@ -131,16 +131,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ctx, _ := httpx.RequestContext(w, r, p.cfg.Logger)
 	rec := &recorder{ResponseWriter: w}
-	info := &requestInfo{}
-	ctx = context.WithValue(ctx, requestInfoKey{}, info)
+	ctx, note := httpx.WithNote(ctx)
+	var t target // the access line reports it once the route is known
 	r = r.WithContext(ctx)
 	logCtx := ctx // the access line adds the target itself
 	defer func() {
 		v := recover()
-		if v != nil && info.err == nil {
-			info.err = p.cutReason(logCtx, info.target.id, r)
+		if v != nil && note.Err == nil {
+			note.Err = p.cutReason(logCtx, t.id, r)
 		}
-		p.logRequest(logCtx, r, rec.status, start, info)
+		p.logRequest(logCtx, r, rec.status, start, t, note.Err)
 		if v != nil {
 			panic(v)
 		}
@@ -151,7 +151,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, r, t, err)
 		return
 	}
-	info.target = t
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
@@ -229,40 +228,25 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// requestInfo collects what the access line reports.
-type requestInfo struct {
-	target target
-	err    error
-}
-
-type requestInfoKey struct{}
-
-func infoFrom(ctx context.Context) *requestInfo {
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		return info
-	}
-	return &requestInfo{}
-}
-
-func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, start time.Time, info *requestInfo) {
+func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, start time.Time, t target, failure error) {
 	if status == 0 {
 		status = http.StatusOK
-		if info.err != nil {
+		if failure != nil {
 			status = statusClientClosed
 		}
 	}
 	attrs := httpx.AccessAttrs(r, status, start)
-	if info.target.id != "" {
-		attrs = append(attrs, telemetry.KeySandboxID, info.target.id, "sandbox.port", info.target.port)
+	if t.id != "" {
+		attrs = append(attrs, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
 	}
 	level := slog.LevelInfo
-	if info.err != nil {
-		attrs = append(attrs, "error", info.err.Error())
+	if failure != nil {
+		attrs = append(attrs, "error", failure.Error())
 		level = slog.LevelWarn
 	}
 	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)
 	outcome := httpx.StatusClass(status)
-	if info.err != nil {
+	if failure != nil {
 		outcome = "error"
 	}
 	telemetry.ProxyRequests.WithLabelValues(outcome).Inc()
