@@ -39,7 +39,7 @@ staticcheck:
 # The race detector over the packages whose tests are fast enough under it (about two
 # minutes here): everything but the whole-system suites (test/, sdk, cmd) and the runtime's
 # runc tests. It needs cgo (gcc), unlike the build.
-RACE_PKGS := ./internal/api/ ./internal/collect/ ./internal/console/ ./internal/envd/... ./internal/events/ \
+RACE_PKGS := ./internal/api/ ./internal/collect/ ./internal/console/ ./internal/envd/... ./internal/errdefs/ ./internal/events/ ./internal/httpx/ \
 	./internal/logs/ ./internal/orchestrator/ ./internal/proxy/ ./internal/redact/ ./internal/sampler/ \
 	./internal/server/ ./internal/store/... ./internal/teamapi/ ./internal/telemetry/... ./internal/template/ \
 	./internal/trace/ ./reason/ ./requestid/
