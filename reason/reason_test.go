@@ -27,6 +27,7 @@ func TestClosedSetsRoundTripAndRejectUnknownValues(t *testing.T) {
 	check(t, "stream end", strs(StreamEnds), func(s string) (string, error) { v, err := ParseStreamEnd(s); return string(v), err })
 	check(t, "stream phase", strs(StreamPhases), func(s string) (string, error) { v, err := ParseStreamPhase(s); return string(v), err })
 	check(t, "log level", strs(LogLevels), func(s string) (string, error) { v, err := ParseLogLevel(s); return string(v), err })
+	check(t, "list order", []string{"asc", "desc"}, func(s string) (string, error) { v, err := ParseListOrder(s); return string(v), err })
 }
 
 func TestRejectedIsAStreamEnd(t *testing.T) {
@@ -69,7 +70,7 @@ func TestEmptyValuesReadAsADefinedMember(t *testing.T) {
 	if k, err := ParseKillReason(""); err != nil || k != KillUnknown {
 		t.Errorf(`ParseKillReason("") = %q, %v`, k, err)
 	}
-	for _, s := range []interface{ String() string }{CancelCause(""), StreamEnd(""), StreamPhase(""), LogLevel("")} {
+	for _, s := range []interface{ String() string }{CancelCause(""), StreamEnd(""), StreamPhase(""), LogLevel(""), ListOrder("")} {
 		if s.String() == "" {
 			t.Errorf("%T zero value reads as empty", s)
 		}

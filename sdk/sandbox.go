@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cove-dev/cove/reason"
 )
 
 // Sandbox is one running sandbox and the way into it: its commands, files and terminals.
@@ -215,26 +217,17 @@ type ListOptions struct {
 	Template string
 }
 
-// ListOrder is a listing's direction by start time.
-type ListOrder string
+// ListOrder is a listing's direction by start time: the vocabulary the server parses.
+type ListOrder = reason.ListOrder
 
+// The list orders.
 const (
-	NewestFirst ListOrder = "desc"
-	OldestFirst ListOrder = "asc"
+	NewestFirst = reason.OrderDesc
+	OldestFirst = reason.OrderAsc
 )
 
-func (o ListOrder) String() string { return string(o) }
-
 // ParseListOrder reads "asc" or "desc" ("" is newest first); anything else is an error.
-func ParseListOrder(s string) (ListOrder, error) {
-	switch o := ListOrder(s); o {
-	case "":
-		return NewestFirst, nil
-	case NewestFirst, OldestFirst:
-		return o, nil
-	}
-	return "", fmt.Errorf("list order %q is not asc or desc", s)
-}
+func ParseListOrder(s string) (ListOrder, error) { return reason.ParseListOrder(s) }
 
 // List iterates over the team's sandboxes, fetching pages as the loop needs them. An
 // error ends the iteration: it is yielded with a nil info.

@@ -8,7 +8,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -99,26 +98,17 @@ type SandboxFilter struct {
 	Next string
 }
 
-// ListOrder is a listing's direction by start time.
-type ListOrder string
+// ListOrder is a listing's direction by start time (reason.ListOrder, which the SDK shares).
+type ListOrder = reason.ListOrder
 
+// The list orders.
 const (
-	OrderDesc ListOrder = "desc" // newest first, the default
-	OrderAsc  ListOrder = "asc"  // oldest first
+	OrderDesc = reason.OrderDesc // newest first, the default
+	OrderAsc  = reason.OrderAsc  // oldest first
 )
 
-func (o ListOrder) String() string { return string(o) }
-
 // ParseListOrder reads "asc" or "desc" ("" is desc); anything else is an error.
-func ParseListOrder(s string) (ListOrder, error) {
-	switch o := ListOrder(s); o {
-	case "":
-		return OrderDesc, nil
-	case OrderAsc, OrderDesc:
-		return o, nil
-	}
-	return "", fmt.Errorf("list order %q is not asc or desc", s)
-}
+func ParseListOrder(s string) (ListOrder, error) { return reason.ParseListOrder(s) }
 
 // SandboxPage is one page of a listing.
 type SandboxPage struct {
