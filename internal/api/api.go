@@ -142,7 +142,7 @@ func (a *api) handle(pattern string, h handlerFunc) {
 			return
 		}
 		note.Add(telemetry.KeyTeamID, team.ID)
-		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, "api_key.id", key.ID)
+		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID)
 		ctx = telemetry.WithCaller(ctx, team.ID, key.ID, key.Name)
 		r = r.WithContext(ctx)
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
@@ -160,11 +160,11 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(ctx)
 	defer func() {
 		status := rec.StatusOr(http.StatusOK)
-		attrs := append(httpx.AccessAttrs(r, status, start), "http.route", r.Pattern)
+		attrs := append(httpx.AccessAttrs(r, status, start), telemetry.KeyHTTPRoute, r.Pattern)
 		attrs = append(attrs, note.Attrs...)
 		level := slog.LevelInfo
 		if note.Err != nil {
-			attrs = append(attrs, "error", note.Err.Error())
+			attrs = append(attrs, telemetry.KeyError, note.Err.Error())
 			if status >= 500 {
 				level = slog.LevelError
 			}

@@ -222,7 +222,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 			level = slog.LevelWarn
 		}
 		telemetry.Logger(ctx).Log(ctx, level, "http request",
-			append(httpx.AccessAttrs(r, status, begun), "http.response.body.size", rec.Bytes)...)
+			append(httpx.AccessAttrs(r, status, begun), telemetry.KeyHTTPBodySize, rec.Bytes)...)
 	})
 }
 
@@ -273,7 +273,7 @@ func logRPC(ctx context.Context, method string, begun time.Time, err error) {
 		if c == connect.CodeInternal || c == connect.CodeUnknown || c == connect.CodeDataLoss {
 			level = slog.LevelError
 		}
-		attrs = append(attrs, "error", err.Error())
+		attrs = append(attrs, telemetry.KeyError, err.Error())
 	}
 	attrs = append(attrs, telemetry.KeyRPCMethod, method, "rpc.connect.code", code,
 		"duration_ms", float64(time.Since(begun).Microseconds())/1000)

@@ -104,10 +104,10 @@ func (r *Recorder) StatusOr(def int) int {
 // AccessAttrs are the attributes every access line starts with (OpenTelemetry's names).
 func AccessAttrs(r *http.Request, status int, begun time.Time) []any {
 	return []any{
-		"http.request.method", r.Method,
-		"url.path", r.URL.Path,
-		"http.response.status_code", status,
-		"duration_ms", float64(time.Since(begun).Microseconds()) / 1000,
+		telemetry.KeyHTTPMethod, r.Method,
+		telemetry.KeyURLPath, r.URL.Path,
+		telemetry.KeyHTTPStatus, status,
+		telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds()) / 1000,
 	}
 }
 
@@ -129,8 +129,8 @@ func Recover(next http.Handler) http.Handler {
 				panic(v)
 			}
 			ctx := r.Context()
-			telemetry.Logger(ctx).Error("handler panic", "http.request.method", r.Method, "url.path", r.URL.Path,
-				"error", fmt.Sprint(v), "stack", string(debug.Stack()))
+			telemetry.Logger(ctx).Error("handler panic", telemetry.KeyHTTPMethod, r.Method, telemetry.KeyURLPath, r.URL.Path,
+				telemetry.KeyError, fmt.Sprint(v), telemetry.KeyStack, string(debug.Stack()))
 			if rec.Status != 0 {
 				panic(http.ErrAbortHandler) // the answer began: cut the connection, do not log twice
 			}

@@ -151,7 +151,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, r, t, err)
 		return
 	}
-	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
+	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
 	// answered; the guarded body makes sure its reads are over before this handler returns.
@@ -237,11 +237,11 @@ func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, sta
 	}
 	attrs := httpx.AccessAttrs(r, status, start)
 	if t.id != "" {
-		attrs = append(attrs, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
+		attrs = append(attrs, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	}
 	level := slog.LevelInfo
 	if failure != nil {
-		attrs = append(attrs, "error", failure.Error())
+		attrs = append(attrs, telemetry.KeyError, failure.Error())
 		level = slog.LevelWarn
 	}
 	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)

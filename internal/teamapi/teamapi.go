@@ -80,7 +80,7 @@ func (m *Mux) Fail(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	code := StatusOf(err)
 	if code >= 500 {
-		telemetry.Logger(ctx).Error(m.name, "http.route", r.Pattern, "error", err.Error())
+		telemetry.Logger(ctx).Error(m.name, telemetry.KeyHTTPRoute, r.Pattern, telemetry.KeyError, err.Error())
 	}
 	httpx.WriteErrorStatus(ctx, w, code, err.Error())
 }

@@ -34,6 +34,18 @@ const (
 	KeyTeamID      = "team.id"
 	KeyKillReason  = "kill_reason"
 	KeySuppressed  = "log.suppressed"
+
+	// The HTTP edges' access lines (OpenTelemetry's names) and their common facts.
+	KeyHTTPMethod   = "http.request.method"
+	KeyHTTPRoute    = "http.route"
+	KeyHTTPStatus   = "http.response.status_code"
+	KeyHTTPBodySize = "http.response.body.size"
+	KeyURLPath      = "url.path"
+	KeyDurationMS   = "duration_ms"
+	KeyError        = "error"
+	KeyStack        = "stack"
+	KeySandboxPort  = "sandbox.port"
+	KeyAPIKeyID     = "api_key.id"
 )
 
 type loggerKey struct{}

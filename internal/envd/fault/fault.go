@@ -100,7 +100,7 @@ func WriteHTTP(ctx context.Context, w http.ResponseWriter, err error) {
 func WriteHTTPStatus(ctx context.Context, w http.ResponseWriter, status int, msg string) {
 	if status >= http.StatusInternalServerError {
 		// The logger on ctx carries the request id the client is shown.
-		telemetry.Logger(ctx).Error("request failed", "status", status, "error", msg)
+		telemetry.Logger(ctx).Error("request failed", telemetry.KeyHTTPStatus, status, telemetry.KeyError, msg)
 	}
 	httpx.WriteErrorStatus(ctx, w, status, msg)
 }
