@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -63,8 +64,9 @@ and envd's stream end read side by side.`,
 // facts picks the fields that explain a step.
 func facts(f map[string]any) string {
 	var parts []string
-	for _, k := range []string{"cancel.cause", "stream.end", "stream.phase", "rpc.method", "process.pid", "process.exit.code",
-		"process.signal", "signal.request_id", "end_cause", "kill_reason", "http.response.status_code", "error"} {
+	for _, k := range []string{telemetry.KeyCancelCause, telemetry.KeyStreamEnd, telemetry.KeyStreamPhase, telemetry.KeyRPCMethod,
+		telemetry.KeyPID, telemetry.KeyExitCode, telemetry.KeySignal, telemetry.KeySignalRequestID, telemetry.KeyEndCause,
+		telemetry.KeyKillReason, telemetry.KeyHTTPStatus, telemetry.KeyError} {
 		if v, ok := f[k]; ok && fmt.Sprint(v) != "" {
 			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
 		}

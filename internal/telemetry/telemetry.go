@@ -35,6 +35,12 @@ const (
 	KeyKillReason  = "kill_reason"
 	KeySuppressed  = "log.suppressed"
 
+	// A command's facts: who signalled it, why it ended, as whom and where it ran.
+	KeySignalRequestID = "signal.request_id"
+	KeyEndCause        = "end_cause"
+	KeyUser            = "user"
+	KeyCwd             = "cwd"
+
 	// The HTTP edges' access lines (OpenTelemetry's names) and their common facts.
 	KeyHTTPMethod   = "http.request.method"
 	KeyHTTPRoute    = "http.route"

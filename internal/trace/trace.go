@@ -51,15 +51,15 @@ func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (
 	for _, c := range cmds {
 		if c.RequestID == requestID {
 			tl.Entries = append(tl.Entries, Entry{Time: c.StartedAt, Source: "command", SandboxID: c.SandboxID, Level: "info",
-				Message: fmt.Sprintf("process %d started: %s", c.PID, c.Command), Fields: map[string]any{"process.pid": c.PID, "user": c.User, "cwd": c.Cwd}})
+				Message: fmt.Sprintf("process %d started: %s", c.PID, c.Command), Fields: map[string]any{telemetry.KeyPID: c.PID, telemetry.KeyUser: c.User, telemetry.KeyCwd: c.Cwd}})
 		}
 		if c.EndedAt.IsZero() {
 			continue
 		}
-		f := map[string]any{"process.pid": c.PID, "end_cause": c.EndCause, "duration_ms": c.Duration.Milliseconds()}
+		f := map[string]any{telemetry.KeyPID: c.PID, telemetry.KeyEndCause: c.EndCause, telemetry.KeyDurationMS: c.Duration.Milliseconds()}
 		msg := fmt.Sprintf("process %d %s after %s", c.PID, ended(c), c.Duration.Round(time.Millisecond))
 		if c.SignalRequestID != "" {
-			f["signal_request_id"] = c.SignalRequestID
+			f[telemetry.KeySignalRequestID] = c.SignalRequestID
 		}
 		if c.KillReason != "" {
 			f[telemetry.KeyKillReason] = c.KillReason.String()

@@ -122,7 +122,7 @@ func TestTheTimelineJoinsLinesEventsAndCommandsOfOneRequest(t *testing.T) {
 			t.Errorf("entry %d is %s: %s, want %s: %s\n%s", i, e.Source, e.Message, w.source, w.message, strings.Join(got, "\n"))
 		}
 	}
-	if f := tl.Entries[3].Fields; f["signal_request_id"] != "r1" {
+	if f := tl.Entries[3].Fields; f[telemetry.KeySignalRequestID] != "r1" {
 		t.Errorf("the signalled command's end does not name the signalling request: %v", f)
 	}
 	if f := tl.Entries[5].Fields; f["kill_reason"] != "request" {
