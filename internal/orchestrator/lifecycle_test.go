@@ -302,11 +302,13 @@ func envdGet(t *testing.T, c *http.Client, path, token string) *http.Response {
 }
 
 func TestKillWhileCreating(t *testing.T) {
-	t.Run("a kill by id before the create returns finds nothing, and the create completes", func(t *testing.T) {
+	t.Run("a kill by id for any reason before the create returns finds nothing, and the create completes", func(t *testing.T) {
 		h := newHarness(t)
 		id, release, done := h.createHeld()
-		if err := h.o.Kill(h.ctx("req-kill"), h.team, id, reason.KillRequest, ""); !errors.Is(err, ErrNotFound) {
-			t.Errorf("kill during create: %v, want ErrNotFound", err)
+		for _, why := range reason.KillReasons {
+			if err := h.o.Kill(h.ctx("req-kill"), h.team, id, why, ""); !errors.Is(err, ErrNotFound) {
+				t.Errorf("kill for %s during create: %v, want ErrNotFound", why, err)
+			}
 		}
 		release()
 		if err := <-done; err != nil {
