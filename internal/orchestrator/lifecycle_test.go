@@ -61,7 +61,11 @@ func TestTimerExpiry(t *testing.T) {
 	})
 	t.Run("a paused sandbox's timeout passes without a kill", func(t *testing.T) {
 		h := newHarness(t)
-		paused := h.paused(CreateRequest{Timeout: 10 * time.Millisecond})
+		paused := h.paused(CreateRequest{Timeout: time.Hour})
+		// Its timeout passes while it is paused (set after the pause, so no kill can race it).
+		if err := h.o.SetTimeout(h.ctx("req-ttl"), h.team, paused.ID, 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
 		later := h.create(CreateRequest{Timeout: 30 * time.Millisecond})
 		h.waitKilled(later.ID) // the evictor has looked at both deadlines by now
 		if got := h.record(paused.ID); got.State != store.StatePaused {
