@@ -15,10 +15,13 @@ const (
 	StreamServerError StreamEnd = "server_error"
 	// StreamSandboxKilled: the sandbox was killed under the stream.
 	StreamSandboxKilled StreamEnd = "sandbox_killed"
+	// StreamRejected: refused before its start event because the request was wrong (a bad
+	// argument, an unknown pid, a permission): the client's doing, not the server's.
+	StreamRejected StreamEnd = "rejected"
 )
 
 // StreamEnds lists every StreamEnd.
-var StreamEnds = []StreamEnd{StreamCompleted, StreamClientCancel, StreamDeadline, StreamServerError, StreamSandboxKilled}
+var StreamEnds = []StreamEnd{StreamCompleted, StreamClientCancel, StreamDeadline, StreamServerError, StreamSandboxKilled, StreamRejected}
 
 func (s StreamEnd) String() string {
 	if s == "" {

@@ -1,11 +1,14 @@
 // Package requestid mints and checks Cove's request ids, the one id that joins a client's log
 // with every server and envd line of the same call. The server and the Go SDK both use it,
 // so an id minted on either side has the same form.
+//
+// It imports nothing of Cove's, so the server, envd and the public SDK share it.
 package requestid
 
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 )
@@ -72,4 +75,18 @@ func Valid(id string) bool {
 		}
 	}
 	return true
+}
+
+// System is the request id of what Cove does by itself, no client's call causing it: the
+// TTL evictor, a shutdown, a restart's clean-up.
+const System = "system"
+
+// Annotate ends msg with " (request id X)", the one format every error a user sees names
+// its call in, so the id can be grepped from any message; msg is kept as it is when it
+// names the id already or there is none.
+func Annotate(msg, id string) string {
+	if id == "" || strings.Contains(msg, id) {
+		return msg
+	}
+	return msg + " (request id " + id + ")"
 }

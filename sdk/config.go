@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 )
 
 // Config says how to reach Cove. Empty fields are read from the environment: COVE_API_URL,
@@ -42,7 +44,7 @@ const DefaultAPIURL = "http://127.0.0.1:3000"
 const DefaultRequestTimeout = 60 * time.Second
 
 // EnvdPort is envd's port inside every sandbox.
-const EnvdPort = 49983
+const EnvdPort = envdapi.Port
 
 // resolve fills c's empty fields from the environment and the defaults.
 func (c Config) resolve() Config {

@@ -22,4 +22,7 @@
 // E2B_SANDBOX_URL and E2B_API_KEY. Errors match ErrNotFound, ErrAuth, ErrConflict, ErrRateLimit and
 // ErrTimeout with errors.Is; a command that exits non-zero is a *CommandExitError, and a
 // sandbox that was killed is a *SandboxKilledError that says why.
+//
+// It must not import Cove's server-side packages (orchestrator, api, proxy, store, telemetry):
+// only requestid, reason and envdapi, the shapes it shares with the server.
 package cove

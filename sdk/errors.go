@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // Sentinel errors to branch on with errors.Is. Every error a call returns also carries the
@@ -75,10 +76,7 @@ func (e *Error) Error() string {
 	case e.StatusCode != 0:
 		b.WriteString(http.StatusText(e.StatusCode))
 	}
-	if e.RequestID != "" && !strings.Contains(b.String(), e.RequestID) {
-		b.WriteString(" (request id " + e.RequestID + ")")
-	}
-	return b.String()
+	return requestid.Annotate(b.String(), e.RequestID)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -108,7 +106,7 @@ func (e *CommandExitError) Error() string {
 		}
 		msg += ": " + s
 	}
-	return msg + " (request id " + e.RequestID + ")"
+	return requestid.Annotate(msg, e.RequestID)
 }
 
 // SandboxKilledError says the sandbox a call named was killed, why and when. It matches
@@ -125,7 +123,7 @@ func (e *SandboxKilledError) Error() string {
 	if !e.At.IsZero() {
 		msg += " at " + e.At.UTC().Format(time.RFC3339)
 	}
-	return msg + " (request id " + e.RequestID + ")"
+	return requestid.Annotate(msg, e.RequestID)
 }
 
 // Is makes a killed sandbox match ErrNotFound.

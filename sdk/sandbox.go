@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cove-dev/cove/reason"
 )
 
 // Sandbox is one running sandbox and the way into it: its commands, files and terminals.
@@ -70,16 +72,21 @@ type SandboxOptions struct {
 	NoInternet bool
 }
 
-// newSandboxJSON is E2B's answer to create, connect and resume.
-type newSandboxJSON struct {
+// CreatedSandbox is E2B's Sandbox, the answer to create, connect and resume: the server
+// emits this very type.
+type CreatedSandbox struct {
 	SandboxID       string `json:"sandboxID"`
 	TemplateID      string `json:"templateID"`
-	Alias           string `json:"alias"`
+	Alias           string `json:"alias,omitempty"`
+	ClientID        string `json:"clientID"` // E2B's deprecated field, always filled
 	EnvdVersion     string `json:"envdVersion"`
-	EnvdAccessToken string `json:"envdAccessToken"`
+	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
+	// Domain is the sandboxes' base domain ({port}-{id}.{domain}); null keeps the SDK's
+	// configured sandbox URL.
+	Domain *string `json:"domain"`
 }
 
-func (c *Client) newSandbox(j newSandboxJSON, requestID string) *Sandbox {
+func (c *Client) newSandbox(j CreatedSandbox, requestID string) *Sandbox {
 	s := &Sandbox{
 		ID: j.SandboxID, TemplateID: j.TemplateID, Alias: j.Alias, EnvdVersion: j.EnvdVersion,
 		Secure: j.EnvdAccessToken != "", client: c, accessToken: j.EnvdAccessToken, requestID: requestID,
@@ -111,7 +118,7 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	if opts.AutoResume {
 		body["autoResume"] = map[string]bool{"enabled": true}
 	}
-	var out newSandboxJSON
+	var out CreatedSandbox
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
 	if err != nil {
 		return nil, err
@@ -126,7 +133,7 @@ func (c *Client) Connect(ctx context.Context, sandboxID string, timeout time.Dur
 	if timeout > 0 {
 		body["timeout"] = seconds(timeout)
 	}
-	var out newSandboxJSON
+	var out CreatedSandbox
 	res, err := c.do(ctx, "connect to sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/connect", body, &out)
 	if err != nil {
 		return nil, err
@@ -144,7 +151,7 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, timeout time.Dura
 	if timeout > 0 {
 		body["timeout"] = seconds(timeout)
 	}
-	var out newSandboxJSON
+	var out CreatedSandbox
 	res, err := c.do(ctx, "resume sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/resume", body, &out)
 	if err != nil {
 		return nil, err
@@ -155,11 +162,13 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, timeout time.Dura
 	return c.newSandbox(out, res.requestID), nil
 }
 
-// SandboxInfo describes a sandbox, as Info and List return it.
+// SandboxInfo describes a sandbox, as Info and List return it: E2B's SandboxDetail and
+// ListedSandbox, which the server emits as this very type.
 type SandboxInfo struct {
 	SandboxID   string            `json:"sandboxID"`
 	TemplateID  string            `json:"templateID"`
 	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"` // E2B's deprecated field, always filled
 	StartedAt   time.Time         `json:"startedAt"`
 	EndAt       time.Time         `json:"endAt"`
 	State       SandboxState      `json:"state"`
@@ -168,6 +177,10 @@ type SandboxInfo struct {
 	DiskSizeMB  int               `json:"diskSizeMB"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// EnvdAccessToken is sent by Info of a secure sandbox, never by a listing.
+	EnvdAccessToken     string  `json:"envdAccessToken,omitempty"`
+	Domain              *string `json:"domain"`
+	AllowInternetAccess bool    `json:"allowInternetAccess"`
 
 	requestID string
 }
@@ -204,26 +217,17 @@ type ListOptions struct {
 	Template string
 }
 
-// ListOrder is a listing's direction by start time.
-type ListOrder string
+// ListOrder is a listing's direction by start time: the vocabulary the server parses.
+type ListOrder = reason.ListOrder
 
+// The list orders.
 const (
-	NewestFirst ListOrder = "desc"
-	OldestFirst ListOrder = "asc"
+	NewestFirst = reason.OrderDesc
+	OldestFirst = reason.OrderAsc
 )
 
-func (o ListOrder) String() string { return string(o) }
-
 // ParseListOrder reads "asc" or "desc" ("" is newest first); anything else is an error.
-func ParseListOrder(s string) (ListOrder, error) {
-	switch o := ListOrder(s); o {
-	case "":
-		return NewestFirst, nil
-	case NewestFirst, OldestFirst:
-		return o, nil
-	}
-	return "", fmt.Errorf("list order %q is not asc or desc", s)
-}
+func ParseListOrder(s string) (ListOrder, error) { return reason.ParseListOrder(s) }
 
 // List iterates over the team's sandboxes, fetching pages as the loop needs them. An
 // error ends the iteration: it is yielded with a nil info.

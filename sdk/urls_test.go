@@ -13,8 +13,8 @@ import (
 func TestFileURLs(t *testing.T) {
 	t.Parallel()
 	c := NewClient(Config{APIURL: "http://127.0.0.1:3000", APIKey: "e2b_00"})
-	secure := c.newSandbox(newSandboxJSON{SandboxID: "isb1", EnvdAccessToken: "tok"}, "")
-	open := c.newSandbox(newSandboxJSON{SandboxID: "isb2"}, "")
+	secure := c.newSandbox(CreatedSandbox{SandboxID: "isb1", EnvdAccessToken: "tok"}, "")
+	open := c.newSandbox(CreatedSandbox{SandboxID: "isb2"}, "")
 	cases := []struct {
 		name      string
 		url       func() (string, error)

@@ -88,7 +88,6 @@ type bench struct {
 	log       string // server log file
 	serverPid int
 	rows      []result
-	killed    []string
 }
 
 func main() {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -98,9 +99,7 @@ func cliError(err error) error {
 		return nil
 	}
 	msg := strings.TrimPrefix(err.Error(), "cove: ")
-	if id := cove.RequestIDOf(err); id != "" && !strings.Contains(msg, id) {
-		msg += " (request id " + id + ")"
-	}
+	msg = requestid.Annotate(msg, cove.RequestIDOf(err))
 	return &wrapped{msg: msg, err: err}
 }
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/envd"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -87,7 +88,7 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&addr, "addr", "0.0.0.0:49983", "address to listen on")
+	f.StringVar(&addr, "addr", fmt.Sprintf("0.0.0.0:%d", envdapi.Port), "address to listen on")
 	f.IntVar(&maxMsg, "max-message-bytes", envd.DefaultMaxMessageBytes, "largest Connect message accepted")
 	f.DurationVar(&keepEnded, "keep-ended", 30*time.Second, "how long an exited process's end event stays available to Connect")
 	f.BoolVar(&subreaper, "subreaper", false, "become a child subreaper and reap orphans (automatic as PID 1)")

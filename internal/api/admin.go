@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
 )
@@ -27,7 +28,7 @@ func (a *api) handleAdmin(pattern string, h func(w http.ResponseWriter, r *http.
 		}
 		ctx := telemetry.With(r.Context(), "caller", "admin")
 		if id := r.PathValue("id"); id != "" {
-			infoFrom(ctx).sandboxID = id
+			httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, id)
 			ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)
 		}
 		if err := h(w, r.WithContext(ctx)); err != nil {

@@ -5,15 +5,19 @@
 // Every handler returns an error, and one function (statusOf) turns an error into the HTTP
 // status the official SDKs branch on; every error body names what failed and carries the
 // request id.
+//
+// It must not import the proxy, the console or server; errors go through errdefs and the edge
+// through httpx.
 package api
 
 import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -62,7 +66,7 @@ type Config struct {
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
 // features off below 0.6.4.
-const EnvdVersion = "0.6.4"
+const EnvdVersion = envdapi.Version
 
 // clientID fills E2B's deprecated clientID field.
 const clientID = "cove"
@@ -135,9 +139,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller) error
 func (a *api) handle(pattern string, h handlerFunc) {
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		info := infoFrom(ctx)
+		note := httpx.NoteFrom(ctx)
 		if id := r.PathValue("id"); id != "" {
-			info.sandboxID = id
+			note.Add(telemetry.KeySandboxID, id)
 			ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)
 		}
 		key, team, err := a.authenticate(r)
@@ -145,8 +149,8 @@ func (a *api) handle(pattern string, h handlerFunc) {
 			a.fail(w, r.WithContext(ctx), err)
 			return
 		}
-		info.teamID = team.ID
-		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, "api_key.id", key.ID)
+		note.Add(telemetry.KeyTeamID, team.ID)
+		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID)
 		ctx = telemetry.WithCaller(ctx, team.ID, key.ID, key.Name)
 		r = r.WithContext(ctx)
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
@@ -158,31 +162,17 @@ func (a *api) handle(pattern string, h handlerFunc) {
 // ServeHTTP sets up the request id and logger, routes, and logs the access line.
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ctx, _ := requestContext(r, a.cfg.Logger, w)
-	info := &requestInfo{}
-	ctx = context.WithValue(ctx, requestInfoKey{}, info)
-	rec := &statusRecorder{ResponseWriter: w}
+	ctx, _ := httpx.RequestContext(w, r, a.cfg.Logger)
+	ctx, note := httpx.WithNote(ctx)
+	rec := &httpx.Recorder{ResponseWriter: w}
 	r = r.WithContext(ctx)
 	defer func() {
-		status := rec.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		attrs := []any{
-			"http.request.method", r.Method,
-			"http.route", r.Pattern,
-			"http.response.status_code", status,
-			"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
-		}
-		if info.sandboxID != "" {
-			attrs = append(attrs, telemetry.KeySandboxID, info.sandboxID)
-		}
-		if info.teamID != "" {
-			attrs = append(attrs, telemetry.KeyTeamID, info.teamID)
-		}
+		status := rec.StatusOr(http.StatusOK)
+		attrs := append(httpx.AccessAttrs(r, status, start), telemetry.KeyHTTPRoute, r.Pattern)
+		attrs = append(attrs, note.Attrs...)
 		level := slog.LevelInfo
-		if info.err != nil {
-			attrs = append(attrs, "error", info.err.Error())
+		if note.Err != nil {
+			attrs = append(attrs, telemetry.KeyError, note.Err.Error())
 			if status >= 500 {
 				level = slog.LevelError
 			}
@@ -192,68 +182,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if route == "" {
 			route = "unmatched" // keeps the label set bounded for unknown paths
 		}
-		telemetry.APIRequests.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
+		telemetry.APIRequests.WithLabelValues(route, httpx.StatusClass(status)).Inc()
 	}()
 	a.mux.ServeHTTP(rec, r)
 }
-
-// requestContext returns r's context with the request id and a logger carrying it, taking
-// the id from an outer middleware, the client's header, or minting one; it echoes the id.
-func requestContext(r *http.Request, base *slog.Logger, w http.ResponseWriter) (context.Context, string) {
-	ctx := r.Context()
-	id := telemetry.RequestID(ctx)
-	fromCtx := id != ""
-	if id == "" {
-		id = telemetry.RequestIDFrom(r.Header)
-	}
-	if id == "" {
-		id = telemetry.NewRequestID()
-		r.Header.Set(telemetry.HeaderRequestID, id)
-	}
-	w.Header().Set(telemetry.HeaderRequestID, id)
-	if base != nil {
-		ctx = telemetry.WithLogger(ctx, base)
-		return telemetry.WithRequestID(ctx, id), id
-	}
-	if !fromCtx {
-		ctx = telemetry.WithRequestID(ctx, id)
-	}
-	return ctx, id
-}
-
-// requestInfo collects what the access line reports but only handlers learn.
-type requestInfo struct {
-	sandboxID, teamID string
-	err               error
-}
-
-type requestInfoKey struct{}
-
-func infoFrom(ctx context.Context) *requestInfo {
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		return info
-	}
-	return &requestInfo{}
-}
-
-// statusRecorder remembers the status written, for the access line.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,92 +1,38 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 
-	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// Errors of this layer, mapped by statusOf like the orchestrator's.
+// Errors of this layer, of errdefs' kinds like the orchestrator's and the store's.
 var (
-	errUnauthorized = errors.New("unauthorized")
-	errBadRequest   = errors.New("bad request")
-	errRoute        = errors.New("no such route")
-	errForbidden    = errors.New("forbidden")
+	errUnauthorized = errdefs.New(errdefs.ErrUnauthenticated, "unauthorized")
+	errBadRequest   = errdefs.New(errdefs.ErrInvalidArgument, "bad request")
+	errRoute        = errdefs.New(errdefs.ErrNotFound, "no such route")
+	errForbidden    = errdefs.New(errdefs.ErrPermissionDenied, "forbidden")
 )
 
 func errNoRoute(r *http.Request) error {
 	return fmt.Errorf("%w: %s %s", errRoute, r.Method, r.URL.Path)
 }
 
-// statusClientClosed is nginx's status for a client that went away; it is only logged.
-const statusClientClosed = 499
-
-// statusOf maps an error to the HTTP status E2B's SDKs expect. It is the one place where
-// that mapping lives.
-func statusOf(err error) int {
-	var gone *orchestrator.GoneError
-	var paused *orchestrator.PausedError
-	var unserved *notImplementedError
-	var quota *orchestrator.QuotaError
-	switch {
-	case errors.Is(err, errUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, errForbidden):
-		return http.StatusForbidden
-	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid):
-		return http.StatusBadRequest
-	// A killed sandbox is not found: the SDK's kill() returns false on a 404 body only.
-	case errors.As(err, &gone),
-		errors.Is(err, orchestrator.ErrNotFound),
-		errors.Is(err, orchestrator.ErrTemplateNotFound),
-		errors.Is(err, store.ErrNotFound),
-		errors.Is(err, errRoute):
-		return http.StatusNotFound
-	case errors.As(err, &paused),
-		errors.Is(err, orchestrator.ErrConflict),
-		errors.Is(err, store.ErrConflict):
-		return http.StatusConflict
-	case errors.As(err, &quota):
-		// E2B's answer to a team over its limits; the SDKs raise RateLimitError.
-		return http.StatusTooManyRequests
-	case errors.As(err, &unserved):
-		return http.StatusNotImplemented
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled):
-		return statusClientClosed
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-// errorBody is E2B's error shape; the SDKs read code from it.
-type errorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId"`
-}
+// statusOf maps an error to the HTTP status E2B's SDKs expect: errdefs.Status, the one
+// mapping of every HTTP edge. A killed sandbox is not found (the SDK's kill() returns false
+// on a 404 body only), a paused one a conflict; a client that went away is a 499, only logged.
+func statusOf(err error) int { return errdefs.Status(err) }
 
 // fail writes err as a JSON error body and records it for the access line.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
-	infoFrom(ctx).err = err
-	code := statusOf(err)
-	id := telemetry.RequestID(ctx)
-	msg := err.Error()
-	if id != "" && !strings.Contains(msg, id) {
-		msg += " (request id " + id + ")"
-	}
-	if code == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="cove"`)
-	}
-	writeJSON(w, code, errorBody{Code: code, Message: msg, RequestID: id})
+	httpx.NoteFrom(ctx).Err = err
+	httpx.WriteErrorStatus(ctx, w, statusOf(err), err.Error())
 }
 
 // authenticate reads the API key from X-API-Key or an Authorization bearer token.

@@ -3,11 +3,15 @@ package api
 import (
 	"net/http"
 	"strings"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // notImplementedError is an E2B operation this server does not serve yet: a 501, never a
 // 404 "no such route" (which the SDK would turn into "sandbox not found").
 type notImplementedError struct{ operation string }
+
+func (e *notImplementedError) Unwrap() error { return errdefs.ErrNotImplemented }
 
 func (e *notImplementedError) Error() string {
 	return e.operation + " is not implemented by this Cove server"

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -133,7 +134,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		}
 		return fmt.Errorf("create sandbox: %w", err)
 	}
-	infoFrom(ctx).sandboxID = sb.ID
+	httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, sb.ID)
 	writeJSON(w, http.StatusCreated, a.newSandbox(sb))
 	return nil
 }
@@ -415,8 +416,4 @@ func seconds(field string, s *float64) (time.Duration, error) {
 	return time.Duration(*s * float64(time.Second)), nil
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpx.WriteJSON(w, status, v) }

@@ -1,41 +1,17 @@
 package api
 
 import (
-	"time"
-
 	"github.com/cove-dev/cove/internal/store"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
-// newSandboxJSON is E2B's Sandbox: the answer to create, connect and resume.
-type newSandboxJSON struct {
-	SandboxID       string  `json:"sandboxID"`
-	TemplateID      string  `json:"templateID"`
-	Alias           string  `json:"alias,omitempty"`
-	ClientID        string  `json:"clientID"`
-	EnvdVersion     string  `json:"envdVersion"`
-	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
-	Domain          *string `json:"domain"`
-}
+// newSandboxJSON is E2B's Sandbox: the answer to create, connect and resume. It is the
+// SDK's type, so the server and the Go SDK cannot drift.
+type newSandboxJSON = cove.CreatedSandbox
 
 // sandboxJSON is E2B's SandboxDetail (GET /sandboxes/{id}) and, without the access token,
-// its ListedSandbox.
-type sandboxJSON struct {
-	SandboxID           string            `json:"sandboxID"`
-	TemplateID          string            `json:"templateID"`
-	Alias               string            `json:"alias,omitempty"`
-	ClientID            string            `json:"clientID"`
-	StartedAt           string            `json:"startedAt"`
-	EndAt               string            `json:"endAt"`
-	State               string            `json:"state"`
-	CPUCount            int               `json:"cpuCount"`
-	MemoryMB            int               `json:"memoryMB"`
-	DiskSizeMB          int               `json:"diskSizeMB"`
-	EnvdVersion         string            `json:"envdVersion"`
-	Metadata            map[string]string `json:"metadata"`
-	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
-	Domain              *string           `json:"domain"`
-	AllowInternetAccess bool              `json:"allowInternetAccess"`
-}
+// its ListedSandbox: the SDK's SandboxInfo.
+type sandboxJSON = cove.SandboxInfo
 
 func (a *api) newSandbox(sb *store.Sandbox) newSandboxJSON {
 	return newSandboxJSON{
@@ -61,9 +37,9 @@ func (a *api) detail(sb *store.Sandbox, withToken bool) sandboxJSON {
 		TemplateID:          sb.TemplateID,
 		Alias:               sb.Alias,
 		ClientID:            clientID,
-		StartedAt:           timestamp(sb.StartedAt),
-		EndAt:               timestamp(sb.EndAt),
-		State:               string(sb.State),
+		StartedAt:           sb.StartedAt.UTC(),
+		EndAt:               sb.EndAt.UTC(),
+		State:               cove.SandboxState(sb.State),
 		CPUCount:            sb.CPUCount,
 		MemoryMB:            sb.MemoryMB,
 		DiskSizeMB:          sb.DiskSizeMB,
@@ -107,8 +83,4 @@ func accessToken(sb *store.Sandbox) string {
 		return ""
 	}
 	return sb.EnvdAccessToken
-}
-
-func timestamp(t time.Time) string {
-	return t.UTC().Format(time.RFC3339Nano)
 }

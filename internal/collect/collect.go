@@ -6,6 +6,9 @@
 // The one idea: nothing inside the sandbox labels itself. envd says which pid and stream a
 // line came from; the host says which sandbox, team and task it belongs to, and host labels
 // win over any field a line carries.
+//
+// It must not import the orchestrator, the runtime or the edges: the orchestrator hands it the
+// pipes.
 package collect
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // Labels are the host's facts about a sandbox, put on every line. Its metadata is joined
@@ -176,22 +180,17 @@ func (c *Collector) envdLine(b []byte) {
 	c.add(line)
 }
 
+// level reads a line's level field (reason.NormalizeLogLevel, the one reading).
 func level(v any) (string, bool) {
 	s, ok := v.(string)
 	if !ok {
 		return "", false
 	}
-	switch strings.ToLower(s) {
-	case "debug", "trace":
-		return "debug", true
-	case "info", "notice":
-		return "info", true
-	case "warn", "warning":
-		return "warn", true
-	case "error", "err", "fatal", "critical", "panic":
-		return "error", true
+	l, ok := reason.NormalizeLogLevel(s)
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return l.String(), true
 }
 
 func with(fields map[string]any, k string, v any) map[string]any {
@@ -342,7 +341,7 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 
 // SandboxKilled ends the records of commands still running when the sandbox died, storing
 // them under ctx.
-func (c *Collector) SandboxKilled(ctx context.Context, why string, at time.Time) {
+func (c *Collector) SandboxKilled(ctx context.Context, why reason.KillReason, at time.Time) {
 	c.mu.Lock()
 	running := c.running
 	c.running = map[int]*store.CommandRecord{}

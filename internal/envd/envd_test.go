@@ -810,7 +810,7 @@ func TestOversizedAndMalformedMessagesGetClearErrors(t *testing.T) {
 		if res.StatusCode >= 500 && res.StatusCode != 200 {
 			t.Errorf("%s: status %d %s", name, res.StatusCode, b)
 		}
-		if !bytes.Contains(b, []byte(`"code":"`)) || !bytes.Contains(b, []byte("request_id")) {
+		if !bytes.Contains(b, []byte(`"code":"`)) || !bytes.Contains(b, []byte("(request id ")) {
 			t.Errorf("%s: no error code in %q", name, b)
 		}
 	}

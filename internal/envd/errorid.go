@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // withErrorRequestID makes Connect unary error bodies that connect-go writes itself (a
@@ -62,7 +63,7 @@ func (w *errorBodyWriter) finish(requestID string) {
 	var e map[string]any
 	if requestID != "" && json.Unmarshal(out, &e) == nil {
 		if msg, _ := e["message"].(string); !strings.Contains(msg, requestID) {
-			e["message"] = strings.TrimSpace(msg + " (request_id " + requestID + ")")
+			e["message"] = strings.TrimSpace(requestid.Annotate(msg, requestID))
 			if b, err := json.Marshal(e); err == nil {
 				out = b
 			}

@@ -5,6 +5,10 @@
 // The one idea: every call carries a request id, the client's own or one minted here, and
 // every line logged for the call carries it beside envd's operation_id, so the client's log
 // and envd's join on one id.
+//
+// envd runs inside the sandbox: it must not import the host's rooms (orchestrator, runtime,
+// template, store, events, collect, api, proxy, server); what it shares with the host is in
+// envdapi.
 package envd
 
 import (
@@ -27,18 +31,21 @@ import (
 
 	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/envd/sysinfo"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // Version is the envd protocol version reported to clients. E2B's SDKs switch features off
 // below 0.6.4.
-const Version = "0.6.4"
+const Version = envdapi.Version
 
 // DefaultMaxMessageBytes bounds one Connect message.
 const DefaultMaxMessageBytes = 16 << 20
@@ -102,8 +109,8 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /envs", s.serveEnvs)
-	mux.HandleFunc("POST /init", s.serveInit)
-	s.handler = s.trimWhenIdle(s.withLogger(telemetry.RequestIDMiddleware(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux))))))))
+	mux.HandleFunc("POST "+envdapi.InitPath, s.serveInit)
+	s.handler = s.trimWhenIdle(s.withLogger(httpx.RequestIDs(nil, httpx.Recover(traced(withErrorRequestID(s.accessLog(s.requireToken(process.HoldFlushes(mux)))))))))
 	return s
 }
 
@@ -186,9 +193,7 @@ func isRPC(path string) bool {
 // writeConnectError answers an RPC that never reached a handler, in the Connect protocol's
 // unary error shape (which streaming Connect clients also read from a non-200 answer).
 func writeConnectError(w http.ResponseWriter, r *http.Request, code connect.Code, msg string) {
-	if id := telemetry.RequestID(r.Context()); id != "" {
-		msg = fmt.Sprintf("%s (request_id %s)", msg, id)
-	}
+	msg = requestid.Annotate(msg, telemetry.RequestID(r.Context()))
 	status := http.StatusUnauthorized
 	if code != connect.CodeUnauthenticated {
 		status = http.StatusBadRequest
@@ -207,38 +212,18 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		}
 		begun := time.Now()
 		ctx := telemetry.With(r.Context(), telemetry.KeyOperationID, s.nextOp())
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		rec := &httpx.Recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r.WithContext(ctx))
+		status := rec.StatusOr(http.StatusOK)
 		level := slog.LevelInfo
-		if rec.status >= 500 {
+		if status >= 500 {
 			level = slog.LevelError
-		} else if rec.status >= 400 {
+		} else if status >= 400 {
 			level = slog.LevelWarn
 		}
 		telemetry.Logger(ctx).Log(ctx, level, "http request",
-			"http.request.method", r.Method, "url.path", r.URL.Path,
-			"http.response.status_code", rec.status, "http.response.body.size", rec.bytes,
-			"duration_ms", float64(time.Since(begun).Microseconds())/1000)
+			append(httpx.AccessAttrs(r, status, begun), telemetry.KeyHTTPBodySize, rec.Bytes)...)
 	})
-}
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	n, err := r.ResponseWriter.Write(b)
-	r.bytes += int64(n)
-	return n, err
-}
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }
 
 func (s *Server) nextOp() string { return strconv.FormatUint(s.opSeq.Add(1), 10) }
@@ -288,7 +273,7 @@ func logRPC(ctx context.Context, method string, begun time.Time, err error) {
 		if c == connect.CodeInternal || c == connect.CodeUnknown || c == connect.CodeDataLoss {
 			level = slog.LevelError
 		}
-		attrs = append(attrs, "error", err.Error())
+		attrs = append(attrs, telemetry.KeyError, err.Error())
 	}
 	attrs = append(attrs, telemetry.KeyRPCMethod, method, "rpc.connect.code", code,
 		"duration_ms", float64(time.Since(begun).Microseconds())/1000)
@@ -303,20 +288,9 @@ func (s *Server) serveEnvs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.defaults.Get().EnvVars)
 }
 
-// initRequest is POST /init's body, as the control plane sends it.
-type initRequest struct {
-	EnvVars        map[string]string `json:"envVars"`
-	AccessToken    *string           `json:"accessToken"`
-	DefaultUser    *string           `json:"defaultUser"`
-	DefaultWorkdir *string           `json:"defaultWorkdir"`
-	// CollectOutput switches the collection of processes' output lines (Cove's extension).
-	CollectOutput *bool      `json:"collectOutput"`
-	Timestamp     *time.Time `json:"timestamp"`
-}
-
 func (s *Server) serveInit(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	var req initRequest
+	var req envdapi.Init
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
 		fault.WriteHTTPStatus(ctx, w, http.StatusBadRequest, "init: body is not valid JSON: "+err.Error())

@@ -4,6 +4,9 @@
 // subscribed webhook in one transaction, and a dispatcher goroutine works the pending
 // deliveries off the store: woken by Emit, or by a timer set to the next retry. Nothing is
 // held only in memory, so a restart loses no delivery; it resumes them.
+//
+// It must not import the orchestrator, the runtime or the edges: the orchestrator calls Emit
+// through its Events interface.
 package events
 
 import (
@@ -21,11 +24,13 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/requestid"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // SystemRequestID is the request id of events no client call caused (the TTL evictor, a
 // restart's clean-up).
-const SystemRequestID = "system"
+const SystemRequestID = requestid.System
 
 // Event is one thing that happened to one sandbox.
 type Event struct {
@@ -40,8 +45,9 @@ type Event struct {
 	// SystemRequestID when the context has none.
 	RequestID string
 	APIKeyID  string // the key whose call caused it, when a client did
-	// Data is the event's event_data: a JSON object. See KilledData, UpdatedData, OOMData.
-	Data map[string]any
+	// Data is the event's event_data: its type's payload from the SDK (cove.KilledEventData
+	// for SandboxKilled, and so on: cove.EventDataFor registers them); nil sends {}.
+	Data any
 }
 
 // ForSandbox returns an event of type t about sb, with its ids and metadata filled in.
@@ -49,51 +55,35 @@ func ForSandbox(t EventType, sb *store.Sandbox) Event {
 	return Event{Type: t, SandboxID: sb.ID, TemplateID: sb.TemplateID, TeamID: sb.TeamID, Metadata: sb.Metadata}
 }
 
-// Execution is the resources and run time of a sandbox's execution, E2B's
-// event_data.execution of a killed (or paused) event.
-type Execution struct {
-	StartedAt     time.Time
-	VCPUCount     int
-	MemoryMB      int
-	ExecutionTime time.Duration // sent in milliseconds
-}
+// Execution is E2B's event_data.execution of a killed (or paused) event.
+type Execution = cove.Execution
 
 // ExecutionOf returns sb's execution as of end: from its start (or last resume, when the
 // caller sets StartedAt so) until end.
 func ExecutionOf(sb *store.Sandbox, end time.Time) Execution {
-	return Execution{StartedAt: sb.StartedAt, VCPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
-		ExecutionTime: max(0, end.Sub(sb.StartedAt))}
+	return Execution{StartedAt: sb.StartedAt.UTC(), VCPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
+		ExecutionTimeMS: max(0, end.Sub(sb.StartedAt)).Milliseconds()}
 }
 
-// MarshalJSON writes E2B's shape: started_at RFC 3339 UTC, execution_time in milliseconds.
-func (e Execution) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		StartedAt     string `json:"started_at"`
-		VCPUCount     int    `json:"vcpu_count"`
-		MemoryMB      int    `json:"memory_mb"`
-		ExecutionTime int64  `json:"execution_time"`
-	}{e.StartedAt.UTC().Format(time.RFC3339Nano), e.VCPUCount, e.MemoryMB, e.ExecutionTime.Milliseconds()})
-}
-
-// KilledData is a SandboxKilled event's data.
-func KilledData(why reason.KillReason, ex Execution) map[string]any {
-	return map[string]any{"kill_reason": why.String(), "execution": ex}
+// KilledData is a SandboxKilled event's data; the orchestrator adds the post-mortem and TTL.
+func KilledData(why reason.KillReason, ex Execution) *cove.KilledEventData {
+	return &cove.KilledEventData{KillReason: why.String(), Execution: ex}
 }
 
 // PausedData is a SandboxPaused event's data: the execution that the pause ended.
-func PausedData(ex Execution) map[string]any {
-	return map[string]any{"execution": ex}
+func PausedData(ex Execution) *cove.PausedEventData {
+	return &cove.PausedEventData{Execution: ex}
 }
 
 // UpdatedData is a SandboxUpdated event's data: the new end of the sandbox's TTL and the
 // timeout that set it.
-func UpdatedData(endAt time.Time, timeout time.Duration) map[string]any {
-	return map[string]any{"end_at": endAt.UTC().Format(time.RFC3339Nano), "timeout": int64(timeout.Seconds())}
+func UpdatedData(endAt time.Time, timeout time.Duration) *cove.UpdatedEventData {
+	return &cove.UpdatedEventData{EndAt: endAt.UTC(), TimeoutSeconds: int64(timeout.Seconds())}
 }
 
 // OOMData is a SandboxOOM event's data: how many OOM kills happened.
-func OOMData(count int) map[string]any {
-	return map[string]any{"count": count}
+func OOMData(count int) *cove.OOMEventData {
+	return &cove.OOMEventData{Count: count}
 }
 
 // Backoff spaces a delivery's attempts: Initial, then doubling up to Max, for at most
@@ -262,19 +252,9 @@ func toStore(ctx context.Context, ev Event) (*store.Event, error) {
 // newID mints a unique id that sorts by creation time within this process.
 func newID(prefix string) string { return prefix + telemetry.NewRequestID() }
 
-// wireEvent is an event on the wire: the API's listings and every webhook body.
-type wireEvent struct {
-	ID                string            `json:"id"`
-	Type              string            `json:"type"`
-	Timestamp         time.Time         `json:"timestamp"`
-	SandboxID         string            `json:"sandboxId"`
-	SandboxTemplateID string            `json:"sandboxTemplateId"`
-	SandboxTeamID     string            `json:"sandboxTeamId"`
-	SandboxMetadata   map[string]string `json:"sandboxMetadata"`
-	RequestID         string            `json:"requestId"`
-	APIKeyID          string            `json:"apiKeyId,omitempty"`
-	EventData         json.RawMessage   `json:"eventData"`
-}
+// wireEvent is an event on the wire, the API's listings and every webhook body: the SDK's
+// type, so the two sides cannot drift.
+type wireEvent = cove.SandboxEvent
 
 func toWire(ev *store.Event) wireEvent {
 	md := ev.Metadata

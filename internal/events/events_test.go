@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func openDB(t testing.TB, path string) *sqlite.DB {
@@ -532,4 +534,27 @@ func attempts(t *testing.T, outcome string) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+func TestEveryEventTypeHasItsPayloadRegistered(t *testing.T) {
+	t.Parallel()
+	built := map[EventType]any{
+		SandboxKilled:  KilledData(reason.KillOOM, Execution{}),
+		SandboxPaused:  PausedData(Execution{}),
+		SandboxUpdated: UpdatedData(time.Now(), time.Minute),
+		SandboxOOM:     OOMData(2),
+	}
+	for _, ty := range EventTypes {
+		t.Run(ty.String()+" decodes into the SDK's payload type", func(t *testing.T) {
+			v, err := cove.EventDataFor(ty.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, ok := built[ty]; ok && fmt.Sprintf("%T", b) != fmt.Sprintf("%T", v) {
+				t.Errorf("the server builds %T, the SDK decodes %T", b, v)
+			}
+		})
+	}
+	if _, err := cove.EventDataFor("sandbox.lifecycle.exploded"); err == nil {
+		t.Error("an unknown type has a payload")
+	}
 }

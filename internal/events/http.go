@@ -17,6 +17,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // Limits of the HTTP API.
@@ -179,26 +180,12 @@ func decodeToken(s string) (store.EventPosition, error) {
 	return store.EventPosition{Timestamp: time.UnixMicro(n).UTC(), ID: id}, nil
 }
 
-// webhookRequest is POST /events/webhooks's body. signatureSecret is E2B's name for secret.
-type webhookRequest struct {
-	Name            string   `json:"name"`
-	URL             string   `json:"url"`
-	Events          []string `json:"events"`
-	Secret          *string  `json:"secret"`
-	SignatureSecret *string  `json:"signatureSecret"`
-}
-
-type wireWebhook struct {
-	ID        string    `json:"id"`
-	TeamID    string    `json:"teamId"`
-	Name      string    `json:"name"`
-	URL       string    `json:"url"`
-	Events    []string  `json:"events"`
-	Enabled   bool      `json:"enabled"`
-	CreatedAt time.Time `json:"createdAt"`
-	// Secret is shown once, in the answer to the create.
-	Secret string `json:"secret,omitempty"`
-}
+// webhookRequest is POST /events/webhooks's body; wireWebhook a webhook on the wire: the
+// SDK's types.
+type (
+	webhookRequest = cove.WebhookRequest
+	wireWebhook    = cove.Webhook
+)
 
 func toWireWebhook(h *store.Webhook) wireWebhook {
 	return wireWebhook{ID: h.ID, TeamID: h.TeamID, Name: h.Name, URL: h.URL, Events: h.Events,
@@ -337,27 +324,11 @@ func (a *api) deleteWebhook(w http.ResponseWriter, r *http.Request, teamID strin
 	return nil
 }
 
-type wireAttempt struct {
-	Attempt     int        `json:"attempt"`
-	StartedAt   time.Time  `json:"startedAt"`
-	StatusCode  int        `json:"statusCode,omitempty"`
-	LatencyMS   float64    `json:"latencyMs"`
-	ErrorClass  string     `json:"errorClass,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	NextRetryAt *time.Time `json:"nextRetryAt,omitempty"`
-}
-
-type wireDelivery struct {
-	ID            string        `json:"id"`
-	WebhookID     string        `json:"webhookId"`
-	EventID       string        `json:"eventId"`
-	EventType     string        `json:"eventType"`
-	State         string        `json:"state"`
-	NextAttemptAt *time.Time    `json:"nextAttemptAt,omitempty"`
-	CreatedAt     time.Time     `json:"createdAt"`
-	UpdatedAt     time.Time     `json:"updatedAt"`
-	Attempts      []wireAttempt `json:"attempts"`
-}
+// wireDelivery and wireAttempt are the SDK's types.
+type (
+	wireDelivery = cove.WebhookDelivery
+	wireAttempt  = cove.WebhookAttempt
+)
 
 func (a *api) listDeliveries(w http.ResponseWriter, r *http.Request, teamID string) error {
 	limit, err := parseLimit(r.URL.Query().Get("limit"))

@@ -1,27 +1,32 @@
 package events
 
-import "fmt"
+import (
+	"fmt"
+
+	cove "github.com/cove-dev/cove/sdk"
+)
 
 // EventType is what happened to a sandbox. The set is closed: this file is its registry.
 type EventType string
 
-// The event types. The lifecycle ones are E2B's names.
+// The event types. The lifecycle ones are E2B's names; each one's payload is registered in
+// the SDK (cove.EventDataFor), which the server emits.
 const (
 	// SandboxCreated: a sandbox was created.
-	SandboxCreated EventType = "sandbox.lifecycle.created"
+	SandboxCreated EventType = cove.EventSandboxCreated
 	// SandboxConnected: a client connected to a running sandbox (its TTL may have grown).
-	SandboxConnected EventType = "sandbox.lifecycle.connected"
+	SandboxConnected EventType = cove.EventSandboxConnected
 	// SandboxPaused: a sandbox was paused, by a client or by the evictor (auto-pause).
-	SandboxPaused EventType = "sandbox.lifecycle.paused"
+	SandboxPaused EventType = cove.EventSandboxPaused
 	// SandboxResumed: a paused sandbox runs again.
-	SandboxResumed EventType = "sandbox.lifecycle.resumed"
+	SandboxResumed EventType = cove.EventSandboxResumed
 	// SandboxUpdated: a sandbox's timeout changed. Data: UpdatedData.
-	SandboxUpdated EventType = "sandbox.lifecycle.updated"
+	SandboxUpdated EventType = cove.EventSandboxUpdated
 	// SandboxKilled: a sandbox is gone. Data: KilledData (kill_reason, execution).
-	SandboxKilled EventType = "sandbox.lifecycle.killed"
+	SandboxKilled EventType = cove.EventSandboxKilled
 	// SandboxOOM: the kernel's OOM killer killed processes inside a sandbox that lives on.
 	// Data: OOMData (count).
-	SandboxOOM EventType = "sandbox.lifecycle.oom"
+	SandboxOOM EventType = cove.EventSandboxOOM
 )
 
 // EventTypes lists every EventType.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // APIConfig is what the logs HTTP API needs.
@@ -77,14 +78,9 @@ func NewAPI(cfg APIConfig) http.Handler {
 	return a.mux
 }
 
-// wireLog is E2B's SandboxLogEntry. Fields are strings, as E2B's are: other JSON values
-// are given as their JSON text.
-type wireLog struct {
-	Timestamp time.Time         `json:"timestamp"`
-	Message   string            `json:"message"`
-	Level     string            `json:"level"`
-	Fields    map[string]string `json:"fields"`
-}
+// wireLog is E2B's SandboxLogEntry, the SDK's type. Fields are strings, as E2B's are: other
+// JSON values are given as their JSON text.
+type wireLog = cove.LogEntry
 
 func toWireLog(l *store.LogLine, labels map[string]string) wireLog {
 	f := make(map[string]string, len(l.Fields)+len(labels)+4)
@@ -112,12 +108,7 @@ func toWireLog(l *store.LogLine, labels map[string]string) wireLog {
 	return wireLog{Timestamp: l.Time, Message: l.Message, Level: l.Level, Fields: f}
 }
 
-type logsV2Response struct {
-	Logs []wireLog `json:"logs"`
-	// NextCursor continues the listing without repeats, as the cursor of the next call in
-	// the same direction; null on the last page.
-	NextCursor *string `json:"nextCursor"`
-}
+type logsV2Response = cove.LogPage
 
 func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) error {
 	q, err := logQuery(r.URL.Query())
@@ -304,38 +295,13 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 	return nil
 }
 
-// wireCommand is a command record on the wire.
-type wireCommand struct {
-	SandboxID       string         `json:"sandboxId"`
-	PID             int            `json:"pid"`
-	Tag             string         `json:"tag"`
-	RequestID       string         `json:"requestId"`
-	User            string         `json:"user"`
-	Command         string         `json:"command"`
-	Args            []string       `json:"args"`
-	Cwd             string         `json:"cwd"`
-	StartedAt       time.Time      `json:"startedAt"`
-	EndedAt         *time.Time     `json:"endedAt"`    // null while it runs
-	DurationMS      *float64       `json:"durationMs"` // null while it runs
-	ExitCode        *int           `json:"exitCode"`
-	Signal          string         `json:"signal"`
-	EndCause        string         `json:"endCause"`
-	SignalRequestID string         `json:"signalRequestId"`
-	KillReason      string         `json:"killReason"`
-	StdoutBytes     int64          `json:"stdoutBytes"`
-	StderrBytes     int64          `json:"stderrBytes"`
-	StdoutHead      string         `json:"stdoutHead"`
-	StdoutTail      string         `json:"stdoutTail"`
-	StderrHead      string         `json:"stderrHead"`
-	StderrTail      string         `json:"stderrTail"`
-	Truncated       bool           `json:"truncated"`
-	Redactions      map[string]int `json:"redactions"`
-}
+// wireCommand is a command record on the wire: the SDK's type.
+type wireCommand = cove.CommandRecord
 
 func toWireCommand(c *store.CommandRecord) wireCommand {
 	w := wireCommand{SandboxID: c.SandboxID, PID: c.PID, Tag: c.Tag, RequestID: c.RequestID, User: c.User,
 		Command: c.Command, Args: c.Args, Cwd: c.Cwd, StartedAt: c.StartedAt, ExitCode: c.ExitCode,
-		Signal: c.Signal, EndCause: c.EndCause, SignalRequestID: c.SignalRequestID, KillReason: c.KillReason,
+		Signal: c.Signal, EndCause: c.EndCause, SignalRequestID: c.SignalRequestID, KillReason: string(c.KillReason),
 		StdoutBytes: c.StdoutBytes, StderrBytes: c.StderrBytes, StdoutHead: c.StdoutHead,
 		StdoutTail: c.StdoutTail, StderrHead: c.StderrHead, StderrTail: c.StderrTail,
 		Truncated: c.Truncated, Redactions: c.Redactions}
@@ -353,10 +319,7 @@ func toWireCommand(c *store.CommandRecord) wireCommand {
 	return w
 }
 
-type commandsResponse struct {
-	Commands   []wireCommand `json:"commands"`
-	NextCursor *string       `json:"nextCursor"` // null on the last page
-}
+type commandsResponse = cove.CommandPage
 
 func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string) error {
 	v := r.URL.Query()

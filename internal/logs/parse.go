@@ -2,11 +2,11 @@ package logs
 
 import (
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // ParseJSONLine reads one of envd's JSON log lines (log/slog's JSON shape) into a LogLine
@@ -48,16 +48,8 @@ func ParseJSONLine(b []byte) (l store.LogLine, ok bool) {
 }
 
 // NormalizeLevel maps a level's common spellings (slog's DEBUG..ERROR, warning, fatal)
-// to store.LogLevels; anything else is info.
+// to store.LogLevels; anything else is info (reason.NormalizeLogLevel, the one reading).
 func NormalizeLevel(s string) string {
-	switch l := strings.ToLower(strings.TrimSpace(s)); {
-	case strings.HasPrefix(l, "debug"), strings.HasPrefix(l, "trace"):
-		return "debug"
-	case strings.HasPrefix(l, "warn"):
-		return "warn"
-	case strings.HasPrefix(l, "err"), l == "fatal", l == "panic", l == "critical":
-		return "error"
-	default:
-		return "info"
-	}
+	l, _ := reason.NormalizeLogLevel(s)
+	return l.String()
 }

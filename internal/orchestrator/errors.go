@@ -1,10 +1,10 @@
 package orchestrator
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/reason"
 )
@@ -12,13 +12,13 @@ import (
 // Errors callers branch on; the API maps them to HTTP statuses in one place.
 var (
 	// ErrNotFound: no such sandbox for this team.
-	ErrNotFound = errors.New("sandbox not found")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "sandbox not found")
 	// ErrConflict: the sandbox is not in a state that allows the call (pause a paused one).
-	ErrConflict = errors.New("conflict")
+	ErrConflict = errdefs.New(errdefs.ErrConflict, "conflict")
 	// ErrInvalid: the request is malformed.
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid request")
 	// ErrTemplateNotFound: the requested template does not exist.
-	ErrTemplateNotFound = errors.New("template not found")
+	ErrTemplateNotFound = errdefs.New(errdefs.ErrNotFound, "template not found")
 )
 
 // GoneError says a sandbox was killed, why and when.
@@ -28,12 +28,18 @@ type GoneError struct {
 	At     time.Time
 }
 
+// Is makes a killed sandbox a not-found to the HTTP edges (the SDKs' kill() reads a 404).
+func (e *GoneError) Is(target error) bool { return target == errdefs.ErrNotFound }
+
 func (e *GoneError) Error() string {
 	return fmt.Sprintf("sandbox %s was killed: %s at %s", e.ID, e.Reason, e.At.UTC().Format(time.RFC3339))
 }
 
 // PausedError says a sandbox is paused and will not resume on traffic.
 type PausedError struct{ ID string }
+
+// Is makes a paused sandbox a conflict to the HTTP edges.
+func (e *PausedError) Is(target error) bool { return target == errdefs.ErrConflict }
 
 func (e *PausedError) Error() string {
 	return fmt.Sprintf("sandbox %s is paused (auto-resume is off): connect or resume it first", e.ID)
@@ -45,4 +51,11 @@ func gone(sb *store.Sandbox) error {
 		at = *sb.KilledAt
 	}
 	return &GoneError{ID: sb.ID, Reason: sb.KillReason, At: at}
+}
+
+// goneOf is gone for a live entry, read under its lock.
+func (o *Orchestrator) goneOf(e *entry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return gone(e.sb)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // entryFor returns the live entry of a sandbox of team (any team when teamID is ""), or the
@@ -112,10 +113,10 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	if e.collector != nil {
 		// After the pipes drain, what is still running was killed with the sandbox.
 		// The kill request may end first: its values (request id, logger) go on, its cancel does not.
-		go func(ctx context.Context, c *collect.Collector, why string) {
+		go func(ctx context.Context, c *collect.Collector, why reason.KillReason) {
 			e.drainers.Wait()
 			c.SandboxKilled(ctx, why, now)
-		}(context.WithoutCancel(ctx), e.collector, why.String())
+		}(context.WithoutCancel(ctx), e.collector, why)
 	}
 	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
 		// Not a closed-set reason: record it as unknown rather than as "", and say so.
@@ -133,8 +134,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	o.mu.Unlock()
 	o.nudge()
 	data := events.KilledData(why, events.ExecutionOf(e.sb, now))
-	data["postmortem"] = pm
-	data["end_at"] = e.sb.EndAt.UTC() // the TTL, which a timeout kill reached
+	data.Postmortem, data.EndAt = pm, e.sb.EndAt.UTC() // the TTL, which a timeout kill reached
 	o.emit(ctx, events.SandboxKilled, e.sb, data)
 	telemetry.SandboxesKilled.WithLabelValues(why.String()).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
@@ -164,27 +164,26 @@ const maxPostmortemProcs = 50
 // postmortem records what the sandbox looked like at its kill: its processes (biggest memory
 // first, so an OOM shows who held the memory), its resource use and its last output lines.
 // Caller holds e.mu; the sandbox still exists.
-func (o *Orchestrator) postmortem(ctx context.Context, e *entry) map[string]any {
-	pm := map[string]any{"at": time.Now().UTC()}
+func (o *Orchestrator) postmortem(ctx context.Context, e *entry) *cove.Postmortem {
+	pm := &cove.Postmortem{At: time.Now().UTC()}
 	if procs, err := o.cfg.Runtime.Processes(ctx, e.sb.ID); err == nil {
-		list := make([]map[string]any, 0, min(len(procs), maxPostmortemProcs))
+		pm.Processes = make([]cove.PostmortemProcess, 0, min(len(procs), maxPostmortemProcs))
 		for _, p := range procs[:min(len(procs), maxPostmortemProcs)] {
 			cmd := p.Command
 			if e.collector != nil {
 				cmd = e.collector.Redact(cmd)
 			}
-			list = append(list, map[string]any{"pid": p.PID, "ppid": p.PPID, "state": p.State, "command": cmd, "rss_bytes": p.RSSBytes})
+			pm.Processes = append(pm.Processes, cove.PostmortemProcess{PID: p.PID, PPID: p.PPID, State: p.State, Command: cmd, RSSBytes: p.RSSBytes})
 		}
-		pm["processes"] = list
-		pm["process_count"] = len(procs)
+		pm.ProcessCount = len(procs)
 	}
 	if st, err := o.cfg.Runtime.Stats(ctx, e.sb.ID); err == nil {
-		pm["resources"] = map[string]any{"memory_bytes": st.MemoryUsage, "memory_max_bytes": st.MemoryMaxUsage,
-			"memory_limit_bytes": st.MemoryLimit, "oom_kills": st.OOMKills, "cpu_seconds": st.CPU.Seconds(),
-			"pids": st.PIDs, "pids_limit": st.PIDsLimit}
+		pm.Resources = &cove.Resources{MemoryBytes: st.MemoryUsage, MemoryMaxBytes: st.MemoryMaxUsage,
+			MemoryLimitBytes: st.MemoryLimit, OOMKills: st.OOMKills, CPUSeconds: st.CPU.Seconds(),
+			PIDs: st.PIDs, PIDsLimit: st.PIDsLimit}
 	}
 	if e.collector != nil {
-		pm["last_output"] = e.collector.Recent()
+		pm.LastOutput = e.collector.Recent()
 	}
 	return pm
 }
@@ -328,7 +327,7 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 			o.nudge()
 		}
 		if extend {
-			o.emit(ctx, events.SandboxConnected, e.sb, map[string]any{"end_at": e.sb.EndAt.UTC()})
+			o.emit(ctx, events.SandboxConnected, e.sb, &cove.ConnectedEventData{EndAt: e.sb.EndAt.UTC()})
 		}
 		return false, nil
 	}
@@ -347,7 +346,7 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return false, err
 	}
-	o.emit(ctx, events.SandboxResumed, e.sb, map[string]any{"end_at": end.UTC(), "timeout": timeout.Seconds()})
+	o.emit(ctx, events.SandboxResumed, e.sb, &cove.ResumedEventData{EndAt: end.UTC(), TimeoutSeconds: timeout.Seconds()})
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())
@@ -370,7 +369,7 @@ func (o *Orchestrator) DialPort(ctx context.Context, id string, port int) (net.C
 	state, auto, killed := e.sb.State, e.sb.AutoResume, e.killed
 	e.mu.Unlock()
 	if killed {
-		return nil, gone(e.sb)
+		return nil, o.goneOf(e)
 	}
 	if state == store.StatePaused {
 		if !auto {

@@ -6,6 +6,9 @@
 // every kill carries a reason.KillReason from the call that caused it, so "why is it gone?"
 // always has an answer: in the log, in the record, in the counter, and in the error a client
 // gets when it touches the dead sandbox.
+//
+// It must not import the edges that call it (api, proxy, console, server); they reach it through
+// their own small interfaces.
 package orchestrator
 
 import (
@@ -35,16 +38,18 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/requestid"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // EnvdPort is where envd listens inside every sandbox.
-const EnvdPort = 49983
+const EnvdPort = envdapi.Port
 
 // EnvdVersion is the envd protocol version Cove reports.
-const EnvdVersion = "0.6.4"
+const EnvdVersion = envdapi.Version
 
 // SystemRequestID marks transitions Cove made by itself (the TTL evictor, shutdown).
-const SystemRequestID = "system"
+const SystemRequestID = requestid.System
 
 // Runtime is what the orchestrator needs of a sandbox runtime: the Runtime interface and a
 // listing of the sandboxes it holds, to clean up after a crash.
@@ -104,7 +109,8 @@ type Events interface {
 }
 
 // emit sends a lifecycle event for sb; a failure is logged and never fails the transition.
-func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.Sandbox, data map[string]any) {
+// data is t's payload type from the SDK (cove.EventDataFor), as a pointer.
+func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.Sandbox, data interface{ SetAPIKeyName(string) }) {
 	if o.cfg.Events == nil {
 		return
 	}
@@ -112,10 +118,7 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 	ev.Data = data
 	_, ev.APIKeyID = telemetry.Caller(ctx)
 	if name := telemetry.CallerKeyName(ctx); name != "" {
-		if ev.Data == nil {
-			ev.Data = map[string]any{}
-		}
-		ev.Data["api_key_name"] = name
+		data.SetAPIKeyName(name)
 	}
 	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
 		telemetry.Warnings.Warn(ctx, o.logger(ctx), t.String(), "event not recorded", "event.type", t.String(), "error", err.Error())
@@ -228,6 +231,16 @@ func (o *Orchestrator) logger(ctx context.Context) *slog.Logger { return telemet
 // systemContext is the context of a transition Cove makes by itself (evictor, shutdown).
 func (o *Orchestrator) systemContext() context.Context {
 	return telemetry.WithRequestID(telemetry.WithLogger(context.Background(), o.cfg.Logger), SystemRequestID)
+}
+
+// stopping reports whether Shutdown has begun.
+func (o *Orchestrator) stopping() bool {
+	select {
+	case <-o.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 func (o *Orchestrator) nudge() {
@@ -356,15 +369,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
-	init := map[string]any{"envVars": req.EnvVars}
-	if collect := o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs); collect != nil {
-		init["collectOutput"] = *collect
-	}
+	init := envdapi.Init{EnvVars: req.EnvVars, CollectOutput: o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs)}
 	if sb.EnvdAccessToken != "" {
-		init["accessToken"] = sb.EnvdAccessToken
+		init.AccessToken = &sb.EnvdAccessToken
 	}
 	if hasUser(tmpl.Rootfs, template.UserName) {
-		init["defaultUser"], init["defaultWorkdir"] = template.UserName, template.UserHome
+		user, home := template.UserName, template.UserHome
+		init.DefaultUser, init.DefaultWorkdir = &user, &home
 	}
 	if err = postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
@@ -373,24 +384,33 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
+	// Told before the sandbox is published: from then on the evictor or a kill may change it
+	// (sb is e.sb, guarded by e.mu), and its created event must come before its killed one.
+	out := copySandbox(sb)
+	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause})
+	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
+	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
+	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
 	o.mu.Lock()
 	o.live[sb.ID] = e
 	delete(o.creating, sb.ID)
+	stopping := o.stopping()
 	o.mu.Unlock()
 	o.watchInit(e)
+	if stopping {
+		// Shutdown went through the live sandboxes before this one was among them.
+		stage = "shutdown"
+		_ = o.kill(o.systemContext(), e, reason.KillServerShutdown, "", "the server shut down while it was being created")
+		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
+	}
 	o.nudge()
-
-	o.emit(ctx, events.SandboxCreated, sb, map[string]any{"timeout": timeout.Seconds(), "secure": sb.Secure, "auto_pause": sb.AutoPause})
-	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
-	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
-	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
 	if req.AllowInternet {
 		// The runtime gives every sandbox a loopback-only network: say so rather than pretend.
 		o.logger(ctx).Info("internet access requested; sandboxes have loopback-only networks", "allow_internet_access", false)
 	}
 	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
-		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames)
-	return copySandbox(sb), nil
+		"timeout_s", timeout.Seconds(), "secure", out.Secure, "auto_pause", out.AutoPause, "env_names", out.EnvVarNames)
+	return out, nil
 }
 
 // drain collects the sandbox's stdout (output lines and command records) and stderr (envd's
@@ -569,9 +589,9 @@ func waitHealthy(ctx context.Context, c *http.Client, limit time.Duration) error
 	}
 }
 
-func postInit(ctx context.Context, c *http.Client, body map[string]any) error {
+func postInit(ctx context.Context, c *http.Client, body envdapi.Init) error {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd"+envdapi.InitPath, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	if id := telemetry.RequestID(ctx); id != "" {
 		req.Header.Set(telemetry.HeaderRequestID, id)

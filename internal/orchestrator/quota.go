@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"time"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // Quota bounds what one team may hold at once and how fast it may create. Zero means no
@@ -127,3 +129,6 @@ func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time)
 	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
 	return nil
 }
+
+// Unwrap makes a quota refusal a resource-exhausted error: 429 in E2B's shape.
+func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }

@@ -7,15 +7,17 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // statusClientClosed is nginx's status for a client that went away; it is only logged.
-const statusClientClosed = 499
+const statusClientClosed = errdefs.StatusClientClosed
 
 // errorBody is the proxy's error: E2B's {code, message} plus what an operator needs to
 // answer "why did this fail?" from the client side alone.
@@ -37,11 +39,8 @@ func describe(err error, t target) (int, errorBody) {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
 	switch {
-	case errors.Is(err, errNoSigned):
-		body.Code = http.StatusNotFound
-		body.Message = err.Error()
-	case errors.Is(err, errBadTarget):
-		body.Code = http.StatusBadRequest
+	case errors.Is(err, errNoSigned), errors.Is(err, errBadTarget):
+		body.Code = errdefs.Status(err)
 		body.Message = err.Error()
 	case errors.As(err, &gone):
 		body.Code = http.StatusBadGateway
@@ -73,7 +72,7 @@ var errNotYours = errors.New("not found or not yours")
 // fail answers r with err as JSON and records it for the access line (the full error).
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error) {
 	ctx := r.Context()
-	infoFrom(ctx).err = err
+	httpx.NoteFrom(ctx).Err = err
 	code, body := describe(err, t)
 	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, r.Header.Get(HeaderAccessToken)) {
 		err = fmt.Errorf("%w: sandbox %s %w", orchestrator.ErrNotFound, t.id, errNotYours)
@@ -81,9 +80,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 			Message: fmt.Sprintf("sandbox %s %s", t.id, errNotYours)}
 	}
 	body.RequestID = telemetry.RequestID(ctx)
-	if body.RequestID != "" && !strings.Contains(body.Message, body.RequestID) {
-		body.Message += " (request id " + body.RequestID + ")"
-	}
+	body.Message = requestid.Annotate(body.Message, body.RequestID)
 	if proto := rpcProtocolOf(r); proto != notRPC && code != statusClientClosed {
 		// An RPC gets its error in its own protocol, so the SDK shows this message and
 		// raises NotFoundError or TimeoutError, not a transport error about a 502.
@@ -108,7 +105,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	t, _ := r.Context().Value(targetKey{}).(target)
 	if isClientGone(r, err) {
-		infoFrom(r.Context()).err = fmt.Errorf("client went away: %w", err)
+		httpx.NoteFrom(r.Context()).Err = fmt.Errorf("client went away: %w", err)
 		w.WriteHeader(statusClientClosed)
 		return
 	}

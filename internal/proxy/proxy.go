@@ -8,6 +8,9 @@
 // the backend, which closes it when the sandbox is paused or killed, so open streams end
 // with the sandbox. Every failure is a 502 JSON body naming the sandbox, its state and kill
 // reason, and the request id.
+//
+// It must not import the API, the console or server; it reaches sandboxes through its Backend
+// interface.
 package proxy
 
 import (
@@ -23,6 +26,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -57,7 +62,7 @@ const (
 )
 
 // EnvdPort is envd's port inside every sandbox, the default target.
-const EnvdPort = 49983
+const EnvdPort = envdapi.Port
 
 // Config is what New needs.
 type Config struct {
@@ -132,18 +137,18 @@ type targetKey struct{}
 // ServeHTTP forwards r to its sandbox, or answers with a JSON error.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ctx := requestContext(r, p.cfg.Logger, w)
+	ctx, _ := httpx.RequestContext(w, r, p.cfg.Logger)
 	rec := &recorder{ResponseWriter: w}
-	info := &requestInfo{}
-	ctx = context.WithValue(ctx, requestInfoKey{}, info)
+	ctx, note := httpx.WithNote(ctx)
+	var t target // the access line reports it once the route is known
 	r = r.WithContext(ctx)
 	logCtx := ctx // the access line adds the target itself
 	defer func() {
 		v := recover()
-		if v != nil && info.err == nil {
-			info.err = p.cutReason(logCtx, info.target.id, r)
+		if v != nil && note.Err == nil {
+			note.Err = p.cutReason(logCtx, t.id, r)
 		}
-		p.logRequest(logCtx, r, rec.status, start, info)
+		p.logRequest(logCtx, r, rec.status, start, t, note.Err)
 		if v != nil {
 			panic(v)
 		}
@@ -154,8 +159,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, r, t, err)
 		return
 	}
-	info.target = t
-	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
+	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
 	// answered; the guarded body makes sure its reads are over before this handler returns.
@@ -234,67 +238,25 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// requestContext returns r's context with the request id and a logger carrying it, taking
-// the id from an outer middleware, the client's header, or minting one, and echoes it.
-func requestContext(r *http.Request, base *slog.Logger, w http.ResponseWriter) context.Context {
-	ctx := r.Context()
-	id := telemetry.RequestID(ctx)
-	fromCtx := id != ""
-	if id == "" {
-		id = telemetry.RequestIDFrom(r.Header)
-	}
-	if id == "" {
-		id = telemetry.NewRequestID()
-	}
-	w.Header().Set(telemetry.HeaderRequestID, id)
-	if base != nil {
-		return telemetry.WithRequestID(telemetry.WithLogger(ctx, base), id)
-	}
-	if !fromCtx {
-		ctx = telemetry.WithRequestID(ctx, id)
-	}
-	return ctx
-}
-
-// requestInfo collects what the access line reports.
-type requestInfo struct {
-	target target
-	err    error
-}
-
-type requestInfoKey struct{}
-
-func infoFrom(ctx context.Context) *requestInfo {
-	if info, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		return info
-	}
-	return &requestInfo{}
-}
-
-func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, start time.Time, info *requestInfo) {
+func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, start time.Time, t target, failure error) {
 	if status == 0 {
 		status = http.StatusOK
-		if info.err != nil {
+		if failure != nil {
 			status = statusClientClosed
 		}
 	}
-	attrs := []any{
-		"http.request.method", r.Method,
-		"url.path", r.URL.Path,
-		"http.response.status_code", status,
-		"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
-	}
-	if info.target.id != "" {
-		attrs = append(attrs, telemetry.KeySandboxID, info.target.id, "sandbox.port", info.target.port)
+	attrs := httpx.AccessAttrs(r, status, start)
+	if t.id != "" {
+		attrs = append(attrs, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	}
 	level := slog.LevelInfo
-	if info.err != nil {
-		attrs = append(attrs, "error", info.err.Error())
+	if failure != nil {
+		attrs = append(attrs, telemetry.KeyError, failure.Error())
 		level = slog.LevelWarn
 	}
 	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)
-	outcome := strconv.Itoa(status/100) + "xx"
-	if info.err != nil {
+	outcome := httpx.StatusClass(status)
+	if failure != nil {
 		outcome = "error"
 	}
 	telemetry.ProxyRequests.WithLabelValues(outcome).Inc()

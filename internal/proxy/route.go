@@ -5,18 +5,19 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // Routing errors.
 var (
-	errBadTarget = errors.New("bad sandbox address")
-	errNoSigned  = errors.New("no sandbox matches the signed URL")
+	errBadTarget = errdefs.New(errdefs.ErrInvalidArgument, "bad sandbox address")
+	errNoSigned  = errdefs.New(errdefs.ErrNotFound, "no sandbox matches the signed URL")
 )
 
 // route finds the request's sandbox and port: headers first, then the Host, then a

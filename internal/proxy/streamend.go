@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
 // A Connect, gRPC or gRPC-Web stream whose upstream is cut (its sandbox was killed or paused, and
@@ -74,11 +76,8 @@ func (p *Proxy) explainCut(ctx context.Context, r *http.Request, upstreamErr err
 	}
 	t, _ := ctx.Value(targetKey{}).(target)
 	err := p.cutReason(ctx, t.id, r)
-	infoFrom(ctx).err = err
-	message = err.Error()
-	if id := telemetry.RequestID(ctx); id != "" && !strings.Contains(message, id) {
-		message += " (request id " + id + ")"
-	}
+	httpx.NoteFrom(ctx).Err = err
+	message = requestid.Annotate(err.Error(), telemetry.RequestID(ctx))
 	telemetry.Logger(ctx).Debug("proxy: stream ended with an error", "error", err.Error(), "upstream_error", upstreamErr.Error())
 	code, grpcStatus, _ = rpcCode(err, 0)
 	return code, grpcStatus, message, true

@@ -17,7 +17,7 @@ func traceHop(pr *httputil.ProxyRequest, t target) {
 	ctx := pr.In.Context()
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetName("proxy " + pr.In.Method)
-		span.SetAttributes(attribute.String(telemetry.KeySandboxID, t.id), attribute.Int("sandbox.port", t.port))
+		span.SetAttributes(attribute.String(telemetry.KeySandboxID, t.id), attribute.Int(telemetry.KeySandboxPort, t.port))
 	}
 	if t.port == EnvdPort {
 		telemetry.InjectTrace(ctx, pr.Out.Header)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -27,7 +28,7 @@ func tracedEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{backend: newBackend(), logs: &logBuffer{}}
 	e.proxy = proxy.New(proxy.Config{Backend: e.backend, Domain: domain, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))})
-	srv := httptest.NewServer(telemetry.RequestIDMiddleware(telemetry.TraceHTTP(e.proxy)))
+	srv := httptest.NewServer(httpx.RequestIDs(nil, telemetry.TraceHTTP(e.proxy)))
 	t.Cleanup(srv.Close)
 	t.Cleanup(e.proxy.Close)
 	e.url = srv.URL

@@ -16,4 +16,7 @@
 // The driver makes its process a child subreaper, so each sandbox's init is reaped by Cove:
 // exit status and OOM kill are known, and no zombie is left. Detect reports what a machine
 // offers (root, runc, cgroup v1 controllers, overlayfs) and why sandboxes cannot run when not.
+//
+// It must not import anything above it: template, store, events, the orchestrator or the edges
+// (internal/layering checks).
 package runtime

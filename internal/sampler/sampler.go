@@ -151,12 +151,12 @@ func (s *Sampler) Run(ctx context.Context) error {
 	var pruned time.Time
 	for {
 		if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
-			telemetry.Warnings.Warn(ctx, s.cfg.Logger, "", "metrics not stored", "error", err)
+			telemetry.Warnings.Warn(ctx, s.cfg.Logger, "", "metrics not stored", telemetry.KeyError, err)
 		}
 		if now := time.Now(); now.Sub(pruned) >= pruneEvery {
 			pruned = now
 			if err := s.cfg.Store.PruneSamples(ctx, now.Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				telemetry.Warnings.Warn(ctx, s.cfg.Logger, "", "metrics not pruned", "error", err)
+				telemetry.Warnings.Warn(ctx, s.cfg.Logger, "", "metrics not pruned", telemetry.KeyError, err)
 			}
 		}
 		select {
@@ -195,7 +195,7 @@ func (s *Sampler) Tick(ctx context.Context) error {
 			samples = append(samples, sample)
 		}
 		if s.failing(t.ID, err) {
-			s.cfg.Logger.Warn("sandbox not sampled", "sandbox.id", t.ID, "team.id", t.TeamID, "error", err)
+			s.cfg.Logger.Warn("sandbox not sampled", telemetry.KeySandboxID, t.ID, telemetry.KeyTeamID, t.TeamID, telemetry.KeyError, err)
 		}
 	}
 	s.mu.Lock()

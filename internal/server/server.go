@@ -29,6 +29,7 @@ import (
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
@@ -71,6 +72,9 @@ type Config struct {
 	// WebhookAllowNets are ranges webhook deliveries may reach although they are loopback,
 	// link-local, private or the server's own (refused otherwise).
 	WebhookAllowNets []netip.Prefix
+	// CoveBinary is the static cove binary run as envd in every sandbox; this process's own
+	// executable when empty (tests that run the server in-process name a built one).
+	CoveBinary string
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -225,7 +229,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary,
 	})
 	if err != nil {
 		return err
@@ -319,7 +323,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			apiHandler.ServeHTTP(w, r)
 		}
 	})
-	handler := withLogger(cfg.Logger, telemetry.RequestIDMiddleware(telemetry.TraceHTTP(root)))
+	handler := httpx.RequestIDs(cfg.Logger, httpx.Recover(telemetry.TraceHTTP(root)))
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
@@ -437,12 +441,6 @@ func trimNL(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func withLogger(l *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(telemetry.WithLogger(r.Context(), l)))
-	})
 }
 
 // SandboxDomains returns the domain the proxy routes {port}-{id}.{domain} Hosts by, and the

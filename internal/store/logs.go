@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/reason"
 )
 
 // ErrBadCursor is returned for a listing cursor that no listing made.
-var ErrBadCursor = errors.New("bad cursor")
+var ErrBadCursor = errdefs.New(errdefs.ErrInvalidArgument, "bad cursor")
 
 // Log levels, lowest first. A query's MinLevel keeps its level and those after it.
 var LogLevels = []string{"debug", "info", "warn", "error"}
@@ -134,7 +136,7 @@ type CommandRecord struct {
 	// SignalRequestID is the request that sent the fatal signal (killed, timeout).
 	SignalRequestID string
 	// KillReason is the sandbox's kill reason when EndCause is EndSandboxKilled.
-	KillReason  string
+	KillReason  reason.KillReason
 	StdoutBytes int64
 	StderrBytes int64
 	StdoutHead  string

@@ -1,24 +1,26 @@
 // Package store defines Cove's persistent state behind interfaces: teams and API keys, and
 // sandbox records. SQLite (store/sqlite) implements them by default; the shapes are chosen
 // so PostgreSQL can take the same state without changing callers.
+//
+// It owns the persistent shapes and their interfaces; it must not import the orchestrator, the
+// runtime, events, collect or the edges.
 package store
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/reason"
 )
 
 // Errors callers branch on.
 var (
-	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("conflict")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "not found")
+	ErrConflict = errdefs.New(errdefs.ErrConflict, "conflict")
 	// ErrInvalid is a request the store cannot serve as asked (a forged page token): the
 	// caller's mistake, a 400.
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid request")
 )
 
 // Team owns sandboxes and API keys.
@@ -96,26 +98,17 @@ type SandboxFilter struct {
 	Next string
 }
 
-// ListOrder is a listing's direction by start time.
-type ListOrder string
+// ListOrder is a listing's direction by start time (reason.ListOrder, which the SDK shares).
+type ListOrder = reason.ListOrder
 
+// The list orders.
 const (
-	OrderDesc ListOrder = "desc" // newest first, the default
-	OrderAsc  ListOrder = "asc"  // oldest first
+	OrderDesc = reason.OrderDesc // newest first, the default
+	OrderAsc  = reason.OrderAsc  // oldest first
 )
 
-func (o ListOrder) String() string { return string(o) }
-
 // ParseListOrder reads "asc" or "desc" ("" is desc); anything else is an error.
-func ParseListOrder(s string) (ListOrder, error) {
-	switch o := ListOrder(s); o {
-	case "":
-		return OrderDesc, nil
-	case OrderAsc, OrderDesc:
-		return o, nil
-	}
-	return "", fmt.Errorf("list order %q is not asc or desc", s)
-}
+func ParseListOrder(s string) (ListOrder, error) { return reason.ParseListOrder(s) }
 
 // SandboxPage is one page of a listing.
 type SandboxPage struct {

@@ -1,24 +1,24 @@
 // Package teamapi is the scaffolding shared by Cove's team-scoped HTTP APIs (events and
-// webhooks, logs and commands, metrics, traces): the caller's team from the context, one
-// mapping from errors to statuses, and E2B's error body carrying the request id.
+// webhooks, logs and commands, metrics, traces): the caller's team from the context, and
+// errors answered through the one HTTP edge (httpx, errdefs).
+//
+// It must not import the APIs built on it (events, logs, sampler, trace) or the orchestrator.
 package teamapi
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
-	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Errors handlers return for the client's mistakes; StatusOf maps them.
 var (
-	ErrBadRequest   = errors.New("bad request")
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrBadRequest   = errdefs.New(errdefs.ErrInvalidArgument, "bad request")
+	ErrUnauthorized = errdefs.New(errdefs.ErrUnauthenticated, "unauthorized")
 )
 
 // BadRequest is an ErrBadRequest with a message.
@@ -26,20 +26,8 @@ func BadRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
 }
 
-// StatusOf maps an error to its HTTP status: the one place the team APIs do so.
-func StatusOf(err error) int {
-	switch {
-	case errors.Is(err, ErrBadRequest), errors.Is(err, store.ErrBadCursor):
-		return http.StatusBadRequest
-	case errors.Is(err, ErrUnauthorized):
-		return http.StatusUnauthorized
-	case errors.Is(err, store.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, store.ErrConflict):
-		return http.StatusConflict
-	}
-	return http.StatusInternalServerError
-}
+// StatusOf maps an error to its HTTP status: errdefs.Status, the one mapping.
+func StatusOf(err error) int { return errdefs.Status(err) }
 
 // HandlerFunc is a route's body: it writes the response or returns the error to answer.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) error
@@ -79,39 +67,23 @@ func (m *Mux) Handle(pattern string, h HandlerFunc) {
 // ServeHTTP serves the routes. Behind Cove's API the request id is in the context already;
 // standalone, the client's is taken or one is minted, the same way.
 func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if telemetry.RequestID(r.Context()) == "" {
-		telemetry.RequestIDMiddleware(m.mux).ServeHTTP(w, r)
-		return
-	}
-	m.mux.ServeHTTP(w, r)
+	ctx, _ := httpx.RequestContext(w, r, nil)
+	m.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // ErrorBody is E2B's error shape, with the request id.
-type ErrorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId"`
-}
+type ErrorBody = errdefs.Body
 
 // Fail answers err with its status and a body naming the request id; server errors are
 // logged.
 func (m *Mux) Fail(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	code := StatusOf(err)
-	id := telemetry.RequestID(ctx)
-	msg := err.Error()
-	if id != "" && !strings.Contains(msg, id) {
-		msg += " (request id " + id + ")"
-	}
 	if code >= 500 {
-		telemetry.Logger(ctx).Error(m.name, "http.route", r.Pattern, "error", err.Error())
+		telemetry.Logger(ctx).Error(m.name, telemetry.KeyHTTPRoute, r.Pattern, telemetry.KeyError, err.Error())
 	}
-	WriteJSON(w, code, ErrorBody{Code: code, Message: msg, RequestID: id})
+	httpx.WriteErrorStatus(ctx, w, code, err.Error())
 }
 
 // WriteJSON writes v as JSON with the status code.
-func WriteJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func WriteJSON(w http.ResponseWriter, code int, v any) { httpx.WriteJSON(w, code, v) }

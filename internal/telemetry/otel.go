@@ -164,7 +164,7 @@ func TracerProvider() trace.TracerProvider {
 // TraceHTTP wraps an edge handler (the API and the proxy, which outside clients call) in a
 // server span. A traceparent the client sent does not parent the span: the span starts a new
 // trace, linked to the client's and noting it as cove.client_traceparent, so no client can
-// put its ids into Cove's traces. Call it inside RequestIDMiddleware so the span gets
+// put its ids into Cove's traces. Call it inside httpx.RequestIDs so the span gets
 // cove.request_id. With OTel off it returns next itself.
 func TraceHTTP(next http.Handler) http.Handler {
 	st := otelCur.Load()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/telemetry/otlptest"
 )
@@ -76,7 +77,7 @@ func edge(logs *syncBuffer, next http.Handler) http.Handler {
 	l := telemetry.NewLogger(logs, slog.LevelInfo)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(telemetry.WithLogger(r.Context(), l))
-		telemetry.RequestIDMiddleware(telemetry.TraceHTTP(next)).ServeHTTP(w, r)
+		httpx.RequestIDs(nil, telemetry.TraceHTTP(next)).ServeHTTP(w, r)
 	})
 }
 

@@ -39,17 +39,3 @@ func RequestIDFrom(h http.Header) string {
 
 // NewRequestID mints a request id (see requestid.New).
 func NewRequestID() string { return requestid.New() }
-
-// RequestIDMiddleware takes the client's request id or mints one, echoes it in the
-// response headers, and puts it and a logger carrying it in the request's context.
-func RequestIDMiddleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := RequestIDFrom(r.Header)
-		if id == "" {
-			id = NewRequestID()
-			r.Header.Set(HeaderRequestID, id)
-		}
-		w.Header().Set(HeaderRequestID, id)
-		next.ServeHTTP(w, r.WithContext(WithRequestID(r.Context(), id)))
-	})
-}

@@ -3,6 +3,10 @@
 // The one idea: a request id and the facts known about a call (sandbox, team, operation) are
 // attached to the context once, where they become known, and every log line below gets them
 // for free through Logger(ctx).
+//
+// It owns the context logger, request ids in contexts, the metric and log-key registries and
+// OTel. It must not import the store, the orchestrator, the edges (api, proxy, httpx) or envd:
+// everything imports it.
 package telemetry
 
 import (
@@ -30,6 +34,24 @@ const (
 	KeyTeamID      = "team.id"
 	KeyKillReason  = "kill_reason"
 	KeySuppressed  = "log.suppressed"
+
+	// A command's facts: who signalled it, why it ended, as whom and where it ran.
+	KeySignalRequestID = "signal.request_id"
+	KeyEndCause        = "end_cause"
+	KeyUser            = "user"
+	KeyCwd             = "cwd"
+
+	// The HTTP edges' access lines (OpenTelemetry's names) and their common facts.
+	KeyHTTPMethod   = "http.request.method"
+	KeyHTTPRoute    = "http.route"
+	KeyHTTPStatus   = "http.response.status_code"
+	KeyHTTPBodySize = "http.response.body.size"
+	KeyURLPath      = "url.path"
+	KeyDurationMS   = "duration_ms"
+	KeyError        = "error"
+	KeyStack        = "stack"
+	KeySandboxPort  = "sandbox.port"
+	KeyAPIKeyID     = "api_key.id"
 )
 
 type loggerKey struct{}

@@ -7,4 +7,6 @@
 // its log. A ready template is never written again: sandboxes see it through an overlay.
 //
 // EnsureHostPackages installs the Debian packages the host needs for this (debootstrap, runc).
+//
+// It must not import the store, the orchestrator or the edges; host packages come from hostpkg.
 package template

@@ -15,23 +15,15 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
-// Entry is one step of a request's timeline.
-type Entry struct {
-	Time      time.Time      `json:"time"`
-	Source    string         `json:"source"` // server, envd, process, event, command
-	SandboxID string         `json:"sandboxId,omitempty"`
-	Level     string         `json:"level,omitempty"`
-	Message   string         `json:"message"`
-	Fields    map[string]any `json:"fields,omitempty"`
-}
+// Entry is one step of a request's timeline (the SDK's type, which the API emits).
+type Entry = cove.TraceEntry
 
 // Timeline is everything stored under one request id, oldest first.
-type Timeline struct {
-	RequestID string  `json:"requestId"`
-	Entries   []Entry `json:"entries"`
-}
+type Timeline = cove.Trace
 
 // Build gathers the team's timeline for requestID.
 func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (*Timeline, error) {
@@ -59,18 +51,18 @@ func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (
 	for _, c := range cmds {
 		if c.RequestID == requestID {
 			tl.Entries = append(tl.Entries, Entry{Time: c.StartedAt, Source: "command", SandboxID: c.SandboxID, Level: "info",
-				Message: fmt.Sprintf("process %d started: %s", c.PID, c.Command), Fields: map[string]any{"process.pid": c.PID, "user": c.User, "cwd": c.Cwd}})
+				Message: fmt.Sprintf("process %d started: %s", c.PID, c.Command), Fields: map[string]any{telemetry.KeyPID: c.PID, telemetry.KeyUser: c.User, telemetry.KeyCwd: c.Cwd}})
 		}
 		if c.EndedAt.IsZero() {
 			continue
 		}
-		f := map[string]any{"process.pid": c.PID, "end_cause": c.EndCause, "duration_ms": c.Duration.Milliseconds()}
+		f := map[string]any{telemetry.KeyPID: c.PID, telemetry.KeyEndCause: c.EndCause, telemetry.KeyDurationMS: c.Duration.Milliseconds()}
 		msg := fmt.Sprintf("process %d %s after %s", c.PID, ended(c), c.Duration.Round(time.Millisecond))
 		if c.SignalRequestID != "" {
-			f["signal_request_id"] = c.SignalRequestID
+			f[telemetry.KeySignalRequestID] = c.SignalRequestID
 		}
 		if c.KillReason != "" {
-			f["kill_reason"] = c.KillReason
+			f[telemetry.KeyKillReason] = c.KillReason.String()
 		}
 		tl.Entries = append(tl.Entries, Entry{Time: c.EndedAt, Source: "command", SandboxID: c.SandboxID, Level: "info", Message: msg, Fields: f})
 	}
@@ -81,7 +73,7 @@ func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (
 func ended(c *store.CommandRecord) string {
 	switch {
 	case c.EndCause == store.EndSandboxKilled:
-		return "ended with its sandbox (" + c.KillReason + ")"
+		return "ended with its sandbox (" + c.KillReason.String() + ")"
 	case c.ExitCode != nil:
 		return fmt.Sprintf("exited %d", *c.ExitCode)
 	case c.EndCause == store.EndTimeout:
@@ -167,14 +159,4 @@ func (t *tee) Handle(ctx context.Context, r slog.Record) error {
 	return err
 }
 
-func level(l slog.Level) string {
-	switch {
-	case l >= slog.LevelError:
-		return "error"
-	case l >= slog.LevelWarn:
-		return "warn"
-	case l >= slog.LevelInfo:
-		return "info"
-	}
-	return "debug"
-}
+func level(l slog.Level) string { return reason.SlogLevel(l).String() }

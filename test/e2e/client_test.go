@@ -35,12 +35,6 @@ type detail struct {
 	Metadata map[string]string `json:"metadata"`
 }
 
-// apiError is the control plane's error body.
-type apiError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
 var restClient = &http.Client{Timeout: 2 * time.Minute}
 
 // call sends a REST request with the API key and returns the status and body.

@@ -5,60 +5,42 @@ package fault
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/cove-dev/cove/internal/envd/identity"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
 )
 
-// Sentinels callers branch on. Wrap them with %w and a few words of where.
+// Sentinels callers branch on, of errdefs' kinds. Wrap them with %w and a few words of where.
 var (
-	ErrInvalid         = errors.New("invalid argument")
-	ErrNotFound        = errors.New("not found")
-	ErrExists          = errors.New("already exists")
-	ErrPermission      = errors.New("permission denied")
-	ErrUnauthenticated = errors.New("unauthenticated")
-	ErrNoSpace         = errors.New("not enough space")
-	ErrTooLarge        = errors.New("too large")
-	ErrFailedPrecond   = errors.New("failed precondition")
+	ErrInvalid         = errdefs.New(errdefs.ErrInvalidArgument, "invalid argument")
+	ErrNotFound        = errdefs.New(errdefs.ErrNotFound, "not found")
+	ErrExists          = errdefs.New(errdefs.ErrConflict, "already exists")
+	ErrPermission      = errdefs.New(errdefs.ErrPermissionDenied, "permission denied")
+	ErrUnauthenticated = errdefs.New(errdefs.ErrUnauthenticated, "unauthenticated")
+	ErrNoSpace         = errdefs.New(errdefs.ErrResourceExhausted, "not enough space")
+	ErrTooLarge        = errdefs.New(errdefs.ErrTooLarge, "too large")
+	ErrFailedPrecond   = errdefs.New(errdefs.ErrFailedPrecondition, "failed precondition")
 )
 
-// Code returns the Connect code for err.
+// Code returns the Connect code for err: errdefs.Code, but for the identity errors.
 func Code(err error) connect.Code {
-	var ce *connect.Error
 	switch {
-	case errors.As(err, &ce):
-		return ce.Code()
 	case errors.Is(err, identity.ErrUnknownUser):
 		// E2B's envd answers an unknown user as an authentication failure (HTTP 401), and the
 		// SDKs raise it as AuthenticationError.
 		return connect.CodeUnauthenticated
-	case errors.Is(err, ErrInvalid):
-		return connect.CodeInvalidArgument
-	case errors.Is(err, ErrNotFound):
-		return connect.CodeNotFound
-	case errors.Is(err, ErrExists):
-		return connect.CodeAlreadyExists
-	case errors.Is(err, ErrPermission), errors.Is(err, identity.ErrForbiddenUser):
+	case errors.Is(err, identity.ErrForbiddenUser):
 		return connect.CodePermissionDenied
-	case errors.Is(err, ErrUnauthenticated):
-		return connect.CodeUnauthenticated
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrTooLarge):
-		return connect.CodeResourceExhausted
-	case errors.Is(err, ErrFailedPrecond):
-		return connect.CodeFailedPrecondition
-	case errors.Is(err, context.Canceled):
-		return connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.CodeDeadlineExceeded
 	}
-	return connect.CodeInternal
+	return errdefs.Code(err)
 }
 
 // Connect turns err into a Connect error that carries the call's request id in its message
@@ -72,11 +54,7 @@ func Connect(ctx context.Context, err error) error {
 		return ce
 	}
 	id := telemetry.RequestID(ctx)
-	msg := err.Error()
-	if id != "" {
-		msg = fmt.Sprintf("%s (request_id %s)", msg, id)
-	}
-	out := connect.NewError(Code(err), errors.New(msg))
+	out := connect.NewError(Code(err), errors.New(requestid.Annotate(err.Error(), id)))
 	if id != "" {
 		if d, derr := connect.NewErrorDetail(&errdetails.RequestInfo{RequestId: id}); derr == nil {
 			out.AddDetail(d)
@@ -94,37 +72,23 @@ func hasRequestInfo(ce *connect.Error) bool {
 	return false
 }
 
-// Status returns the HTTP status for err, as envd's HTTP endpoints answer it.
+// Status returns the HTTP status for err, as envd's HTTP endpoints answer it: errdefs.Status,
+// but a full disk is 507 and the identity errors are 401 and 403.
 func Status(err error) int {
-	switch Code(err) {
-	case connect.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case connect.CodeNotFound:
-		return http.StatusNotFound
-	case connect.CodeAlreadyExists:
-		return http.StatusConflict
-	case connect.CodePermissionDenied:
-		return http.StatusForbidden
-	case connect.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case connect.CodeResourceExhausted:
-		if errors.Is(err, ErrTooLarge) {
-			return http.StatusRequestEntityTooLarge
-		}
+	switch {
+	case errors.Is(err, ErrNoSpace):
 		return http.StatusInsufficientStorage
-	case connect.CodeFailedPrecondition:
-		return http.StatusPreconditionFailed
+	case errors.Is(err, identity.ErrUnknownUser):
+		return http.StatusUnauthorized
+	case errors.Is(err, identity.ErrForbiddenUser):
+		return http.StatusForbidden
 	}
-	return http.StatusInternalServerError
+	return errdefs.Status(err)
 }
 
 // Body is the JSON error body of envd's HTTP endpoints: {"code","message"} as E2B sends,
 // plus the request id.
-type Body struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId,omitempty"`
-}
+type Body = errdefs.Body
 
 // WriteHTTP writes err as a JSON error with the status Status(err).
 func WriteHTTP(ctx context.Context, w http.ResponseWriter, err error) {
@@ -134,15 +98,9 @@ func WriteHTTP(ctx context.Context, w http.ResponseWriter, err error) {
 // WriteHTTPStatus writes a JSON error with the given status and message; a 5xx is also
 // logged with its cause.
 func WriteHTTPStatus(ctx context.Context, w http.ResponseWriter, status int, msg string) {
-	id := telemetry.RequestID(ctx)
 	if status >= http.StatusInternalServerError {
 		// The logger on ctx carries the request id the client is shown.
-		telemetry.Logger(ctx).Error("request failed", "status", status, "error", msg)
+		telemetry.Logger(ctx).Error("request failed", telemetry.KeyHTTPStatus, status, telemetry.KeyError, msg)
 	}
-	if id != "" {
-		msg = fmt.Sprintf("%s (request_id %s)", msg, id)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Body{Code: status, Message: msg, RequestID: id})
+	httpx.WriteErrorStatus(ctx, w, status, msg)
 }

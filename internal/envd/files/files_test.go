@@ -20,6 +20,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/identity"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -32,7 +33,7 @@ func serve(t testing.TB, token string) *httptest.Server {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/files", files.New(d))
-	srv := httptest.NewServer(telemetry.RequestIDMiddleware(mux))
+	srv := httptest.NewServer(httpx.RequestIDs(nil, mux))
 	t.Cleanup(srv.Close)
 	return srv
 }

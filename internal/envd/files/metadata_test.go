@@ -22,7 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/httpx"
 )
 
 // needXattrs skips the test when dir's file system keeps no user extended attributes.
@@ -49,7 +49,7 @@ func serveBoth(t *testing.T) (*httptest.Server, filesystemconnect.FilesystemClie
 	mux := http.NewServeMux()
 	mux.Handle("/files", files.New(d))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(svc))
-	srv := httptest.NewServer(telemetry.RequestIDMiddleware(mux))
+	srv := httptest.NewServer(httpx.RequestIDs(nil, mux))
 	t.Cleanup(func() {
 		svc.Close()
 		srv.Close()

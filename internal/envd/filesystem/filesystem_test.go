@@ -21,7 +21,7 @@ import (
 	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/httpx"
 )
 
 type codec struct {
@@ -40,7 +40,7 @@ func serve(t *testing.T) (*filesystem.Service, map[string]filesystemconnect.File
 	svc := filesystem.New(&identity.Defaults{})
 	mux := http.NewServeMux()
 	mux.Handle(filesystemconnect.NewFilesystemHandler(svc))
-	srv := httptest.NewServer(telemetry.RequestIDMiddleware(mux))
+	srv := httptest.NewServer(httpx.RequestIDs(nil, mux))
 	t.Cleanup(func() {
 		svc.Close()
 		srv.Close()
@@ -110,7 +110,7 @@ func TestStat(t *testing.T) {
 					t.Fatalf("code = %v (%v), want %v", code(err), err, tt.wantCode)
 				}
 				if err != nil {
-					if got := err.Error(); !strings.Contains(got, "request_id") {
+					if got := err.Error(); !strings.Contains(got, "(request id ") {
 						t.Errorf("error %q does not carry the request id", got)
 					}
 					return

@@ -347,10 +347,6 @@ type streamLog struct {
 	err       error
 }
 
-// streamRejected marks a stream refused before its start event because the request was
-// wrong (bad argument, unknown pid, permission): the client's doing, not the server's.
-const streamRejected reason.StreamEnd = "rejected"
-
 func newStreamLog(method string) *streamLog {
 	return &streamLog{method: method, begun: time.Now(), end: reason.StreamServerError}
 }
@@ -362,7 +358,7 @@ func (st *streamLog) failed(ctx context.Context, err error) error {
 	case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss, connect.CodeUnavailable:
 		st.end = reason.StreamServerError
 	default:
-		st.end = streamRejected
+		st.end = reason.StreamRejected
 	}
 	return fault.Connect(ctx, err)
 }
@@ -424,7 +420,7 @@ func (st *streamLog) phase() reason.StreamPhase {
 func (st *streamLog) write(ctx context.Context) {
 	level := slog.LevelInfo
 	switch st.end {
-	case reason.StreamDeadline, streamRejected:
+	case reason.StreamDeadline, reason.StreamRejected:
 		level = slog.LevelWarn
 	case reason.StreamServerError:
 		level = slog.LevelError

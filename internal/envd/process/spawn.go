@@ -279,7 +279,7 @@ func (s *Service) logProcessEnd(logger interface {
 		attrs = append(attrs, telemetry.KeySignal, unix.SignalName(ex.Signal))
 		p.mu.Lock()
 		if p.signal.requestID != "" {
-			attrs = append(attrs, "signal.request_id", p.signal.requestID, "signal.sent", p.signal.name)
+			attrs = append(attrs, telemetry.KeySignalRequestID, p.signal.requestID, "signal.sent", p.signal.name)
 		}
 		p.mu.Unlock()
 	}

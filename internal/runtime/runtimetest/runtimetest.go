@@ -1,5 +1,7 @@
 // Package runtimetest gives tests a real runc driver and a tiny busybox root filesystem, or
 // skips them saying what the machine lacks.
+//
+// Like the runtime, it must not import template, the store or anything above them.
 package runtimetest
 
 import (
@@ -13,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/hostpkg"
 	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/template"
 )
 
 var (
@@ -64,7 +66,7 @@ func ensurePackages() error {
 	pkgOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		pkgErr = template.EnsureHostPackages(ctx, "runc", "busybox-static")
+		pkgErr = hostpkg.Ensure(ctx, "runc", "busybox-static")
 	})
 	return pkgErr
 }

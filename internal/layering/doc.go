@@ -1,0 +1,5 @@
+// Package layering holds no code: its test checks the arrows between Cove's packages. Each
+// package's doc comment says what it must not import; the test's table is that rule, enforced
+// over every package's transitive imports, so an arrow running back up fails CI instead of
+// waiting to become an import cycle.
+package layering

@@ -1,0 +1,285 @@
+package cove
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// The lifecycle event types (E2B's names, and Cove's oom).
+const (
+	EventSandboxCreated   = "sandbox.lifecycle.created"
+	EventSandboxConnected = "sandbox.lifecycle.connected"
+	EventSandboxPaused    = "sandbox.lifecycle.paused"
+	EventSandboxResumed   = "sandbox.lifecycle.resumed"
+	EventSandboxUpdated   = "sandbox.lifecycle.updated"
+	EventSandboxKilled    = "sandbox.lifecycle.killed"
+	EventSandboxOOM       = "sandbox.lifecycle.oom"
+)
+
+// SandboxEvent is one lifecycle event, as GET /events/sandboxes[/{id}] lists it and every
+// webhook receives it. The server emits these very types.
+type SandboxEvent struct {
+	ID                string            `json:"id"`
+	Type              string            `json:"type"`
+	Timestamp         time.Time         `json:"timestamp"`
+	SandboxID         string            `json:"sandboxId"`
+	SandboxTemplateID string            `json:"sandboxTemplateId"`
+	SandboxTeamID     string            `json:"sandboxTeamId"`
+	SandboxMetadata   map[string]string `json:"sandboxMetadata"`
+	RequestID         string            `json:"requestId"` // the call that caused it, or "system"
+	APIKeyID          string            `json:"apiKeyId,omitempty"`
+	// EventData is the type's payload; Data decodes it.
+	EventData json.RawMessage `json:"eventData"`
+}
+
+// Data decodes the event's payload into the type registered for its event type: a
+// *KilledEventData for a killed event, and so on (see EventDataFor).
+func (e SandboxEvent) Data() (any, error) {
+	v, err := EventDataFor(e.Type)
+	if err != nil {
+		return nil, err
+	}
+	if len(e.EventData) > 0 {
+		if err := json.Unmarshal(e.EventData, v); err != nil {
+			return nil, fmt.Errorf("event %s (%s): eventData: %w", e.ID, e.Type, err)
+		}
+	}
+	return v, nil
+}
+
+// eventData registers each event type's payload: the one place a type and its shape meet.
+var eventData = map[string]func() any{
+	EventSandboxCreated:   func() any { return new(CreatedEventData) },
+	EventSandboxConnected: func() any { return new(ConnectedEventData) },
+	EventSandboxPaused:    func() any { return new(PausedEventData) },
+	EventSandboxResumed:   func() any { return new(ResumedEventData) },
+	EventSandboxUpdated:   func() any { return new(UpdatedEventData) },
+	EventSandboxKilled:    func() any { return new(KilledEventData) },
+	EventSandboxOOM:       func() any { return new(OOMEventData) },
+}
+
+// EventDataFor returns a new, empty payload of the event type (a pointer), or an error for a
+// type outside the set.
+func EventDataFor(eventType string) (any, error) {
+	mk, ok := eventData[eventType]
+	if !ok {
+		return nil, fmt.Errorf("unknown event type %q", eventType)
+	}
+	return mk(), nil
+}
+
+// Caller names the key whose call caused an event, when a client's call did.
+type Caller struct {
+	APIKeyName string `json:"api_key_name,omitempty"`
+}
+
+// SetAPIKeyName records the caller's key name.
+func (c *Caller) SetAPIKeyName(name string) { c.APIKeyName = name }
+
+// GetAPIKeyName is the caller's key name, "" when Cove acted by itself.
+func (c *Caller) GetAPIKeyName() string { return c.APIKeyName }
+
+// Execution is E2B's event_data.execution: a sandbox's resources and run time.
+type Execution struct {
+	StartedAt       time.Time `json:"started_at"`
+	VCPUCount       int       `json:"vcpu_count"`
+	MemoryMB        int       `json:"memory_mb"`
+	ExecutionTimeMS int64     `json:"execution_time"` // milliseconds
+}
+
+// CreatedEventData is a created event's payload.
+type CreatedEventData struct {
+	Caller
+	TimeoutSeconds float64 `json:"timeout"`
+	Secure         bool    `json:"secure"`
+	AutoPause      bool    `json:"auto_pause"`
+}
+
+// ConnectedEventData is a connected event's payload: the TTL after the connect.
+type ConnectedEventData struct {
+	Caller
+	EndAt time.Time `json:"end_at"`
+}
+
+// PausedEventData is a paused event's payload: the execution the pause ended.
+type PausedEventData struct {
+	Caller
+	Execution Execution `json:"execution"`
+}
+
+// ResumedEventData is a resumed event's payload: the new TTL.
+type ResumedEventData struct {
+	Caller
+	EndAt          time.Time `json:"end_at"`
+	TimeoutSeconds float64   `json:"timeout"`
+}
+
+// UpdatedEventData is an updated event's payload: the new end of the TTL and the timeout
+// that set it.
+type UpdatedEventData struct {
+	Caller
+	EndAt          time.Time `json:"end_at"`
+	TimeoutSeconds int64     `json:"timeout"`
+}
+
+// OOMEventData is an oom event's payload: the sandbox's OOM kill count so far.
+type OOMEventData struct {
+	Caller
+	Count int `json:"count"`
+}
+
+// KilledEventData is a killed event's payload: why, the execution, the TTL it had, and what
+// the sandbox looked like at the kill.
+type KilledEventData struct {
+	Caller
+	KillReason string      `json:"kill_reason"`
+	Execution  Execution   `json:"execution"`
+	EndAt      time.Time   `json:"end_at"` // the TTL, which a timeout kill reached
+	Postmortem *Postmortem `json:"postmortem,omitempty"`
+}
+
+// Postmortem is what a sandbox looked like when it was killed.
+type Postmortem struct {
+	At time.Time `json:"at"`
+	// Processes are the biggest by memory first, at most 50, commands redacted.
+	Processes    []PostmortemProcess `json:"processes,omitempty"`
+	ProcessCount int                 `json:"process_count,omitempty"`
+	Resources    *Resources          `json:"resources,omitempty"`
+	// LastOutput are the sandbox's last collected output lines.
+	LastOutput []string `json:"last_output,omitempty"`
+}
+
+// PostmortemProcess is one process of a post-mortem.
+type PostmortemProcess struct {
+	PID      int    `json:"pid"`
+	PPID     int    `json:"ppid"`
+	State    string `json:"state"`
+	Command  string `json:"command"`
+	RSSBytes uint64 `json:"rss_bytes"`
+}
+
+// Resources is a sandbox's resource use at its kill.
+type Resources struct {
+	MemoryBytes      uint64  `json:"memory_bytes"`
+	MemoryMaxBytes   uint64  `json:"memory_max_bytes"`
+	MemoryLimitBytes uint64  `json:"memory_limit_bytes"`
+	OOMKills         uint64  `json:"oom_kills"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	PIDs             uint64  `json:"pids"`
+	PIDsLimit        uint64  `json:"pids_limit"`
+}
+
+// EventOptions select events.
+type EventOptions struct {
+	Types []string // any of these; all when empty
+	Limit int      // 1..1000; the server's default (100) when 0
+}
+
+// Events lists a sandbox's lifecycle events ("" for all the team's sandboxes), newest first.
+// A killed sandbox's events stay readable.
+func (c *Client) Events(ctx context.Context, sandboxID string, opts EventOptions) ([]SandboxEvent, error) {
+	q := url.Values{}
+	for _, t := range opts.Types {
+		q.Add("type", t)
+	}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	path := "/events/sandboxes"
+	if sandboxID != "" {
+		path += "/" + url.PathEscape(sandboxID)
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out []SandboxEvent
+	if _, err := c.do(ctx, "list events", sandboxID, http.MethodGet, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WebhookRequest is POST /events/webhooks's body. SignatureSecret is E2B's name for Secret;
+// without either, the server generates one and shows it once.
+type WebhookRequest struct {
+	Name            string   `json:"name"`
+	URL             string   `json:"url"`
+	Events          []string `json:"events"`
+	Secret          *string  `json:"secret,omitempty"`
+	SignatureSecret *string  `json:"signatureSecret,omitempty"`
+}
+
+// Webhook is a team's subscription to lifecycle events: the server emits this very type.
+type Webhook struct {
+	ID        string    `json:"id"`
+	TeamID    string    `json:"teamId"`
+	Name      string    `json:"name"`
+	URL       string    `json:"url"`
+	Events    []string  `json:"events"`
+	Enabled   bool      `json:"enabled"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Secret signs every delivery; it is shown once, in the answer to the create.
+	Secret string `json:"secret,omitempty"`
+}
+
+// WebhookAttempt is one try at delivering an event.
+type WebhookAttempt struct {
+	Attempt     int        `json:"attempt"`
+	StartedAt   time.Time  `json:"startedAt"`
+	StatusCode  int        `json:"statusCode,omitempty"`
+	LatencyMS   float64    `json:"latencyMs"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	NextRetryAt *time.Time `json:"nextRetryAt,omitempty"`
+}
+
+// WebhookDelivery is one event on its way to one webhook, with every attempt.
+type WebhookDelivery struct {
+	ID            string           `json:"id"`
+	WebhookID     string           `json:"webhookId"`
+	EventID       string           `json:"eventId"`
+	EventType     string           `json:"eventType"`
+	State         string           `json:"state"` // pending, delivered, failed
+	NextAttemptAt *time.Time       `json:"nextAttemptAt,omitempty"`
+	CreatedAt     time.Time        `json:"createdAt"`
+	UpdatedAt     time.Time        `json:"updatedAt"`
+	Attempts      []WebhookAttempt `json:"attempts"`
+}
+
+// AddWebhook registers a webhook; the answer carries its signing secret, once.
+func (c *Client) AddWebhook(ctx context.Context, req WebhookRequest) (*Webhook, error) {
+	var out Webhook
+	if _, err := c.do(ctx, "add webhook", "", http.MethodPost, "/events/webhooks", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Webhooks lists the team's webhooks (without their secrets).
+func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
+	var out []Webhook
+	if _, err := c.do(ctx, "list webhooks", "", http.MethodGet, "/events/webhooks", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RemoveWebhook deletes a webhook and its deliveries.
+func (c *Client) RemoveWebhook(ctx context.Context, id string) error {
+	_, err := c.do(ctx, "remove webhook", "", http.MethodDelete, "/events/webhooks/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// WebhookDeliveries lists a webhook's newest deliveries with their attempts.
+func (c *Client) WebhookDeliveries(ctx context.Context, id string) ([]WebhookDelivery, error) {
+	var out []WebhookDelivery
+	if _, err := c.do(ctx, "list webhook deliveries", "", http.MethodGet, "/events/webhooks/"+url.PathEscape(id)+"/deliveries", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
