@@ -336,4 +336,3 @@ func TestAdminTokenIsMadeOnceAndKept(t *testing.T) {
 		t.Errorf("trimNL: %q", got)
 	}
 }
-
