@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -42,7 +43,13 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			logger := telemetry.NewLogger(os.Stderr, level).With("service", "envd")
+			var logOut io.Writer = os.Stderr
+			if os.Getpid() == 1 {
+				// Inside a sandbox stderr is the host's FIFO, unread while the server
+				// restarts: a log line must never hold a request up.
+				logOut = envd.NewHostLog(os.Stderr, 4096)
+			}
+			logger := telemetry.NewLogger(logOut, level).With("service", "envd")
 			stopOTel, err := startOTel(cmd.Context(), otelURL, "cove-envd")
 			if err != nil {
 				return fmt.Errorf("--otel-endpoint: %w", err)

@@ -27,7 +27,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint, budgetsFile string
+	var logLevel, otelEndpoint, budgetsFile, onStop string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -40,6 +40,11 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
+			onStopAction, err := server.ParseStopAction(onStop)
+			if err != nil {
+				return fmt.Errorf("--on-stop: %w", err)
+			}
+			cfg.OnStop = onStopAction
 			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With("service", "server")
 			stopOTel, err := startOTel(cmd.Context(), otelEndpoint, "cove-server")
 			if err != nil {
@@ -75,6 +80,7 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Int64Var(&cfg.Collect.CommandBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; its record's head and tail are kept past it")
 	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N}},"templates":{...}}`)
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
+	f.StringVar(&onStop, "on-stop", envOr("COVE_ON_STOP", "keep"), "what stopping the server (SIGTERM, SIGINT) does to sandboxes: keep them running for the next start to adopt, or kill them (reason server_shutdown) [$COVE_ON_STOP]")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)
 	return cmd

@@ -104,6 +104,10 @@ type Server struct {
 	Key     string // an API key of the default team
 	DataDir string
 
+	// OnStop is the server's --on-stop (keep or kill), read at each start: Start makes it
+	// kill, so that a test's cleanup leaves no sandbox behind; StartWith chooses.
+	OnStop string
+
 	t         testing.TB
 	templates string
 	cmd       *exec.Cmd
@@ -111,17 +115,37 @@ type Server struct {
 	exited    chan struct{}
 }
 
-// Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup.
+// Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup. Its
+// stop kills its sandboxes (--on-stop kill).
 func Start(t testing.TB, dataDir string) *Server {
+	t.Helper()
+	return StartWith(t, dataDir, Options{OnStop: "kill"})
+}
+
+// Options are a test server's settings.
+type Options struct {
+	// OnStop is --on-stop: "keep" (the product's default) leaves sandboxes running when the
+	// server stops, for the next start to adopt; "kill" kills them.
+	OnStop string
+}
+
+// StartWith starts a server as Start does, with o. At cleanup a server that keeps its
+// sandboxes is started once more with --on-stop kill and stopped, so nothing is left behind.
+func StartWith(t testing.TB, dataDir string, o Options) *Server {
 	t.Helper()
 	Skip(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: Templates(t)}
+	s := &Server{t: t, DataDir: dataDir, templates: Templates(t), OnStop: o.OnStop}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()
+		if s.OnStop != "kill" {
+			s.OnStop = "kill"
+			s.start()
+			s.Stop()
+		}
 		if t.Failed() {
 			t.Logf("cove server log (%s):\n%s", s.DataDir, tail(s.logs.Bytes(), 20000))
 		}
@@ -135,8 +159,12 @@ func (s *Server) start() {
 	if s.logs == nil {
 		s.logs = &Buffer{} // kept across restarts: a test reads what every run logged
 	}
+	onStop := s.OnStop
+	if onStop == "" {
+		onStop = "keep"
+	}
 	cmd := exec.Command(Binary(t), "server", "--data", s.DataDir, "--templates", s.templates,
-		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms")
+		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms", "--on-stop", onStop)
 	cmd.Stderr = s.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -82,6 +82,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	e.killed = true
 	e.closeAll()
 	pm := o.postmortem(ctx, e)
+	if detail != "" {
+		pm["detail"] = detail
+	}
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
 	e.stopWatching()
 	e.closeLog()
@@ -90,10 +93,14 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	if e.collector != nil {
 		// After the pipes drain, what is still running was killed with the sandbox.
 		// The kill request may end first: its values (request id, logger) go on, its cancel does not.
-		go func(ctx context.Context, c *collect.Collector, why string) {
+		go func(ctx context.Context, c *collect.Collector, why reason.KillReason, adopted bool) {
 			e.drainers.Wait()
-			c.SandboxKilled(ctx, why, now)
-		}(context.WithoutCancel(ctx), e.collector, why.String())
+			c.SandboxKilled(ctx, why.String(), now)
+			if adopted {
+				// Commands started before this server adopted the sandbox are not c's.
+				o.closeOpenCommands(ctx, e.sb.ID, why)
+			}
+		}(context.WithoutCancel(ctx), e.collector, why, e.adopted)
 	}
 	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
 		// Not a closed-set reason: record it as unknown rather than as "", and say so.
@@ -478,9 +485,11 @@ func (o *Orchestrator) evictDue() time.Time {
 	return next
 }
 
-// Recover runs at start-up: sandboxes recorded as live from a previous run cannot be
-// re-adopted by this driver, so each is killed with reason orphaned (never lost silently),
-// and runtime leftovers without a record are destroyed.
+// Recover runs at start-up: every sandbox recorded as live from a previous run is adopted
+// (its processes, envd, timers, sampling and output collection carry on; see adopt), and
+// one that cannot be, because its processes died while no server watched, is killed with
+// reason orphaned and a post-mortem that says why (never lost silently). Runtime leftovers
+// without a record are destroyed.
 func (o *Orchestrator) Recover(ctx context.Context) error {
 	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
 	recs, err := o.cfg.Store.LiveSandboxes(ctx)
@@ -488,9 +497,13 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	for _, sb := range recs {
-		e := &entry{sb: sb, closers: map[*closer]struct{}{}}
 		telemetry.SandboxesLive.WithLabelValues(string(sb.State)).Inc()
-		if err := o.kill(ctx, e, reason.KillOrphaned, "", "the server restarted while it was "+string(sb.State)); err != nil {
+		why := o.adopt(ctx, sb)
+		if why == nil {
+			continue
+		}
+		e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+		if err := o.kill(ctx, e, reason.KillOrphaned, "", why.Error()); err != nil {
 			o.logger(ctx).Error("recover: kill orphaned sandbox", telemetry.KeySandboxID, sb.ID, "error", err.Error())
 		}
 		o.closeOpenCommands(ctx, sb.ID, reason.KillOrphaned)

@@ -161,6 +161,14 @@ type entry struct {
 	collector *collect.Collector
 	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
 	stopOOM context.CancelFunc
+	// pipes are the read ends of the sandbox's stdout and stderr, closed when the server
+	// lets go of the sandbox without killing it (Detach).
+	pipes []io.Closer
+	// adopted: this server took the sandbox over from an earlier one (Recover), so command
+	// records it did not see start may be open when the sandbox ends.
+	adopted bool
+	// detached: the server let go of the sandbox (Detach); its init's exit is not ours to act on.
+	detached bool
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -399,6 +407,7 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 	}
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
 		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	e.pipes = []io.Closer{rsb.Stdout, rsb.Stderr}
 	e.drainers.Add(2)
 	// The pipes outlive the create request: its values go on, its cancel does not.
 	collectCtx := context.WithoutCancel(ctx)
@@ -428,6 +437,12 @@ func (o *Orchestrator) watchInit(e *entry) {
 		defer o.wg.Done()
 		ex, err := o.cfg.Runtime.Wait(context.Background(), id)
 		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		detached := e.detached
+		e.mu.Unlock()
+		if detached {
 			return
 		}
 		why := reason.KillEnvdExited

@@ -60,6 +60,9 @@ type Config struct {
 	// budget is dropped and counted.
 	Collect        envdapi.Budget
 	CollectBudgets envdapi.Budgets
+	// OnStop is what a stop (SIGTERM, SIGINT) does to the sandboxes: keep them running for
+	// the next start to adopt (the default), or kill them with reason server_shutdown.
+	OnStop StopAction
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -319,15 +322,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		orch.Shutdown(context.Background())
+		stop(context.Background(), orch, cfg.OnStop)
 		return err
 	case <-ctx.Done():
 	}
-	cfg.Logger.Info("cove server stopping")
+	cfg.Logger.Info("cove server stopping", "on_stop", cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
-	dashboard.Close()   // ends the console's live streams
+	stop(sctx, orch, cfg.OnStop) // either way, the sandboxes' streams through the proxy end
+	dashboard.Close()            // ends the console's live streams
 	_ = srv.Shutdown(sctx)
 	return nil
 }
