@@ -490,6 +490,9 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 				fmt.Printf("it ran %v ms from %v with %v vCPU and %v MB\n", ex["execution_time"], ex["started_at"], ex["vcpu_count"], ex["memory_mb"])
 			}
 			pm, _ := k.Data["postmortem"].(map[string]any)
+			if d, ok := pm["detail"].(string); ok && d != "" {
+				fmt.Printf("why: %s\n", d)
+			}
 			if res, ok := pm["resources"].(map[string]any); ok {
 				fmt.Printf("at the kill: memory %.1f of %.0f MiB (peak %.1f MiB), %v OOM kills, %v processes\n",
 					toFloat(res["memory_bytes"])/(1<<20), toFloat(res["memory_limit_bytes"])/(1<<20),
