@@ -45,8 +45,9 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			}
 			var logOut io.Writer = os.Stderr
 			if os.Getpid() == 1 {
-				// Inside a sandbox stderr is the host's FIFO, unread while the server
-				// restarts: a log line must never hold a request up.
+				// Inside a sandbox stdout and stderr are the host's pipes, unread while the
+				// server restarts: keep them open, and never let a log line hold a request up.
+				envd.HoldHostPipes()
 				logOut = envd.NewHostLog(os.Stderr, 4096)
 			}
 			logger := telemetry.NewLogger(logOut, level).With("service", "envd")

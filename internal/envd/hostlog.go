@@ -2,8 +2,13 @@ package envd
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -45,6 +50,29 @@ func (h *HostLog) run(w io.Writer) {
 				"detail": "the host did not read envd's log (a server restart?)"})
 			_, _ = w.Write(append(notice, '\n'))
 		}
-		_, _ = w.Write(line)
+		if _, err := w.Write(line); err != nil {
+			h.dropped.Add(1) // a broken pipe: announced with the next line that gets through
+		}
 	}
 }
+
+// HoldHostPipes keeps a read end of envd's stdout and stderr (pipes the host reads) open
+// inside the sandbox, so that while no server reads them (it restarts) a write waits in the
+// pipe's buffer instead of failing, and a restarted server can open them again through
+// /proc. A write that fails all the same (a broken pipe) must not kill envd: SIGPIPE is
+// caught, so writes to fd 1 and 2 return EPIPE, which the sink and HostLog count as drops.
+// Call it once, as the sandbox's init.
+func HoldHostPipes() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	for _, fd := range []int{1, 2} {
+		link := fmt.Sprintf("/proc/self/fd/%d", fd)
+		if target, err := os.Readlink(link); err != nil || !strings.HasPrefix(target, "pipe:[") {
+			continue
+		}
+		if f, err := os.OpenFile(link, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			held = append(held, f) // never read, never closed
+		}
+	}
+}
+
+var held []*os.File

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,7 +19,7 @@ type Adopter interface {
 	// Adopt takes over sandbox id and returns it with fresh read ends of its init's stdout
 	// and stderr, and whether it runs or is frozen. A sandbox whose init is gone (it died
 	// while nobody watched) is ErrNotFound; one made in a way that cannot be taken over
-	// (plain pipes whose reader died) is ErrNotAdoptable.
+	// (its stdio is not a pipe) is ErrNotAdoptable.
 	Adopt(ctx context.Context, id string) (*Sandbox, State, error)
 }
 
@@ -28,52 +28,57 @@ var ErrNotAdoptable = errors.New("sandbox cannot be adopted")
 
 var _ Adopter = (*Runc)(nil)
 
-// The init's stdout and stderr are FIFOs in the sandbox's directory, so that they outlive
-// the process that reads them. The init holds each open read-write: the FIFO always has a
-// reader, so a write while no server reads never fails (EPIPE would kill envd); it waits once
-// the FIFO's buffer is full, and envd drops and counts what it cannot queue. A new server
-// opens the read end by name and reads on from what the buffer kept.
+// The init's stdout and stderr are pipes whose read ends the server holds. They outlive the
+// server: envd keeps a read end of each open inside the sandbox (so a write while no server
+// reads waits in the buffer, never fails), and a new server opens them again through the
+// init's /proc/<pid>/fd links, reading on from what the buffer kept. Pipes, not files or
+// FIFOs on a host path, are also what CRIU can checkpoint and restore.
 const (
-	stdoutFifo = "stdout.fifo"
-	stderrFifo = "stderr.fifo"
-	// fifoBytes is each FIFO's buffer: what a sandbox's output can wait there while no
+	// pipeBytes is each pipe's buffer: what a sandbox's output can wait there while no
 	// server reads (the kernel's default is 64 KiB).
-	fifoBytes = 1 << 20
+	pipeBytes = 1 << 20
 )
 
-// openStdio makes the FIFO name in dir and returns its read end (non-blocking, for Go's
-// poller) and a read-write end to hand to the init (blocking, as stdio is expected to be).
-func openStdio(dir, name string) (r, w *os.File, err error) {
-	path := filepath.Join(dir, name)
-	if err := unix.Mkfifo(path, 0o600); err != nil {
-		return nil, nil, fmt.Errorf("make %s: %w", name, err)
-	}
-	wfd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+// openStdio returns a pipe for the init's stdout or stderr: the read end (non-blocking, for
+// Go's poller) and the write end to hand to runc.
+func openStdio() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", name, err)
-	}
-	w = os.NewFile(uintptr(wfd), path)
-	// Best effort: a smaller buffer only keeps less output while no server reads.
-	_, _ = unix.FcntlInt(uintptr(wfd), unix.F_SETPIPE_SZ, fifoBytes)
-	if r, err = openFifoReader(path); err != nil {
-		w.Close()
 		return nil, nil, err
 	}
+	growPipe(r)
 	return r, w, nil
 }
 
-// openFifoReader opens a FIFO's read end without waiting for a writer.
-func openFifoReader(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", filepath.Base(path), err)
+// growPipe sets f's pipe buffer to pipeBytes, best effort: a smaller buffer only keeps less
+// output while no server reads.
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeBytes) })
 	}
+}
+
+// openInitPipe opens a new read end of the pipe that is the init's fd n.
+func openInitPipe(pid, n int) (*os.File, error) {
+	link := fmt.Sprintf("/proc/%d/fd/%d", pid, n)
+	target, err := os.Readlink(link)
+	if err != nil {
+		return nil, fmt.Errorf("init's fd %d: %w", n, err)
+	}
+	if !strings.HasPrefix(target, "pipe:[") {
+		return nil, fmt.Errorf("init's fd %d is %s, not a pipe: %w", n, target, ErrNotAdoptable)
+	}
+	f, err := os.OpenFile(link, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open init's fd %d: %w", n, err)
+	}
+	growPipe(f)
 	return f, nil
 }
 
 // Adopt implements Adopter: it asks runc for the sandbox's state and init pid, watches the
 // init through a pidfd (it is no child of this process, so it cannot be waited for: its exit
-// code is unknown, an OOM kill is read from the cgroup) and opens the stdio FIFOs again.
+// code is unknown, an OOM kill is read from the cgroup) and opens its stdio pipes again.
 func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err error) {
 	if err := ValidID(id); err != nil {
 		return nil, StateUnknown, err
@@ -98,10 +103,6 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 	if (state != StateRunning && state != StatePaused) || st.Pid <= 0 {
 		return nil, state, fmt.Errorf("adopt %s: init is %s: %w", id, state, ErrNotFound)
 	}
-	dir := r.dir(id)
-	if _, err := os.Stat(filepath.Join(dir, stdoutFifo)); err != nil {
-		return nil, state, fmt.Errorf("adopt %s: no stdio FIFOs (made by an older cove, with pipes): %w", id, ErrNotAdoptable)
-	}
 	pidfd, err := unix.PidfdOpen(st.Pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return nil, state, fmt.Errorf("adopt %s: init %d: %w: %w", id, st.Pid, err, ErrNotFound)
@@ -112,11 +113,11 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 			watch.Close()
 		}
 	}()
-	stdout, err := openFifoReader(filepath.Join(dir, stdoutFifo))
+	stdout, err := openInitPipe(st.Pid, 1)
 	if err != nil {
 		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
 	}
-	stderr, err := openFifoReader(filepath.Join(dir, stderrFifo))
+	stderr, err := openInitPipe(st.Pid, 2)
 	if err != nil {
 		stdout.Close()
 		return nil, state, fmt.Errorf("adopt %s: %w", id, err)

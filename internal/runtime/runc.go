@@ -232,11 +232,11 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
 
-	outR, outW, err := openStdio(dir, stdoutFifo)
+	outR, outW, err := openStdio()
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	errR, errW, err := openStdio(dir, stderrFifo)
+	errR, errW, err := openStdio()
 	if err != nil {
 		outR.Close()
 		outW.Close()
@@ -250,7 +250,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}
 	args := append([]string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json"}, verb...)
 	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
-	// runc hands its own stdio to the init process: the FIFOs' write ends live on only there.
+	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
 	cmd.Stdout, cmd.Stderr = outW, errW
 	runErr := cmd.Run()
 	outW.Close()

@@ -677,7 +677,8 @@ func TestAdopt(t *testing.T) {
 	t.Run("a new driver takes over a running sandbox and reads what it wrote while nobody read", func(t *testing.T) {
 		r1, r2, rootfs := adoptPair(t)
 		s := create(t, r1, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
-			`echo ready; while [ ! -e /go ]; do sleep 0.02; done; echo while-away; touch /written; sleep 300`)})
+			// The init holds read ends of its own stdio, as envd does, so they outlive their reader.
+			`exec 3</proc/self/fd/1 4</proc/self/fd/2; echo ready; while [ ! -e /go ]; do sleep 0.02; done; echo while-away; touch /written; sleep 300`)})
 		s.stdout.waitFor(t, "ready", 10*time.Second)
 		s.sb.Stdout.Close() // the first server dies: nobody reads
 		s.sb.Stderr.Close()
