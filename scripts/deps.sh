@@ -32,4 +32,6 @@ if [ -f test/compat/package.json ]; then
 		(cd test/compat && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi)
 	fi
 fi
+# Snapshot pause (CRIU 4): built from source once, about two minutes.
+./scripts/criu.sh
 echo "deps: ready"

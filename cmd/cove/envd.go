@@ -70,7 +70,11 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 				}
 				reap = true
 			}
-			ln, err := net.Listen("tcp", addr)
+			// Plain TCP, not Go's default MPTCP: CRIU cannot checkpoint an MPTCP socket, and
+			// a paused sandbox is a checkpoint.
+			var lc net.ListenConfig
+			lc.SetMultipathTCP(false)
+			ln, err := lc.Listen(cmd.Context(), "tcp", addr)
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", addr, err)
 			}

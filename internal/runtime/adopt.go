@@ -17,7 +17,8 @@ import (
 // same processes, and reads its output from where the earlier one stopped.
 type Adopter interface {
 	// Adopt takes over sandbox id and returns it with fresh read ends of its init's stdout
-	// and stderr, and whether it runs or is frozen. A sandbox whose init is gone (it died
+	// and stderr, and whether it runs or is frozen. A checkpointed sandbox (Checkpointer)
+	// is StateCheckpointed with no Sandbox: Restore it to run it. A sandbox whose init is gone (it died
 	// while nobody watched) is ErrNotFound; one made in a way that cannot be taken over
 	// (its stdio is not a pipe) is ErrNotAdoptable.
 	Adopt(ctx context.Context, id string) (*Sandbox, State, error)
@@ -89,6 +90,9 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 		return nil, StateUnknown, fmt.Errorf("adopt %s: %w", id, ErrExists)
 	}
 	out, err := r.runc(ctx, "state", id)
+	if errors.Is(err, ErrNotFound) && r.checkpointed(id) {
+		return nil, StateCheckpointed, nil // on disk: Restore brings it back
+	}
 	if err != nil {
 		return nil, StateUnknown, fmt.Errorf("adopt %s: %w", id, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,9 @@ type Runc struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	locks     map[string]*idLock
+
+	criuOnce sync.Once // CanCheckpoint's verdict, found once
+	criuErr  error
 }
 
 type sandbox struct {
@@ -62,6 +66,8 @@ type sandbox struct {
 	network Network
 	exited  chan struct{} // closed once init has been reaped
 	exit    Exit
+	// checkpointing: a checkpoint is stopping init, so its exit is no death (Exit.Checkpointed).
+	checkpointing atomic.Bool
 }
 
 type idLock struct {
@@ -224,7 +230,12 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: netns: %w", s.ID, err)
 		}
 	}
-	cfg, err := json.MarshalIndent(ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp), "", "  ")
+	spec := ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp)
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
+	cfg, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +300,7 @@ func (r *Runc) reap(sb *sandbox) error {
 	go func() {
 		defer close(sb.exited)
 		st, err := proc.Wait()
-		sb.exit = Exit{Code: -1, At: time.Now(), OOMKilled: oomKills(cgroup) > 0}
+		sb.exit = Exit{Code: -1, At: time.Now(), OOMKilled: oomKills(cgroup) > 0, Checkpointed: sb.checkpointing.Load()}
 		if err != nil {
 			sb.exit.Signal = "unknown: " + err.Error()
 			return

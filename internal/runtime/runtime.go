@@ -145,6 +145,8 @@ type Exit struct {
 	Signal    string // the signal's name when killed by one ("killed")
 	OOMKilled bool   // the kernel's OOM killer killed a process of this sandbox
 	At        time.Time
+	// Checkpointed: a checkpoint stopped the init (Checkpointer); the sandbox lives on disk.
+	Checkpointed bool
 }
 
 // Stats is a sandbox's resource usage, read from its cgroup v1 files.

@@ -759,3 +759,47 @@ func TestAdopt(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckpointAndRestore(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	if err := r.CanCheckpoint(); err != nil {
+		t.Skipf("checkpoints unavailable: %v", err)
+	}
+	t.Run("a restored sandbox has the same processes and memory, and its output reaches the new pipes", func(t *testing.T) {
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+			`v=$(cat /proc/sys/kernel/random/uuid); echo value-$v; trap 'echo answer-$v' USR1; while :; do sleep 0.05; done`)})
+		s.stdout.waitFor(t, "value-", 10*time.Second)
+		value := strings.TrimSpace(strings.TrimPrefix(s.stdout.String(), "value-"))
+		info, err := r.Checkpoint(context.Background(), s.id)
+		if err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		if info.Bytes <= 0 {
+			t.Errorf("checkpoint info %+v: no bytes on disk", info)
+		}
+		if ex := wait(t, r, s.id); !ex.Checkpointed {
+			t.Errorf("exit after the checkpoint %+v: want Checkpointed", ex)
+		}
+		if _, err := r.Stats(context.Background(), s.id); err == nil {
+			t.Errorf("the checkpointed sandbox still has cgroups with stats: its memory is not freed")
+		}
+		sb, err := r.Restore(context.Background(), s.id)
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		out := collect(sb.Stdout)
+		collect(sb.Stderr)
+		if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		out.waitFor(t, "answer-"+value, 10*time.Second)
+		if _, err := r.Restore(context.Background(), s.id); !errors.Is(err, runtime.ErrExists) {
+			t.Errorf("restoring a running sandbox: %v, want ErrExists", err)
+		}
+	})
+	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {
+		if _, err := r.Restore(context.Background(), newID(t)); !errors.Is(err, runtime.ErrNoCheckpoint) {
+			t.Errorf("restore without a checkpoint: %v, want ErrNoCheckpoint", err)
+		}
+	})
+}
