@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cove-dev/cove/reason"
 )
 
 // Sandbox is one running sandbox and the way into it: its commands, files and terminals.
@@ -309,9 +311,28 @@ func (c *Client) Refresh(ctx context.Context, sandboxID string, duration time.Du
 	return err
 }
 
-// Pause pauses a running sandbox (ErrConflict when it is paused already).
+// Pause pauses a running sandbox the server's default way (ErrConflict when it is paused
+// already).
 func (c *Client) Pause(ctx context.Context, sandboxID string) error {
-	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", map[string]any{}, nil)
+	return c.PauseWith(ctx, sandboxID, PauseOptions{})
+}
+
+// PauseOptions choose how a sandbox is paused.
+type PauseOptions struct {
+	// Kind is reason.PauseSnapshot (processes and memory to disk, RAM freed, survives a
+	// server restart) or reason.PauseFreeze (in place, in RAM, fastest); the server's
+	// default (snapshot where it can) when "".
+	Kind reason.PauseKind
+}
+
+// PauseWith pauses a running sandbox as opts say. A snapshot that fails leaves the sandbox
+// running and returns the reason.
+func (c *Client) PauseWith(ctx context.Context, sandboxID string, opts PauseOptions) error {
+	body := map[string]any{}
+	if opts.Kind != "" {
+		body["kind"] = opts.Kind.String()
+	}
+	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", body, nil)
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -200,19 +201,30 @@ func sandboxKillCmd(f *apiFlags) *cobra.Command {
 }
 
 func sandboxPauseCmd(f *apiFlags) *cobra.Command {
-	return &cobra.Command{
+	var kind string
+	cmd := &cobra.Command{
 		Use:               "pause SANDBOX",
-		Short:             "Pause a running sandbox",
+		Short:             "Pause a running sandbox: a snapshot to disk (RAM freed), or --kind freeze (in RAM)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeSandboxID,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts cove.PauseOptions
+			if kind != "" {
+				k, err := reason.ParsePauseKind(kind)
+				if err != nil {
+					return fmt.Errorf("--kind: %w (want snapshot or freeze)", err)
+				}
+				opts.Kind = k
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
-			return cliError(c.Pause(cmd.Context(), args[0]))
+			return cliError(c.PauseWith(cmd.Context(), args[0], opts))
 		},
 	}
+	cmd.Flags().StringVar(&kind, "kind", "", "snapshot (processes and memory to disk, survives a server restart) or freeze (in RAM, milliseconds); the server's default when empty")
+	return cmd
 }
 
 func sandboxResumeCmd(f *apiFlags) *cobra.Command {

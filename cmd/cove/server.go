@@ -11,6 +11,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // envOr returns the environment variable's value, or def when it is unset.
@@ -27,7 +28,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint, budgetsFile, onStop string
+	var logLevel, otelEndpoint, budgetsFile, onStop, pauseKind string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -45,6 +46,11 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 				return fmt.Errorf("--on-stop: %w", err)
 			}
 			cfg.OnStop = onStopAction
+			if pauseKind != "" {
+				if cfg.PauseKind, err = reason.ParsePauseKind(pauseKind); err != nil {
+					return fmt.Errorf("--pause: %w (want snapshot or freeze)", err)
+				}
+			}
 			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With("service", "server")
 			stopOTel, err := startOTel(cmd.Context(), otelEndpoint, "cove-server")
 			if err != nil {
@@ -80,6 +86,7 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.Int64Var(&cfg.Collect.CommandBytes, "collect-command-bytes", 64<<20, "output bytes collected per stream of one command; its record's head and tail are kept past it")
 	f.StringVar(&budgetsFile, "collect-budgets", "", `JSON file of collection budgets per team and template id: {"teams":{"<id>":{"bytes_per_sec":N,"byte_burst":N,"command_bytes":N,"lines_per_sec":N}},"templates":{...}}`)
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
+	f.StringVar(&pauseKind, "pause", envOr("COVE_PAUSE", ""), "how a pause that does not say pauses: snapshot (processes and memory to disk, RAM freed, survives restarts; needs CRIU 4) or freeze (in RAM); empty: snapshot where CRIU works [$COVE_PAUSE]")
 	f.StringVar(&onStop, "on-stop", envOr("COVE_ON_STOP", "keep"), "what stopping the server (SIGTERM, SIGINT) does to sandboxes: keep them running for the next start to adopt, or kill them (reason server_shutdown) [$COVE_ON_STOP]")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,16 +222,41 @@ func (a *api) refresh(w http.ResponseWriter, r *http.Request, c caller) error {
 func (a *api) pause(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
 	var body struct {
+		// Memory false asks E2B's filesystem-only pause (resume reboots); Cove keeps memory.
 		Memory *bool `json:"memory"`
+		// Kind is Cove's: snapshot (to disk, memory freed) or freeze (in RAM, fastest).
+		Kind string `json:"kind"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if err := a.cfg.Sandboxes.Pause(r.Context(), c.team.ID, id); err != nil {
+	if body.Memory != nil && !*body.Memory {
+		return fmt.Errorf("%w: memory: a filesystem-only pause (keepMemory: false) is not supported by this Cove server; pause with memory (a snapshot)", errBadRequest)
+	}
+	var kind reason.PauseKind
+	if body.Kind != "" {
+		k, err := reason.ParsePauseKind(body.Kind)
+		if err != nil {
+			return fmt.Errorf("%w: kind: %v (want snapshot or freeze)", errBadRequest, err)
+		}
+		kind = k
+	}
+	var err error
+	if p, ok := a.cfg.Sandboxes.(pauser); ok {
+		err = p.PauseWith(r.Context(), c.team.ID, id, orchestrator.PauseOptions{Kind: kind})
+	} else {
+		err = a.cfg.Sandboxes.Pause(r.Context(), c.team.ID, id)
+	}
+	if err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// pauser is a Sandboxes that can pause in a chosen way (the orchestrator).
+type pauser interface {
+	PauseWith(ctx context.Context, teamID, id string, opts orchestrator.PauseOptions) error
 }
 
 // timeoutBody is the body of resume and connect.

@@ -35,6 +35,9 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 	case err != nil:
 		return fmt.Errorf("the server restarted and could not take it over: %w", err)
 	}
+	if state == runtime.StateCheckpointed {
+		return o.adoptSnapshot(ctx, sb, begun)
+	}
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, adopted: true}
 	defer func() {
 		if err != nil {
@@ -68,6 +71,33 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 	o.watchInit(e)
 	o.nudge()
 	o.logger(ctx).Info("sandbox adopted", "state", string(sb.State), "runtime.state", state.String(), "process.pid", rsb.Pid,
+		"end_at", sb.EndAt.UTC(), "duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	return nil
+}
+
+// adoptSnapshot takes over a sandbox paused as a snapshot: nothing runs, so there is nothing
+// to watch until a resume restores it. A record that says running (the server died between
+// the snapshot and its record) wins: the sandbox is restored now.
+func (o *Orchestrator) adoptSnapshot(ctx context.Context, sb *store.Sandbox, begun time.Time) error {
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}, adopted: true, onDisk: true}
+	if sb.State == store.StateRunning {
+		e.mu.Lock()
+		_, err := o.restore(ctx, e)
+		e.mu.Unlock()
+		if err != nil {
+			e.stopWatching()
+			for _, p := range e.pipes {
+				_ = p.Close()
+			}
+			e.closeLog()
+			return fmt.Errorf("the server restarted and could not restore its snapshot: %w", err)
+		}
+	}
+	o.mu.Lock()
+	o.live[sb.ID] = e
+	o.mu.Unlock()
+	o.nudge()
+	o.logger(ctx).Info("sandbox adopted", "state", string(sb.State), "runtime.state", runtime.StateCheckpointed.String(),
 		"end_at", sb.EndAt.UTC(), "duration_ms", float64(time.Since(begun).Microseconds())/1000)
 	return nil
 }

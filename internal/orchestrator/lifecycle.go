@@ -10,6 +10,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
@@ -223,17 +224,49 @@ func (o *Orchestrator) setTTL(ctx context.Context, teamID, id string, d time.Dur
 	return nil
 }
 
-// Pause freezes a running sandbox in place; its memory stays. ErrConflict if it is paused.
+// Pause pauses a running sandbox the server's default way (Config.PauseKind). ErrConflict
+// if it is paused.
 func (o *Orchestrator) Pause(ctx context.Context, teamID, id string) error {
+	return o.PauseWith(ctx, teamID, id, PauseOptions{})
+}
+
+// PauseOptions choose how a sandbox is paused.
+type PauseOptions struct {
+	// Kind is snapshot (to disk, memory freed) or freeze (in place, memory stays); the
+	// server's default when "".
+	Kind reason.PauseKind
+}
+
+// PauseWith pauses a running sandbox as opts say. A snapshot that fails (a full disk, say)
+// fails the pause and the sandbox runs on. ErrConflict if it is paused.
+func (o *Orchestrator) PauseWith(ctx context.Context, teamID, id string, opts PauseOptions) error {
 	e, err := o.entryFor(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
-	return o.pause(sandboxLog(ctx, e.sb), e)
+	return o.pause(sandboxLog(ctx, e.sb), e, opts.Kind)
 }
 
-func (o *Orchestrator) pause(ctx context.Context, e *entry) error {
+// checkpointer is the runtime's checkpoint side, or an error saying why there is none.
+func (o *Orchestrator) checkpointer() (runtime.Checkpointer, error) {
+	ck, ok := o.cfg.Runtime.(runtime.Checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: this runtime cannot snapshot sandboxes", ErrInvalid)
+	}
+	if err := ck.CanCheckpoint(); err != nil {
+		return nil, fmt.Errorf("%w: snapshots unavailable: %v", ErrInvalid, err)
+	}
+	return ck, nil
+}
+
+func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKind) error {
 	begun := time.Now()
+	if kind == "" {
+		kind = o.cfg.PauseKind
+	}
+	if _, err := reason.ParsePauseKind(string(kind)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -242,22 +275,82 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry) error {
 	case e.sb.State == store.StatePaused:
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, e.sb.ID)
 	}
-	if err := o.cfg.Runtime.Freeze(ctx, e.sb.ID); err != nil {
-		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+	data := map[string]any{}
+	switch kind {
+	case reason.PauseSnapshot:
+		ck, err := o.checkpointer()
+		if err != nil {
+			return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+		}
+		e.closeAll() // the proxy's streams, and the server's own connections to envd
+		if e.envd != nil {
+			e.envd.CloseIdleConnections()
+		}
+		e.stopWatching() // the cgroup the OOM watch reads goes with the processes
+		info, err := ck.Checkpoint(ctx, e.sb.ID)
+		if err != nil {
+			o.watchOOM(ctx, e)
+			return fmt.Errorf("pause %s: snapshot failed, the sandbox runs on: %w", e.sb.ID, err)
+		}
+		e.onDisk = true
+		data["snapshot_bytes"], data["snapshot_ms"] = info.Bytes, info.Duration.Milliseconds()
+		telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
+		telemetry.SnapshotBytes.Observe(float64(info.Bytes))
+	default:
+		if err := o.cfg.Runtime.Freeze(ctx, e.sb.ID); err != nil {
+			return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+		}
+		e.closeAll() // streams through a frozen envd would hang: cut them
 	}
-	e.closeAll() // streams through a frozen envd would hang: cut them
 	now := time.Now()
 	e.sb.State, e.sb.PausedAt, e.sb.UpdatedAt = store.StatePaused, &now, now
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
 	}
-	o.emit(ctx, events.SandboxPaused, e.sb, events.PausedData(events.ExecutionOf(e.sb, now)))
+	took := time.Since(begun)
+	ev := events.PausedData(events.ExecutionOf(e.sb, now))
+	ev["kind"], ev["duration_ms"] = kind.String(), took.Milliseconds()
+	for k, v := range data {
+		ev[k] = v
+	}
+	o.emit(ctx, events.SandboxPaused, e.sb, ev)
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Inc()
-	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(time.Since(begun).Seconds())
+	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(took.Seconds())
 	o.nudge()
-	o.logger(ctx).Info("sandbox paused", "duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	attrs := []any{"pause.kind", kind.String(), "duration_ms", float64(took.Microseconds()) / 1000}
+	if b, ok := data["snapshot_bytes"]; ok {
+		attrs = append(attrs, "snapshot.bytes", b)
+	}
+	o.logger(ctx).Info("sandbox paused", attrs...)
 	return nil
+}
+
+// restore brings a sandbox paused as a snapshot back: the same processes and memory on new
+// pipes, watched again, with envd answering. Caller holds e.mu.
+func (o *Orchestrator) restore(ctx context.Context, e *entry) (time.Duration, error) {
+	begun := time.Now()
+	ck, err := o.checkpointer()
+	if err != nil {
+		return 0, err
+	}
+	rsb, err := ck.Restore(ctx, e.sb.ID)
+	if err != nil {
+		return 0, err
+	}
+	e.onDisk = false
+	o.drain(ctx, e, rsb, CreateRequest{})
+	o.watchOOM(ctx, e)
+	o.watchInit(e)
+	if e.envd == nil {
+		e.envd = o.envdClient(e.sb.ID)
+	}
+	if err := waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
+		return 0, fmt.Errorf("envd did not answer after the restore: %w", err)
+	}
+	took := time.Since(begun)
+	telemetry.RestoreSeconds.Observe(took.Seconds())
+	return took, nil
 }
 
 // Resume thaws a paused sandbox with a new TTL. ErrConflict if it is running.
@@ -324,7 +417,14 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 		}()
 		return false, fmt.Errorf("resume %s: template %s was removed: %w", e.sb.ID, e.sb.TemplateID, &GoneError{ID: e.sb.ID, Reason: reason.KillTemplateMissing, At: time.Now()})
 	}
-	if err := o.cfg.Runtime.Thaw(ctx, e.sb.ID); err != nil {
+	kind := reason.PauseFreeze
+	if e.onDisk {
+		kind = reason.PauseSnapshot
+		if _, err := o.restore(ctx, e); err != nil {
+			go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
+			return false, fmt.Errorf("resume %s: restore: %w", e.sb.ID, err)
+		}
+	} else if err := o.cfg.Runtime.Thaw(ctx, e.sb.ID); err != nil {
 		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
 		return false, fmt.Errorf("resume %s: %w", e.sb.ID, err)
 	}
@@ -332,12 +432,13 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return false, err
 	}
-	o.emit(ctx, events.SandboxResumed, e.sb, map[string]any{"end_at": end.UTC(), "timeout": timeout.Seconds()})
+	o.emit(ctx, events.SandboxResumed, e.sb, map[string]any{"end_at": end.UTC(), "timeout": timeout.Seconds(),
+		"kind": kind.String(), "duration_ms": time.Since(begun).Milliseconds()})
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())
 	o.nudge()
-	o.logger(ctx).Info("sandbox resumed", "duration_ms", float64(time.Since(begun).Microseconds())/1000, "timeout_s", timeout.Seconds())
+	o.logger(ctx).Info("sandbox resumed", "pause.kind", kind.String(), "duration_ms", float64(time.Since(begun).Microseconds())/1000, "timeout_s", timeout.Seconds())
 	return true, nil
 }
 
@@ -474,7 +575,7 @@ func (o *Orchestrator) evictDue() time.Time {
 	for _, e := range due {
 		ctx := o.systemContext()
 		if e.sb.AutoPause {
-			if err := o.pause(sandboxLog(ctx, e.sb), e); err != nil {
+			if err := o.pause(sandboxLog(ctx, e.sb), e, ""); err != nil {
 				o.logger(ctx).Error("timeout pause failed; killing", telemetry.KeySandboxID, e.sb.ID, "error", err.Error())
 				_ = o.kill(ctx, e, reason.KillTimeout, "", "auto-pause failed: "+err.Error())
 			}

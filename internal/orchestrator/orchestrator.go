@@ -82,6 +82,9 @@ type Config struct {
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // reported disk size; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
+	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
+	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
+	PauseKind reason.PauseKind
 	// EnvdArgs are added to every sandbox's `cove envd` command line (record caps, say).
 	EnvdArgs []string
 	// Collect is every sandbox's collection budget; CollectBudgets override it per team and
@@ -169,6 +172,8 @@ type entry struct {
 	adopted bool
 	// detached: the server let go of the sandbox (Detach); its init's exit is not ours to act on.
 	detached bool
+	// onDisk: paused as a snapshot: no process runs, resume restores it.
+	onDisk bool
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -205,6 +210,16 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.PIDs <= 0 {
 		cfg.PIDs = 1024
+	}
+	if cfg.PauseKind == "" {
+		cfg.PauseKind = reason.PauseFreeze
+		if ck, ok := cfg.Runtime.(runtime.Checkpointer); ok {
+			if err := ck.CanCheckpoint(); err == nil {
+				cfg.PauseKind = reason.PauseSnapshot
+			} else {
+				cfg.Logger.Warn("pause freezes sandboxes in RAM: snapshots unavailable", "error", err.Error())
+			}
+		}
 	}
 	if cfg.CoveBinary == "" {
 		exe, err := os.Executable()
@@ -387,13 +402,22 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 // drain collects the sandbox's stdout (output lines and command records) and stderr (envd's
 // log lines, also kept in its log file, which outlives the sandbox for post-mortems) into
 // the stores, labelled and redacted. A sandbox whose pipes nobody read would block.
+//
+// After a restore the sandbox has new pipes: drain reads them with the collector it had, so
+// its secrets and the commands it knows run on.
 func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox, req CreateRequest) {
 	var raw io.Writer
-	if o.cfg.LogDir != "" {
+	if e.logFile == nil && o.cfg.LogDir != "" {
 		if f, err := os.OpenFile(filepath.Join(o.cfg.LogDir, rsb.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			e.logFile = f
-			raw = f
 		}
+	}
+	if e.logFile != nil {
+		raw = e.logFile
+	}
+	if e.collector != nil {
+		o.pump(ctx, e, rsb, raw)
+		return
 	}
 	secrets := append([]string{e.sb.EnvdAccessToken}, req.Secrets...)
 	for k, v := range req.EnvVars {
@@ -407,6 +431,11 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 	}
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID,
 		Metadata: e.sb.Metadata}, base.With(secrets...), o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	o.pump(ctx, e, rsb, raw)
+}
+
+// pump reads rsb's pipes into e's collector until they end.
+func (o *Orchestrator) pump(ctx context.Context, e *entry, rsb *runtime.Sandbox, raw io.Writer) {
 	e.pipes = []io.Closer{rsb.Stdout, rsb.Stderr}
 	e.drainers.Add(2)
 	// The pipes outlive the create request: its values go on, its cancel does not.
@@ -442,8 +471,8 @@ func (o *Orchestrator) watchInit(e *entry) {
 		e.mu.Lock()
 		detached := e.detached
 		e.mu.Unlock()
-		if detached {
-			return
+		if detached || ex.Checkpointed {
+			return // let go of, or on disk: a restore watches the new init
 		}
 		why := reason.KillEnvdExited
 		if ex.OOMKilled {

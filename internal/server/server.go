@@ -39,6 +39,7 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/reason"
 )
 
 // Config configures Run.
@@ -63,6 +64,9 @@ type Config struct {
 	// OnStop is what a stop (SIGTERM, SIGINT) does to the sandboxes: keep them running for
 	// the next start to adopt (the default), or kill them with reason server_shutdown.
 	OnStop StopAction
+	// PauseKind is how a pause that does not say pauses: snapshot (to disk, where CRIU 4
+	// works) or freeze; "" picks snapshot when the runtime can, else freeze.
+	PauseKind reason.PauseKind
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -215,7 +219,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, PauseKind: cfg.PauseKind,
 	})
 	if err != nil {
 		return err
