@@ -214,6 +214,11 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}()
 
 	root := s.Rootfs
+	if s.Restore != "" {
+		if err := copyTree(filepath.Join(s.Restore, "upper"), filepath.Join(dir, "upper")); err != nil {
+			return nil, fmt.Errorf("create %s: copy the checkpoint's files: %w", s.ID, err)
+		}
+	}
 	if !s.Direct {
 		root = filepath.Join(dir, "rootfs")
 		if err := mountOverlay(s.Rootfs, dir); err != nil {
@@ -259,6 +264,12 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	if s.Start {
 		verb = []string{"run", "--detach"} // one runc process instead of create, then start
 	}
+	if s.Restore != "" {
+		if err := os.Mkdir(r.criuWorkDir(s.ID), 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", s.ID, err)
+		}
+		verb = []string{"restore", "--detach", "--image-path", filepath.Join(s.Restore, "checkpoint"), "--work-path", r.criuWorkDir(s.ID)}
+	}
 	args := append([]string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json"}, verb...)
 	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
 	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
@@ -269,7 +280,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	if runErr != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("create %s: runc create: %w: %s", s.ID, runErr, runcLogErrors(logFile))
+		return nil, fmt.Errorf("create %s: runc %s: %w: %s%s", s.ID, verb[0], runErr, runcLogErrors(logFile), criuLogErrors(filepath.Join(r.criuWorkDir(s.ID), "restore.log")))
 	}
 	pid, err := readPid(pidFile)
 	if err != nil {
@@ -319,7 +330,7 @@ func (r *Runc) reap(sb *sandbox) error {
 func mountOverlay(lower, dir string) error {
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
 	for _, d := range []string{upper, work, merged} {
-		if err := os.Mkdir(d, 0o755); err != nil {
+		if err := os.Mkdir(d, 0o755); err != nil && !(d == upper && errors.Is(err, os.ErrExist)) { // a restore's upper is copied in
 			return err
 		}
 	}
