@@ -94,6 +94,7 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/resume", a.resume)
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
+	a.routeDurable()
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
 	a.handle("GET /teams", a.teams)
 	if a.cfg.Activity != nil {

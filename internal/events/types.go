@@ -22,12 +22,15 @@ const (
 	// SandboxOOM: the kernel's OOM killer killed processes inside a sandbox that lives on.
 	// Data: OOMData (count).
 	SandboxOOM EventType = "sandbox.lifecycle.oom"
+	// SandboxCheckpointed: a running sandbox was checkpointed in place (briefly paused, same
+	// id and TTL) for a fork or a snapshot. Data: purpose, snapshot_bytes, duration_ms.
+	SandboxCheckpointed EventType = "sandbox.lifecycle.checkpointed"
 )
 
 // EventTypes lists every EventType.
 var EventTypes = []EventType{
 	SandboxCreated, SandboxConnected, SandboxPaused, SandboxResumed, SandboxUpdated,
-	SandboxKilled, SandboxOOM,
+	SandboxKilled, SandboxOOM, SandboxCheckpointed,
 }
 
 // unknownType is what String shows for the zero EventType.

@@ -31,6 +31,7 @@ import (
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
@@ -82,6 +83,9 @@ type Config struct {
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // reported disk size; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
+	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
+	// forks and snapshots off.
+	Snapshots *snapshot.Store
 	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
 	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
 	PauseKind reason.PauseKind
@@ -300,6 +304,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	begun := time.Now()
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
+	}
+	if snapshot.IsID(req.TemplateID) {
+		return o.createFromSnapshot(ctx, req)
 	}
 	timeout, err := o.clampTimeout(req.Timeout)
 	if err != nil {

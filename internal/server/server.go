@@ -34,6 +34,7 @@ import (
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -216,10 +217,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
 
+	snapshots, err := snapshot.Open(filepath.Join(cfg.DataDir, "snapshots"))
+	if err != nil {
+		return err
+	}
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, PauseKind: cfg.PauseKind,
+		Snapshots: snapshots,
 	})
 	if err != nil {
 		return err

@@ -1,11 +1,13 @@
 package restart
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	osexec "os/exec"
-
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,4 +102,127 @@ func TestSnapshotPause(t *testing.T) {
 			t.Errorf("the sandbox after refused pauses: %q", out)
 		}
 	})
+}
+
+// holderAnswer asks the holder (pid in sandbox id) for the value in its memory.
+func holderAnswer(t *testing.T, s *covetest.Server, id string, pid uint32) string {
+	t.Helper()
+	got := exec(t, s, id, fmt.Sprintf(`rm -f /tmp/answer; kill -USR1 %d && for i in $(seq 100); do [ -s /tmp/answer ] && break; sleep 0.1; done; cat /tmp/answer`, pid))
+	return strings.TrimSpace(got)
+}
+
+func TestForkAndSnapshots(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	s := covetest.Start(t, "")
+	parent := create(t, s)
+	pid := background(t, s, parent, holder)
+	waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
+		_, err := os.Stat(filepath.Join(merged(s, parent), "tmp/v"))
+		return err == nil
+	})
+	value := strings.TrimSpace(exec(t, s, parent, "cat /tmp/v"))
+	_, before := call(t, s, http.MethodGet, "/sandboxes/"+parent, nil)
+
+	t.Run("fork with count 2 gives two copies with the parent's memory and files that are independent after", func(t *testing.T) {
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/fork", map[string]any{"count": 2, "timeout": 120})
+		if code != http.StatusCreated {
+			t.Fatalf("fork: %d %s", code, raw)
+		}
+		var results []struct {
+			Sandbox *struct {
+				SandboxID string `json:"sandboxID"`
+			} `json:"sandbox"`
+			Error *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(raw), &results); err != nil || len(results) != 2 {
+			t.Fatalf("fork answered %s (%v), want two results", raw, err)
+		}
+		var kids []string
+		for _, r := range results {
+			if r.Error != nil || r.Sandbox == nil {
+				t.Fatalf("a fork failed: %s", raw)
+			}
+			kids = append(kids, r.Sandbox.SandboxID)
+		}
+		_, after := call(t, s, http.MethodGet, "/sandboxes/"+parent, nil)
+		if after["state"] != "running" || after["endAt"] != before["endAt"] {
+			t.Errorf("the parent after the fork: %v, want running with the same endAt %v", after, before["endAt"])
+		}
+		for _, id := range append([]string{parent}, kids...) {
+			if got := holderAnswer(t, s, id, pid); got != value {
+				t.Errorf("the holder in %s answered %q, want the parent's %q", id, got, value)
+			}
+		}
+		exec(t, s, kids[0], "echo only-in-the-first > /tmp/mine")
+		for _, id := range []string{parent, kids[1]} {
+			if out := exec(t, s, id, "cat /tmp/mine 2>/dev/null || echo absent"); strings.TrimSpace(out) != "absent" {
+				t.Errorf("a file written in fork %s shows in %s: %q", kids[0], id, out)
+			}
+		}
+		for _, id := range kids {
+			call(t, s, http.MethodDelete, "/sandboxes/"+id, nil)
+			waitGone(t, id)
+		}
+	})
+
+	t.Run("a snapshot starts sandboxes with its memory; it is listed until deleted", func(t *testing.T) {
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/snapshots", map[string]any{"name": "after-setup"})
+		if code != http.StatusCreated {
+			t.Fatalf("create snapshot: %d %s", code, raw)
+		}
+		var info struct {
+			SnapshotID string   `json:"snapshotID"`
+			Names      []string `json:"names"`
+			SizeBytes  int64    `json:"sizeBytes"`
+		}
+		if err := json.Unmarshal([]byte(raw), &info); err != nil || info.SnapshotID == "" || info.SizeBytes <= 0 {
+			t.Fatalf("snapshot answer %s: %v", raw, err)
+		}
+		if _, list := callRaw(t, s, "/snapshots?sandboxID="+parent); !strings.Contains(list, info.SnapshotID) {
+			t.Errorf("GET /snapshots does not list %s: %s", info.SnapshotID, list)
+		}
+		code, body := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": info.SnapshotID, "timeout": 120})
+		if code != http.StatusCreated {
+			t.Fatalf("create from the snapshot: %d %v", code, body)
+		}
+		child := body["sandboxID"].(string)
+		if got := holderAnswer(t, s, child, pid); got != value {
+			t.Errorf("the holder in the sandbox from the snapshot answered %q, want %q", got, value)
+		}
+		call(t, s, http.MethodDelete, "/sandboxes/"+child, nil)
+		waitGone(t, child)
+		if code, _ := callJSON(t, s, http.MethodDelete, "/snapshots/"+info.SnapshotID, nil); code != http.StatusNoContent {
+			t.Fatalf("delete snapshot: %d", code)
+		}
+		if _, list := callRaw(t, s, "/snapshots"); strings.Contains(list, info.SnapshotID) {
+			t.Errorf("a deleted snapshot is still listed: %s", list)
+		}
+		if code, _ := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": info.SnapshotID}); code != http.StatusNotFound {
+			t.Errorf("create from a deleted snapshot: %d, want 404", code)
+		}
+	})
+}
+
+// callJSON makes a call and returns the status and raw body.
+func callJSON(t *testing.T, s *covetest.Server, method, path string, body any) (int, string) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.URL+path, r)
+	req.Header.Set("X-API-Key", s.Key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
 }

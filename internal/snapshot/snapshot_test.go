@@ -1,0 +1,69 @@
+package snapshot_test
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/snapshot"
+)
+
+func TestStore(t *testing.T) {
+	st, err := snapshot.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := func(team, sandbox, name string, at time.Time) *snapshot.Snapshot {
+		sn := &snapshot.Snapshot{ID: snapshot.NewID(), TeamID: team, SandboxID: sandbox, Name: name, CreatedAt: at}
+		if err := os.Mkdir(st.Dir(sn.ID), 0o700); err != nil { // what the runtime's export makes
+			t.Fatal(err)
+		}
+		if err := st.Save(sn); err != nil {
+			t.Fatal(err)
+		}
+		return sn
+	}
+	now := time.Now()
+	a := save("t1", "i1", "first", now.Add(-time.Minute))
+	b := save("t1", "i2", "", now)
+	save("t2", "i3", "other team", now)
+	if err := os.Mkdir(st.Dir(snapshot.NewID()), 0o700); err != nil { // half made: no record
+		t.Fatal(err)
+	}
+	t.Run("a team lists its own snapshots, newest first, and never a half-made one", func(t *testing.T) {
+		got, err := st.List(snapshot.Filter{TeamID: "t1"})
+		if err != nil || len(got) != 2 || got[0].ID != b.ID || got[1].ID != a.ID {
+			t.Fatalf("list: %v %v, want %s then %s", got, err, b.ID, a.ID)
+		}
+	})
+	t.Run("filters by sandbox and name", func(t *testing.T) {
+		if got, _ := st.List(snapshot.Filter{TeamID: "t1", SandboxID: "i1"}); len(got) != 1 || got[0].ID != a.ID {
+			t.Errorf("by sandbox: %v", got)
+		}
+		if got, _ := st.List(snapshot.Filter{Name: "first"}); len(got) != 1 || got[0].ID != a.ID {
+			t.Errorf("by name: %v", got)
+		}
+	})
+	t.Run("a deleted snapshot is gone with its files", func(t *testing.T) {
+		if err := st.Delete(a.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Get(a.ID); !errors.Is(err, snapshot.ErrNotFound) {
+			t.Errorf("get after delete: %v", err)
+		}
+		if _, err := os.Stat(st.Dir(a.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("files after delete: %v", err)
+		}
+		if err := st.Delete(a.ID); !errors.Is(err, snapshot.ErrNotFound) {
+			t.Errorf("delete twice: %v", err)
+		}
+	})
+	t.Run("ids that are not snapshot ids are not found", func(t *testing.T) {
+		for _, id := range []string{"base", "../etc", "snap-xyz"} {
+			if _, err := st.Get(id); !errors.Is(err, snapshot.ErrNotFound) {
+				t.Errorf("get %q: %v", id, err)
+			}
+		}
+	})
+}
