@@ -26,6 +26,7 @@ func newSandboxCmd() *cobra.Command {
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
 		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
+		sandboxForkCmd(&f),
 	)
 	return cmd
 }

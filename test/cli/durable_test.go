@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cove-dev/cove/internal/covetest"
+)
+
+func TestForkAndSnapshotVerbs(t *testing.T) {
+	if out, err := exec.Command("criu", "--version").Output(); err != nil || !strings.Contains(string(out), "Version: 4") {
+		t.Skipf("fork and snapshots need CRIU 4 (scripts/criu.sh builds it): %q %v", out, err)
+	}
+	srv := covetest.Start(t, "")
+	c := newCLI(t, srv)
+	sb := c.create()
+	c.ok("exec", sb, "--", "sh -c 'echo from-the-parent > /tmp/mark'")
+
+	t.Run("sandbox fork prints one id per copy and each copy has the parent's files", func(t *testing.T) {
+		kids := strings.Fields(c.ok("sandbox", "fork", sb, "--count", "2", "--timeout", "2m").stdout)
+		if len(kids) != 2 {
+			t.Fatalf("fork printed %q, want two ids", kids)
+		}
+		for _, id := range kids {
+			if out := c.ok("exec", id, "--", "cat /tmp/mark").stdout; strings.TrimSpace(out) != "from-the-parent" {
+				t.Errorf("fork %s: /tmp/mark is %q", id, out)
+			}
+			c.ok("sandbox", "kill", id)
+		}
+	})
+	t.Run("snapshot create, list, a sandbox from it, and rm", func(t *testing.T) {
+		snap := strings.TrimSpace(c.ok("snapshot", "create", sb, "--name", "cli-snap").stdout)
+		if !strings.HasPrefix(snap, "snap-") {
+			t.Fatalf("snapshot create printed %q", snap)
+		}
+		if out := c.ok("snapshot", "list", "--name", "cli-snap").stdout; !strings.Contains(out, snap) {
+			t.Errorf("snapshot list: %q, want %s", out, snap)
+		}
+		id := c.create("--template", snap)
+		if out := c.ok("exec", id, "--", "cat /tmp/mark").stdout; strings.TrimSpace(out) != "from-the-parent" {
+			t.Errorf("a sandbox from the snapshot: /tmp/mark is %q", out)
+		}
+		c.ok("snapshot", "rm", snap)
+		if r := c.run("snapshot", "rm", snap); r.code == 0 || !strings.Contains(r.stderr, "not found") {
+			t.Errorf("rm of a deleted snapshot: %s", r)
+		}
+	})
+}
