@@ -26,7 +26,10 @@ type createBody struct {
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 	AutoPause  bool              `json:"autoPause"`
-	AutoResume *struct {
+	// AutoPauseMemory false asks a filesystem-only auto-pause (lifecycle.onTimeout
+	// {action: 'pause', keepMemory: false}); Cove's pauses keep memory.
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
 	Secure              *bool `json:"secure"`
@@ -41,6 +44,9 @@ type createBody struct {
 func validCreate(body createBody) error {
 	if id := body.TemplateID; strings.Contains(id, "..") || strings.ContainsRune(id, 0) {
 		return fmt.Errorf("%w: templateID %q must not contain '..' or NUL", errBadRequest, id)
+	}
+	if body.AutoPauseMemory != nil && !*body.AutoPauseMemory {
+		return fmt.Errorf("%w: autoPauseMemory: a filesystem-only auto-pause (keepMemory: false) is not supported by this Cove server; its pauses keep memory (a snapshot)", errBadRequest)
 	}
 	for k, v := range body.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
