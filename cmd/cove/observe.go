@@ -466,6 +466,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 				if err := f.rest(cmd.Context(), http.MethodGet, "/events/sandboxes/"+id+"?limit=1&type=sandbox.lifecycle.paused", nil, &evs); err == nil && len(evs) > 0 && info["state"] == "paused" {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))
 				}
+				printPauses(cmd.Context(), f, id)
 				return nil
 			case asHTTP(err, &he) && he.status == http.StatusNotFound:
 			default:
@@ -483,6 +484,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 				return printJSON(k)
 			}
 			fmt.Printf("sandbox %s was killed at %s: reason %v, by %s\n", id, k.Timestamp.Format(time.RFC3339), k.Data["kill_reason"], who(k))
+			defer printPauses(cmd.Context(), f, id)
 			if k.Data["kill_reason"] == "timeout" {
 				fmt.Printf("its timeout ended at %v\n", k.Data["end_at"])
 			}
@@ -516,6 +518,41 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 	}
 	f.jsonFlag(cmd)
 	return cmd
+}
+
+// printPauses prints a sandbox's pauses, resumes and checkpoints, oldest first: when, how
+// (snapshot or freeze), how long each took and how big the snapshot was.
+func printPauses(ctx context.Context, f *apiFlags, id string) {
+	var evs []event
+	if err := f.rest(ctx, http.MethodGet, "/events/sandboxes/"+id+"?limit=1000", nil, &evs); err != nil {
+		return
+	}
+	var lines []string
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := evs[i]
+		what := strings.TrimPrefix(e.Type, "sandbox.lifecycle.")
+		if what != "paused" && what != "resumed" && what != "checkpointed" {
+			continue
+		}
+		line := fmt.Sprintf("  %s  %-12s", e.Timestamp.Format(time.RFC3339), what)
+		if k, ok := e.Data["kind"]; ok {
+			line += fmt.Sprintf(" %-8v", k)
+		}
+		if p, ok := e.Data["purpose"]; ok {
+			line += fmt.Sprintf(" for a %v", p)
+		}
+		if d, ok := e.Data["duration_ms"]; ok {
+			line += fmt.Sprintf(" in %v ms", d)
+		}
+		if b, ok := e.Data["snapshot_bytes"]; ok {
+			line += fmt.Sprintf(", snapshot %.1f MiB", toFloat(b)/(1<<20))
+		}
+		lines = append(lines, line+", by "+who(e))
+	}
+	if len(lines) > 0 {
+		fmt.Println("pauses and restores:")
+		fmt.Println(strings.Join(lines, "\n"))
+	}
 }
 
 func who(e event) string {

@@ -137,10 +137,13 @@ func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose
 		e.envd.CloseIdleConnections()
 	}
 	e.stopWatching()
-	if _, err := ck.Checkpoint(ctx, e.sb.ID); err != nil {
+	info, err := ck.Checkpoint(ctx, e.sb.ID)
+	if err != nil {
 		o.watchOOM(ctx, e)
 		return nil, 0, fmt.Errorf("checkpoint failed, the sandbox runs on: %w", err)
 	}
+	telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
+	telemetry.SnapshotBytes.Observe(float64(info.Bytes))
 	n, exportErr := ck.Export(ctx, e.sb.ID, dir)
 	if _, err := o.restore(ctx, e); err != nil {
 		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", "restore after a checkpoint for a "+purpose+": "+err.Error()) }()

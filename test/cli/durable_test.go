@@ -29,6 +29,21 @@ func TestForkAndSnapshotVerbs(t *testing.T) {
 			c.ok("sandbox", "kill", id)
 		}
 	})
+	t.Run("explain shows the pauses and restores with their kind, time and size", func(t *testing.T) {
+		id := c.create()
+		c.ok("sandbox", "pause", id)
+		c.ok("sandbox", "resume", id)
+		c.ok("sandbox", "pause", id, "--kind", "freeze")
+		out := c.ok("explain", id).stdout
+		for _, want := range []string{"pauses and restores:", "paused       snapshot", "resumed      snapshot", "paused       freeze", "MiB"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("explain lacks %q:\n%s", want, out)
+			}
+		}
+		if r := c.run("sandbox", "pause", id, "--kind", "nap"); r.code == 0 || !strings.Contains(r.stderr, "--kind") {
+			t.Errorf("pause --kind nap: %s", r)
+		}
+	})
 	t.Run("snapshot create, list, a sandbox from it, and rm", func(t *testing.T) {
 		snap := strings.TrimSpace(c.ok("snapshot", "create", sb, "--name", "cli-snap").stdout)
 		if !strings.HasPrefix(snap, "snap-") {

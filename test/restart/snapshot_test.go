@@ -205,6 +205,26 @@ func TestForkAndSnapshots(t *testing.T) {
 			t.Errorf("create from a deleted snapshot: %d, want 404", code)
 		}
 	})
+
+	t.Run("/metrics has histograms of snapshot time and bytes and of restore time", func(t *testing.T) {
+		res, err := http.Get(s.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		for _, m := range []string{"cove_snapshot_seconds_count", "cove_snapshot_bytes_count", "cove_restore_seconds_count"} {
+			line := ""
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, m+" ") {
+					line = l
+				}
+			}
+			if line == "" || strings.HasSuffix(line, " 0") {
+				t.Errorf("%s after forks and a snapshot: %q", m, line)
+			}
+		}
+	})
 }
 
 // callJSON makes a call and returns the status and raw body.
