@@ -68,6 +68,8 @@ type Config struct {
 	// PauseKind is how a pause that does not say pauses: snapshot (to disk, where CRIU 4
 	// works) or freeze; "" picks snapshot when the runtime can, else freeze.
 	PauseKind reason.PauseKind
+	// SandboxMemoryMB is each sandbox's memory limit; 512 when 0.
+	SandboxMemoryMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -224,7 +226,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, PauseKind: cfg.PauseKind,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
 		Snapshots: snapshots,
 	})
 	if err != nil {
