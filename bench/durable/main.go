@@ -185,9 +185,10 @@ func run(rounds int) error {
 		var evs []struct {
 			Data map[string]any `json:"eventData"`
 		}
-		if _, err := s.call(http.MethodGet, "/events/sandboxes/"+sb.SandboxID+"?limit=1&type=sandbox.lifecycle.paused", nil, &evs); err == nil {
+		// The newest snapshot pause (freezes have no size), newest first.
+		if _, err := s.call(http.MethodGet, "/events/sandboxes/"+sb.SandboxID+"?limit=10&type=sandbox.lifecycle.paused", nil, &evs); err == nil {
 			for _, e := range evs {
-				if b, ok := e.Data["snapshot_bytes"].(float64); ok {
+				if b, ok := e.Data["snapshot_bytes"].(float64); ok && bytes == 0 {
 					bytes = b
 				}
 			}

@@ -146,7 +146,9 @@ func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose
 	telemetry.SnapshotBytes.Observe(float64(info.Bytes))
 	n, exportErr := ck.Export(ctx, e.sb.ID, dir)
 	if _, err := o.restore(ctx, e); err != nil {
-		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", "restore after a checkpoint for a "+purpose+": "+err.Error()) }()
+		go func() {
+			_ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", "restore after a checkpoint for a "+purpose+": "+err.Error())
+		}()
 		return nil, 0, errors.Join(exportErr, fmt.Errorf("restore %s after its checkpoint: %w", e.sb.ID, err))
 	}
 	if exportErr != nil {
@@ -239,14 +241,9 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come back: %w", sb.ID, err)
 	}
-	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
-		return nil, fmt.Errorf("record sandbox: %w", err)
+	if err = o.register(ctx, e); err != nil {
+		return nil, err
 	}
-	o.mu.Lock()
-	o.live[sb.ID] = e
-	o.mu.Unlock()
-	o.watchInit(e)
-	o.nudge()
 	data := map[string]any{"timeout": timeout.Seconds(), "secure": sb.Secure, "duration_ms": time.Since(begun).Milliseconds()}
 	maps.Copy(data, from.data)
 	o.emit(ctx, events.SandboxCreated, sb, data)

@@ -384,14 +384,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
 	}
 	stage = "store"
-	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
-		return nil, fmt.Errorf("record sandbox: %w", err)
+	if err = o.register(ctx, e); err != nil {
+		return nil, err
 	}
-	o.mu.Lock()
-	o.live[sb.ID] = e
-	o.mu.Unlock()
-	o.watchInit(e)
-	o.nudge()
 
 	o.emit(ctx, events.SandboxCreated, sb, map[string]any{"timeout": timeout.Seconds(), "secure": sb.Secure, "auto_pause": sb.AutoPause})
 	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
@@ -404,6 +399,19 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
 		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames)
 	return copySandbox(sb), nil
+}
+
+// register records a started sandbox and makes it live: served, watched, timed.
+func (o *Orchestrator) register(ctx context.Context, e *entry) error {
+	if err := o.cfg.Store.InsertSandbox(ctx, e.sb); err != nil {
+		return fmt.Errorf("record sandbox: %w", err)
+	}
+	o.mu.Lock()
+	o.live[e.sb.ID] = e
+	o.mu.Unlock()
+	o.watchInit(e)
+	o.nudge()
+	return nil
 }
 
 // drain collects the sandbox's stdout (output lines and command records) and stderr (envd's

@@ -28,23 +28,10 @@ import (
 
 func call(t *testing.T, s *covetest.Server, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.URL+path, r)
-	req.Header.Set("X-API-Key", s.Key)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
+	code, raw := callJSON(t, s, method, path, body)
 	var out map[string]any
-	b, _ := io.ReadAll(res.Body)
-	_ = json.Unmarshal(b, &out)
-	return res.StatusCode, out
+	_ = json.Unmarshal([]byte(raw), &out)
+	return code, out
 }
 
 func create(t *testing.T, s *covetest.Server) string {
@@ -105,11 +92,9 @@ func waitGone(t *testing.T, id string) {
 	}
 }
 
-// exec runs script in the sandbox with bash and returns its stdout once it ends.
-func exec(t *testing.T, s *covetest.Server, id, script string) string {
+// start starts script in the sandbox with bash, through the server's proxy.
+func start(t *testing.T, ctx context.Context, s *covetest.Server, id, script string) *connect.ServerStreamForClient[pb.StartResponse] {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
 	req.Header().Set("E2b-Sandbox-Id", id)
@@ -118,6 +103,15 @@ func exec(t *testing.T, s *covetest.Server, id, script string) string {
 	if err != nil {
 		t.Fatalf("start %q in %s: %v", script, id, err)
 	}
+	return stream
+}
+
+// exec runs script in the sandbox with bash and returns its stdout once it ends.
+func exec(t *testing.T, s *covetest.Server, id, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream := start(t, ctx, s, id, script)
 	var out strings.Builder
 	for stream.Receive() {
 		if d := stream.Msg().GetEvent().GetData(); d != nil {
@@ -138,14 +132,7 @@ func background(t *testing.T, s *covetest.Server, id, script string) uint32 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel() // the process outlives its stream
-	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
-	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
-	req.Header().Set("E2b-Sandbox-Id", id)
-	req.Header().Set("X-API-Key", s.Key)
-	stream, err := c.Start(ctx, req)
-	if err != nil {
-		t.Fatalf("start in %s: %v", id, err)
-	}
+	stream := start(t, ctx, s, id, script)
 	for stream.Receive() {
 		if st := stream.Msg().GetEvent().GetStart(); st != nil {
 			return st.GetPid()
