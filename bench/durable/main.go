@@ -6,7 +6,7 @@
 //	go run ./bench/durable -n 3       # fewer rounds
 //
 // It needs root and CRIU 4 (scripts/criu.sh). It builds cove, starts its own `cove server` on
-// a free loopback port with a fresh data dir (sandboxes get 1 GiB of memory so 512 MB fits)
+// a free loopback port with a fresh data dir (sandboxes get 1.5 GiB of memory so 512 MB fits)
 // and the shared test templates ($COVE_TEST_TEMPLATES, /var/lib/cove-test-templates by
 // default), and stops it (killing its sandboxes) at the end.
 package main
@@ -46,7 +46,7 @@ type server struct {
 
 func start(bin, data string) (*server, error) {
 	cmd := exec.Command(bin, "server", "--data", data, "--templates", covetest.TemplatesDir(), "--addr", "127.0.0.1:0",
-		"--no-build", "--on-stop", "kill", "--sandbox-memory-mb", "1024")
+		"--no-build", "--on-stop", "kill", "--sandbox-memory-mb", "1536")
 	logf, err := os.Create(filepath.Join(data, "bench-server.log"))
 	if err != nil {
 		return nil, err
@@ -153,7 +153,7 @@ func run(rounds int) error {
 			return err
 		}
 		// Touched memory that does not compress: random bytes held by a sleeping process.
-		script := fmt.Sprintf(`nohup python3 -c 'import os,time; x=bytearray(os.urandom(%d<<20)); open("/tmp/ready","w").write("1"); time.sleep(100000)' >/dev/null 2>&1 & `+
+		script := fmt.Sprintf(`nohup python3 -c 'import os,time; n=%d<<20; x=bytearray(n); [x.__setitem__(slice(i,i+(1<<20)),os.urandom(1<<20)) for i in range(0,n,1<<20)]; open("/tmp/ready","w").write("1"); time.sleep(100000)' >/dev/null 2>&1 & `+
 			`for i in $(seq 600); do [ -e /tmp/ready ] && exit 0; sleep 0.1; done; exit 1`, mb)
 		if err := execIn(bin, s, sb.SandboxID, script); err != nil {
 			return err
