@@ -110,6 +110,10 @@ func (a *api) routes() {
 		})
 	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if h := a.unroutedDurable(r); h != nil {
+			h(w, r)
+			return
+		}
 		a.fail(w, r, errUnrouted(r))
 	})
 }
@@ -126,7 +130,12 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller) error
 // handle registers h behind authentication. The sandbox id of the path and the caller's
 // team and key are added to the context logger once, here.
 func (a *api) handle(pattern string, h handlerFunc) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	a.mux.HandleFunc(pattern, a.authenticated(h))
+}
+
+// authenticated is h behind authentication (see handle).
+func (a *api) authenticated(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		info := infoFrom(ctx)
 		if id := r.PathValue("id"); id != "" {
@@ -145,7 +154,7 @@ func (a *api) handle(pattern string, h handlerFunc) {
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
 			a.fail(w, r, err)
 		}
-	})
+	}
 }
 
 // ServeHTTP sets up the request id and logger, routes, and logs the access line.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/orchestrator"
@@ -30,6 +31,25 @@ func (a *api) routeDurable() {
 	a.handle("POST /sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.createSnapshot(w, r, c, d) })
 	a.handle("GET /snapshots", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.listSnapshots(w, r, c, d) })
 	a.handle("DELETE /snapshots/{snapshotID}", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.deleteSnapshot(w, r, c, d) })
+}
+
+// unroutedDurable serves what no route claimed but is a snapshot's: the npm SDK's
+// deleteSnapshot sends DELETE /templates/{snapshotID} (E2B keeps snapshots as templates).
+// It is a fallback, not a route, so that a templates API may own DELETE /templates/{id};
+// that handler should then pass snapshot ids (snapshot.IsID) here.
+func (a *api) unroutedDurable(r *http.Request) http.HandlerFunc {
+	d, ok := a.cfg.Sandboxes.(durable)
+	id, isTemplate := strings.CutPrefix(r.URL.Path, "/templates/")
+	if !ok || r.Method != http.MethodDelete || !isTemplate || !snapshot.IsID(id) {
+		return nil
+	}
+	return a.authenticated(func(w http.ResponseWriter, r *http.Request, c caller) error {
+		if err := d.DeleteSnapshot(r.Context(), c.team.ID, id); err != nil {
+			return fmt.Errorf("delete snapshot %s: %w", id, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
 }
 
 // forkResult is E2B's SandboxForkResult: the sandbox, or the error that kept it from starting.

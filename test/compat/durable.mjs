@@ -69,6 +69,8 @@ async function after(state) {
   const fromSnap = await Sandbox.create(snap.snapshotId, { ...opts, timeoutMs: 120_000 })
   assert.equal(await answer(fromSnap, s.pausedPid), s.pausedValue, 'a sandbox from the snapshot has its memory')
   for (const id of [s.running, s.paused, forks[0].sandboxId, forks[1].sandboxId, fromSnap.sandboxId]) await Sandbox.kill(id, opts)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), true, 'deleteSnapshot deletes it')
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), false, 'deleteSnapshot of a deleted snapshot is false')
   console.log('ok')
 }
 
