@@ -53,6 +53,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.As(err, &unserved):
 		return http.StatusNotImplemented
+	case errors.Is(err, orchestrator.ErrNoSpace):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/reason"
 )
@@ -19,6 +20,8 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrTemplateNotFound: the requested template does not exist.
 	ErrTemplateNotFound = errors.New("template not found")
+	// ErrNoSpace: a snapshot did not fit on the data dir's disk (the sandbox runs on).
+	ErrNoSpace = runtime.ErrNoSpace
 )
 
 // GoneError says a sandbox was killed, why and when.

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Checkpointer is a Runtime that can write a sandbox's processes, memory and open files to
@@ -38,6 +40,9 @@ type CheckpointInfo struct {
 
 // ErrNoCheckpoint: the sandbox has no checkpoint to restore.
 var ErrNoCheckpoint = errors.New("no checkpoint")
+
+// ErrNoSpace: the disk the checkpoint goes to is full.
+var ErrNoSpace = errors.New("no space left on the data dir's disk")
 
 var _ Checkpointer = (*Runc)(nil)
 
@@ -102,8 +107,14 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	sb.checkpointing.Store(true)
 	if _, err := r.runc(ctx, "checkpoint", "--image-path", img, "--work-path", work, id); err != nil {
 		sb.checkpointing.Store(false)
+		log := filepath.Join(work, "dump.log")
+		// A full disk may not even let CRIU log why: look at the disk too, before the
+		// half-written images are removed.
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), "No space left on device") || nearlyFull(img) {
+			err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
 		_ = os.RemoveAll(img)
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w%s", id, err, criuLogErrors(filepath.Join(work, "dump.log")))
+		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w%s", id, err, criuLogErrors(log))
 	}
 	select {
 	case <-sb.exited:
@@ -254,4 +265,10 @@ func copyTree(src, dst string) error {
 		return fmt.Errorf("cp -a %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// nearlyFull reports whether the filesystem of path has less than 1 MiB free.
+func nearlyFull(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Bavail*uint64(st.Bsize) < 1<<20
 }

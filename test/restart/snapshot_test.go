@@ -246,3 +246,32 @@ func callJSON(t *testing.T, s *covetest.Server, method, path string, body any) (
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
 }
+
+func TestASnapshotThatDoesNotFitFailsThePauseAndTheSandboxRunsOn(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	// The data dir on a small tmpfs; unmounted after the server's own cleanup (cleanups run
+	// last registered first).
+	dir := t.TempDir()
+	if out, err := osexec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount a tmpfs for the data dir: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = osexec.Command("umount", "-l", dir).Run() })
+	s := covetest.Start(t, dir)
+	id := create(t, s)
+	exec(t, s, id, "head -c 48M /dev/urandom > /dev/shm/fill")
+	code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{})
+	msg, _ := body["message"].(string)
+	if code != http.StatusInsufficientStorage || !strings.Contains(msg, "runs on") {
+		t.Fatalf("pause with no room for the snapshot: %d %q, want 507 saying the sandbox runs on", code, msg)
+	}
+	if code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusOK || body["state"] != "running" {
+		t.Fatalf("after the failed pause: %d %v, want it running", code, body)
+	}
+	if out := exec(t, s, id, "echo still-here; ls /dev/shm"); !strings.Contains(out, "still-here") || !strings.Contains(out, "fill") {
+		t.Errorf("the sandbox after the failed pause: %q", out)
+	}
+	if onDisk(s, id) {
+		t.Errorf("the failed snapshot's images were left on the disk")
+	}
+}
