@@ -268,6 +268,9 @@ type pauser interface {
 // timeoutBody is the body of resume and connect.
 type timeoutBody struct {
 	Timeout *float64 `json:"timeout"`
+	// Memory false (the SDK's onResume: 'reboot') asks a cold boot from disk, ignoring the
+	// snapshot's memory; Cove restores memory, and says so rather than silently doing that.
+	Memory *bool `json:"memory"`
 }
 
 func (a *api) resume(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -293,6 +296,9 @@ func (a *api) connect(w http.ResponseWriter, r *http.Request, c caller) error {
 	var body timeoutBody
 	if err := decode(r, &body); err != nil {
 		return err
+	}
+	if body.Memory != nil && !*body.Memory {
+		return fmt.Errorf("%w: memory: a resume that reboots from disk (onResume: 'reboot') is not supported by this Cove server; connect without it to restore the sandbox with its memory", errBadRequest)
 	}
 	d, err := seconds("timeout", body.Timeout)
 	if err != nil {

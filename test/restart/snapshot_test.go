@@ -98,6 +98,9 @@ func TestSnapshotPause(t *testing.T) {
 				t.Errorf("pause %v: %d %q, want 400 naming %s", body, code, msg, field)
 			}
 		}
+		if code, res := call(t, s, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"memory": false}); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(res["message"]), "memory") {
+			t.Errorf("connect with memory false (onResume: 'reboot'): %d %v, want 400 naming memory", code, res)
+		}
 		if out := exec(t, s, id, "echo running"); strings.TrimSpace(out) != "running" {
 			t.Errorf("the sandbox after refused pauses: %q", out)
 		}
