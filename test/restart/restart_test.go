@@ -173,7 +173,8 @@ func TestRestart(t *testing.T) {
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep"})
-				running, paused := create(t, s), create(t, s)
+				running, paused, frozen := create(t, s), create(t, s), create(t, s)
+				frozenPid := background(t, s, frozen, holder)
 				pid := background(t, s, running, holder)
 				waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
 					_, err := os.Stat(filepath.Join(merged(s, running), "tmp/v"))
@@ -184,12 +185,19 @@ func TestRestart(t *testing.T) {
 				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+paused+"/pause", nil); code != http.StatusNoContent {
 					t.Fatalf("pause: %d %v", code, body)
 				}
+				waitFor(t, 20*time.Second, "the frozen sandbox's holder wrote its value", func() bool {
+					_, err := os.Stat(filepath.Join(merged(s, frozen), "tmp/v"))
+					return err == nil
+				})
+				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+frozen+"/pause", map[string]any{"kind": "freeze"}); code != http.StatusNoContent {
+					t.Fatalf("pause (freeze): %d %v", code, body)
+				}
 				tt.stop(s)
 				if !alive(t, running) {
 					t.Fatalf("sandbox %s died with the server", running)
 				}
-				if !alive(t, paused) && !onDisk(s, paused) {
-					t.Fatalf("paused sandbox %s is neither frozen nor on disk after the server went down", paused)
+				if !onDisk(s, paused) || !alive(t, frozen) {
+					t.Fatalf("after the server went down: the paused sandbox on disk %v, the frozen one alive %v", onDisk(s, paused), alive(t, frozen))
 				}
 				// Output written while no server runs waits for the next one.
 				if err := os.WriteFile(filepath.Join(merged(s, running), "tmp/go"), nil, 0o644); err != nil {
@@ -222,7 +230,17 @@ func TestRestart(t *testing.T) {
 				if out := exec(t, s, paused, "echo resumed"); strings.TrimSpace(out) != "resumed" {
 					t.Fatalf("a command in the resumed sandbox said %q", out)
 				}
-				for _, id := range []string{running, paused} {
+				// The frozen one stayed frozen, and thaws with its process and memory.
+				if code, body := call(t, s, http.MethodGet, "/sandboxes/"+frozen, nil); code != http.StatusOK || body["state"] != "paused" {
+					t.Fatalf("GET the frozen sandbox after the restart: %d %v, want it still paused", code, body)
+				}
+				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+frozen+"/resume", map[string]any{"timeout": 60}); code != http.StatusCreated {
+					t.Fatalf("resume the frozen sandbox after the restart: %d %v", code, body)
+				}
+				if got, want := strings.TrimSpace(exec(t, s, frozen, fmt.Sprintf(`kill -USR1 %d && for i in $(seq 100); do [ -s /tmp/answer ] && break; sleep 0.1; done; cat /tmp/answer`, frozenPid))), strings.TrimSpace(exec(t, s, frozen, "cat /tmp/v")); got != want {
+					t.Fatalf("the frozen sandbox's holder answered %q, want %q", got, want)
+				}
+				for _, id := range []string{running, paused, frozen} {
 					if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
 						t.Errorf("kill %s after the restart: %d", id, code)
 					}
