@@ -127,3 +127,43 @@ func (c *Client) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	_, err := c.do(ctx, "delete snapshot", "", http.MethodDelete, "/snapshots/"+url.PathEscape(snapshotID), nil, nil)
 	return err
 }
+
+// Volume is a team's named, persistent directory that outlives sandboxes.
+type Volume struct {
+	ID    string `json:"volumeID"`
+	Name  string `json:"name"`
+	Token string `json:"token,omitempty"` // for E2B's volume content API (Create and Get)
+}
+
+// CreateVolume makes a volume named name (1-63 of [A-Za-z0-9._-]).
+func (c *Client) CreateVolume(ctx context.Context, name string) (*Volume, error) {
+	var out Volume
+	if _, err := c.do(ctx, "create volume", "", http.MethodPost, "/volumes", map[string]any{"name": name}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetVolume returns a volume by id or name.
+func (c *Client) GetVolume(ctx context.Context, id string) (*Volume, error) {
+	var out Volume
+	if _, err := c.do(ctx, "get volume", "", http.MethodGet, "/volumes/"+url.PathEscape(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListVolumes lists the team's volumes.
+func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
+	var out []Volume
+	if _, err := c.do(ctx, "list volumes", "", http.MethodGet, "/volumes", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeleteVolume deletes a volume and its files (ErrConflict while a sandbox mounts it).
+func (c *Client) DeleteVolume(ctx context.Context, id string) error {
+	_, err := c.do(ctx, "delete volume", "", http.MethodDelete, "/volumes/"+url.PathEscape(id), nil, nil)
+	return err
+}

@@ -70,6 +70,14 @@ type SandboxOptions struct {
 	AutoResume bool
 	// NoInternet cuts the sandbox off from the internet.
 	NoInternet bool
+	// VolumeMounts mounts the team's volumes (CreateVolume) into the sandbox, read-write.
+	VolumeMounts []VolumeMount
+}
+
+// VolumeMount mounts a volume (by name) at an absolute path in a sandbox.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // newSandboxJSON is E2B's answer to create, connect and resume.
@@ -112,6 +120,9 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	}
 	if opts.AutoResume {
 		body["autoResume"] = map[string]bool{"enabled": true}
+	}
+	if len(opts.VolumeMounts) > 0 {
+		body["volumeMounts"] = opts.VolumeMounts
 	}
 	var out newSandboxJSON
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)

@@ -33,7 +33,7 @@ func newSandboxCmd() *cobra.Command {
 
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var opts cove.SandboxOptions
-	var metadata, envs []string
+	var metadata, envs, volumes []string
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
@@ -45,6 +45,13 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			}
 			if opts.EnvVars, err = parsePairs("env", envs); err != nil {
 				return err
+			}
+			for _, v := range volumes {
+				name, path, ok := strings.Cut(v, ":")
+				if !ok || name == "" || path == "" {
+					return fmt.Errorf("--volume %q: want NAME:PATH", v)
+				}
+				opts.VolumeMounts = append(opts.VolumeMounts, cove.VolumeMount{Name: name, Path: path})
 			}
 			c, err := f.client()
 			if err != nil {
@@ -72,6 +79,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
+	fl.StringArrayVar(&volumes, "volume", nil, "mount a volume NAME:PATH, read-write (repeatable; `cove volume create` makes one)")
 	f.jsonFlag(cmd)
 	return cmd
 }

@@ -116,3 +116,66 @@ cove sandbox create --template SNAPSHOT_ID (or the E2B SDK's Sandbox.create(snap
 	cmd.AddCommand(create, list, rm)
 	return cmd
 }
+
+func newVolumeCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{
+		Use:   "volume",
+		Short: "Named, persistent directories that outlive sandboxes: cove sandbox create --volume NAME:PATH mounts one",
+	}
+	f.register(cmd)
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Make a volume and print its id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			v, err := c.CreateVolume(cmd.Context(), args[0])
+			if err != nil {
+				return cliError(err)
+			}
+			fmt.Println(v.ID)
+			return nil
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the team's volumes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			all, err := c.ListVolumes(cmd.Context())
+			if err != nil {
+				return cliError(err)
+			}
+			if f.asJSON {
+				return printJSON(all)
+			}
+			for _, v := range all {
+				fmt.Printf("%s\t%s\n", v.ID, v.Name)
+			}
+			return nil
+		},
+	}
+	f.jsonFlag(list)
+	rm := &cobra.Command{
+		Use:   "rm VOLUME",
+		Short: "Delete a volume (by id or name) and its files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return cliError(c.DeleteVolume(cmd.Context(), args[0]))
+		},
+	}
+	cmd.AddCommand(create, list, rm)
+	return cmd
+}

@@ -21,8 +21,73 @@ type durable interface {
 	DeleteSnapshot(ctx context.Context, teamID, id string) error
 }
 
+// volumes is a Sandboxes that keeps volumes (the orchestrator).
+type volumes interface {
+	CreateVolume(ctx context.Context, teamID, name string) (*snapshot.Volume, error)
+	Volume(ctx context.Context, teamID, id string) (*snapshot.Volume, error)
+	ListVolumes(ctx context.Context, teamID string) ([]*snapshot.Volume, error)
+	DeleteVolume(ctx context.Context, teamID, id string) error
+}
+
+// volumeJSON is E2B's Volume; with the token it is VolumeAndToken.
+type volumeJSON struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	Token    string `json:"token,omitempty"`
+}
+
+// routeVolumes registers the volume routes when the sandboxes keep volumes.
+func (a *api) routeVolumes() {
+	v, ok := a.cfg.Sandboxes.(volumes)
+	if !ok {
+		return
+	}
+	a.handle("POST /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		var body struct {
+			Name string `json:"name"`
+		}
+		if err := decode(r, &body); err != nil {
+			return err
+		}
+		vol, err := v.CreateVolume(r.Context(), c.team.ID, body.Name)
+		if err != nil {
+			return fmt.Errorf("create volume %q: %w", body.Name, err)
+		}
+		writeJSON(w, http.StatusCreated, volumeJSON{VolumeID: vol.ID, Name: vol.Name, Token: vol.Token})
+		return nil
+	})
+	a.handle("GET /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		all, err := v.ListVolumes(r.Context(), c.team.ID)
+		if err != nil {
+			return fmt.Errorf("list volumes: %w", err)
+		}
+		out := []volumeJSON{}
+		for _, vol := range all {
+			out = append(out, volumeJSON{VolumeID: vol.ID, Name: vol.Name})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+	a.handle("GET /volumes/{volumeID}", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		vol, err := v.Volume(r.Context(), c.team.ID, r.PathValue("volumeID"))
+		if err != nil {
+			return fmt.Errorf("get volume: %w", err)
+		}
+		writeJSON(w, http.StatusOK, volumeJSON{VolumeID: vol.ID, Name: vol.Name, Token: vol.Token})
+		return nil
+	})
+	a.handle("DELETE /volumes/{volumeID}", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		if err := v.DeleteVolume(r.Context(), c.team.ID, r.PathValue("volumeID")); err != nil {
+			return fmt.Errorf("delete volume: %w", err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
 // routeDurable registers fork and snapshot routes when the sandboxes can.
 func (a *api) routeDurable() {
+	a.routeVolumes()
 	d, ok := a.cfg.Sandboxes.(durable)
 	if !ok {
 		return

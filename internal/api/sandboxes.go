@@ -37,6 +37,11 @@ type createBody struct {
 	// CollectLogs switches the collection of command output into the log store (Cove's
 	// extension; on when absent).
 	CollectLogs *bool `json:"collectLogs"`
+	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox.
+	VolumeMounts []struct {
+		Name string `json:"name"`
+		Path string `json:"path"`
+	} `json:"volumeMounts"`
 }
 
 // validCreate refuses at create what would break the sandbox later: a template id with
@@ -92,6 +97,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		CollectLogs:   body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
+	}
+	for _, m := range body.VolumeMounts {
+		req.VolumeMounts = append(req.VolumeMounts, orchestrator.VolumeMount{Name: m.Name, Path: m.Path})
 	}
 	ctx := r.Context()
 	if body.TemplateID != "" {

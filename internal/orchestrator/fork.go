@@ -131,6 +131,8 @@ func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose
 		return copySandbox(e.sb), n, err
 	case e.sb.State == store.StatePaused:
 		return nil, 0, fmt.Errorf("%w: sandbox %s is frozen: resume it first", ErrConflict, e.sb.ID)
+	case len(e.volumes) > 0:
+		return nil, 0, fmt.Errorf("%w: sandbox %s has volumes mounted: forks and snapshots of such sandboxes are not supported yet", ErrConflict, e.sb.ID)
 	}
 	e.closeAll()
 	if e.envd != nil {

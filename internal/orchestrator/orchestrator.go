@@ -86,6 +86,8 @@ type Config struct {
 	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
 	// forks and snapshots off.
 	Snapshots *snapshot.Store
+	// Volumes keeps the teams' volumes; nil turns volumes off.
+	Volumes *snapshot.Volumes
 	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
 	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
 	PauseKind reason.PauseKind
@@ -139,6 +141,8 @@ type CreateRequest struct {
 	Secrets []string
 	// CollectLogs switches the collection of command output lines (default on).
 	CollectLogs *bool
+	// VolumeMounts mounts the team's volumes into the sandbox, read-write.
+	VolumeMounts []VolumeMount
 }
 
 // Orchestrator runs sandboxes. All methods are safe for concurrent use.
@@ -178,6 +182,8 @@ type entry struct {
 	detached bool
 	// onDisk: paused as a snapshot: no process runs, resume restores it.
 	onDisk bool
+	// volumes are the ids of the volumes mounted in the sandbox (as this server made it).
+	volumes []string
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -338,6 +344,12 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	}
 	ctx = sandboxLog(ctx, sb)
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+	binds := []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}}
+	vb, vids, err := o.volumeBinds(req.TeamID, req.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	binds, e.volumes = append(binds, vb...), vids
 
 	stage := "runtime"
 	defer func() {
@@ -355,7 +367,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
-		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
+		Binds:  binds,
 		Start:  true,
 	})
 	if err != nil {

@@ -223,11 +223,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	volumes, err := snapshot.OpenVolumes(filepath.Join(cfg.DataDir, "volumes"))
+	if err != nil {
+		return err
+	}
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots,
+		Snapshots: snapshots, Volumes: volumes,
 	})
 	if err != nil {
 		return err

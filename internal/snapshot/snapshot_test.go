@@ -67,3 +67,53 @@ func TestStore(t *testing.T) {
 		}
 	})
 }
+
+func TestVolumes(t *testing.T) {
+	vs, err := snapshot.OpenVolumes(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := vs.Create("t1", "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a name is unique per team, and another team may use it", func(t *testing.T) {
+		if _, err := vs.Create("t1", "data"); !errors.Is(err, snapshot.ErrVolumeExists) {
+			t.Errorf("a second t1 volume named data: %v", err)
+		}
+		if _, err := vs.Create("t2", "data"); err != nil {
+			t.Errorf("t2's volume named data: %v", err)
+		}
+	})
+	t.Run("bad names are refused", func(t *testing.T) {
+		for _, name := range []string{"", "../x", "a/b", ".hidden"} {
+			if _, err := vs.Create("t1", name); !errors.Is(err, snapshot.ErrVolumeName) {
+				t.Errorf("create %q: %v", name, err)
+			}
+		}
+	})
+	t.Run("a team finds its volume by id or name, never another team's", func(t *testing.T) {
+		for _, key := range []string{a.ID, "data"} {
+			if got, err := vs.Get("t1", key); err != nil || got.ID != a.ID {
+				t.Errorf("get %q: %v %v", key, got, err)
+			}
+		}
+		if _, err := vs.Get("t2", a.ID); !errors.Is(err, snapshot.ErrVolumeNotFound) {
+			t.Errorf("t2 gets t1's volume: %v", err)
+		}
+	})
+	t.Run("a deleted volume is gone with its files", func(t *testing.T) {
+		if err := os.WriteFile(vs.DataDir(a.ID)+"/f", []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Delete("t1", a.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(vs.DataDir(a.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("files after delete: %v", err)
+		}
+		if l, _ := vs.List("t1"); len(l) != 0 {
+			t.Errorf("list after delete: %v", l)
+		}
+	})
+}

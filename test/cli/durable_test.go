@@ -44,6 +44,35 @@ func TestForkAndSnapshotVerbs(t *testing.T) {
 			t.Errorf("pause --kind nap: %s", r)
 		}
 	})
+	t.Run("a volume outlives its sandbox, survives a snapshot pause, and is refused to delete while mounted", func(t *testing.T) {
+		vol := strings.TrimSpace(c.ok("volume", "create", "cli-data").stdout)
+		first := c.create("--volume", "cli-data:/mnt/data")
+		c.ok("exec", first, "--", "sh -c 'echo kept > /mnt/data/f'")
+		c.ok("sandbox", "kill", first)
+		second := c.create("--volume", "cli-data:/mnt/data")
+		if out := c.ok("exec", second, "--", "cat /mnt/data/f").stdout; strings.TrimSpace(out) != "kept" {
+			t.Errorf("the volume in a second sandbox: %q", out)
+		}
+		c.ok("sandbox", "pause", second)
+		c.ok("sandbox", "resume", second)
+		if out := c.ok("exec", second, "--", "sh -c 'echo again >> /mnt/data/f; cat /mnt/data/f'").stdout; !strings.Contains(out, "kept\nagain") {
+			t.Errorf("the volume after a snapshot pause: %q", out)
+		}
+		if r := c.run("volume", "rm", vol); r.code == 0 || !strings.Contains(r.stderr, "mounted") {
+			t.Errorf("rm of a mounted volume: %s", r)
+		}
+		if r := c.run("sandbox", "fork", second); r.code == 0 || !strings.Contains(r.stderr, "volumes") {
+			t.Errorf("fork of a sandbox with a volume: %s", r)
+		}
+		c.ok("sandbox", "kill", second)
+		c.ok("volume", "rm", "cli-data")
+		if out := c.ok("volume", "list").stdout; strings.Contains(out, vol) {
+			t.Errorf("a deleted volume is listed: %q", out)
+		}
+		if r := c.run("sandbox", "create", "--volume", "cli-data:/mnt/data"); r.code == 0 || !strings.Contains(r.stderr, "volume") {
+			t.Errorf("create with a deleted volume: %s", r)
+		}
+	})
 	t.Run("snapshot create, list, a sandbox from it, and rm", func(t *testing.T) {
 		snap := strings.TrimSpace(c.ok("snapshot", "create", sb, "--name", "cli-snap").stdout)
 		if !strings.HasPrefix(snap, "snap-") {

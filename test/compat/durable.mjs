@@ -9,7 +9,7 @@
 
 import assert from 'node:assert/strict'
 
-import { Sandbox } from 'e2b'
+import { Sandbox, Volume } from 'e2b'
 
 const opts = { apiKey: process.env.E2B_API_KEY, apiUrl: process.env.E2B_API_URL, sandboxUrl: process.env.E2B_SANDBOX_URL }
 
@@ -71,6 +71,16 @@ async function after(state) {
   for (const id of [s.running, s.paused, forks[0].sandboxId, forks[1].sandboxId, fromSnap.sandboxId]) await Sandbox.kill(id, opts)
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), true, 'deleteSnapshot deletes it')
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), false, 'deleteSnapshot of a deleted snapshot is false')
+  // A volume outlives the sandbox it was mounted in.
+  const vol = await Volume.create(`sdk-vol-${Date.now()}`, opts)
+  const a = await Sandbox.create('base', { ...opts, timeoutMs: 120_000, volumeMounts: { '/mnt/v': vol } })
+  await a.files.write('/mnt/v/f', 'kept')
+  await a.kill()
+  const b = await Sandbox.create('base', { ...opts, timeoutMs: 120_000, volumeMounts: { '/mnt/v': vol.name } })
+  assert.equal(await b.files.read('/mnt/v/f'), 'kept', 'the volume kept the file')
+  assert.ok((await Volume.list(opts)).some((v) => v.volumeId === vol.volumeId), 'Volume.list lists it')
+  await b.kill()
+  assert.equal(await Volume.destroy(vol.volumeId, opts), true, 'Volume.destroy deletes it')
   console.log('ok')
 }
 
