@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	osexec "os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +21,7 @@ import (
 func TestOfficialSDKAcrossACrash(t *testing.T) {
 	covetest.Skip(t)
 	skipWithoutCRIU(t)
-	node, err := osexec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
-	}
-	compat, err := filepath.Abs("../compat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh")
-	}
+	node, compat := covetest.NodeSDK(t, "../compat")
 	s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep"})
 	phase := func(args ...string) string {
 		t.Helper()
