@@ -41,10 +41,20 @@ type Snapshot struct {
 // Store is the snapshots under one directory.
 type Store struct{ dir string }
 
-// Open returns the store in dir, making it.
+// Open returns the store in dir, making it. What a crash left half made (a fork's export, a
+// snapshot without its record) is removed: call it before anything uses the store.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), recordFile)); e.IsDir() && err != nil {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
 	}
 	return &Store{dir: dir}, nil
 }

@@ -117,3 +117,33 @@ func TestVolumes(t *testing.T) {
 		}
 	})
 }
+
+func TestOpenRemovesWhatACrashLeftHalfMade(t *testing.T) {
+	dir := t.TempDir()
+	st, err := snapshot.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := &snapshot.Snapshot{ID: snapshot.NewID(), TeamID: "t1", CreatedAt: time.Now()}
+	half := st.Dir(snapshot.NewID())
+	fork := st.TempDir()
+	for _, d := range []string{st.Dir(kept.ID), half, fork} {
+		if err := os.MkdirAll(d+"/checkpoint", 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Save(kept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{half, fork} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left after Open: %v", d, err)
+		}
+	}
+	if _, err := st.Get(kept.ID); err != nil {
+		t.Errorf("a whole snapshot was removed: %v", err)
+	}
+}
