@@ -16,6 +16,7 @@ build:
 
 # Bring Cove up: installs runc and debootstrap, builds the base template on first run.
 run: build
+	-./scripts/criu.sh
 	$(BIN)/cove server
 
 tools:

@@ -32,4 +32,7 @@ if [ -f test/compat/package.json ]; then
 		(cd test/compat && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi)
 	fi
 fi
+# Snapshot pause (CRIU 4): built from source once, about two minutes. Without it pauses
+# freeze and the snapshot tests skip, saying why.
+./scripts/criu.sh || echo "deps: CRIU 4 not built; pauses will freeze and snapshot tests skip" >&2
 echo "deps: ready"

@@ -32,7 +32,7 @@ func NewClient(cfg Config) *Client {
 			base = hc.Transport
 		}
 	}
-	rt := &transport{base: base, logger: cfg.Logger}
+	rt := &transport{base: base, logger: cfg.Logger, restartWait: cfg.RestartWait}
 	hc.Transport = rt
 	return &Client{cfg: cfg, rt: rt, http: hc}
 }

@@ -35,7 +35,15 @@ type Config struct {
 	// RequestTimeout bounds each call that is not a stream (REST calls, file transfers,
 	// unary RPCs): 60 s when 0, none when negative. It ends the call with ErrTimeout.
 	RequestTimeout time.Duration
+	// RestartWait is how long a request is tried again while the server refuses connections,
+	// as it does while it restarts (its sandboxes live on): 30 s when 0, not at all when
+	// negative. A request with a body that cannot be sent twice is not retried. Past it the
+	// call fails with ErrUnavailable. It also ends with the call's own timeout.
+	RestartWait time.Duration
 }
+
+// DefaultRestartWait is Config.RestartWait's default.
+const DefaultRestartWait = 30 * time.Second
 
 // DefaultAPIURL is where a local `cove server` listens by default.
 const DefaultAPIURL = "http://127.0.0.1:3000"
@@ -57,6 +65,9 @@ func (c Config) resolve() Config {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RestartWait == 0 {
+		c.RestartWait = DefaultRestartWait
 	}
 	return c
 }

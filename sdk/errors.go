@@ -35,6 +35,9 @@ var (
 	// ErrDisconnect is the cause of a stream that CommandHandle.Disconnect ended; the
 	// process keeps running.
 	ErrDisconnect = errors.New("cove: disconnected from the process (it keeps running)")
+	// ErrUnavailable: the server refused the connection for longer than Config.RestartWait
+	// (it is restarting, or not running). The call was not received: it is safe to retry.
+	ErrUnavailable = errors.New("cove: server unavailable (restarting or down); the call was not received and is safe to retry")
 	// ErrCallerExit is the cause NotifyExit gives its context when the program is told to
 	// exit (SIGINT, SIGTERM) or its stop function runs.
 	ErrCallerExit = errors.New("cove: caller is exiting")

@@ -19,6 +19,9 @@ const (
 	EventSandboxUpdated   = "sandbox.lifecycle.updated"
 	EventSandboxKilled    = "sandbox.lifecycle.killed"
 	EventSandboxOOM       = "sandbox.lifecycle.oom"
+	// EventSandboxCheckpointed: a running sandbox was checkpointed in place (briefly paused,
+	// same id and TTL) for a fork or a snapshot.
+	EventSandboxCheckpointed = "sandbox.lifecycle.checkpointed"
 )
 
 // SandboxEvent is one lifecycle event, as GET /events/sandboxes[/{id}] lists it and every
@@ -54,13 +57,14 @@ func (e SandboxEvent) Data() (any, error) {
 
 // eventData registers each event type's payload: the one place a type and its shape meet.
 var eventData = map[string]func() any{
-	EventSandboxCreated:   func() any { return new(CreatedEventData) },
-	EventSandboxConnected: func() any { return new(ConnectedEventData) },
-	EventSandboxPaused:    func() any { return new(PausedEventData) },
-	EventSandboxResumed:   func() any { return new(ResumedEventData) },
-	EventSandboxUpdated:   func() any { return new(UpdatedEventData) },
-	EventSandboxKilled:    func() any { return new(KilledEventData) },
-	EventSandboxOOM:       func() any { return new(OOMEventData) },
+	EventSandboxCreated:      func() any { return new(CreatedEventData) },
+	EventSandboxConnected:    func() any { return new(ConnectedEventData) },
+	EventSandboxPaused:       func() any { return new(PausedEventData) },
+	EventSandboxResumed:      func() any { return new(ResumedEventData) },
+	EventSandboxUpdated:      func() any { return new(UpdatedEventData) },
+	EventSandboxKilled:       func() any { return new(KilledEventData) },
+	EventSandboxOOM:          func() any { return new(OOMEventData) },
+	EventSandboxCheckpointed: func() any { return new(CheckpointedEventData) },
 }
 
 // EventDataFor returns a new, empty payload of the event type (a pointer), or an error for a
@@ -98,6 +102,10 @@ type CreatedEventData struct {
 	TimeoutSeconds float64 `json:"timeout"`
 	Secure         bool    `json:"secure"`
 	AutoPause      bool    `json:"auto_pause"`
+	// ForkedFrom or SnapshotID say where a sandbox restored from a checkpoint came from.
+	ForkedFrom string `json:"forked_from,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
 }
 
 // ConnectedEventData is a connected event's payload: the TTL after the connect.
@@ -110,6 +118,21 @@ type ConnectedEventData struct {
 type PausedEventData struct {
 	Caller
 	Execution Execution `json:"execution"`
+	// Kind is how it was paused: snapshot (memory to disk) or freeze.
+	Kind       string `json:"kind,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	// SnapshotBytes and SnapshotMS describe a snapshot pause's checkpoint.
+	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
+	SnapshotMS    int64 `json:"snapshot_ms,omitempty"`
+}
+
+// CheckpointedEventData is a checkpointed event's payload: why (a fork or a snapshot), how
+// big and how long.
+type CheckpointedEventData struct {
+	Caller
+	Purpose       string `json:"purpose"`
+	SnapshotBytes int64  `json:"snapshot_bytes"`
+	DurationMS    int64  `json:"duration_ms"`
 }
 
 // ResumedEventData is a resumed event's payload: the new TTL.
@@ -117,6 +140,9 @@ type ResumedEventData struct {
 	Caller
 	EndAt          time.Time `json:"end_at"`
 	TimeoutSeconds float64   `json:"timeout"`
+	// Kind is how it had been paused (snapshot: a restore; freeze: a thaw).
+	Kind       string `json:"kind,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
 }
 
 // UpdatedEventData is an updated event's payload: the new end of the TTL and the timeout
@@ -146,6 +172,8 @@ type KilledEventData struct {
 // Postmortem is what a sandbox looked like when it was killed.
 type Postmortem struct {
 	At time.Time `json:"at"`
+	// Detail is why, when Cove knows more than the reason ("envd exited: code 2").
+	Detail string `json:"detail,omitempty"`
 	// Processes are the biggest by memory first, at most 50, commands redacted.
 	Processes    []PostmortemProcess `json:"processes,omitempty"`
 	ProcessCount int                 `json:"process_count,omitempty"`

@@ -70,6 +70,14 @@ type SandboxOptions struct {
 	AutoResume bool
 	// NoInternet cuts the sandbox off from the internet.
 	NoInternet bool
+	// VolumeMounts mounts the team's volumes (CreateVolume) into the sandbox, read-write.
+	VolumeMounts []VolumeMount
+}
+
+// VolumeMount mounts a volume (by name) at an absolute path in a sandbox.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // CreatedSandbox is E2B's Sandbox, the answer to create, connect and resume: the server
@@ -117,6 +125,9 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	}
 	if opts.AutoResume {
 		body["autoResume"] = map[string]bool{"enabled": true}
+	}
+	if len(opts.VolumeMounts) > 0 {
+		body["volumeMounts"] = opts.VolumeMounts
 	}
 	var out CreatedSandbox
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
@@ -313,9 +324,28 @@ func (c *Client) Refresh(ctx context.Context, sandboxID string, duration time.Du
 	return err
 }
 
-// Pause pauses a running sandbox (ErrConflict when it is paused already).
+// Pause pauses a running sandbox the server's default way (ErrConflict when it is paused
+// already).
 func (c *Client) Pause(ctx context.Context, sandboxID string) error {
-	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", map[string]any{}, nil)
+	return c.PauseWith(ctx, sandboxID, PauseOptions{})
+}
+
+// PauseOptions choose how a sandbox is paused.
+type PauseOptions struct {
+	// Kind is reason.PauseSnapshot (processes and memory to disk, RAM freed, survives a
+	// server restart) or reason.PauseFreeze (in place, in RAM, fastest); the server's
+	// default (snapshot where it can) when "".
+	Kind reason.PauseKind
+}
+
+// PauseWith pauses a running sandbox as opts say. A snapshot that fails leaves the sandbox
+// running and returns the reason.
+func (c *Client) PauseWith(ctx context.Context, sandboxID string, opts PauseOptions) error {
+	body := map[string]any{}
+	if opts.Kind != "" {
+		body["kind"] = opts.Kind.String()
+	}
+	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", body, nil)
 	return err
 }
 

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -60,8 +63,9 @@ const (
 // routing headers and access token; it checks the id the server echoes, keeps the proxy's
 // explanation of a 502, and logs a DEBUG line per request.
 type transport struct {
-	base   http.RoundTripper
-	logger *slog.Logger
+	base        http.RoundTripper
+	logger      *slog.Logger
+	restartWait time.Duration // see Config.RestartWait
 	// Set on a sandbox's copy.
 	sandboxID   string
 	accessToken string
@@ -91,7 +95,7 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	begun := time.Now()
-	resp, err := t.base.RoundTrip(r)
+	resp, err := t.roundTrip(r)
 	attrs := []any{"request_id", ci.id(), "http.request.method", r.Method, "url.path", r.URL.Path}
 	if t.sandboxID != "" {
 		attrs = append(attrs, "sandbox.id", t.sandboxID)
@@ -120,4 +124,35 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		"http.response.status_code", resp.StatusCode,
 		"duration_ms", float64(time.Since(begun).Microseconds())/1000)...)
 	return resp, nil
+}
+
+// roundTrip sends r, and sends it again while the server refuses connections (a restart),
+// for up to restartWait: a refused connection means the server never saw the request.
+func (t *transport) roundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || t.restartWait < 0 {
+		return resp, err
+	}
+	deadline := time.Now().Add(t.restartWait)
+	for wait := 50 * time.Millisecond; errors.Is(err, syscall.ECONNREFUSED); wait = min(2*wait, time.Second) {
+		if r.Body != nil && r.GetBody == nil || time.Now().Add(wait).After(deadline) {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		t.logger.DebugContext(r.Context(), "server refused the connection; trying again", "retry_in_ms", wait.Milliseconds(), "error", err.Error())
+		select {
+		case <-r.Context().Done():
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case <-time.After(wait):
+		}
+		if r.Body != nil {
+			body, berr := r.GetBody()
+			if berr != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			r = r.Clone(r.Context())
+			r.Body = body
+		}
+		resp, err = t.base.RoundTrip(r)
+	}
+	return resp, err
 }

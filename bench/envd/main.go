@@ -611,4 +611,3 @@ func readMemory(pid int) (memory, error) {
 	}
 	return m, nil
 }
-

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -43,7 +44,14 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			logger := telemetry.NewLogger(os.Stderr, level).With("service", "envd")
+			var logOut io.Writer = os.Stderr
+			if os.Getpid() == 1 {
+				// Inside a sandbox stdout and stderr are the host's pipes, unread while the
+				// server restarts: keep them open, and never let a log line hold a request up.
+				envd.HoldHostPipes()
+				logOut = envd.NewHostLog(os.Stderr, 4096)
+			}
+			logger := telemetry.NewLogger(logOut, level).With("service", "envd")
 			stopOTel, err := startOTel(cmd.Context(), otelURL, "cove-envd")
 			if err != nil {
 				return fmt.Errorf("--otel-endpoint: %w", err)
@@ -63,7 +71,11 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 				}
 				reap = true
 			}
-			ln, err := net.Listen("tcp", addr)
+			// Plain TCP, not Go's default MPTCP: CRIU cannot checkpoint an MPTCP socket, and
+			// a paused sandbox is a checkpoint.
+			var lc net.ListenConfig
+			lc.SetMultipathTCP(false)
+			ln, err := lc.Listen(cmd.Context(), "tcp", addr)
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", addr, err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -26,13 +27,14 @@ func newSandboxCmd() *cobra.Command {
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
 		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
 		sandboxMetricsCmd(&f),
+		sandboxForkCmd(&f),
 	)
 	return cmd
 }
 
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var opts cove.SandboxOptions
-	var metadata, envs []string
+	var metadata, envs, volumes []string
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
@@ -44,6 +46,13 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			}
 			if opts.EnvVars, err = parsePairs("env", envs); err != nil {
 				return err
+			}
+			for _, v := range volumes {
+				name, path, ok := strings.Cut(v, ":")
+				if !ok || name == "" || path == "" {
+					return fmt.Errorf("--volume %q: want NAME:PATH", v)
+				}
+				opts.VolumeMounts = append(opts.VolumeMounts, cove.VolumeMount{Name: name, Path: path})
 			}
 			c, err := f.client()
 			if err != nil {
@@ -71,6 +80,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
+	fl.StringArrayVar(&volumes, "volume", nil, "mount a volume NAME:PATH, read-write (repeatable; `cove volume create` makes one)")
 	f.jsonFlag(cmd)
 	return cmd
 }
@@ -262,19 +272,30 @@ func sandboxKillCmd(f *apiFlags) *cobra.Command {
 }
 
 func sandboxPauseCmd(f *apiFlags) *cobra.Command {
-	return &cobra.Command{
+	var kind string
+	cmd := &cobra.Command{
 		Use:               "pause SANDBOX",
-		Short:             "Pause a running sandbox",
+		Short:             "Pause a running sandbox: a snapshot to disk (RAM freed), or --kind freeze (in RAM)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeSandboxID,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts cove.PauseOptions
+			if kind != "" {
+				k, err := reason.ParsePauseKind(kind)
+				if err != nil {
+					return fmt.Errorf("--kind: %w (want snapshot or freeze)", err)
+				}
+				opts.Kind = k
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
-			return cliError(c.Pause(cmd.Context(), args[0]))
+			return cliError(c.PauseWith(cmd.Context(), args[0], opts))
 		},
 	}
+	cmd.Flags().StringVar(&kind, "kind", "", "snapshot (processes and memory to disk, survives a server restart) or freeze (in RAM, milliseconds); the server's default when empty")
+	return cmd
 }
 
 func sandboxResumeCmd(f *apiFlags) *cobra.Command {

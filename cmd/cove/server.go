@@ -16,6 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // envOr returns the environment variable's value, or def when it is unset.
@@ -47,7 +48,7 @@ func parseFile[T any](flag, path string, parse func(io.Reader) (T, error)) (T, e
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint, budgetsFile, quotasFile string
+	var logLevel, otelEndpoint, budgetsFile, quotasFile, onStop, pauseKind string
 	var webhookAllow, retain []string
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -60,6 +61,16 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
+			}
+			onStopAction, err := server.ParseStopAction(onStop)
+			if err != nil {
+				return fmt.Errorf("--on-stop: %w", err)
+			}
+			cfg.OnStop = onStopAction
+			if pauseKind != "" {
+				if cfg.PauseKind, err = reason.ParsePauseKind(pauseKind); err != nil {
+					return fmt.Errorf("--pause: %w (want snapshot or freeze)", err)
+				}
 			}
 			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With("service", "server")
 			stopOTel, err := startOTel(cmd.Context(), otelEndpoint, "cove-server")
@@ -124,6 +135,9 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines")
 	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
+	f.StringVar(&pauseKind, "pause", envOr("COVE_PAUSE", ""), "how a pause that does not say pauses: snapshot (processes and memory to disk, RAM freed, survives restarts; needs CRIU 4) or freeze (in RAM); empty: snapshot where CRIU works [$COVE_PAUSE]")
+	f.IntVar(&cfg.SandboxMemoryMB, "sandbox-memory-mb", 512, "each sandbox's memory limit in MiB")
+	f.StringVar(&onStop, "on-stop", envOr("COVE_ON_STOP", "keep"), "what stopping the server (SIGTERM, SIGINT) does to sandboxes: keep them running for the next start to adopt, or kill them (reason server_shutdown) [$COVE_ON_STOP]")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)
 	return cmd

@@ -100,6 +100,7 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/resume", a.resume)
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
+	a.routeDurable()
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
 	for pattern, h := range a.cfg.AdminRoutes {
 		a.handleAdmin(pattern, func(w http.ResponseWriter, r *http.Request) error {
@@ -121,6 +122,10 @@ func (a *api) routes() {
 		})
 	}
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if h := a.unroutedDurable(r); h != nil {
+			h(w, r)
+			return
+		}
 		a.fail(w, r, errUnrouted(r))
 	})
 }
@@ -137,7 +142,12 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller) error
 // handle registers h behind authentication. The sandbox id of the path and the caller's
 // team and key are added to the context logger once, here.
 func (a *api) handle(pattern string, h handlerFunc) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	a.mux.HandleFunc(pattern, a.authenticated(h))
+}
+
+// authenticated is h behind authentication (see handle).
+func (a *api) authenticated(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		note := httpx.NoteFrom(ctx)
 		if id := r.PathValue("id"); id != "" {
@@ -156,7 +166,7 @@ func (a *api) handle(pattern string, h handlerFunc) {
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
 			a.fail(w, r, err)
 		}
-	})
+	}
 }
 
 // ServeHTTP sets up the request id and logger, routes, and logs the access line.

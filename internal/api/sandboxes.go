@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +27,10 @@ type createBody struct {
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 	AutoPause  bool              `json:"autoPause"`
-	AutoResume *struct {
+	// AutoPauseMemory false asks a filesystem-only auto-pause (lifecycle.onTimeout
+	// {action: 'pause', keepMemory: false}); Cove's pauses keep memory.
+	AutoPauseMemory *bool `json:"autoPauseMemory"`
+	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
 	Secure              *bool `json:"secure"`
@@ -34,6 +38,11 @@ type createBody struct {
 	// CollectLogs switches the collection of command output into the log store (Cove's
 	// extension; on when absent).
 	CollectLogs *bool `json:"collectLogs"`
+	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox.
+	VolumeMounts []struct {
+		Name string `json:"name"`
+		Path string `json:"path"`
+	} `json:"volumeMounts"`
 }
 
 // Metadata limits. Metadata is stored with the sandbox, listed, filtered on and sent with
@@ -77,6 +86,9 @@ func validCreate(body createBody) error {
 	}
 	if err := validMetadata(body.Metadata); err != nil {
 		return err
+	}
+	if body.AutoPauseMemory != nil && !*body.AutoPauseMemory {
+		return fmt.Errorf("%w: autoPauseMemory: a filesystem-only auto-pause (keepMemory: false) is not supported by this Cove server; its pauses keep memory (a snapshot)", errBadRequest)
 	}
 	for k, v := range body.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -122,6 +134,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		CollectLogs:   body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
+	}
+	for _, m := range body.VolumeMounts {
+		req.VolumeMounts = append(req.VolumeMounts, orchestrator.VolumeMount{Name: m.Name, Path: m.Path})
 	}
 	ctx := r.Context()
 	if body.TemplateID != "" {
@@ -258,21 +273,49 @@ func (a *api) refresh(w http.ResponseWriter, r *http.Request, c caller) error {
 func (a *api) pause(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
 	var body struct {
+		// Memory false asks E2B's filesystem-only pause (resume reboots); Cove keeps memory.
 		Memory *bool `json:"memory"`
+		// Kind is Cove's: snapshot (to disk, memory freed) or freeze (in RAM, fastest).
+		Kind string `json:"kind"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if err := a.cfg.Sandboxes.Pause(r.Context(), c.team.ID, id); err != nil {
+	if body.Memory != nil && !*body.Memory {
+		return fmt.Errorf("%w: memory: a filesystem-only pause (keepMemory: false) is not supported by this Cove server; pause with memory (a snapshot)", errBadRequest)
+	}
+	var kind reason.PauseKind
+	if body.Kind != "" {
+		k, err := reason.ParsePauseKind(body.Kind)
+		if err != nil {
+			return fmt.Errorf("%w: kind: %v (want snapshot or freeze)", errBadRequest, err)
+		}
+		kind = k
+	}
+	var err error
+	if p, ok := a.cfg.Sandboxes.(pauser); ok {
+		err = p.PauseWith(r.Context(), c.team.ID, id, orchestrator.PauseOptions{Kind: kind})
+	} else {
+		err = a.cfg.Sandboxes.Pause(r.Context(), c.team.ID, id)
+	}
+	if err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
+// pauser is a Sandboxes that can pause in a chosen way (the orchestrator).
+type pauser interface {
+	PauseWith(ctx context.Context, teamID, id string, opts orchestrator.PauseOptions) error
+}
+
 // timeoutBody is the body of resume and connect.
 type timeoutBody struct {
 	Timeout *float64 `json:"timeout"`
+	// Memory false (the SDK's onResume: 'reboot') asks a cold boot from disk, ignoring the
+	// snapshot's memory; Cove restores memory, and says so rather than silently doing that.
+	Memory *bool `json:"memory"`
 }
 
 func (a *api) resume(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -298,6 +341,9 @@ func (a *api) connect(w http.ResponseWriter, r *http.Request, c caller) error {
 	var body timeoutBody
 	if err := decode(r, &body); err != nil {
 		return err
+	}
+	if body.Memory != nil && !*body.Memory {
+		return fmt.Errorf("%w: memory: a resume that reboots from disk (onResume: 'reboot') is not supported by this Cove server; connect without it to restore the sandbox with its memory", errBadRequest)
 	}
 	d, err := seconds("timeout", body.Timeout)
 	if err != nil {

@@ -104,6 +104,10 @@ type Server struct {
 	Key     string // an API key of the default team
 	DataDir string
 
+	// OnStop is the server's --on-stop (keep or kill), read at each start: Start makes it
+	// kill, so that a test's cleanup leaves no sandbox behind; StartWith chooses.
+	OnStop string
+
 	t         testing.TB
 	templates string
 	args      []string // extra `cove server` flags
@@ -112,23 +116,39 @@ type Server struct {
 	exited    chan struct{}
 }
 
-// Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup.
+// Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup. Its
+// stop kills its sandboxes (--on-stop kill).
 func Start(t testing.TB, dataDir string) *Server {
 	t.Helper()
-	return StartWith(t, dataDir)
+	return StartWith(t, dataDir, Options{OnStop: "kill"})
 }
 
-// StartWith is Start with extra `cove server` flags, kept across restarts.
-func StartWith(t testing.TB, dataDir string, args ...string) *Server {
+// Options are a test server's settings.
+type Options struct {
+	// OnStop is --on-stop: "keep" (the product's default) leaves sandboxes running when the
+	// server stops, for the next start to adopt; "kill" kills them.
+	OnStop string
+	// Args are extra `cove server` flags, kept across restarts.
+	Args []string
+}
+
+// StartWith starts a server as Start does, with o. At cleanup a server that keeps its
+// sandboxes is started once more with --on-stop kill and stopped, so nothing is left behind.
+func StartWith(t testing.TB, dataDir string, o Options) *Server {
 	t.Helper()
 	Skip(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: Templates(t), args: args}
+	s := &Server{t: t, DataDir: dataDir, templates: Templates(t), OnStop: o.OnStop, args: o.Args}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()
+		if s.OnStop != "kill" {
+			s.OnStop = "kill"
+			s.start()
+			s.Stop()
+		}
 		if t.Failed() {
 			t.Logf("cove server log (%s):\n%s", s.DataDir, tail(s.logs.Bytes(), 20000))
 		}
@@ -142,8 +162,12 @@ func (s *Server) start() {
 	if s.logs == nil {
 		s.logs = &Buffer{} // kept across restarts: a test reads what every run logged
 	}
+	onStop := s.OnStop
+	if onStop == "" {
+		onStop = "keep"
+	}
 	cmd := exec.Command(Binary(t), append([]string{"server", "--data", s.DataDir, "--templates", s.templates,
-		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms"}, s.args...)...)
+		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms", "--on-stop", onStop}, s.args...)...)
 	cmd.Stderr = s.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -246,4 +270,22 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// NodeSDK returns node and test/compat, where the official npm e2b SDK is installed, or
+// skips the test saying what is missing. dir is test/compat relative to the test's package.
+func NodeSDK(t testing.TB, dir string) (node, compat string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
+	}
+	compat, err = filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
+		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
+	}
+	return node, compat
 }

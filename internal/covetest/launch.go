@@ -56,7 +56,8 @@ func Launch(cove, dataDir, logPath string) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{DataDir: dataDir, LogPath: logPath, logFile: logFile, exited: make(chan error, 1)}
-	p.cmd = exec.Command(cove, "server", "--data", dataDir, "--templates", TemplatesDir(), "--addr", "127.0.0.1:0")
+	// --on-stop kill: a test run leaves no sandbox behind for the next to adopt.
+	p.cmd = exec.Command(cove, "server", "--data", dataDir, "--templates", TemplatesDir(), "--addr", "127.0.0.1:0", "--on-stop", "kill")
 	// Pdeathsig: a test binary killed by -timeout must not leave the server running. It fires
 	// when the starting thread exits, so TestMain's thread stays locked.
 	goruntime.LockOSThread()

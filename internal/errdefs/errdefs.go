@@ -35,6 +35,7 @@ var (
 	ErrFailedPrecondition error = &kind{"failed precondition"}
 	ErrResourceExhausted  error = &kind{"resource exhausted"}
 	ErrTooLarge           error = &kind{"too large"}
+	ErrNoSpace            error = &kind{"no space left"}
 	ErrUnavailable        error = &kind{"unavailable"}
 	ErrNotImplemented     error = &kind{"not implemented"}
 )
@@ -56,6 +57,7 @@ var mapping = []struct {
 	{ErrFailedPrecondition, http.StatusPreconditionFailed, connect.CodeFailedPrecondition},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, connect.CodeResourceExhausted},
 	{ErrResourceExhausted, http.StatusTooManyRequests, connect.CodeResourceExhausted},
+	{ErrNoSpace, http.StatusInsufficientStorage, connect.CodeResourceExhausted},
 	{ErrUnavailable, http.StatusServiceUnavailable, connect.CodeUnavailable},
 	{ErrNotImplemented, http.StatusNotImplemented, connect.CodeUnimplemented},
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, connect.CodeDeadlineExceeded},

@@ -27,12 +27,15 @@ const (
 	// SandboxOOM: the kernel's OOM killer killed processes inside a sandbox that lives on.
 	// Data: OOMData (count).
 	SandboxOOM EventType = cove.EventSandboxOOM
+	// SandboxCheckpointed: a running sandbox was checkpointed in place (briefly paused, same
+	// id and TTL) for a fork or a snapshot.
+	SandboxCheckpointed EventType = cove.EventSandboxCheckpointed
 )
 
 // EventTypes lists every EventType.
 var EventTypes = []EventType{
 	SandboxCreated, SandboxConnected, SandboxPaused, SandboxResumed, SandboxUpdated,
-	SandboxKilled, SandboxOOM,
+	SandboxKilled, SandboxOOM, SandboxCheckpointed,
 }
 
 // unknownType is what String shows for the zero EventType.

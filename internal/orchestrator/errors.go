@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/reason"
 )
@@ -19,6 +20,8 @@ var (
 	ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid request")
 	// ErrTemplateNotFound: the requested template does not exist.
 	ErrTemplateNotFound = errdefs.New(errdefs.ErrNotFound, "template not found")
+	// ErrNoSpace: a snapshot did not fit on the data dir's disk (the sandbox runs on).
+	ErrNoSpace = runtime.ErrNoSpace
 )
 
 // GoneError says a sandbox was killed, why and when.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
@@ -105,6 +106,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	e.killed = true
 	e.closeAll()
 	pm := o.postmortem(ctx, e)
+	if detail != "" {
+		pm.Detail = detail
+	}
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
 	e.stopWatching()
 	e.closeLog()
@@ -113,10 +117,14 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	if e.collector != nil {
 		// After the pipes drain, what is still running was killed with the sandbox.
 		// The kill request may end first: its values (request id, logger) go on, its cancel does not.
-		go func(ctx context.Context, c *collect.Collector, why reason.KillReason) {
+		go func(ctx context.Context, c *collect.Collector, why reason.KillReason, adopted bool) {
 			e.drainers.Wait()
 			c.SandboxKilled(ctx, why, now)
-		}(context.WithoutCancel(ctx), e.collector, why)
+			if adopted {
+				// Commands started before this server adopted the sandbox are not c's.
+				o.closeOpenCommands(ctx, e.sb.ID, why)
+			}
+		}(context.WithoutCancel(ctx), e.collector, why, e.adopted)
 	}
 	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
 		// Not a closed-set reason: record it as unknown rather than as "", and say so.
@@ -237,17 +245,49 @@ func (o *Orchestrator) setTTL(ctx context.Context, teamID, id string, d time.Dur
 	return nil
 }
 
-// Pause freezes a running sandbox in place; its memory stays. ErrConflict if it is paused.
+// Pause pauses a running sandbox the server's default way (Config.PauseKind). ErrConflict
+// if it is paused.
 func (o *Orchestrator) Pause(ctx context.Context, teamID, id string) error {
+	return o.PauseWith(ctx, teamID, id, PauseOptions{})
+}
+
+// PauseOptions choose how a sandbox is paused.
+type PauseOptions struct {
+	// Kind is snapshot (to disk, memory freed) or freeze (in place, memory stays); the
+	// server's default when "".
+	Kind reason.PauseKind
+}
+
+// PauseWith pauses a running sandbox as opts say. A snapshot that fails (a full disk, say)
+// fails the pause and the sandbox runs on. ErrConflict if it is paused.
+func (o *Orchestrator) PauseWith(ctx context.Context, teamID, id string, opts PauseOptions) error {
 	e, err := o.entryFor(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
-	return o.pause(sandboxLog(ctx, e.sb), e)
+	return o.pause(sandboxLog(ctx, e.sb), e, opts.Kind)
 }
 
-func (o *Orchestrator) pause(ctx context.Context, e *entry) error {
+// checkpointer is the runtime's checkpoint side, or an error saying why there is none.
+func (o *Orchestrator) checkpointer() (runtime.Checkpointer, error) {
+	ck, ok := o.cfg.Runtime.(runtime.Checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: this runtime cannot snapshot sandboxes", ErrInvalid)
+	}
+	if err := ck.CanCheckpoint(); err != nil {
+		return nil, fmt.Errorf("%w: snapshots unavailable: %v", ErrInvalid, err)
+	}
+	return ck, nil
+}
+
+func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKind) error {
 	begun := time.Now()
+	if kind == "" {
+		kind = o.cfg.PauseKind
+	}
+	if _, err := reason.ParsePauseKind(string(kind)); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -256,22 +296,78 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry) error {
 	case e.sb.State == store.StatePaused:
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, e.sb.ID)
 	}
-	if err := o.cfg.Runtime.Freeze(ctx, e.sb.ID); err != nil {
-		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+	ev := events.PausedData(events.Execution{})
+	switch kind {
+	case reason.PauseSnapshot:
+		ck, err := o.checkpointer()
+		if err != nil {
+			return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+		}
+		e.closeAll() // the proxy's streams, and the server's own connections to envd
+		if e.envd != nil {
+			e.envd.CloseIdleConnections()
+		}
+		e.stopWatching() // the cgroup the OOM watch reads goes with the processes
+		info, err := ck.Checkpoint(ctx, e.sb.ID)
+		if err != nil {
+			o.watchOOM(ctx, e)
+			return fmt.Errorf("pause %s: snapshot failed, the sandbox runs on: %w", e.sb.ID, err)
+		}
+		e.onDisk = true
+		ev.SnapshotBytes, ev.SnapshotMS = info.Bytes, info.Duration.Milliseconds()
+		telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
+		telemetry.SnapshotBytes.Observe(float64(info.Bytes))
+	default:
+		if err := o.cfg.Runtime.Freeze(ctx, e.sb.ID); err != nil {
+			return fmt.Errorf("pause %s: %w", e.sb.ID, err)
+		}
+		e.closeAll() // streams through a frozen envd would hang: cut them
 	}
-	e.closeAll() // streams through a frozen envd would hang: cut them
 	now := time.Now()
 	e.sb.State, e.sb.PausedAt, e.sb.UpdatedAt = store.StatePaused, &now, now
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
 	}
-	o.emit(ctx, events.SandboxPaused, e.sb, events.PausedData(events.ExecutionOf(e.sb, now)))
+	took := time.Since(begun)
+	ev.Execution, ev.Kind, ev.DurationMS = events.ExecutionOf(e.sb, now), kind.String(), took.Milliseconds()
+	o.emit(ctx, events.SandboxPaused, e.sb, ev)
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Inc()
-	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(time.Since(begun).Seconds())
+	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(took.Seconds())
 	o.nudge()
-	o.logger(ctx).Info("sandbox paused", "duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	attrs := []any{"pause.kind", kind.String(), "duration_ms", float64(took.Microseconds()) / 1000}
+	if ev.SnapshotBytes > 0 {
+		attrs = append(attrs, "snapshot.bytes", ev.SnapshotBytes)
+	}
+	o.logger(ctx).Info("sandbox paused", attrs...)
 	return nil
+}
+
+// restore brings a sandbox paused as a snapshot back: the same processes and memory on new
+// pipes, watched again, with envd answering. Caller holds e.mu.
+func (o *Orchestrator) restore(ctx context.Context, e *entry) (time.Duration, error) {
+	begun := time.Now()
+	ck, err := o.checkpointer()
+	if err != nil {
+		return 0, err
+	}
+	rsb, err := ck.Restore(ctx, e.sb.ID)
+	if err != nil {
+		return 0, err
+	}
+	e.onDisk = false
+	o.drain(ctx, e, rsb, CreateRequest{})
+	o.watchOOM(ctx, e)
+	o.watchInit(e)
+	if e.envd == nil {
+		e.envd = o.envdClient(e.sb.ID)
+	}
+	if err := waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
+		return 0, fmt.Errorf("envd did not answer after the restore: %w", err)
+	}
+	took := time.Since(begun)
+	telemetry.RestoreSeconds.Observe(took.Seconds())
+	return took, nil
 }
 
 // Resume thaws a paused sandbox with a new TTL. ErrConflict if it is running.
@@ -338,7 +434,14 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 		}()
 		return false, fmt.Errorf("resume %s: template %s was removed: %w", e.sb.ID, e.sb.TemplateID, &GoneError{ID: e.sb.ID, Reason: reason.KillTemplateMissing, At: time.Now()})
 	}
-	if err := o.cfg.Runtime.Thaw(ctx, e.sb.ID); err != nil {
+	kind := reason.PauseFreeze
+	if e.onDisk {
+		kind = reason.PauseSnapshot
+		if _, err := o.restore(ctx, e); err != nil {
+			go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
+			return false, fmt.Errorf("resume %s: restore: %w", e.sb.ID, err)
+		}
+	} else if err := o.cfg.Runtime.Thaw(ctx, e.sb.ID); err != nil {
 		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
 		return false, fmt.Errorf("resume %s: %w", e.sb.ID, err)
 	}
@@ -346,12 +449,13 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return false, err
 	}
-	o.emit(ctx, events.SandboxResumed, e.sb, &cove.ResumedEventData{EndAt: end.UTC(), TimeoutSeconds: timeout.Seconds()})
+	o.emit(ctx, events.SandboxResumed, e.sb, &cove.ResumedEventData{EndAt: end.UTC(), TimeoutSeconds: timeout.Seconds(),
+		Kind: kind.String(), DurationMS: time.Since(begun).Milliseconds()})
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())
 	o.nudge()
-	o.logger(ctx).Info("sandbox resumed", "duration_ms", float64(time.Since(begun).Microseconds())/1000, "timeout_s", timeout.Seconds())
+	o.logger(ctx).Info("sandbox resumed", "pause.kind", kind.String(), "duration_ms", float64(time.Since(begun).Microseconds())/1000, "timeout_s", timeout.Seconds())
 	return true, nil
 }
 
@@ -488,7 +592,7 @@ func (o *Orchestrator) evictDue() time.Time {
 	for _, e := range due {
 		ctx := o.systemContext()
 		if e.sb.AutoPause {
-			if err := o.pause(sandboxLog(ctx, e.sb), e); err != nil {
+			if err := o.pause(sandboxLog(ctx, e.sb), e, ""); err != nil {
 				o.logger(ctx).Error("timeout pause failed; killing", telemetry.KeySandboxID, e.sb.ID, "error", err.Error())
 				_ = o.kill(ctx, e, reason.KillTimeout, "", "auto-pause failed: "+err.Error())
 			}
@@ -499,9 +603,11 @@ func (o *Orchestrator) evictDue() time.Time {
 	return next
 }
 
-// Recover runs at start-up: sandboxes recorded as live from a previous run cannot be
-// re-adopted by this driver, so each is killed with reason orphaned (never lost silently),
-// and runtime leftovers without a record are destroyed.
+// Recover runs at start-up: every sandbox recorded as live from a previous run is adopted
+// (its processes, envd, timers, sampling and output collection carry on; see adopt), and
+// one that cannot be, because its processes died while no server watched, is killed with
+// reason orphaned and a post-mortem that says why (never lost silently). Runtime leftovers
+// without a record are destroyed.
 func (o *Orchestrator) Recover(ctx context.Context) error {
 	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
 	recs, err := o.cfg.Store.LiveSandboxes(ctx)
@@ -509,9 +615,13 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	for _, sb := range recs {
-		e := &entry{sb: sb, closers: map[*closer]struct{}{}}
 		telemetry.SandboxesLive.WithLabelValues(string(sb.State)).Inc()
-		if err := o.kill(ctx, e, reason.KillOrphaned, "", "the server restarted while it was "+string(sb.State)); err != nil {
+		why := o.adopt(ctx, sb)
+		if why == nil {
+			continue
+		}
+		e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+		if err := o.kill(ctx, e, reason.KillOrphaned, "", why.Error()); err != nil {
 			o.logger(ctx).Error("recover: kill orphaned sandbox", telemetry.KeySandboxID, sb.ID, "error", err.Error())
 		}
 		o.closeOpenCommands(ctx, sb.ID, reason.KillOrphaned)

@@ -411,7 +411,7 @@ func TestRecoverAfterARestart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h.checkKilled(tt.id, reason.KillOrphaned, SystemRequestID, "", tt.state)
-			if d := h.logLines("sandbox killed", tt.id)[0]["detail"]; d != "the server restarted while it was "+string(tt.state) {
+			if d := h.logLines("sandbox killed", tt.id)[0]["detail"]; d != "the server restarted and its runtime cannot take sandboxes over" { // the fake runtime cannot adopt (test/restart covers adoption)
 				t.Errorf("detail %q", d)
 			}
 		})

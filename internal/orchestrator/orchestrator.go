@@ -34,6 +34,7 @@ import (
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
@@ -87,6 +88,14 @@ type Config struct {
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
 	PIDs           int64         // per sandbox; 1024 when 0
+	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
+	// forks and snapshots off.
+	Snapshots *snapshot.Store
+	// Volumes keeps the teams' volumes; nil turns volumes off.
+	Volumes *snapshot.Volumes
+	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
+	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
+	PauseKind reason.PauseKind
 	// EnvdArgs are added to every sandbox's `cove envd` command line (record caps, say).
 	EnvdArgs []string
 	// Collect is every sandbox's collection budget; CollectBudgets override it per team and
@@ -137,6 +146,8 @@ type CreateRequest struct {
 	Secrets []string
 	// CollectLogs switches the collection of command output lines (default on).
 	CollectLogs *bool
+	// VolumeMounts mounts the team's volumes into the sandbox, read-write.
+	VolumeMounts []VolumeMount
 }
 
 // Orchestrator runs sandboxes. All methods are safe for concurrent use.
@@ -169,6 +180,18 @@ type entry struct {
 	redactor  *redact.Redactor // the sandbox's: global secrets plus its own
 	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
 	stopOOM context.CancelFunc
+	// pipes are the read ends of the sandbox's stdout and stderr, closed when the server
+	// lets go of the sandbox without killing it (Detach).
+	pipes []io.Closer
+	// adopted: this server took the sandbox over from an earlier one (Recover), so command
+	// records it did not see start may be open when the sandbox ends.
+	adopted bool
+	// detached: the server let go of the sandbox (Detach); its init's exit is not ours to act on.
+	detached bool
+	// onDisk: paused as a snapshot: no process runs, resume restores it.
+	onDisk bool
+	// volumes are the ids of the volumes mounted in the sandbox (as this server made it).
+	volumes []string
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -205,6 +228,16 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.PIDs <= 0 {
 		cfg.PIDs = 1024
+	}
+	if cfg.PauseKind == "" {
+		cfg.PauseKind = reason.PauseFreeze
+		if ck, ok := cfg.Runtime.(runtime.Checkpointer); ok {
+			if err := ck.CanCheckpoint(); err == nil {
+				cfg.PauseKind = reason.PauseSnapshot
+			} else {
+				cfg.Logger.Warn("pause freezes sandboxes in RAM: snapshots unavailable", "error", err.Error())
+			}
+		}
 	}
 	if cfg.CoveBinary == "" {
 		exe, err := os.Executable()
@@ -296,6 +329,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
 	}
+	if snapshot.IsID(req.TemplateID) {
+		return o.createFromSnapshot(ctx, req)
+	}
 	timeout, err := o.clampTimeout(req.Timeout)
 	if err != nil {
 		return nil, err
@@ -339,6 +375,12 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
 	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)
+	binds := []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}}
+	vb, vids, err := o.volumeBinds(req.TeamID, req.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	binds, e.volumes = append(binds, vb...), vids
 
 	stage := "runtime"
 	defer func() {
@@ -356,7 +398,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
-		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
+		Binds:  binds,
 		Start:  true,
 	})
 	if err != nil {
@@ -413,19 +455,51 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	return out, nil
 }
 
+// register records a started sandbox and makes it live: served, watched, timed.
+func (o *Orchestrator) register(ctx context.Context, e *entry) error {
+	if err := o.cfg.Store.InsertSandbox(ctx, e.sb); err != nil {
+		return fmt.Errorf("record sandbox: %w", err)
+	}
+	o.mu.Lock()
+	o.live[e.sb.ID] = e
+	o.mu.Unlock()
+	o.watchInit(e)
+	o.nudge()
+	return nil
+}
+
 // drain collects the sandbox's stdout (output lines and command records) and stderr (envd's
 // log lines, also kept in its log file, which outlives the sandbox for post-mortems) into
 // the stores, labelled and redacted. A sandbox whose pipes nobody read would block.
+//
+// After a restore the sandbox has new pipes: drain reads them with the collector it had, so
+// its secrets and the commands it knows run on.
 func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox, req CreateRequest) {
 	var raw io.Writer
-	if o.cfg.LogDir != "" {
+	if e.logFile == nil && o.cfg.LogDir != "" {
 		if f, err := os.OpenFile(filepath.Join(o.cfg.LogDir, rsb.ID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			e.logFile = f
-			raw = f
 		}
+	}
+	if e.logFile != nil {
+		raw = e.logFile
+	}
+	if e.collector != nil {
+		o.pump(ctx, e, rsb, raw)
+		return
+	}
+	if e.redactor == nil {
+		// An adopted or restored sandbox: its creating request's secrets are not known here.
+		e.redactor = o.sandboxRedactor(e.sb, req)
 	}
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID},
 		e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	o.pump(ctx, e, rsb, raw)
+}
+
+// pump reads rsb's pipes into e's collector until they end.
+func (o *Orchestrator) pump(ctx context.Context, e *entry, rsb *runtime.Sandbox, raw io.Writer) {
+	e.pipes = []io.Closer{rsb.Stdout, rsb.Stderr}
 	e.drainers.Add(2)
 	// The pipes outlive the create request: its values go on, its cancel does not.
 	collectCtx := context.WithoutCancel(ctx)
@@ -499,6 +573,12 @@ func (o *Orchestrator) watchInit(e *entry) {
 		ex, err := o.cfg.Runtime.Wait(context.Background(), id)
 		if err != nil {
 			return
+		}
+		e.mu.Lock()
+		detached := e.detached
+		e.mu.Unlock()
+		if detached || ex.Checkpointed {
+			return // let go of, or on disk: a restore watches the new init
 		}
 		why := reason.KillEnvdExited
 		if ex.OOMKilled {

@@ -11,10 +11,12 @@
 //     enters with Dial (a locked thread that setns's, opens the socket, and comes back);
 //   - /sys/fs/cgroup/<controller>/cove/<id>: an absolute cgroup v1 path with memory, cpu and
 //     pids limits, the freezer, and the counters Stats reads (including OOM kills);
-//   - the init's stdout/stderr: pipes whose read ends the caller gets.
+//   - the init's stdout/stderr: pipes whose read ends the caller gets; envd holds a read end
+//     too, so they outlive the server, and a new one opens them again (see Adopter).
 //
 // The driver makes its process a child subreaper, so each sandbox's init is reaped by Cove:
-// exit status and OOM kill are known, and no zombie is left. Detect reports what a machine
+// exit status and OOM kill are known, and no zombie is left. A sandbox outlives the server:
+// its init runs in its own session and cgroups, and a restarted server adopts it (Adopt). Detect reports what a machine
 // offers (root, runc, cgroup v1 controllers, overlayfs) and why sandboxes cannot run when not.
 //
 // It must not import anything above it: template, store, events, the orchestrator or the edges

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,9 @@ type Runc struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	locks     map[string]*idLock
+
+	criuOnce sync.Once // CanCheckpoint's verdict, found once
+	criuErr  error
 }
 
 type sandbox struct {
@@ -62,6 +66,8 @@ type sandbox struct {
 	network Network
 	exited  chan struct{} // closed once init has been reaped
 	exit    Exit
+	// checkpointing: a checkpoint is stopping init, so its exit is no death (Exit.Checkpointed).
+	checkpointing atomic.Bool
 }
 
 type idLock struct {
@@ -219,6 +225,11 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}()
 
 	root := s.Rootfs
+	if s.Restore != "" {
+		if err := copyTree(filepath.Join(s.Restore, "upper"), filepath.Join(dir, "upper")); err != nil {
+			return nil, fmt.Errorf("create %s: copy the checkpoint's files: %w", s.ID, err)
+		}
+	}
 	if !s.Direct {
 		root = filepath.Join(dir, "rootfs")
 		layers := dir
@@ -241,7 +252,12 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: netns: %w", s.ID, err)
 		}
 	}
-	cfg, err := json.MarshalIndent(ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp), "", "  ")
+	spec := ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp)
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
+	cfg, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -249,21 +265,27 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
 
-	outR, outW, err := os.Pipe()
+	outR, outW, err := openStdio()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := openStdio()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return nil, err
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
 	logFile := filepath.Join(dir, "runc.log")
 	pidFile := filepath.Join(dir, "init.pid")
 	verb := []string{"create"}
 	if s.Start {
 		verb = []string{"run", "--detach"} // one runc process instead of create, then start
+	}
+	if s.Restore != "" {
+		if err := os.Mkdir(r.criuWorkDir(s.ID), 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", s.ID, err)
+		}
+		verb = []string{"restore", "--detach", "--image-path", filepath.Join(s.Restore, "checkpoint"), "--work-path", r.criuWorkDir(s.ID)}
 	}
 	args := append([]string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json"}, verb...)
 	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
@@ -275,7 +297,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	if runErr != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("create %s: runc create: %w: %s", s.ID, runErr, runcLogErrors(logFile))
+		return nil, fmt.Errorf("create %s: runc %s: %w: %s%s", s.ID, verb[0], runErr, runcLogErrors(logFile), criuLogErrors(filepath.Join(r.criuWorkDir(s.ID), "restore.log")))
 	}
 	pid, err := readPid(pidFile)
 	if err != nil {
@@ -306,7 +328,7 @@ func (r *Runc) reap(sb *sandbox) error {
 	go func() {
 		defer close(sb.exited)
 		st, err := proc.Wait()
-		sb.exit = Exit{Code: -1, At: time.Now(), OOMKilled: oomKills(cgroup) > 0}
+		sb.exit = Exit{Code: -1, At: time.Now(), OOMKilled: oomKills(cgroup) > 0, Checkpointed: sb.checkpointing.Load()}
 		if err != nil {
 			sb.exit.Signal = "unknown: " + err.Error()
 			return
@@ -325,7 +347,7 @@ func (r *Runc) reap(sb *sandbox) error {
 func mountOverlay(lower, layers, merged string) error {
 	upper, work := filepath.Join(layers, "upper"), filepath.Join(layers, "work")
 	for _, d := range []string{upper, work, merged} {
-		if err := os.Mkdir(d, 0o755); err != nil {
+		if err := os.Mkdir(d, 0o755); err != nil && !(d == upper && errors.Is(err, os.ErrExist)) { // a restore's upper is copied in
 			return err
 		}
 	}

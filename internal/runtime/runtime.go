@@ -77,6 +77,10 @@ type Spec struct {
 	// Start lets the init process run as part of Create (runc run --detach), saving a runc
 	// invocation; Start must not be called for such a sandbox.
 	Start bool
+	// Restore starts the sandbox from a checkpoint exported with Export (a fork, or a
+	// snapshot) instead of running Args: its upper dir is copied in, and its processes and
+	// memory restored, running, as with Start. Args still describe the init.
+	Restore string
 }
 
 // Bind is a host path mounted into the sandbox.
@@ -148,6 +152,8 @@ type Exit struct {
 	Signal    string // the signal's name when killed by one ("killed")
 	OOMKilled bool   // the kernel's OOM killer killed a process of this sandbox
 	At        time.Time
+	// Checkpointed: a checkpoint stopped the init (Checkpointer); the sandbox lives on disk.
+	Checkpointed bool
 }
 
 // Stats is a sandbox's resource usage, read from its cgroup v1 files.

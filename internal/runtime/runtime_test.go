@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -748,4 +749,172 @@ func BenchmarkCreate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// adoptPair returns two drivers on the same data, runc state and netns dirs: the second
+// stands for a server started after the first one died.
+func adoptPair(t *testing.T) (first, second *runtime.Runc, rootfs string) {
+	t.Helper()
+	runtimetest.Runc(t) // skips when the machine cannot run sandboxes
+	cfg := runtime.Config{DataDir: t.TempDir(), RuncRoot: t.TempDir(), NetnsDir: t.TempDir()}
+	var err error
+	if first, err = runtime.NewRunc(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if second, err = runtime.NewRunc(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return first, second, runtimetest.BusyboxRootfs(t)
+}
+
+func TestAdopt(t *testing.T) {
+	t.Run("a new driver takes over a running sandbox and reads what it wrote while nobody read", func(t *testing.T) {
+		r1, r2, rootfs := adoptPair(t)
+		s := create(t, r1, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+			// The init holds read ends of its own stdio, as envd does, so they outlive their reader.
+			`exec 3</proc/self/fd/1 4</proc/self/fd/2; echo ready; while [ ! -e /go ]; do sleep 0.02; done; echo while-away; touch /written; sleep 300`)})
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		s.sb.Stdout.Close() // the first server dies: nobody reads
+		s.sb.Stderr.Close()
+		<-s.stdout.done
+		merged := filepath.Join(filepath.Dir(r1.UpperDir(s.id)), "rootfs")
+		if err := os.WriteFile(filepath.Join(merged, "go"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(merged, "written")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sandbox did not write while nobody read its stdout (a write that blocks or fails?)")
+			}
+		}
+		sb, state, err := r2.Adopt(context.Background(), s.id)
+		if err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		t.Cleanup(func() { _ = r2.Destroy(context.Background(), s.id) })
+		if state != runtime.StateRunning || sb.Pid != s.sb.Pid {
+			t.Fatalf("adopted state %s pid %d, want running with pid %d", state, sb.Pid, s.sb.Pid)
+		}
+		out := collect(sb.Stdout)
+		collect(sb.Stderr)
+		out.waitFor(t, "while-away", 10*time.Second)
+		if err := r2.Freeze(context.Background(), s.id); err != nil {
+			t.Fatalf("freeze after adopt: %v", err)
+		}
+		if _, st, err := r2.Adopt(context.Background(), s.id); !errors.Is(err, runtime.ErrExists) {
+			t.Fatalf("adopting twice: %v %v, want ErrExists", st, err)
+		}
+		if err := r2.Thaw(context.Background(), s.id); err != nil {
+			t.Fatalf("thaw after adopt: %v", err)
+		}
+		if err := r2.Destroy(context.Background(), s.id); err != nil {
+			t.Fatalf("destroy after adopt: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := r2.Wait(ctx, s.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			t.Fatalf("wait after destroy: %v", err)
+		}
+		<-out.done // the FIFO ends once the sandbox's processes are gone
+	})
+	t.Run("the new driver sees the exit of an adopted init", func(t *testing.T) {
+		r1, r2, rootfs := adoptPair(t)
+		s := create(t, r1, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(`echo ready; sleep 300`)})
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		if _, _, err := r2.Adopt(context.Background(), s.id); err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		t.Cleanup(func() { _ = r2.Destroy(context.Background(), s.id) })
+		if err := syscall.Kill(s.sb.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ex, err := r2.Wait(ctx, s.id)
+		if err != nil {
+			t.Fatalf("wait on the adopted init: %v", err)
+		}
+		if ex.At.IsZero() {
+			t.Errorf("exit %+v has no time", ex)
+		}
+	})
+	t.Run("a sandbox whose init died while nobody watched is not found", func(t *testing.T) {
+		r1, r2, rootfs := adoptPair(t)
+		s := create(t, r1, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(`echo ready; sleep 300`)})
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		if err := syscall.Kill(s.sb.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r1, s.id)
+		if _, _, err := r2.Adopt(context.Background(), s.id); !errors.Is(err, runtime.ErrNotFound) {
+			t.Fatalf("adopt a dead sandbox: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestCheckpointAndRestore(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	if err := r.CanCheckpoint(); err != nil {
+		t.Skipf("checkpoints unavailable: %v", err)
+	}
+	t.Run("a restored sandbox has the same processes and memory, and its output reaches the new pipes", func(t *testing.T) {
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+			`v=$(cat /proc/sys/kernel/random/uuid); echo value-$v; trap 'echo answer-$v' USR1; while :; do sleep 0.05; done`)})
+		s.stdout.waitFor(t, "value-", 10*time.Second)
+		value := strings.TrimSpace(strings.TrimPrefix(s.stdout.String(), "value-"))
+		info, err := r.Checkpoint(context.Background(), s.id)
+		if err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		if info.Bytes <= 0 {
+			t.Errorf("checkpoint info %+v: no bytes on disk", info)
+		}
+		if ex := wait(t, r, s.id); !ex.Checkpointed {
+			t.Errorf("exit after the checkpoint %+v: want Checkpointed", ex)
+		}
+		if _, err := r.Stats(context.Background(), s.id); err == nil {
+			t.Errorf("the checkpointed sandbox still has cgroups with stats: its memory is not freed")
+		}
+		sb, err := r.Restore(context.Background(), s.id)
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		out := collect(sb.Stdout)
+		collect(sb.Stderr)
+		if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		out.waitFor(t, "answer-"+value, 10*time.Second)
+		if _, err := r.Restore(context.Background(), s.id); !errors.Is(err, runtime.ErrExists) {
+			t.Errorf("restoring a running sandbox: %v, want ErrExists", err)
+		}
+	})
+	t.Run("an exported checkpoint starts independent copies with the same memory and files", func(t *testing.T) {
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+			`v=$(cat /proc/sys/kernel/random/uuid); echo $v > /file; echo value-$v; trap 'echo answer-$v-$(cat /file)' USR1; while :; do sleep 0.05; done`)})
+		s.stdout.waitFor(t, "value-", 10*time.Second)
+		value := strings.TrimSpace(strings.TrimPrefix(s.stdout.String(), "value-"))
+		if _, err := r.Checkpoint(context.Background(), s.id); err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		export := filepath.Join(t.TempDir(), "export")
+		if n, err := r.Export(context.Background(), s.id, export); err != nil || n <= 0 {
+			t.Fatalf("export: %d bytes, %v", n, err)
+		}
+		if _, err := r.Restore(context.Background(), s.id); err != nil {
+			t.Fatalf("restore the parent: %v", err)
+		}
+		child := create(t, r, runtime.Spec{Rootfs: rootfs, Args: sh("true"), Restore: export})
+		if err := syscall.Kill(child.sb.Pid, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		child.stdout.waitFor(t, "answer-"+value+"-"+value, 10*time.Second)
+	})
+	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {
+		if _, err := r.Restore(context.Background(), newID(t)); !errors.Is(err, runtime.ErrNoCheckpoint) {
+			t.Errorf("restore without a checkpoint: %v, want ErrNoCheckpoint", err)
+		}
+	})
 }

@@ -42,6 +42,8 @@ func startRun(t *testing.T, dataDir string) *running {
 	cfg := Config{Addr: "127.0.0.1:0", DataDir: dataDir, TemplateDir: covetest.Templates(t), NoBuild: true, CoveBinary: covetest.Binary(t),
 		SampleInterval: 50 * time.Millisecond, Logger: telemetry.NewLogger(r.logs, slog.LevelDebug),
 		RecordHeadBytes: 1024, RecordTailBytes: 1024,
+		// Kill at stop, so the package leaves no sandbox behind (test/restart covers keep).
+		OnStop: StopKill,
 		Ready: func(addr, key string) {
 			once.Do(func() { r.url, r.key = "http://"+addr, key; close(ready) })
 		}}

@@ -37,11 +37,13 @@ import (
 	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/reason"
 )
 
 // Config configures Run.
@@ -75,6 +77,14 @@ type Config struct {
 	// CoveBinary is the static cove binary run as envd in every sandbox; this process's own
 	// executable when empty (tests that run the server in-process name a built one).
 	CoveBinary string
+	// OnStop is what a stop (SIGTERM, SIGINT) does to the sandboxes: keep them running for
+	// the next start to adopt (the default), or kill them with reason server_shutdown.
+	OnStop StopAction
+	// PauseKind is how a pause that does not say pauses: snapshot (to disk, where CRIU 4
+	// works) or freeze; "" picks snapshot when the runtime can, else freeze.
+	PauseKind reason.PauseKind
+	// SandboxMemoryMB is each sandbox's memory limit; 512 when 0.
+	SandboxMemoryMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	Logger  *slog.Logger
@@ -226,10 +236,19 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
 
+	snapshots, err := snapshot.Open(filepath.Join(cfg.DataDir, "snapshots"))
+	if err != nil {
+		return err
+	}
+	volumes, err := snapshot.OpenVolumes(filepath.Join(cfg.DataDir, "volumes"))
+	if err != nil {
+		return err
+	}
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
+		Snapshots: snapshots, Volumes: volumes,
 	})
 	if err != nil {
 		return err
@@ -352,15 +371,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		orch.Shutdown(context.Background())
+		stop(context.Background(), orch, cfg.OnStop)
 		return err
 	case <-ctx.Done():
 	}
-	cfg.Logger.Info("cove server stopping")
+	cfg.Logger.Info("cove server stopping", "on_stop", cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	orch.Shutdown(sctx) // kills sandboxes (server_shutdown), which also ends their streams
-	dashboard.Close()   // ends the console's live streams
+	stop(sctx, orch, cfg.OnStop) // either way, the sandboxes' streams through the proxy end
+	dashboard.Close()            // ends the console's live streams
 	_ = srv.Shutdown(sctx)
 	return nil
 }

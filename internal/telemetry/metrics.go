@@ -47,6 +47,18 @@ var (
 		Name: "cove_sandbox_transition_seconds", Help: "Time to pause, resume or kill a sandbox.",
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"transition"})
+	SnapshotSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "cove_snapshot_seconds", Help: "Time to write a sandbox's snapshot (checkpoint) to disk at a pause.",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})
+	SnapshotBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "cove_snapshot_bytes", Help: "Size on disk of a sandbox's snapshot.",
+		Buckets: prometheus.ExponentialBuckets(1<<20, 4, 8), // 1 MiB .. 16 GiB
+	})
+	RestoreSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "cove_restore_seconds", Help: "Time to restore a sandbox from its snapshot at a resume.",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})
 	ProxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cove_proxy_requests_total", Help: "Requests proxied to sandboxes, by outcome.",
 	}, []string{"outcome"})
@@ -115,6 +127,7 @@ func register() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
 		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
+		SnapshotSeconds, SnapshotBytes, RestoreSeconds,
 		LogLinesDropped, LogBytesDropped, WebhookAttempts, disks,
 	)
 	for _, o := range []string{WebhookDelivered, WebhookRetry, WebhookFailed} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,17 +14,7 @@ import (
 // against the package's server. The scenarios themselves live in that file.
 func TestOfficialSDK(t *testing.T) {
 	need(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
-	}
-	compat, err := filepath.Abs("../compat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
-	}
+	node, compat := covetest.NodeSDK(t, "../compat")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	if deadline, ok := t.Deadline(); ok {
@@ -45,7 +34,7 @@ func TestOfficialSDK(t *testing.T) {
 	out := covetest.NewLineLogger(t, "node: ")
 	cmd.Stdout = out
 	cmd.Stderr = out
-	err = cmd.Run()
+	err := cmd.Run()
 	out.Flush()
 	if err != nil {
 		t.Fatalf("node --test server.test.mjs: %v (the SDK scenarios above name what failed)", err)

@@ -1,6 +1,7 @@
-// Package restart proves that stopping or crashing `cove server` loses no sandbox silently
-// and leaks nothing: sandboxes it held are killed with a reason a client can read, and no
-// mount, cgroup, network namespace or process is left behind.
+// Package restart proves that stopping or crashing `cove server` kills no one: the next start
+// adopts every sandbox with its processes, memory, timers and output; a sandbox that died
+// meanwhile is killed with a reason a client can read; and no mount, cgroup, network
+// namespace or process is left behind.
 package restart
 
 import (
@@ -12,7 +13,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,23 +28,10 @@ import (
 
 func call(t *testing.T, s *covetest.Server, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.URL+path, r)
-	req.Header.Set("X-API-Key", s.Key)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
+	code, raw := callJSON(t, s, method, path, body)
 	var out map[string]any
-	b, _ := io.ReadAll(res.Body)
-	_ = json.Unmarshal(b, &out)
-	return res.StatusCode, out
+	_ = json.Unmarshal([]byte(raw), &out)
+	return code, out
 }
 
 func create(t *testing.T, s *covetest.Server) string {
@@ -75,6 +65,12 @@ func leftovers(t *testing.T, id string) []string {
 	return out
 }
 
+// onDisk says whether sandbox id is paused as a snapshot on disk.
+func onDisk(s *covetest.Server, id string) bool {
+	_, err := os.Stat(filepath.Join(s.DataDir, "sandboxes", id, "checkpoint", "inventory.img"))
+	return err == nil
+}
+
 func alive(t *testing.T, id string) bool {
 	t.Helper()
 	m, _ := filepath.Glob("/sys/fs/cgroup/memory/cove/" + id)
@@ -96,51 +92,270 @@ func waitGone(t *testing.T, id string) {
 	}
 }
 
+// start starts script in the sandbox with bash, through the server's proxy.
+func start(t *testing.T, ctx context.Context, s *covetest.Server, id, script string) *connect.ServerStreamForClient[pb.StartResponse] {
+	t.Helper()
+	c := processconnect.NewProcessClient(http.DefaultClient, s.URL)
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}})
+	req.Header().Set("E2b-Sandbox-Id", id)
+	req.Header().Set("X-API-Key", s.Key)
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatalf("start %q in %s: %v", script, id, err)
+	}
+	return stream
+}
+
+// exec runs script in the sandbox with bash and returns its stdout once it ends.
+func exec(t *testing.T, s *covetest.Server, id, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream := start(t, ctx, s, id, script)
+	var out strings.Builder
+	for stream.Receive() {
+		if d := stream.Msg().GetEvent().GetData(); d != nil {
+			out.Write(d.GetStdout())
+		}
+		if end := stream.Msg().GetEvent().GetEnd(); end != nil && end.GetExitCode() != 0 {
+			t.Fatalf("%q in %s exited %d: %s", script, id, end.GetExitCode(), end.GetError())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("%q in %s: %v", script, id, err)
+	}
+	return out.String()
+}
+
+// background starts script in the sandbox, leaves it running and returns its pid.
+func background(t *testing.T, s *covetest.Server, id, script string) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel() // the process outlives its stream
+	stream := start(t, ctx, s, id, script)
+	for stream.Receive() {
+		if st := stream.Msg().GetEvent().GetStart(); st != nil {
+			return st.GetPid()
+		}
+	}
+	t.Fatalf("no start event from %s: %v", id, stream.Err())
+	return 0
+}
+
+// waitFor polls cond until it holds, or fails the test after d naming what.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+	}
+}
+
+// merged is the sandbox's root as the host sees it.
+func merged(s *covetest.Server, id string) string {
+	return filepath.Join(s.DataDir, "sandboxes", id, "rootfs")
+}
+
+// holder keeps a random value only in its memory and writes it to /tmp/answer on SIGUSR1;
+// /tmp/v is the value to compare with.
+const holder = `v=$(head -c8 /dev/urandom | od -An -tx1 | tr -d ' \n'); echo $v > /tmp/v; trap 'echo $v > /tmp/answer' USR1; while :; do sleep 0.1; done`
+
 func TestRestart(t *testing.T) {
 	covetest.Skip(t)
-	tests := []struct {
-		name   string
-		stop   func(*covetest.Server)
-		reason string
-		// whether the sandboxes outlive the server process until it comes back
-		survive bool
-	}{
-		{"a crashed server's sandboxes are killed as orphaned when it comes back", (*covetest.Server).Crash, "orphaned", true},
-		{"a stopped server kills its sandboxes with server_shutdown", (*covetest.Server).Stop, "server_shutdown", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := covetest.Start(t, "")
-			running, paused := create(t, s), create(t, s)
-			if code, body := call(t, s, http.MethodPost, "/sandboxes/"+paused+"/pause", nil); code != http.StatusNoContent {
-				t.Fatalf("pause: %d %v", code, body)
-			}
-			tt.stop(s)
-			for _, id := range []string{running, paused} {
-				if got := alive(t, id); got != tt.survive {
-					t.Fatalf("sandbox %s alive after the server went down: %v, want %v", id, got, tt.survive)
+	t.Run("sandboxes carry on with the same processes and memory after", func(t *testing.T) {
+		for _, tt := range []struct {
+			name string
+			stop func(*covetest.Server)
+		}{
+			{"a crash (SIGKILL)", (*covetest.Server).Crash},
+			{"a stop (SIGTERM)", (*covetest.Server).Stop},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep"})
+				running, paused, frozen := create(t, s), create(t, s), create(t, s)
+				frozenPid := background(t, s, frozen, holder)
+				pid := background(t, s, running, holder)
+				waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
+					_, err := os.Stat(filepath.Join(merged(s, running), "tmp/v"))
+					return err == nil
+				})
+				marker := fmt.Sprintf("written-while-down-%d", time.Now().UnixNano())
+				background(t, s, running, `while [ ! -e /tmp/go ]; do sleep 0.05; done; echo `+marker+`; touch /tmp/done; sleep 600`)
+				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+paused+"/pause", nil); code != http.StatusNoContent {
+					t.Fatalf("pause: %d %v", code, body)
 				}
-			}
-			s.Restart()
-			for _, id := range []string{running, paused} {
-				code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil)
-				msg, _ := body["message"].(string)
-				if code != http.StatusNotFound || !strings.Contains(msg, "was killed: "+tt.reason) {
-					t.Errorf("GET %s after restart: %d %q, want 404 saying it was killed: %s", id, code, msg, tt.reason)
+				waitFor(t, 20*time.Second, "the frozen sandbox's holder wrote its value", func() bool {
+					_, err := os.Stat(filepath.Join(merged(s, frozen), "tmp/v"))
+					return err == nil
+				})
+				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+frozen+"/pause", map[string]any{"kind": "freeze"}); code != http.StatusNoContent {
+					t.Fatalf("pause (freeze): %d %v", code, body)
 				}
-				waitGone(t, id)
-				if !strings.Contains(s.Logs(), `"kill_reason":"`+tt.reason+`"`) {
-					t.Errorf("no kill line with reason %s in the server log", tt.reason)
+				tt.stop(s)
+				if !alive(t, running) {
+					t.Fatalf("sandbox %s died with the server", running)
 				}
+				if !onDisk(s, paused) || !alive(t, frozen) {
+					t.Fatalf("after the server went down: the paused sandbox on disk %v, the frozen one alive %v", onDisk(s, paused), alive(t, frozen))
+				}
+				// Output written while no server runs waits for the next one.
+				if err := os.WriteFile(filepath.Join(merged(s, running), "tmp/go"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, 20*time.Second, "the sandbox wrote while the server was down", func() bool {
+					_, err := os.Stat(filepath.Join(merged(s, running), "tmp/done"))
+					return err == nil
+				})
+				s.Restart()
+
+				if code, body := call(t, s, http.MethodGet, "/sandboxes/"+running, nil); code != http.StatusOK || body["state"] != "running" {
+					t.Fatalf("GET the running sandbox after the restart: %d %v", code, body)
+				}
+				got := exec(t, s, running, fmt.Sprintf(`kill -USR1 %d && for i in $(seq 100); do [ -s /tmp/answer ] && break; sleep 0.1; done; cat /tmp/answer /tmp/v`, pid))
+				if lines := strings.Fields(got); len(lines) != 2 || lines[0] != lines[1] {
+					t.Fatalf("the process %d holding a value in memory answered %q, want its value twice", pid, got)
+				}
+				waitFor(t, 30*time.Second, "the line written while the server was down in the sandbox's logs", func() bool {
+					code, body := callRaw(t, s, "/v2/sandboxes/"+running+"/logs?search="+marker)
+					return code == http.StatusOK && strings.Contains(body, marker)
+				})
+
+				if code, body := call(t, s, http.MethodGet, "/sandboxes/"+paused, nil); code != http.StatusOK || body["state"] != "paused" {
+					t.Fatalf("GET the paused sandbox after the restart: %d %v, want it still paused", code, body)
+				}
+				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+paused+"/connect", map[string]any{"timeout": 60}); code != http.StatusCreated {
+					t.Fatalf("connect to the paused sandbox after the restart: %d %v, want 201 (resumed)", code, body)
+				}
+				if out := exec(t, s, paused, "echo resumed"); strings.TrimSpace(out) != "resumed" {
+					t.Fatalf("a command in the resumed sandbox said %q", out)
+				}
+				// The frozen one stayed frozen, and thaws with its process and memory.
+				if code, body := call(t, s, http.MethodGet, "/sandboxes/"+frozen, nil); code != http.StatusOK || body["state"] != "paused" {
+					t.Fatalf("GET the frozen sandbox after the restart: %d %v, want it still paused", code, body)
+				}
+				if code, body := call(t, s, http.MethodPost, "/sandboxes/"+frozen+"/resume", map[string]any{"timeout": 60}); code != http.StatusCreated {
+					t.Fatalf("resume the frozen sandbox after the restart: %d %v", code, body)
+				}
+				if got, want := strings.TrimSpace(exec(t, s, frozen, fmt.Sprintf(`kill -USR1 %d && for i in $(seq 100); do [ -s /tmp/answer ] && break; sleep 0.1; done; cat /tmp/answer`, frozenPid))), strings.TrimSpace(exec(t, s, frozen, "cat /tmp/v")); got != want {
+					t.Fatalf("the frozen sandbox's holder answered %q, want %q", got, want)
+				}
+				for _, id := range []string{running, paused, frozen} {
+					if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+						t.Errorf("kill %s after the restart: %d", id, code)
+					}
+					waitGone(t, id)
+				}
+			})
+		}
+	})
+
+	t.Run("a server stopped with --on-stop kill kills its sandboxes with server_shutdown", func(t *testing.T) {
+		s := covetest.Start(t, "")
+		running, paused := create(t, s), create(t, s)
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+paused+"/pause", nil); code != http.StatusNoContent {
+			t.Fatalf("pause: %d %v", code, body)
+		}
+		s.Stop()
+		for _, id := range []string{running, paused} {
+			if alive(t, id) {
+				t.Fatalf("sandbox %s alive after the server stopped", id)
 			}
-			// The server still works after the restart.
-			id := create(t, s)
-			if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
-				t.Errorf("kill after restart: %d", code)
+		}
+		s.Restart()
+		for _, id := range []string{running, paused} {
+			code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil)
+			msg, _ := body["message"].(string)
+			if code != http.StatusNotFound || !strings.Contains(msg, "was killed: server_shutdown") {
+				t.Errorf("GET %s after restart: %d %q, want 404 saying it was killed: server_shutdown", id, code, msg)
 			}
 			waitGone(t, id)
+		}
+		// The server still works after the restart.
+		id := create(t, s)
+		if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+			t.Errorf("kill after restart: %d", code)
+		}
+		waitGone(t, id)
+	})
+
+	t.Run("a sandbox whose timeout ran out while the server was down is killed with reason timeout at start", func(t *testing.T) {
+		s := covetest.Start(t, "")
+		code, body := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "timeout": 2})
+		if code != http.StatusCreated {
+			t.Fatalf("create: %d %v", code, body)
+		}
+		id := body["sandboxID"].(string)
+		_, info := call(t, s, http.MethodGet, "/sandboxes/"+id, nil)
+		endAt, err := time.Parse(time.RFC3339Nano, info["endAt"].(string))
+		if err != nil {
+			t.Fatalf("endAt %v: %v", info["endAt"], err)
+		}
+		s.Crash()
+		waitFor(t, 30*time.Second, "the sandbox's timeout passed", func() bool { return time.Now().After(endAt.Add(200 * time.Millisecond)) })
+		if !alive(t, id) {
+			t.Fatalf("sandbox %s died with the server", id)
+		}
+		s.Restart()
+		waitFor(t, 20*time.Second, "the sandbox killed with reason timeout", func() bool {
+			code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil)
+			msg, _ := body["message"].(string)
+			return code == http.StatusNotFound && strings.Contains(msg, "was killed: timeout")
 		})
+		waitGone(t, id)
+	})
+
+	t.Run("a sandbox whose processes died while the server was down is killed as orphaned with a post-mortem saying so", func(t *testing.T) {
+		s := covetest.Start(t, "")
+		id := create(t, s)
+		s.Crash()
+		for _, p := range leftovers(t, id) {
+			if pid, ok := strings.CutPrefix(p, "process "); ok {
+				_ = killPid(pid)
+			}
+		}
+		waitFor(t, 20*time.Second, "the sandbox's processes gone", func() bool {
+			for _, p := range leftovers(t, id) {
+				if strings.HasPrefix(p, "process ") {
+					return false
+				}
+			}
+			return true
+		})
+		s.Restart()
+		code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil)
+		msg, _ := body["message"].(string)
+		if code != http.StatusNotFound || !strings.Contains(msg, "was killed: orphaned") {
+			t.Fatalf("GET after restart: %d %q, want 404 saying it was killed: orphaned", code, msg)
+		}
+		_, evs := callRaw(t, s, "/events/sandboxes/"+id+"?type=sandbox.lifecycle.killed")
+		if !strings.Contains(evs, "died while the server was down") {
+			t.Errorf("the killed event's post-mortem does not say the processes died while the server was down: %s", evs)
+		}
+		waitGone(t, id)
+	})
+}
+
+// callRaw GETs path with the server's key and returns the status and body.
+func callRaw(t *testing.T, s *covetest.Server, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	req.Header.Set("X-API-Key", s.Key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
 	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func killPid(pid string) error {
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		return err
+	}
+	return syscall.Kill(n, syscall.SIGKILL)
 }
 
 // commands lists a sandbox's command records through the API.
@@ -160,7 +375,9 @@ func commands(t *testing.T, s *covetest.Server, id string) []map[string]any {
 	return out.Commands
 }
 
-func TestACrashLeavesNoCommandRecordOpen(t *testing.T) {
+// A command running through a crash runs on; its record stays open until it ends, and when
+// the adopted sandbox is killed, the record ends with the kill.
+func TestACommandRunningThroughACrashIsClosedWhenItsSandboxIsKilled(t *testing.T) {
 	s := covetest.Start(t, "")
 	id := create(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,7 +408,14 @@ func TestACrashLeavesNoCommandRecordOpen(t *testing.T) {
 	}
 	s.Crash()
 	s.Restart()
+	if !open() {
+		t.Fatalf("the sleep's record was closed by the restart, but the sleep runs on: %v", commands(t, s, id))
+	}
+	if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+		t.Fatalf("kill after the restart: %d", code)
+	}
 	waitGone(t, id)
+	waitFor(t, 20*time.Second, "the sleep's record closed", func() bool { return !open() })
 	var rec map[string]any
 	for _, c := range commands(t, s, id) {
 		if c["requestId"] == "req-crash-sleep" {
@@ -201,7 +425,7 @@ func TestACrashLeavesNoCommandRecordOpen(t *testing.T) {
 	if rec == nil {
 		t.Fatalf("the sleep's record is gone after the restart")
 	}
-	if rec["endCause"] != "sandbox_killed" || rec["killReason"] != "orphaned" || rec["endedAt"] == nil {
-		t.Errorf("record after the crash: %v, want it ended as sandbox_killed with kill reason orphaned", rec)
+	if rec["endCause"] != "sandbox_killed" || rec["killReason"] != "request" || rec["endedAt"] == nil {
+		t.Errorf("record after the kill: %v, want it ended as sandbox_killed with kill reason request", rec)
 	}
 }

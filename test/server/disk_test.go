@@ -23,7 +23,7 @@ import (
 // more than 64 MiB.
 func TestSandboxDiskLimit(t *testing.T) {
 	const mb = 64
-	s := covetest.StartWith(t, "", "--disk-size-mb", fmt.Sprint(mb))
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--disk-size-mb", fmt.Sprint(mb)}})
 	a := client{t: t, url: s.URL, key: s.Key}
 	id := a.create(nil)
 

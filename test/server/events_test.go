@@ -32,7 +32,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func TestLifecycleEventsAndWebhooks(t *testing.T) {
-	s := covetest.StartWith(t, "", "--webhook-allow-net", "127.0.0.0/8") // the receiver is on the loopback
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--webhook-allow-net", "127.0.0.0/8"}}) // the receiver is on the loopback
 	a := client{t: t, url: s.URL, key: s.Key}
 	rcv := &receiver{}
 	hook := httptest.NewServer(rcv)

@@ -17,7 +17,7 @@ import (
 // is a 429 in E2B's shape naming the limit (the official SDK raises RateLimitError), and
 // killing the first makes room again.
 func TestTeamQuotaAnswers429(t *testing.T) {
-	s := covetest.StartWith(t, "", "--quota-sandboxes", "1")
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--quota-sandboxes", "1"}})
 	a := client{t: t, url: s.URL, key: s.Key}
 	first := a.create(nil)
 	code, body, _ := a.do(http.MethodPost, "/sandboxes", map[string]any{"templateID": "base"})

@@ -16,7 +16,7 @@ import (
 // events, and reads `cove admin status` and /metrics: every dataset, its TTL and cap, and
 // how big it is now.
 func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
-	s := covetest.StartWith(t, "", "--retain", "events=1h:500")
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--retain", "events=1h:500"}})
 	a := client{t: t, url: s.URL, key: s.Key}
 	id := a.create(nil)
 	run(t, s, id, "echo kept", "req-retention")

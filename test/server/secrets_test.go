@@ -29,7 +29,7 @@ func TestPlantedSecretsReachNoSink(t *testing.T) {
 	covetest.Skip(t)
 	otlp := otlptest.Start(t)
 	t.Setenv("COVE_OTEL_ENDPOINT", otlp.URL)
-	s := covetest.StartWith(t, "", "--webhook-allow-net", "127.0.0.0/8") // the receiver is on the loopback
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--webhook-allow-net", "127.0.0.0/8"}}) // the receiver is on the loopback
 	a := client{t: t, url: s.URL, key: s.Key}
 	var hookMu sync.Mutex
 	var hookBodies strings.Builder

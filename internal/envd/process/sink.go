@@ -88,13 +88,24 @@ func (s *Sink) Close() {
 func (s *Sink) run(w io.Writer) {
 	defer close(s.done)
 	bw := bufio.NewWriterSize(w, 64<<10)
+	pending := uint64(0) // lines in bw not yet written
+	flush := func() {
+		if err := bw.Flush(); err != nil {
+			// A broken pipe (no host reads it): what was buffered is lost, counted. A
+			// bufio.Writer stays broken after an error, so start a new one.
+			s.dropped.Add(pending)
+			bw.Reset(w)
+		}
+		pending = 0
+	}
 	for line := range s.queue {
 		_, _ = bw.Write(line)
-		if len(s.queue) == 0 {
-			_ = bw.Flush()
+		pending++
+		if len(s.queue) == 0 || bw.Buffered() == 0 {
+			flush()
 		}
 	}
-	_ = bw.Flush()
+	flush()
 }
 
 // emit queues one JSON record; false when it was dropped.

@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/snapshot"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// durable is a Sandboxes that forks sandboxes and keeps snapshots (the orchestrator).
+type durable interface {
+	Fork(ctx context.Context, teamID, id string, count int, timeout time.Duration) ([]orchestrator.ForkResult, error)
+	CreateSnapshot(ctx context.Context, teamID, id, name string) (*snapshot.Snapshot, error)
+	ListSnapshots(ctx context.Context, teamID, sandboxID, name string) ([]*snapshot.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, teamID, id string) error
+}
+
+// volumes is a Sandboxes that keeps volumes (the orchestrator).
+type volumes interface {
+	CreateVolume(ctx context.Context, teamID, name string) (*snapshot.Volume, error)
+	Volume(ctx context.Context, teamID, id string) (*snapshot.Volume, error)
+	ListVolumes(ctx context.Context, teamID string) ([]*snapshot.Volume, error)
+	DeleteVolume(ctx context.Context, teamID, id string) error
+}
+
+// volumeJSON is E2B's Volume; with the token it is VolumeAndToken.
+type volumeJSON struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	Token    string `json:"token,omitempty"`
+}
+
+// routeVolumes registers the volume routes when the sandboxes keep volumes.
+func (a *api) routeVolumes() {
+	v, ok := a.cfg.Sandboxes.(volumes)
+	if !ok {
+		return
+	}
+	a.handle("POST /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		var body struct {
+			Name string `json:"name"`
+		}
+		if err := decode(r, &body); err != nil {
+			return err
+		}
+		vol, err := v.CreateVolume(r.Context(), c.team.ID, body.Name)
+		if err != nil {
+			return fmt.Errorf("create volume %q: %w", body.Name, err)
+		}
+		writeJSON(w, http.StatusCreated, volumeJSON{VolumeID: vol.ID, Name: vol.Name, Token: vol.Token})
+		return nil
+	})
+	a.handle("GET /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		all, err := v.ListVolumes(r.Context(), c.team.ID)
+		if err != nil {
+			return fmt.Errorf("list volumes: %w", err)
+		}
+		out := []volumeJSON{}
+		for _, vol := range all {
+			out = append(out, volumeJSON{VolumeID: vol.ID, Name: vol.Name})
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	})
+	a.handle("GET /volumes/{volumeID}", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		vol, err := v.Volume(r.Context(), c.team.ID, r.PathValue("volumeID"))
+		if err != nil {
+			return fmt.Errorf("get volume: %w", err)
+		}
+		writeJSON(w, http.StatusOK, volumeJSON{VolumeID: vol.ID, Name: vol.Name, Token: vol.Token})
+		return nil
+	})
+	a.handle("DELETE /volumes/{volumeID}", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		if err := v.DeleteVolume(r.Context(), c.team.ID, r.PathValue("volumeID")); err != nil {
+			return fmt.Errorf("delete volume: %w", err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// routeDurable registers fork and snapshot routes when the sandboxes can.
+func (a *api) routeDurable() {
+	a.routeVolumes()
+	d, ok := a.cfg.Sandboxes.(durable)
+	if !ok {
+		return
+	}
+	a.handle("POST /sandboxes/{id}/fork", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.fork(w, r, c, d) })
+	a.handle("POST /sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.createSnapshot(w, r, c, d) })
+	a.handle("GET /snapshots", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.listSnapshots(w, r, c, d) })
+	a.handle("DELETE /snapshots/{snapshotID}", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.deleteSnapshot(w, r, c, d) })
+}
+
+// unroutedDurable serves what no route claimed but is a snapshot's: the npm SDK's
+// deleteSnapshot sends DELETE /templates/{snapshotID} (E2B keeps snapshots as templates).
+// It is a fallback, not a route, so that a templates API may own DELETE /templates/{id};
+// that handler should then pass snapshot ids (snapshot.IsID) here.
+func (a *api) unroutedDurable(r *http.Request) http.HandlerFunc {
+	d, ok := a.cfg.Sandboxes.(durable)
+	id, isTemplate := strings.CutPrefix(r.URL.Path, "/templates/")
+	if !ok || r.Method != http.MethodDelete || !isTemplate || !snapshot.IsID(id) {
+		return nil
+	}
+	return a.authenticated(func(w http.ResponseWriter, r *http.Request, c caller) error {
+		if err := d.DeleteSnapshot(r.Context(), c.team.ID, id); err != nil {
+			return fmt.Errorf("delete snapshot %s: %w", id, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// forkResult is E2B's SandboxForkResult: the sandbox, or the error that kept it from starting.
+type forkResult struct {
+	Sandbox *newSandboxJSON `json:"sandbox,omitempty"`
+	Error   *errdefs.Body   `json:"error,omitempty"`
+}
+
+func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+	id := r.PathValue("id")
+	var body struct {
+		Timeout *float64 `json:"timeout"`
+		Count   *int     `json:"count"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	timeout, err := seconds("timeout", body.Timeout)
+	if err != nil {
+		return err
+	}
+	count := 1
+	if body.Count != nil {
+		count = *body.Count
+	}
+	if count < 1 || count > orchestrator.MaxForks {
+		return fmt.Errorf("%w: count must be between 1 and %d, not %d", errBadRequest, orchestrator.MaxForks, count)
+	}
+	results, err := d.Fork(r.Context(), c.team.ID, id, count, timeout)
+	if err != nil {
+		return fmt.Errorf("fork sandbox %s: %w", id, err)
+	}
+	rid := telemetry.RequestID(r.Context())
+	out := make([]forkResult, len(results))
+	for i, res := range results {
+		if res.Err != nil {
+			body := errdefs.NewBody(statusOf(res.Err), res.Err.Error(), rid)
+			out[i].Error = &body
+			continue
+		}
+		sb := a.newSandbox(res.Sandbox)
+		out[i].Sandbox = &sb
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// snapshotInfo is E2B's SnapshotInfo, with Cove's facts beside it.
+type snapshotInfo struct {
+	SnapshotID string    `json:"snapshotID"`
+	Names      []string  `json:"names"`
+	SandboxID  string    `json:"sandboxID"`
+	TemplateID string    `json:"templateID"`
+	CreatedAt  time.Time `json:"createdAt"`
+	SizeBytes  int64     `json:"sizeBytes"`
+}
+
+func infoOf(sn *snapshot.Snapshot) snapshotInfo {
+	names := []string{}
+	if sn.Name != "" {
+		names = append(names, sn.Name)
+	}
+	return snapshotInfo{SnapshotID: sn.ID, Names: names, SandboxID: sn.SandboxID, TemplateID: sn.TemplateID, CreatedAt: sn.CreatedAt, SizeBytes: sn.Bytes}
+}
+
+func (a *api) createSnapshot(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+	id := r.PathValue("id")
+	var body struct {
+		Name string `json:"name"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if len(body.Name) > 128 {
+		return fmt.Errorf("%w: name is longer than 128 bytes", errBadRequest)
+	}
+	sn, err := d.CreateSnapshot(r.Context(), c.team.ID, id, body.Name)
+	if err != nil {
+		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
+	}
+	writeJSON(w, http.StatusCreated, infoOf(sn))
+	return nil
+}
+
+func (a *api) listSnapshots(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+	q := r.URL.Query()
+	limit := 100
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			return fmt.Errorf("%w: limit must be 1..100, not %q", errBadRequest, s)
+		}
+		limit = n
+	}
+	offset := 0
+	if s := q.Get("nextToken"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: nextToken %q is not one this server gave", errBadRequest, s)
+		}
+		offset = n
+	}
+	all, err := d.ListSnapshots(r.Context(), c.team.ID, q.Get("sandboxID"), q.Get("name"))
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	out := []snapshotInfo{}
+	for i := offset; i < len(all) && len(out) < limit; i++ {
+		out = append(out, infoOf(all[i]))
+	}
+	if next := offset + len(out); next < len(all) {
+		w.Header().Set("X-Next-Token", strconv.Itoa(next))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) deleteSnapshot(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+	id := r.PathValue("snapshotID")
+	if err := d.DeleteSnapshot(r.Context(), c.team.ID, id); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,264 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"time"
+
+	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/snapshot"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// MaxForks bounds one fork call's count.
+const MaxForks = 20
+
+// ForkResult is one sandbox of a fork: made, or why not. Each succeeds or fails on its own.
+type ForkResult struct {
+	Sandbox *store.Sandbox
+	Err     error
+}
+
+// Fork checkpoints a running sandbox in place (it pauses for that time and keeps its id,
+// TTL and processes) and starts count sandboxes from that one checkpoint, each with the
+// parent's processes, memory and files, independent from then on, with TTL now+timeout.
+func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, timeout time.Duration) ([]ForkResult, error) {
+	if count < 1 || count > MaxForks {
+		return nil, fmt.Errorf("%w: count must be between 1 and %d, not %d", ErrInvalid, MaxForks, count)
+	}
+	timeout, err := o.clampTimeout(timeout)
+	if err != nil {
+		return nil, err
+	}
+	if o.cfg.Snapshots == nil {
+		return nil, fmt.Errorf("%w: this server keeps no snapshots, so it cannot fork", ErrInvalid)
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx = sandboxLog(ctx, e.sb)
+	dir := o.cfg.Snapshots.TempDir()
+	defer os.RemoveAll(dir)
+	src, _, err := o.exportInPlace(ctx, e, dir, "fork")
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", id, err)
+	}
+	from := origin{team: src.TeamID, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
+		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id}
+	out := make([]ForkResult, count)
+	for i := range out {
+		out[i].Sandbox, out[i].Err = o.createFrom(ctx, from, dir, timeout)
+	}
+	return out, nil
+}
+
+// CreateSnapshot checkpoints a running sandbox in place, as Fork does, and keeps the
+// checkpoint as a snapshot that new sandboxes start from (Create with its id as template).
+func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name string) (*snapshot.Snapshot, error) {
+	if o.cfg.Snapshots == nil {
+		return nil, fmt.Errorf("%w: this server keeps no snapshots", ErrInvalid)
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx = sandboxLog(ctx, e.sb)
+	sn := &snapshot.Snapshot{ID: snapshot.NewID(), Name: name, CreatedAt: time.Now().UTC()}
+	dir := o.cfg.Snapshots.Dir(sn.ID)
+	src, n, err := o.exportInPlace(ctx, e, dir, "snapshot")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	sn.TeamID, sn.SandboxID, sn.TemplateID, sn.Metadata = src.TeamID, src.ID, src.TemplateID, src.Metadata
+	sn.Secure, sn.EnvdAccessToken, sn.Bytes = src.Secure, src.EnvdAccessToken, n
+	if err := o.cfg.Snapshots.Save(sn); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	o.logger(ctx).Info("snapshot created", "snapshot.id", sn.ID, "snapshot.bytes", n)
+	return sn, nil
+}
+
+// ListSnapshots lists a team's snapshots, newest first, of one sandbox or name when given.
+func (o *Orchestrator) ListSnapshots(ctx context.Context, teamID, sandboxID, name string) ([]*snapshot.Snapshot, error) {
+	if o.cfg.Snapshots == nil {
+		return nil, nil
+	}
+	return o.cfg.Snapshots.List(snapshot.Filter{TeamID: teamID, SandboxID: sandboxID, Name: name})
+}
+
+// DeleteSnapshot deletes a team's snapshot; ErrNotFound for another team's or none.
+func (o *Orchestrator) DeleteSnapshot(ctx context.Context, teamID, id string) error {
+	if o.cfg.Snapshots == nil {
+		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+	}
+	sn, err := o.cfg.Snapshots.Get(id)
+	if err != nil || sn.TeamID != teamID {
+		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+	}
+	if err := o.cfg.Snapshots.Delete(id); err != nil {
+		return err
+	}
+	o.logger(ctx).Info("snapshot deleted", "snapshot.id", id, "snapshot.bytes", sn.Bytes)
+	return nil
+}
+
+// exportInPlace checkpoints e (running) and exports the checkpoint to dir, then restores e:
+// same id, TTL and processes, paused for the time it takes. A sandbox paused as a snapshot
+// is exported as it is. It returns e's record and the bytes exported.
+func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose string) (*store.Sandbox, int64, error) {
+	ck, err := o.checkpointer()
+	if err != nil {
+		return nil, 0, err
+	}
+	begun := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.killed:
+		return nil, 0, gone(e.sb)
+	case e.onDisk:
+		n, err := ck.Export(ctx, e.sb.ID, dir)
+		return copySandbox(e.sb), n, err
+	case e.sb.State == store.StatePaused:
+		return nil, 0, fmt.Errorf("%w: sandbox %s is frozen: resume it first", ErrConflict, e.sb.ID)
+	case len(e.volumes) > 0:
+		return nil, 0, fmt.Errorf("%w: sandbox %s has volumes mounted: forks and snapshots of such sandboxes are not supported yet", ErrConflict, e.sb.ID)
+	}
+	e.closeAll()
+	if e.envd != nil {
+		e.envd.CloseIdleConnections()
+	}
+	e.stopWatching()
+	info, err := ck.Checkpoint(ctx, e.sb.ID)
+	if err != nil {
+		o.watchOOM(ctx, e)
+		return nil, 0, fmt.Errorf("checkpoint failed, the sandbox runs on: %w", err)
+	}
+	telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
+	telemetry.SnapshotBytes.Observe(float64(info.Bytes))
+	n, exportErr := ck.Export(ctx, e.sb.ID, dir)
+	if _, err := o.restore(ctx, e); err != nil {
+		go func() {
+			_ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", "restore after a checkpoint for a "+purpose+": "+err.Error())
+		}()
+		return nil, 0, errors.Join(exportErr, fmt.Errorf("restore %s after its checkpoint: %w", e.sb.ID, err))
+	}
+	if exportErr != nil {
+		return nil, 0, exportErr
+	}
+	took := time.Since(begun)
+	o.emit(ctx, events.SandboxCheckpointed, e.sb, &cove.CheckpointedEventData{Purpose: purpose, SnapshotBytes: n, DurationMS: took.Milliseconds()})
+	o.logger(ctx).Info("sandbox checkpointed", "purpose", purpose, "snapshot.bytes", n, "duration_ms", took.Milliseconds())
+	return copySandbox(e.sb), n, nil
+}
+
+// origin is what a sandbox started from a checkpoint takes from where it came from.
+type origin struct {
+	team, template, token  string
+	metadata               map[string]string
+	secure                 bool
+	autoPause, autoResume  bool
+	forkedFrom, snapshotID string // where the copy came from, for the created event
+}
+
+// createFromSnapshot starts a sandbox from a snapshot of the caller's team.
+func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
+	var sn *snapshot.Snapshot
+	if o.cfg.Snapshots != nil {
+		sn, _ = o.cfg.Snapshots.Get(req.TemplateID)
+	}
+	if sn == nil || sn.TeamID != req.TeamID {
+		return nil, fmt.Errorf("%w: snapshot %q", ErrTemplateNotFound, req.TemplateID)
+	}
+	timeout, err := o.clampTimeout(req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	md := sn.Metadata
+	if len(req.Metadata) > 0 {
+		md = req.Metadata
+	}
+	if len(req.EnvVars) > 0 {
+		// envd comes back with the snapshot's memory, and its environment with it.
+		o.logger(ctx).Info("envVars ignored: a sandbox from a snapshot keeps the snapshot's environment", "env_names", len(req.EnvVars))
+	}
+	return o.createFrom(ctx, origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
+		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID},
+		o.cfg.Snapshots.Dir(sn.ID), timeout)
+}
+
+// createFrom starts a new sandbox from an exported checkpoint in dir: its processes and
+// memory, its files on its template, envd already set up (its token the origin's).
+func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, timeout time.Duration) (_ *store.Sandbox, err error) {
+	begun := time.Now()
+	tmpl, err := o.cfg.Templates.Get(from.template)
+	if err != nil {
+		if errors.Is(err, template.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %q, the template under the checkpoint, was removed", ErrTemplateNotFound, from.template)
+		}
+		return nil, err
+	}
+	now := time.Now()
+	sb := &store.Sandbox{
+		ID: newID(), TeamID: from.team, TemplateID: from.template, State: store.StateRunning,
+		Metadata: maps.Clone(from.metadata), CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
+		EnvdVersion: EnvdVersion, Secure: from.secure, EnvdAccessToken: from.token, AutoPause: from.autoPause, AutoResume: from.autoResume,
+		StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	ctx = sandboxLog(ctx, sb)
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+	defer func() {
+		if err != nil {
+			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			e.stopWatching()
+			e.closeLog()
+			o.logger(ctx).Error("sandbox create from a checkpoint failed", "error", err.Error())
+		}
+	}()
+	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
+		ID: sb.ID, Rootfs: tmpl.Rootfs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
+		Limits:  runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
+		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
+		Restore: dir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
+	}
+	o.drain(ctx, e, rsb, CreateRequest{})
+	o.watchOOM(ctx, e)
+	e.envd = o.envdClient(sb.ID)
+	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
+		return nil, fmt.Errorf("envd in sandbox %s did not come back: %w", sb.ID, err)
+	}
+	if err = o.register(ctx, e); err != nil {
+		return nil, err
+	}
+	o.emit(ctx, events.SandboxCreated, sb, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: sb.Secure,
+		AutoPause: sb.AutoPause, ForkedFrom: from.forkedFrom, SnapshotID: from.snapshotID, DurationMS: time.Since(begun).Milliseconds()})
+	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
+	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
+	telemetry.RestoreSeconds.Observe(time.Since(begun).Seconds())
+	attrs := []any{"duration_ms", time.Since(begun).Milliseconds(), "timeout_s", timeout.Seconds()}
+	if from.forkedFrom != "" {
+		attrs = append(attrs, "forked_from", from.forkedFrom)
+	}
+	if from.snapshotID != "" {
+		attrs = append(attrs, "snapshot_id", from.snapshotID)
+	}
+	o.logger(ctx).Info("sandbox created", attrs...)
+	return copySandbox(sb), nil
+}

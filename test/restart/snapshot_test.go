@@ -1,0 +1,280 @@
+package restart
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
+)
+
+// skipWithoutCRIU skips a test of snapshot pause where CRIU 4 is not installed.
+func skipWithoutCRIU(t *testing.T) {
+	t.Helper()
+	out, err := osexec.Command("criu", "--version").Output()
+	if err != nil || !strings.Contains(string(out), "Version: 4") && !strings.Contains(string(out), "Version: 5") {
+		t.Skipf("snapshot pause needs CRIU 4 (scripts/criu.sh builds it): criu --version: %q %v", out, err)
+	}
+}
+
+func TestSnapshotPause(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	t.Run("a paused sandbox is on disk and frees its memory; it survives a crash and resumes with its processes and memory and /dev/shm", func(t *testing.T) {
+		s := covetest.Start(t, "")
+		id := create(t, s)
+		pid := background(t, s, id, holder)
+		waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
+			_, err := os.Stat(filepath.Join(merged(s, id), "tmp/v"))
+			return err == nil
+		})
+		exec(t, s, id, `head -c 32M /dev/urandom > /dev/shm/blob && sha256sum /dev/shm/blob > /tmp/shmsum`)
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{}); code != http.StatusNoContent {
+			t.Fatalf("pause: %d %v", code, body)
+		}
+		if alive(t, id) || !onDisk(s, id) {
+			t.Errorf("the paused sandbox is not on disk with its memory freed (memory cgroup: %v, on disk: %v)", alive(t, id), onDisk(s, id))
+		}
+		_, evs := callRaw(t, s, "/events/sandboxes/"+id+"?type=sandbox.lifecycle.paused")
+		if !strings.Contains(evs, `"kind":"snapshot"`) || !strings.Contains(evs, `"snapshot_bytes"`) {
+			t.Errorf("the paused event does not say it was a snapshot and its size: %s", evs)
+		}
+		s.Crash()
+		s.Restart()
+		if code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusOK || body["state"] != "paused" {
+			t.Fatalf("GET after the restart: %d %v, want it paused", code, body)
+		}
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}); code != http.StatusCreated {
+			t.Fatalf("connect: %d %v, want 201 (resumed)", code, body)
+		}
+		got := exec(t, s, id, fmt.Sprintf(`kill -USR1 %d && for i in $(seq 100); do [ -s /tmp/answer ] && break; sleep 0.1; done; cat /tmp/answer /tmp/v; sha256sum -c /tmp/shmsum`, pid))
+		if lines := strings.Fields(got); len(lines) < 2 || lines[0] != lines[1] || !strings.Contains(got, "/dev/shm/blob: OK") {
+			t.Fatalf("after the restore the holder %d and /dev/shm said %q, want its value twice and the blob OK", pid, got)
+		}
+		_, evs = callRaw(t, s, "/events/sandboxes/"+id+"?type=sandbox.lifecycle.resumed")
+		if !strings.Contains(evs, `"kind":"snapshot"`) {
+			t.Errorf("the resumed event does not say it restored a snapshot: %s", evs)
+		}
+		if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+			t.Errorf("kill: %d", code)
+		}
+		waitGone(t, id)
+	})
+	t.Run("a freeze keeps the memory in place", func(t *testing.T) {
+		s := covetest.Start(t, "")
+		id := create(t, s)
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{"kind": "freeze"}); code != http.StatusNoContent {
+			t.Fatalf("pause: %d %v", code, body)
+		}
+		if !alive(t, id) {
+			t.Errorf("a frozen sandbox lost its memory cgroup")
+		}
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/resume", map[string]any{"timeout": 60}); code != http.StatusCreated {
+			t.Fatalf("resume: %d %v", code, body)
+		}
+		if out := exec(t, s, id, "echo thawed"); strings.TrimSpace(out) != "thawed" {
+			t.Errorf("after the thaw: %q", out)
+		}
+	})
+	t.Run("bad pause requests are refused naming the field and the sandbox runs on", func(t *testing.T) {
+		s := covetest.Start(t, "")
+		id := create(t, s)
+		for _, body := range []map[string]any{{"kind": "hibernate"}, {"memory": false}} {
+			code, res := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", body)
+			msg, _ := res["message"].(string)
+			field := "kind"
+			if _, ok := body["memory"]; ok {
+				field = "memory"
+			}
+			if code != http.StatusBadRequest || !strings.Contains(msg, field) {
+				t.Errorf("pause %v: %d %q, want 400 naming %s", body, code, msg, field)
+			}
+		}
+		if code, res := call(t, s, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"memory": false}); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(res["message"]), "memory") {
+			t.Errorf("connect with memory false (onResume: 'reboot'): %d %v, want 400 naming memory", code, res)
+		}
+		if out := exec(t, s, id, "echo running"); strings.TrimSpace(out) != "running" {
+			t.Errorf("the sandbox after refused pauses: %q", out)
+		}
+	})
+}
+
+// holderAnswer asks the holder (pid in sandbox id) for the value in its memory.
+func holderAnswer(t *testing.T, s *covetest.Server, id string, pid uint32) string {
+	t.Helper()
+	got := exec(t, s, id, fmt.Sprintf(`rm -f /tmp/answer; kill -USR1 %d && for i in $(seq 100); do [ -s /tmp/answer ] && break; sleep 0.1; done; cat /tmp/answer`, pid))
+	return strings.TrimSpace(got)
+}
+
+func TestForkAndSnapshots(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	s := covetest.Start(t, "")
+	parent := create(t, s)
+	pid := background(t, s, parent, holder)
+	waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
+		_, err := os.Stat(filepath.Join(merged(s, parent), "tmp/v"))
+		return err == nil
+	})
+	value := strings.TrimSpace(exec(t, s, parent, "cat /tmp/v"))
+	_, before := call(t, s, http.MethodGet, "/sandboxes/"+parent, nil)
+
+	t.Run("fork with count 2 gives two copies with the parent's memory and files that are independent after", func(t *testing.T) {
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/fork", map[string]any{"count": 2, "timeout": 120})
+		if code != http.StatusCreated {
+			t.Fatalf("fork: %d %s", code, raw)
+		}
+		var results []struct {
+			Sandbox *struct {
+				SandboxID string `json:"sandboxID"`
+			} `json:"sandbox"`
+			Error *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(raw), &results); err != nil || len(results) != 2 {
+			t.Fatalf("fork answered %s (%v), want two results", raw, err)
+		}
+		var kids []string
+		for _, r := range results {
+			if r.Error != nil || r.Sandbox == nil {
+				t.Fatalf("a fork failed: %s", raw)
+			}
+			kids = append(kids, r.Sandbox.SandboxID)
+		}
+		_, after := call(t, s, http.MethodGet, "/sandboxes/"+parent, nil)
+		if after["state"] != "running" || after["endAt"] != before["endAt"] {
+			t.Errorf("the parent after the fork: %v, want running with the same endAt %v", after, before["endAt"])
+		}
+		for _, id := range append([]string{parent}, kids...) {
+			if got := holderAnswer(t, s, id, pid); got != value {
+				t.Errorf("the holder in %s answered %q, want the parent's %q", id, got, value)
+			}
+		}
+		exec(t, s, kids[0], "echo only-in-the-first > /tmp/mine")
+		for _, id := range []string{parent, kids[1]} {
+			if out := exec(t, s, id, "cat /tmp/mine 2>/dev/null || echo absent"); strings.TrimSpace(out) != "absent" {
+				t.Errorf("a file written in fork %s shows in %s: %q", kids[0], id, out)
+			}
+		}
+		for _, id := range kids {
+			call(t, s, http.MethodDelete, "/sandboxes/"+id, nil)
+			waitGone(t, id)
+		}
+	})
+
+	t.Run("a snapshot starts sandboxes with its memory; it is listed until deleted", func(t *testing.T) {
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/snapshots", map[string]any{"name": "after-setup"})
+		if code != http.StatusCreated {
+			t.Fatalf("create snapshot: %d %s", code, raw)
+		}
+		var info struct {
+			SnapshotID string   `json:"snapshotID"`
+			Names      []string `json:"names"`
+			SizeBytes  int64    `json:"sizeBytes"`
+		}
+		if err := json.Unmarshal([]byte(raw), &info); err != nil || info.SnapshotID == "" || info.SizeBytes <= 0 {
+			t.Fatalf("snapshot answer %s: %v", raw, err)
+		}
+		if _, list := callRaw(t, s, "/snapshots?sandboxID="+parent); !strings.Contains(list, info.SnapshotID) {
+			t.Errorf("GET /snapshots does not list %s: %s", info.SnapshotID, list)
+		}
+		code, body := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": info.SnapshotID, "timeout": 120})
+		if code != http.StatusCreated {
+			t.Fatalf("create from the snapshot: %d %v", code, body)
+		}
+		child := body["sandboxID"].(string)
+		if got := holderAnswer(t, s, child, pid); got != value {
+			t.Errorf("the holder in the sandbox from the snapshot answered %q, want %q", got, value)
+		}
+		call(t, s, http.MethodDelete, "/sandboxes/"+child, nil)
+		waitGone(t, child)
+		if code, _ := callJSON(t, s, http.MethodDelete, "/snapshots/"+info.SnapshotID, nil); code != http.StatusNoContent {
+			t.Fatalf("delete snapshot: %d", code)
+		}
+		if _, list := callRaw(t, s, "/snapshots"); strings.Contains(list, info.SnapshotID) {
+			t.Errorf("a deleted snapshot is still listed: %s", list)
+		}
+		if code, _ := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": info.SnapshotID}); code != http.StatusNotFound {
+			t.Errorf("create from a deleted snapshot: %d, want 404", code)
+		}
+	})
+
+	t.Run("/metrics has histograms of snapshot time and bytes and of restore time", func(t *testing.T) {
+		res, err := http.Get(s.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		for _, m := range []string{"cove_snapshot_seconds_count", "cove_snapshot_bytes_count", "cove_restore_seconds_count"} {
+			line := ""
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, m+" ") {
+					line = l
+				}
+			}
+			if line == "" || strings.HasSuffix(line, " 0") {
+				t.Errorf("%s after forks and a snapshot: %q", m, line)
+			}
+		}
+	})
+}
+
+// callJSON makes a call and returns the status and raw body.
+func callJSON(t *testing.T, s *covetest.Server, method, path string, body any) (int, string) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.URL+path, r)
+	req.Header.Set("X-API-Key", s.Key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func TestASnapshotThatDoesNotFitFailsThePauseAndTheSandboxRunsOn(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	// The data dir on a small tmpfs; unmounted after the server's own cleanup (cleanups run
+	// last registered first).
+	dir := t.TempDir()
+	if out, err := osexec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount a tmpfs for the data dir: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = osexec.Command("umount", "-l", dir).Run() })
+	s := covetest.Start(t, dir)
+	id := create(t, s)
+	exec(t, s, id, "head -c 48M /dev/urandom > /dev/shm/fill")
+	code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{})
+	msg, _ := body["message"].(string)
+	if code != http.StatusInsufficientStorage || !strings.Contains(msg, "runs on") {
+		t.Fatalf("pause with no room for the snapshot: %d %q, want 507 saying the sandbox runs on", code, msg)
+	}
+	if code, body := call(t, s, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusOK || body["state"] != "running" {
+		t.Fatalf("after the failed pause: %d %v, want it running", code, body)
+	}
+	if out := exec(t, s, id, "echo still-here; ls /dev/shm"); !strings.Contains(out, "still-here") || !strings.Contains(out, "fill") {
+		t.Errorf("the sandbox after the failed pause: %q", out)
+	}
+	if onDisk(s, id) {
+		t.Errorf("the failed snapshot's images were left on the disk")
+	}
+}
