@@ -130,16 +130,17 @@ func newTemplateCmd() *cobra.Command {
 
 	var from string
 	var run []string
+	var force, replace bool
 	build := &cobra.Command{
 		Use:   "build NAME",
-		Short: "Build a template: a Debian base when --from is empty, else --from T plus --run steps",
+		Short: "Build a template: a Debian base when --from is empty, else layers of --run steps on --from T (cached)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}
-			t, err := ts.Build(cmd.Context(), template.Spec{Name: args[0], From: from, Run: run}, os.Stdout)
+			t, err := ts.Build(cmd.Context(), template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace}, os.Stdout)
 			if err != nil {
 				if log := ts.FailedLog(args[0]); log != "" {
 					return fmt.Errorf("%w (build log: %s)", err, log)
@@ -155,9 +156,11 @@ func newTemplateCmd() *cobra.Command {
 	}
 	build.Flags().StringVar(&from, "from", "", "template to start from")
 	build.Flags().StringArrayVar(&run, "run", nil, "shell command to run in the new template (repeatable, in order)")
+	build.Flags().BoolVar(&force, "skip-cache", false, "rebuild every step instead of reusing cached layers")
+	build.Flags().BoolVar(&replace, "replace", false, "replace a template of the same name when the build succeeds")
 
 	list := &cobra.Command{
-		Use: "list", Short: "List templates", Args: cobra.NoArgs,
+		Use: "list", Aliases: []string{"ls"}, Short: "List templates with the disk each owns and shares with others", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
@@ -167,13 +170,26 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			use, err := ts.Usage()
+			if err != nil {
+				return err
+			}
 			if asJSON {
-				return printJSON(all)
+				type row struct {
+					*template.Template
+					template.Usage
+				}
+				rows := make([]row, len(all))
+				for i, t := range all {
+					rows[i] = row{t, use[t.Name]}
+				}
+				return printJSON(rows)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tFROM\tSIZE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tFROM\tLAYERS\tOWN\tSHARED\tCREATED")
 			for _, t := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%d MiB\t%s\n", t.Name, t.From, t.SizeBytes>>20, t.CreatedAt.Format(time.RFC3339))
+				u := use[t.Name]
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", t.Name, t.From, len(t.Layers), humanBytes(u.Own), humanBytes(u.Shared), t.CreatedAt.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -220,6 +236,18 @@ func newTemplateCmd() *cobra.Command {
 	}
 	cmd.AddCommand(build, list, rm, set, key)
 	return cmd
+}
+
+// humanBytes prints a size in KiB, MiB or GiB.
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", (n+1023)>>10)
+	}
 }
 
 func newTeamCmd() *cobra.Command {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -322,6 +323,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
+		Layers: tmpl.LayerDirs,
 		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
@@ -338,7 +340,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
-	init := map[string]any{"envVars": req.EnvVars}
+	init := map[string]any{"envVars": withTemplateEnv(tmpl.Env, req.EnvVars)}
 	if collect := req.CollectLogs; collect != nil {
 		init["collectOutput"] = *collect
 	} else if tmpl.CollectLogs != nil {
@@ -349,6 +351,12 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	}
 	if hasUser(tmpl.Rootfs, template.UserName) {
 		init["defaultUser"], init["defaultWorkdir"] = template.UserName, template.UserHome
+	}
+	if tmpl.User != "" {
+		init["defaultUser"] = tmpl.User
+	}
+	if tmpl.Workdir != "" {
+		init["defaultWorkdir"] = tmpl.Workdir
 	}
 	if err = postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
@@ -472,6 +480,16 @@ func (o *Orchestrator) watchOOM(ctx context.Context, e *entry) {
 			}
 		}
 	}()
+}
+
+// withTemplateEnv is the template's environment (what its steps set) under the request's.
+func withTemplateEnv(tmpl, req map[string]string) map[string]string {
+	if len(tmpl) == 0 {
+		return req
+	}
+	env := maps.Clone(tmpl)
+	maps.Copy(env, req)
+	return env
 }
 
 func hasUser(rootfs, name string) bool {

@@ -169,6 +169,11 @@ func validate(s Spec) error {
 	if fi, err := os.Stat(s.Rootfs); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%w: %s: rootfs %q is not a directory", ErrInvalid, s.ID, s.Rootfs)
 	}
+	for _, l := range s.Layers {
+		if !filepath.IsAbs(l) || strings.ContainsAny(l, ":,") {
+			return fmt.Errorf("%w: %s: layer %q must be an absolute path without ':' or ','", ErrInvalid, s.ID, l)
+		}
+	}
 	switch s.Network {
 	case "", NetworkLoopback, NetworkHost:
 	default:
@@ -210,7 +215,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	root := s.Rootfs
 	if !s.Direct {
 		root = filepath.Join(dir, "rootfs")
-		if err := mountOverlay(s.Rootfs, dir); err != nil {
+		if err := mountOverlay(append(append([]string(nil), s.Layers...), s.Rootfs), dir); err != nil {
 			return nil, fmt.Errorf("create %s: %w", s.ID, err)
 		}
 		if err := prepareRoot(root, s.ID); err != nil {
@@ -305,14 +310,15 @@ func (r *Runc) reap(sb *sandbox) error {
 	return nil
 }
 
-func mountOverlay(lower, dir string) error {
+// mountOverlay mounts the sandbox's root: lowers (topmost first) read-only under its own upper.
+func mountOverlay(lowers []string, dir string) error {
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
 	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", merged, err)
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cove-dev/cove/internal/runtime"
 )
 
@@ -58,6 +60,24 @@ type Spec struct {
 	Mirror string
 	// Include are the packages a base adds to minbase; DefaultInclude when nil.
 	Include []string
+
+	// Steps are the steps of a template built in layers on From, after Run (which become RUN
+	// steps as root). A template with a From is always built in layers.
+	Steps []Step
+	// Files opens the archives COPY steps name.
+	Files FileSource
+	// StartCmd and ReadyCmd become the template's start command and ready check.
+	StartCmd, ReadyCmd string
+	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
+	CPUCount, MemoryMB int
+	// Force rebuilds every step instead of reusing cached layers.
+	Force bool
+	// Replace lets the build replace a ready template of the same name (atomically, when the
+	// build succeeds); without it such a build fails with ErrExists.
+	Replace bool
+	// Log receives every build log line with the step it belongs to ("base", "1".."n" for
+	// the steps, "finalize"), as the build runs.
+	Log func(step, line string)
 }
 
 // Build builds a template and returns it ready. Progress lines (the build's output, and one
@@ -72,10 +92,25 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
 		}
 	}
-	if len(spec.Run) > 0 && s.rt == nil {
+	if (len(spec.Run) > 0 || len(spec.Steps) > 0) && s.rt == nil {
 		return nil, fmt.Errorf("%w: build template %s: run steps need a runtime", ErrInvalid, spec.Name)
 	}
-	if _, err := s.Get(spec.Name); err == nil {
+	if spec.From == "" && len(spec.Steps) > 0 {
+		return nil, fmt.Errorf("%w: build template %s: steps need a template to start from", ErrInvalid, spec.Name)
+	}
+	for i, st := range spec.Steps {
+		if err := st.validate(len(spec.Run) + i); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+	}
+	if spec.From != "" {
+		release, err := s.lockName(ctx, spec.Name)
+		if err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+		defer release()
+	}
+	if _, err := s.Get(spec.Name); err == nil && !spec.Replace {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, ErrExists)
 	}
 	start := time.Now()
@@ -95,9 +130,10 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		os.RemoveAll(build)
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
-	out := &lineWriter{w: logFile, progress: progress}
+	out := &lineWriter{w: logFile, progress: progress, sink: spec.Log, step: "base", tail: &tailLines{n: 20}}
 	defer func() {
 		if err != nil {
+			out.step = "finalize"
 			out.Printf("==> build failed: %v", err)
 		}
 		logFile.Close()
@@ -128,30 +164,19 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		if err := bootstrap(ctx, rootfs, t.Suite, spec.Mirror, t.Include, out); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
+		t.SizeBytes = treeSize(rootfs)
 	} else {
-		parent, err := s.Get(spec.From)
-		if err != nil {
-			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
-		}
-		out.Printf("==> copy %s", spec.From)
-		if err := copyTree(ctx, parent.Rootfs, rootfs, out); err != nil {
-			return nil, fmt.Errorf("build template %s: copy %s: %w", spec.Name, spec.From, err)
+		if err := s.buildSteps(ctx, spec, t, out); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
 	}
-	for i, cmd := range spec.Run {
-		out.Printf("==> run [%d/%d] %s", i+1, len(spec.Run), cmd)
-		if err := s.runStep(ctx, rootfs, cmd, out); err != nil {
-			return nil, fmt.Errorf("build template %s: step %d %q: %w", spec.Name, i+1, cmd, err)
-		}
-	}
-	t.SizeBytes = treeSize(rootfs)
 	t.CreatedAt = time.Now().UTC()
 	t.BuildTime = time.Since(start).Seconds()
 	if err := writeMeta(build, t); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	out.Printf("==> ready: %s, %d MB in %.1fs", spec.Name, t.SizeBytes>>20, t.BuildTime)
-	if err := s.publish(build, spec.Name); err != nil {
+	if err := s.publish(build, spec.Name, spec.Replace); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	return s.Get(spec.Name)
@@ -196,7 +221,7 @@ func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Wri
 	if err := writeMeta(build, t); err != nil {
 		return nil, err
 	}
-	if err := s.publish(build, name); err != nil {
+	if err := s.publish(build, name, false); err != nil {
 		return nil, fmt.Errorf("import template %s: %w", name, err)
 	}
 	return s.Get(name)
@@ -207,13 +232,20 @@ func (s *Store) FailedLog(name string) string {
 	return filepath.Join(s.dir, ".failed", name+".log")
 }
 
-// publish renames a finished build directory to its template name: the moment it becomes ready.
-func (s *Store) publish(build, name string) error {
+// publish renames a finished build directory to its template name: the moment it becomes
+// ready. With replace, a ready template of that name is swapped out in one rename and deleted.
+func (s *Store) publish(build, name string, replace bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	final := filepath.Join(s.dir, name)
 	if _, err := os.Lstat(final); err == nil {
-		return ErrExists
+		if !replace {
+			return ErrExists
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, build, unix.AT_FDCWD, final, unix.RENAME_EXCHANGE); err != nil {
+			return fmt.Errorf("replace %s: %w", name, err)
+		}
+		return removeTree(build) // now the old template
 	}
 	return os.Rename(build, final)
 }
@@ -413,17 +445,26 @@ func addUser(rootfs string) error {
 	})
 }
 
-// runStep runs one shell command as root in a container whose root is rootfs itself, with the
-// host's network so that package managers can download.
-func (s *Store) runStep(ctx context.Context, rootfs, cmd string, out *lineWriter) error {
+// runStep runs one shell command in a container whose root is rootfs itself, with the host's
+// network so that package managers can download. It fails with an *ExitError when the command
+// does not exit 0.
+func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *lineWriter) error {
 	id := "build-" + randomSuffix()
+	out.startStep(out.step) // the error's last lines are this command's
+	env := append([]string{"DEBIAN_FRONTEND=noninteractive"}, cmd.Env...)
+	if cmd.Home != "" {
+		env = append(env, "HOME="+cmd.Home)
+	}
 	sb, err := s.rt.Create(ctx, runtime.Spec{
 		ID:      id,
 		Rootfs:  rootfs,
 		Direct:  true,
 		Network: runtime.NetworkHost,
-		Args:    []string{"/bin/sh", "-c", cmd},
-		Env:     []string{"DEBIAN_FRONTEND=noninteractive"},
+		Args:    []string{"/bin/sh", "-c", cmd.Cmd},
+		Env:     env,
+		Cwd:     cmd.Cwd,
+		UID:     cmd.UID,
+		GID:     cmd.GID,
 		Limits:  runtime.Limits{PIDs: 4096},
 	})
 	if err != nil {
@@ -451,15 +492,43 @@ func (s *Store) runStep(ctx context.Context, rootfs, cmd string, out *lineWriter
 		return derr
 	}
 	wg.Wait()
-	switch {
-	case exit.OOMKilled:
-		return errors.New("killed by the OOM killer")
-	case exit.Signal != "":
-		return fmt.Errorf("killed by %s", exit.Signal)
-	case exit.Code != 0:
-		return fmt.Errorf("exit status %d", exit.Code)
+	if exit.OOMKilled || exit.Signal != "" || exit.Code != 0 {
+		return &ExitError{Code: exit.Code, Signal: exit.Signal, OOMKilled: exit.OOMKilled, Tail: out.lastLines()}
 	}
 	return nil
+}
+
+// shellCmd is a build command and who runs it where.
+type shellCmd struct {
+	Cmd      string
+	UID, GID uint32
+	Home     string
+	Cwd      string
+	Env      []string
+}
+
+// ExitError is a build command that failed: its exit status and its last output lines.
+type ExitError struct {
+	Code      int
+	Signal    string
+	OOMKilled bool
+	Tail      []string
+}
+
+func (e *ExitError) Error() string {
+	var what string
+	switch {
+	case e.OOMKilled:
+		what = "killed by the OOM killer"
+	case e.Signal != "":
+		what = "killed by " + e.Signal
+	default:
+		what = fmt.Sprintf("exit status %d", e.Code)
+	}
+	if len(e.Tail) == 0 {
+		return what
+	}
+	return what + "; last lines:\n" + strings.Join(e.Tail, "\n")
 }
 
 // copyTree copies src to dst preserving owners, modes, links and xattrs, sharing extents
@@ -505,11 +574,15 @@ func treeSize(dir string) int64 {
 	return n
 }
 
-// lineWriter writes whole lines to the build log and to the caller's progress writer.
+// lineWriter writes whole lines to the build log, the caller's progress writer and its sink
+// (with the step they belong to), keeping the last few for errors.
 type lineWriter struct {
 	mu       sync.Mutex
 	w        io.Writer
 	progress io.Writer
+	sink     func(step, line string)
+	step     string // set between steps, never while one writes
+	tail     *tailLines
 }
 
 func (l *lineWriter) line(s string) {
@@ -519,6 +592,32 @@ func (l *lineWriter) line(s string) {
 	if l.progress != nil {
 		io.WriteString(l.progress, s+"\n")
 	}
+	if l.sink != nil {
+		l.sink(l.step, s)
+	}
+	if l.tail != nil {
+		l.tail.add(s)
+	}
+}
+
+// startStep makes the lines that follow belong to step, and forgets the tail.
+func (l *lineWriter) startStep(step string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.step = step
+	if l.tail != nil {
+		l.tail.lines = nil
+	}
+}
+
+// lastLines returns the last lines of the current step.
+func (l *lineWriter) lastLines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tail == nil {
+		return nil
+	}
+	return append([]string(nil), l.tail.lines...)
 }
 
 // Printf writes one line.

@@ -28,6 +28,8 @@ var (
 	ErrExists = errors.New("template exists")
 	// ErrInvalid: the build spec is malformed.
 	ErrInvalid = errors.New("invalid template spec")
+	// ErrInUse: other templates are built on the template.
+	ErrInUse = errors.New("template in use")
 )
 
 // Template is a ready, read-only root filesystem and what it was built from.
@@ -47,8 +49,30 @@ type Template struct {
 	// (a create request's own collectLogs wins); nil means on.
 	CollectLogs *bool `json:"collect_logs,omitempty"`
 
-	// Rootfs is the template's root directory: a sandbox's read-only lower layer.
+	// Root is the template whose full rootfs lies below Layers; "" when this template is one.
+	Root string `json:"root,omitempty"`
+	// Layers are the keys of the layers the steps made, bottom first (see layers.go).
+	Layers []string `json:"layers,omitempty"`
+	// Steps are the steps of a template built in steps, in order.
+	Steps []Step `json:"steps,omitempty"`
+	// Env, User and Workdir are what the steps set: sandboxes start with them.
+	Env     map[string]string `json:"env,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	// StartCmd runs when a sandbox starts; ReadyCmd exits 0 once it is ready.
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+	// CPUCount and MemoryMB size the template's sandboxes; 0 means the server's default.
+	CPUCount int `json:"cpu_count,omitempty"`
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// Built says, step by step, what the last build did.
+	Built []StepResult `json:"built,omitempty"`
+
+	// Rootfs is the template's root directory: a sandbox's read-only lower layer (for a
+	// template built in steps, its root's rootfs).
 	Rootfs string `json:"-"`
+	// LayerDirs are the directories of Layers, topmost first, to stack above Rootfs.
+	LayerDirs []string `json:"-"`
 	// BuildLog is the file holding the build's output.
 	BuildLog string `json:"-"`
 }
@@ -92,7 +116,8 @@ func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(dir, ".build-*"))
 	trash, _ := filepath.Glob(filepath.Join(dir, ".trash-*"))
-	for _, d := range append(leftovers, trash...) {
+	layers, _ := filepath.Glob(filepath.Join(dir, "layers", ".build-*"))
+	for _, d := range append(append(leftovers, trash...), layers...) {
 		release, ok := abandoned(d)
 		if !ok {
 			continue // another process is building or removing there
@@ -121,7 +146,27 @@ func (s *Store) Get(name string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
+	if err := s.resolve(t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// resolve fills in where a template built in steps finds its root's rootfs and its layers.
+func (s *Store) resolve(t *Template) error {
+	if t.Root == "" {
+		return nil
+	}
+	root, err := readMeta(filepath.Join(s.dir, t.Root))
+	if err != nil {
+		return fmt.Errorf("template %s: its root template %s: %w", t.Name, t.Root, ErrNotFound)
+	}
+	t.Rootfs = root.Rootfs
+	t.LayerDirs = make([]string, 0, len(t.Layers))
+	for i := len(t.Layers) - 1; i >= 0; i-- {
+		t.LayerDirs = append(t.LayerDirs, s.LayerDiff(t.Layers[i]))
+	}
+	return nil
 }
 
 // List returns every ready template, by name.
@@ -132,11 +177,11 @@ func (s *Store) List() ([]*Template, error) {
 	}
 	var ts []*Template
 	for _, e := range entries {
-		if !e.IsDir() || ValidName(e.Name()) != nil {
-			continue
+		if ValidName(e.Name()) != nil {
+			continue // build, trash and layer directories
 		}
 		t, err := readMeta(filepath.Join(s.dir, e.Name()))
-		if err != nil {
+		if err != nil || s.resolve(t) != nil {
 			continue // not a complete template
 		}
 		ts = append(ts, t)
@@ -150,6 +195,13 @@ func (s *Store) List() ([]*Template, error) {
 func (s *Store) Remove(name string) error {
 	if err := ValidName(name); err != nil {
 		return fmt.Errorf("remove template: %w", err)
+	}
+	if all, err := s.List(); err == nil {
+		for _, t := range all {
+			if t.Root == name {
+				return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, t.Name)
+			}
+		}
 	}
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
@@ -167,6 +219,9 @@ func (s *Store) Remove(name string) error {
 	}
 	if err := removeTree(trash); err != nil {
 		return fmt.Errorf("remove template %s: %w", name, err)
+	}
+	if _, err := s.gcLayers(); err != nil {
+		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
 	}
 	return nil
 }
