@@ -10,6 +10,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
 )
 
 // Errors of this layer, mapped by statusOf like the orchestrator's.
@@ -38,18 +39,21 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid),
+		errors.Is(err, template.ErrInvalid):
 		return http.StatusBadRequest
 	// A killed sandbox is not found: the SDK's kill() returns false on a 404 body only.
 	case errors.As(err, &gone),
 		errors.Is(err, orchestrator.ErrNotFound),
 		errors.Is(err, orchestrator.ErrTemplateNotFound),
 		errors.Is(err, store.ErrNotFound),
+		errors.Is(err, template.ErrNotFound),
 		errors.Is(err, errRoute):
 		return http.StatusNotFound
 	case errors.As(err, &paused),
 		errors.Is(err, orchestrator.ErrConflict),
-		errors.Is(err, store.ErrConflict):
+		errors.Is(err, store.ErrConflict),
+		errors.Is(err, template.ErrExists), errors.Is(err, template.ErrInUse):
 		return http.StatusConflict
 	case errors.As(err, &unserved):
 		return http.StatusNotImplemented

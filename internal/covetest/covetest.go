@@ -98,6 +98,20 @@ func Templates(t testing.TB) string {
 	return dir
 }
 
+// OwnTemplates returns a new template store of the test's own whose base template is the
+// shared one (a symlink): a server on it builds templates without writing to the shared store.
+func OwnTemplates(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "templates")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(Templates(t), "base"), filepath.Join(dir, "base")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // Server is a running `cove server`.
 type Server struct {
 	URL     string // http://127.0.0.1:PORT
@@ -118,7 +132,17 @@ func Start(t testing.TB, dataDir string) *Server {
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: Templates(t)}
+	return StartWithTemplates(t, dataDir, Templates(t))
+}
+
+// StartWithTemplates starts a server as Start does, on the template store templates.
+func StartWithTemplates(t testing.TB, dataDir, templates string) *Server {
+	t.Helper()
+	Skip(t)
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	s := &Server{t: t, DataDir: dataDir, templates: templates}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()

@@ -263,7 +263,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
+	builds, err := template.OpenBuilds(templates)
+	if err != nil {
+		return fmt.Errorf("template builds: %w", err)
+	}
+	defer builds.Close()
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin, Builds: builds,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,

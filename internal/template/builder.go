@@ -62,6 +62,12 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 	if c.Env == nil {
 		c.Env = map[string]string{}
 	}
+	if parent.Root == "" {
+		// As in E2B, steps on a base run as its user, in its home, unless they say otherwise.
+		if _, _, _, err := lookupUser(parent.Rootfs, UserName); err == nil {
+			c.User, c.Workdir = UserName, UserHome
+		}
+	}
 	root, err := s.Get(t.Root)
 	if err != nil {
 		return fmt.Errorf("root: %w", err)

@@ -55,7 +55,7 @@ func TestLayeredTemplates(t *testing.T) {
 		return []template.Step{
 			{Kind: template.StepCopy, Args: []string{"app", "/opt/app", "1000:1000", "0755"}, FilesHash: appHash},
 			{Kind: template.StepEnv, Args: []string{"GREETING", "hi", "MODE", "test"}},
-			{Kind: template.StepRun, Args: []string{"rm /bin/vi; echo $GREETING-$MODE > /greeting"}},
+			{Kind: template.StepRun, Args: []string{"rm /bin/vi; echo $GREETING-$MODE > /greeting", "root"}},
 			{Kind: template.StepUser, Args: []string{"user"}},
 			{Kind: template.StepWorkdir, Args: []string{"/home/user/work"}},
 			{Kind: template.StepCopy, Args: []string{"hello.txt", "/home/user/", "user"}, FilesHash: helloHash},

@@ -1,0 +1,369 @@
+package template
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// BuildStatus is where a requested build is: E2B's TemplateBuildStatus.
+type BuildStatus string
+
+// The build statuses.
+const (
+	BuildWaiting  BuildStatus = "waiting" // requested; files may be uploading
+	BuildBuilding BuildStatus = "building"
+	BuildReady    BuildStatus = "ready"
+	BuildError    BuildStatus = "error"
+)
+
+func (s BuildStatus) String() string {
+	if s == "" {
+		return string(BuildWaiting)
+	}
+	return string(s)
+}
+
+// ParseBuildStatus reads a build status, rejecting unknown ones.
+func ParseBuildStatus(s string) (BuildStatus, error) {
+	switch b := BuildStatus(s); b {
+	case BuildWaiting, BuildBuilding, BuildReady, BuildError:
+		return b, nil
+	}
+	return "", fmt.Errorf("%w: unknown build status %q", ErrInvalid, s)
+}
+
+// ReasonOrphaned is the reason of a build the server stopped in the middle of (a crash).
+const ReasonOrphaned = "orphaned"
+
+// BuildReason says why a build failed: the message, the step ("1".., "finalize") and the
+// last log lines.
+type BuildReason struct {
+	Message string     `json:"message"`
+	Step    string     `json:"step,omitempty"`
+	Code    string     `json:"code,omitempty"` // ReasonOrphaned, or "" for a failed step
+	Lines   []LogEntry `json:"lines,omitempty"`
+}
+
+// LogEntry is one build log line.
+type LogEntry struct {
+	Time    time.Time `json:"timestamp"`
+	Level   string    `json:"level"` // info, error
+	Message string    `json:"message"`
+	Step    string    `json:"step,omitempty"`
+}
+
+// BuildRecord is one requested build: what was asked, by which request, and how it went.
+type BuildRecord struct {
+	ID         string       `json:"id"`
+	Template   string       `json:"template"`
+	Tags       []string     `json:"tags,omitempty"`
+	Status     BuildStatus  `json:"status"`
+	Reason     *BuildReason `json:"reason,omitempty"`
+	RequestID  string       `json:"request_id,omitempty"`
+	TeamID     string       `json:"team_id,omitempty"`
+	CPUCount   int          `json:"cpu_count,omitempty"`
+	MemoryMB   int          `json:"memory_mb,omitempty"`
+	Steps      []StepResult `json:"steps,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	StartedAt  *time.Time   `json:"started_at,omitempty"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+}
+
+// BuildRequest is the definition a requested build runs (E2B's TemplateBuildStartV2).
+type BuildRequest struct {
+	FromTemplate string `json:"fromTemplate,omitempty"`
+	FromImage    string `json:"fromImage,omitempty"`
+	Steps        []Step `json:"steps,omitempty"`
+	StartCmd     string `json:"startCmd,omitempty"`
+	ReadyCmd     string `json:"readyCmd,omitempty"`
+	Force        bool   `json:"force,omitempty"`
+}
+
+// Builds runs builds asked for over the API in the background, one at a time per template
+// name, and keeps their records (<store>/builds/<id>.json), their logs and the uploaded
+// files COPY steps use (<store>/uploads/<hash>.tar). A record still building when the
+// process died is failed with reason orphaned when Builds opens.
+type Builds struct {
+	store *Store
+
+	mu     sync.Mutex
+	logs   map[string][]LogEntry // by build id, for builds of this process
+	cancel map[string]context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// OpenBuilds opens the build records of store, failing those a crash left behind.
+func OpenBuilds(store *Store) (*Builds, error) {
+	b := &Builds{store: store, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}}
+	for _, d := range []string{b.dir(), b.Uploads()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := b.List("")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	for _, r := range recs {
+		if r.Status == BuildWaiting || r.Status == BuildBuilding {
+			r.Status, r.FinishedAt = BuildError, &now
+			r.Reason = &BuildReason{Code: ReasonOrphaned, Message: "the server stopped during the build (orphaned); no template was made"}
+			if err := b.save(r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b, nil
+}
+
+func (b *Builds) dir() string { return filepath.Join(b.store.dir, "builds") }
+
+// Uploads is the directory of uploaded COPY archives, <hash>.tar.
+func (b *Builds) Uploads() string { return filepath.Join(b.store.dir, "uploads") }
+
+// Store is the template store the builds build into.
+func (b *Builds) Store() *Store { return b.store }
+
+func (b *Builds) save(r *BuildRecord) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(b.dir(), "."+r.ID+".json.tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(b.dir(), r.ID+".json"))
+}
+
+// Get returns the build id, or ErrNotFound.
+func (b *Builds) Get(id string) (*BuildRecord, error) {
+	if !validBuildID(id) {
+		return nil, fmt.Errorf("build %q: %w", id, ErrNotFound)
+	}
+	data, err := os.ReadFile(filepath.Join(b.dir(), id+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("build %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r BuildRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("build %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// List returns the builds of template name ("" for all), oldest first.
+func (b *Builds) List(name string) ([]*BuildRecord, error) {
+	entries, err := os.ReadDir(b.dir())
+	if err != nil {
+		return nil, err
+	}
+	var out []*BuildRecord
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(id, ".") {
+			continue
+		}
+		r, err := b.Get(id)
+		if err != nil || (name != "" && r.Template != name) {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Request records a new build of name, waiting for its definition (Start).
+func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, requestID, teamID string) (*BuildRecord, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	for _, t := range tags {
+		if err := ValidName(t); err != nil {
+			return nil, fmt.Errorf("tag: %w", err)
+		}
+	}
+	if cpuCount < 0 || memoryMB < 0 {
+		return nil, fmt.Errorf("%w: cpuCount and memoryMB must not be negative", ErrInvalid)
+	}
+	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
+		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, CreatedAt: time.Now().UTC()}
+	return r, b.save(r)
+}
+
+// Start runs the waiting build id with the definition req in the background. It checks
+// what can be checked first (the steps, the base, the uploads), so a bad definition fails
+// the call and leaves the build waiting.
+func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) error {
+	r, err := b.Get(id)
+	if err != nil {
+		return err
+	}
+	if r.Template != name {
+		return fmt.Errorf("build %s is not a build of %s: %w", id, name, ErrNotFound)
+	}
+	if r.Status != BuildWaiting {
+		return fmt.Errorf("%w: build %s is %s already", ErrExists, id, r.Status)
+	}
+	switch {
+	case req.FromImage != "" && req.FromTemplate != "":
+		return fmt.Errorf("%w: give fromTemplate or fromImage, not both", ErrInvalid)
+	case req.FromImage != "":
+		return fmt.Errorf("%w: fromImage %q: this Cove server builds from templates only (fromTemplate); OCI images are not supported yet", ErrInvalid, req.FromImage)
+	case req.FromTemplate == "":
+		return fmt.Errorf("%w: fromTemplate is required", ErrInvalid)
+	}
+	if _, err := b.store.Get(req.FromTemplate); err != nil {
+		return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
+	}
+	for i, st := range req.Steps {
+		if err := st.validate(i); err != nil {
+			return err
+		}
+		if st.Kind == StepCopy {
+			if _, err := os.Stat(filepath.Join(b.Uploads(), st.FilesHash+".tar")); err != nil {
+				return fmt.Errorf("%w: step %d (COPY %s): no files were uploaded for hash %s", ErrInvalid, i+1, st.Args[0], st.FilesHash)
+			}
+		}
+	}
+	now := time.Now().UTC()
+	r.Status, r.StartedAt = BuildBuilding, &now
+	if err := b.save(r); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.mu.Lock()
+	b.cancel[id] = cancel
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer cancel()
+		b.run(bctx, r, req)
+	}()
+	return nil
+}
+
+func (b *Builds) log(id, step, level, msg string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.logs[id] = append(b.logs[id], LogEntry{Time: time.Now().UTC(), Level: level, Message: msg, Step: step})
+}
+
+func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
+	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.Uploads()),
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
+		Force: req.Force, Replace: true,
+		Log: func(step, line string) { b.log(r.ID, step, "info", line) }}
+	t, err := b.store.Build(ctx, spec, io.Discard)
+	now := time.Now().UTC()
+	r.FinishedAt = &now
+	if err != nil {
+		r.Status = BuildError
+		r.Reason = &BuildReason{Message: err.Error(), Step: "finalize"}
+		var se *StepError
+		if errors.As(err, &se) {
+			r.Reason.Step = fmt.Sprint(se.Index)
+		}
+		b.log(r.ID, r.Reason.Step, "error", err.Error())
+		logs := b.Logs(r.ID, 0)
+		if len(logs) > 10 {
+			logs = logs[len(logs)-10:]
+		}
+		r.Reason.Lines = logs
+	} else {
+		r.Status, r.Steps = BuildReady, t.Built
+	}
+	_ = b.save(r)
+}
+
+// Logs returns the log entries of build id from offset on.
+func (b *Builds) Logs(id string, offset int) []LogEntry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.logs[id]
+	if offset < 0 || offset >= len(l) {
+		return []LogEntry{}
+	}
+	return append([]LogEntry(nil), l[offset:]...)
+}
+
+// HasUpload reports whether the files of hash were uploaded.
+func (b *Builds) HasUpload(hash string) bool {
+	_, err := os.Stat(filepath.Join(b.Uploads(), hash+".tar"))
+	return validHash(hash) && err == nil
+}
+
+// Upload stores the archive of hash read from r (at most max bytes), complete or not at all.
+func (b *Builds) Upload(hash string, r io.Reader, max int64) error {
+	if !validHash(hash) {
+		return fmt.Errorf("%w: files hash %q is not a hex sha256", ErrInvalid, hash)
+	}
+	f, err := os.CreateTemp(b.Uploads(), "."+hash+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	n, err := io.Copy(f, io.LimitReader(r, max+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", hash, err)
+	}
+	if n > max {
+		return fmt.Errorf("%w: upload %s is larger than %d bytes", ErrInvalid, hash, max)
+	}
+	return os.Rename(f.Name(), filepath.Join(b.Uploads(), hash+".tar"))
+}
+
+// Close cancels the builds running in this process and waits for them: they end failed.
+func (b *Builds) Close() {
+	b.mu.Lock()
+	for _, c := range b.cancel {
+		c()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+func newBuildID() string {
+	u := make([]byte, 16)
+	rand.Read(u)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func validBuildID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i, c := range id {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+		} else if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}

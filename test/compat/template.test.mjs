@@ -1,0 +1,107 @@
+// The official npm e2b SDK's template builder driving a real `cove server`, unchanged.
+// test/template (template_test.go) starts a server on a template store of its own and runs
+// this file with `node --test`; by hand:
+//
+//   E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key> node --test template.test.mjs
+
+import { after, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+import { Sandbox, Template, waitForFile, waitForPort, waitForProcess, waitForTimeout, waitForURL } from 'e2b'
+
+function requireEnv(name) {
+  const value = process.env[name]
+  if (!value) throw new Error(`${name} is not set: run this through test/template or see the comment at the top`)
+  return value
+}
+
+const opts = { apiKey: requireEnv('E2B_API_KEY'), apiUrl: requireEnv('E2B_API_URL'), sandboxUrl: requireEnv('E2B_SANDBOX_URL') }
+const TIMEOUT = { timeout: 240_000 }
+const run = randomBytes(4).toString('hex')
+const fileContextPath = path.join(path.dirname(fileURLToPath(import.meta.url)), 'template-fixture')
+
+const made = []
+after(async () => {
+  for (const s of made) await s.kill().catch(() => {})
+})
+
+/** build builds t as name; a failure carries the build's log lines. */
+async function build (t, name, options = {}) {
+  const logs = []
+  try {
+    await Template.build(t, name, { ...opts, ...options, onBuildLogs: (e) => logs.push(e.toString()) })
+  } catch (err) {
+    console.error(`build ${name} failed: ${err.message}\nbuild log:\n${logs.join('\n')}`)
+    throw err
+  }
+  return logs.join('\n')
+}
+
+function definition () {
+  return Template({ fileContextPath })
+    .fromTemplate('base')
+    .copy('hello.txt', '/home/user/hello.txt', { user: 'user', mode: 0o640 })
+    .copy('app', '/opt/app/', { mode: 0o755 })
+    .setEnvs({ GREETING: 'hi', STAGE: 'test' })
+    .runCmd('echo "$GREETING-$STAGE" > /etc/greeting && id -un > /etc/built-by', { user: 'root' })
+    .runCmd('id -un > /tmp/as-user && cp /tmp/as-user /home/user/as-user')
+    .setWorkdir('/home/user/work')
+    .setUser('user')
+    .runCmd('pwd > where && echo "$HOME" >> where')
+    .setStartCmd('python3 -m http.server 8123', waitForPort(8123))
+}
+
+test('the builder makes a template from base with copy, runCmd, envs, workdir and user', TIMEOUT, async () => {
+  const name = `sdk-${run}`
+  const text = await build(definition(), name, { cpuCount: 1, memoryMB: 512 })
+  assert.ok(await Template.exists(name, opts), 'the built template exists by name')
+  assert.match(text, /RUN .*GREETING/, 'the step lines stream to onBuildLogs')
+
+  const sbx = await Sandbox.create(name, opts)
+  made.push(sbx)
+  const r = await sbx.commands.run('cat /etc/greeting /etc/built-by /home/user/as-user /home/user/work/where; whoami; pwd; echo "$GREETING"; stat -c "%a %U %n" /home/user/hello.txt /opt/app/run.sh; /opt/app/run.sh ok; cat /home/user/hello.txt')
+  assert.equal(r.stdout,
+    'hi-test\nroot\nuser\n/home/user/work\n/home/user\nuser\n/home/user/work\nhi\n' +
+    '640 user /home/user/hello.txt\n755 root /opt/app/run.sh\napp-ran ok\nhello from the context\n')
+})
+
+test('a rebuild with nothing changed is served from the cache', TIMEOUT, async () => {
+  const name = `sdk-${run}`
+  const text = await build(definition(), name)
+  assert.match(text, /Skipping upload of 'hello.txt', already cached/)
+  assert.match(text, /cached: layer/)
+  assert.doesNotMatch(text, /copied \d+ entries/, 'no COPY ran again')
+})
+
+test('skipCache rebuilds the steps', TIMEOUT, async () => {
+  const name = `sdk-${run}`
+  const text = await build(definition().skipCache(), name, { skipCache: true })
+  assert.doesNotMatch(text, /cached: layer/)
+})
+
+test('a failing step fails the build with its exit code and last lines', TIMEOUT, async () => {
+  const t = Template().fromTemplate('base').runCmd('echo about-to-fail; exit 3')
+  await assert.rejects(build(t, `sdk-bad-${run}`), (err) => {
+    assert.equal(err.name, 'BuildError')
+    assert.match(err.message, /exit status 3/)
+    assert.match(err.message, /about-to-fail/)
+    return true
+  })
+  assert.equal(await Template.exists(`sdk-bad-${run}`, opts), false)
+})
+
+test('every ready check and package installer produces a command the server accepts', TIMEOUT, async () => {
+  for (const check of [waitForPort(8000), waitForURL('http://127.0.0.1:8000/'), waitForProcess('python3'), waitForFile('/tmp/ready'), waitForTimeout(1000)]) {
+    const t = Template().fromTemplate('base').setStartCmd('sleep infinity', check)
+    const json = JSON.parse(await Template.toJSON(t, false))
+    assert.equal(json.fromTemplate, 'base')
+    assert.ok(json.readyCmd.length > 0)
+  }
+  const t = Template().fromTemplate('base').aptInstall(['jq']).pipInstall(['requests']).npmInstall(['left-pad'], { g: true })
+  const json = JSON.parse(await Template.toJSON(t, false))
+  assert.deepEqual(json.steps.map((s) => s.type), ['RUN', 'RUN', 'RUN'])
+  assert.match(json.steps[0].args[0], /apt-get install -y jq/)
+})
