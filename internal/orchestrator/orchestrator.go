@@ -361,6 +361,14 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
 	}
+	if tmpl.StartCmd != "" || tmpl.ReadyCmd != "" {
+		stage = "start_cmd"
+		user, _ := init["defaultUser"].(string)
+		cwd, _ := init["defaultWorkdir"].(string)
+		if err = startTemplateCmd(ctx, e.envd, sb.EnvdAccessToken, user, cwd, tmpl.StartCmd, tmpl.ReadyCmd); err != nil {
+			return nil, fmt.Errorf("template %s in sandbox %s: %w", tmpl.Name, sb.ID, err)
+		}
+	}
 	stage = "store"
 	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)

@@ -66,6 +66,17 @@ test('the builder makes a template from base with copy, runCmd, envs, workdir an
   assert.equal(r.stdout,
     'hi-test\nroot\nuser\n/home/user/work\n/home/user\nuser\n/home/user/work\nhi\n' +
     '640 user /home/user/hello.txt\n755 root /opt/app/run.sh\napp-ran ok\nhello from the context\n')
+  const web = await sbx.commands.run('curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:8123/')
+  assert.equal(web.stdout, '200', 'the start command runs and passed its ready check before create returned')
+})
+
+test('a sandbox waits for its template\'s ready check', TIMEOUT, async () => {
+  const name = `sdk-ready-${run}`
+  const t = Template().fromTemplate('base').setStartCmd('sleep 1 && touch /tmp/ready && sleep infinity', waitForFile('/tmp/ready'))
+  await build(t, name)
+  const sbx = await Sandbox.create(name, opts)
+  made.push(sbx)
+  assert.equal(await sbx.files.exists('/tmp/ready'), true)
 })
 
 test('a rebuild with nothing changed is served from the cache', TIMEOUT, async () => {
