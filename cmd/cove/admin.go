@@ -234,7 +234,7 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(build, list, rm, set, key)
+	cmd.AddCommand(build, list, rm, set, key, newTemplatePushCmd())
 	return cmd
 }
 

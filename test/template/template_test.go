@@ -5,13 +5,16 @@ package template_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func TestOfficialSDKBuildsTemplates(t *testing.T) {
@@ -47,4 +50,79 @@ func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test template.test.mjs: %v (the SDK scenarios above name what failed)", err)
 	}
+}
+
+func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cove server: skipped under -short")
+	}
+	server := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ctxDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "hello.txt"), []byte("hello from go\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	client := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+
+	t.Run("the CLI pushes a template whose steps run on the server", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, covetest.Binary(t), "template", "push", "go-tpl", "--api-url", server.URL, "--api-key", server.Key,
+			"--context", ctxDir, "--step", "COPY hello.txt /home/user/", "--step", "ENV WHO=cli", "--step", "RUN cat hello.txt > copy.txt && echo $WHO >> copy.txt")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "template go-tpl ready") || !strings.Contains(string(out), "==> [3/3] RUN") {
+			t.Fatalf("cove template push: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("the Go SDK rebuilds it from the cache and a sandbox sees the steps", func(t *testing.T) {
+		var lines []string
+		st, err := client.BuildTemplate(ctx, "go-tpl", cove.TemplateDefinition{FromTemplate: "base", Steps: []cove.TemplateStep{
+			{Type: "COPY", Args: []string{"hello.txt", "/home/user/"}},
+			{Type: "ENV", Args: []string{"WHO", "cli"}},
+			{Type: "RUN", Args: []string{"cat hello.txt > copy.txt && echo $WHO >> copy.txt"}},
+		}}, cove.TemplateBuildOptions{ContextDir: ctxDir, OnLog: func(e cove.BuildLogEntry) { lines = append(lines, e.Message) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != "ready" || strings.Count(strings.Join(lines, "\n"), "cached: layer") != 2 {
+			t.Fatalf("status %s, log:\n%s", st.Status, strings.Join(lines, "\n"))
+		}
+		sb, err := client.Create(ctx, cove.SandboxOptions{Template: "go-tpl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Kill(context.Background()) })
+		res, err := sb.Commands.Run(ctx, "cat copy.txt; echo $WHO")
+		if err != nil || res.Stdout != "hello from go\ncli\ncli\n" {
+			t.Fatalf("stdout %q, %v", res.Stdout, err)
+		}
+	})
+
+	t.Run("a failing step is a BuildError naming the step", func(t *testing.T) {
+		_, err := client.BuildTemplate(ctx, "go-bad", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo going-down; exit 4"}}}}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) || be.Step != "1" || !strings.Contains(be.Message, "exit status 4") || !strings.Contains(be.Message, "going-down") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("bad definitions are refused with a 400 naming the problem", func(t *testing.T) {
+		_, err := client.BuildTemplate(ctx, "go-bad", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "FROB", Args: []string{"x"}}}}, cove.TemplateBuildOptions{})
+		var ce *cove.Error
+		if !errors.As(err, &ce) || ce.StatusCode != 400 || !strings.Contains(err.Error(), "FROB") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("delete removes the template", func(t *testing.T) {
+		if err := client.DeleteTemplate(ctx, "go-tpl"); err != nil {
+			t.Fatal(err)
+		}
+		var ce *cove.Error
+		if _, err := client.Template(ctx, "go-tpl"); !errors.As(err, &ce) || ce.StatusCode != 404 {
+			t.Fatalf("get after delete: %v", err)
+		}
+	})
 }
