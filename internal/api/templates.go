@@ -363,6 +363,9 @@ func (a *api) getTemplate(w http.ResponseWriter, r *http.Request, _ caller) erro
 
 func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, _ caller) error {
 	name, _ := templateName(r.PathValue("templateID"))
+	if name == "base" {
+		return fmt.Errorf("%w: base is the default template every sandbox may start from; remove it on the host with `cove template rm base`", errForbidden)
+	}
 	if err := a.cfg.Builds.Store().Remove(name); err != nil {
 		return err
 	}

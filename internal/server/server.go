@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	builds, err := template.OpenBuilds(templates)
+	builds, err := template.OpenBuilds(templates, cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}

@@ -91,11 +91,13 @@ type BuildRequest struct {
 }
 
 // Builds runs builds asked for over the API in the background, one at a time per template
-// name, and keeps their records (<store>/builds/<id>.json), their logs and the uploaded
-// files COPY steps use (<store>/uploads/<hash>.tar). A record still building when the
+// name, and keeps their records (<dir>/builds/<id>.json), their logs and the uploaded
+// files COPY steps use (<dir>/uploads/<hash>.tar), dir being the server's data dir (the
+// template store may be shared by several servers). A record still building when the
 // process died is failed with reason orphaned when Builds opens.
 type Builds struct {
 	store *Store
+	root  string
 
 	mu     sync.Mutex
 	logs   map[string][]LogEntry // by build id, for builds of this process
@@ -103,9 +105,10 @@ type Builds struct {
 	wg     sync.WaitGroup
 }
 
-// OpenBuilds opens the build records of store, failing those a crash left behind.
-func OpenBuilds(store *Store) (*Builds, error) {
-	b := &Builds{store: store, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}}
+// OpenBuilds opens the build records under dir, failing those a crash left behind; the
+// builds build into store.
+func OpenBuilds(store *Store, dir string) (*Builds, error) {
+	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}}
 	for _, d := range []string{b.dir(), b.Uploads()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -128,10 +131,10 @@ func OpenBuilds(store *Store) (*Builds, error) {
 	return b, nil
 }
 
-func (b *Builds) dir() string { return filepath.Join(b.store.dir, "builds") }
+func (b *Builds) dir() string { return filepath.Join(b.root, "builds") }
 
 // Uploads is the directory of uploaded COPY archives, <hash>.tar.
-func (b *Builds) Uploads() string { return filepath.Join(b.store.dir, "uploads") }
+func (b *Builds) Uploads() string { return filepath.Join(b.root, "uploads") }
 
 // Store is the template store the builds build into.
 func (b *Builds) Store() *Store { return b.store }
@@ -193,6 +196,9 @@ func (b *Builds) List(name string) ([]*BuildRecord, error) {
 func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, requestID, teamID string) (*BuildRecord, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
+	}
+	if name == "base" {
+		return nil, fmt.Errorf("%w: base is the default template; it is built on the host (cove template build base)", ErrInvalid)
 	}
 	for _, t := range tags {
 		if err := ValidName(t); err != nil {
