@@ -128,19 +128,31 @@ func newTemplateCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&templateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	var from string
-	var run []string
+	var from, dockerfilePath string
+	var run, buildArgs []string
 	var force, replace bool
 	build := &cobra.Command{
-		Use:   "build NAME",
-		Short: "Build a template: a Debian base when --from is empty, else layers of --run steps on --from T (cached)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "build NAME [CONTEXT]",
+		Short: "Build a template: a Debian base when --from is empty, else layers of --run steps on --from T (cached), or of -f Dockerfile",
+		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}
-			t, err := ts.Build(cmd.Context(), template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace}, os.Stdout)
+			spec := template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace}
+			if dockerfilePath != "" {
+				ctxDir := "."
+				if len(args) > 1 {
+					ctxDir = args[1]
+				}
+				if spec, err = dockerfileSpec(ts, spec, dockerfilePath, ctxDir, buildArgs); err != nil {
+					return err
+				}
+			} else if len(args) > 1 {
+				return fmt.Errorf("a build context is for -f Dockerfile builds")
+			}
+			t, err := ts.Build(cmd.Context(), spec, os.Stdout)
 			if err != nil {
 				if log := ts.FailedLog(args[0]); log != "" {
 					return fmt.Errorf("%w (build log: %s)", err, log)
@@ -156,6 +168,8 @@ func newTemplateCmd() *cobra.Command {
 	}
 	build.Flags().StringVar(&from, "from", "", "template to start from")
 	build.Flags().StringArrayVar(&run, "run", nil, "shell command to run in the new template (repeatable, in order)")
+	build.Flags().StringVarP(&dockerfilePath, "file", "f", "", "build from this Dockerfile (FROM a template, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT)")
+	build.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "a Dockerfile ARG value, KEY=VALUE (repeatable)")
 	build.Flags().BoolVar(&force, "skip-cache", false, "rebuild every step instead of reusing cached layers")
 	build.Flags().BoolVar(&replace, "replace", false, "replace a template of the same name when the build succeeds")
 

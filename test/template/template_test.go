@@ -126,3 +126,52 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		}
 	})
 }
+
+func TestCLIBuildsFromADockerfile(t *testing.T) {
+	covetest.Skip(t)
+	templates := covetest.OwnTemplates(t)
+	ctxDir := t.TempDir()
+	os.WriteFile(filepath.Join(ctxDir, "greet.sh"), []byte("#!/bin/sh\necho \"$GREETING from $(whoami) in $(pwd)\"\n"), 0o644)
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(`FROM base
+ARG WHO=docker
+ENV GREETING="hello $WHO"
+WORKDIR /srv
+COPY --chmod=755 greet.sh /usr/local/bin/
+RUN greet.sh > /srv/greeting.txt
+USER user
+CMD ["sleep", "infinity"]
+`), 0o644)
+	bin := covetest.Binary(t)
+	build := func(extra ...string) string {
+		args := append([]string{"template", "build", "docker-tpl", "--data", t.TempDir(), "--templates", templates,
+			"-f", filepath.Join(ctxDir, "Dockerfile"), ctxDir}, extra...)
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("cove %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	out := build("--build-arg", "WHO=cli")
+	if !strings.Contains(out, "template docker-tpl ready") {
+		t.Fatalf("output:\n%s", out)
+	}
+	found := false
+	layers, _ := filepath.Glob(filepath.Join(templates, "layers", "*", "diff", "srv", "greeting.txt"))
+	for _, l := range layers {
+		if g, _ := os.ReadFile(l); string(g) == "hello cli from root in /srv\n" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no layer holds /srv/greeting.txt as the RUN step wrote it (%v)", layers)
+	}
+	if again := build("--build-arg", "WHO=cli", "--replace"); strings.Count(again, "cached: layer") != 3 {
+		t.Fatalf("rebuild was not all cached:\n%s", again)
+	}
+	bad := filepath.Join(ctxDir, "Bad.Dockerfile")
+	os.WriteFile(bad, []byte("FROM base\nHEALTHCHECK CMD true\n"), 0o644)
+	res, err := exec.Command(bin, "template", "build", "bad", "--data", t.TempDir(), "--templates", templates, "-f", bad, ctxDir).CombinedOutput()
+	if err == nil || !strings.Contains(string(res), "line 2 (HEALTHCHECK)") {
+		t.Fatalf("bad Dockerfile: %v\n%s", err, res)
+	}
+}
