@@ -62,7 +62,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 	if c.Env == nil {
 		c.Env = map[string]string{}
 	}
-	if parent.Root == "" {
+	if parent.Root == "" && parent.Image == "" {
 		// As in E2B, steps on a base run as its user, in its home, unless they say otherwise.
 		if _, _, _, err := lookupUser(parent.Rootfs, UserName); err == nil {
 			c.User, c.Workdir = UserName, UserHome

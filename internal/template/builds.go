@@ -14,6 +14,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	ggcrname "github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/cove-dev/cove/internal/template/oci"
 )
 
 // BuildStatus is where a requested build is: E2B's TemplateBuildStatus.
@@ -88,6 +92,15 @@ type BuildRequest struct {
 	StartCmd     string `json:"startCmd,omitempty"`
 	ReadyCmd     string `json:"readyCmd,omitempty"`
 	Force        bool   `json:"force,omitempty"`
+	// FromImageRegistry logs in to FromImage's registry.
+	FromImageRegistry *RegistryAuth `json:"fromImageRegistry,omitempty"`
+}
+
+// RegistryAuth is E2B's FromImageRegistry; Cove takes type "registry" (username and password).
+type RegistryAuth struct {
+	Type     string `json:"type"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
 }
 
 // Builds runs builds asked for over the API in the background, one at a time per template
@@ -230,13 +243,18 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	switch {
 	case req.FromImage != "" && req.FromTemplate != "":
 		return fmt.Errorf("%w: give fromTemplate or fromImage, not both", ErrInvalid)
+	case req.FromImage == "" && req.FromTemplate == "":
+		return fmt.Errorf("%w: fromTemplate or fromImage is required", ErrInvalid)
+	case req.FromImageRegistry != nil && req.FromImageRegistry.Type != "registry":
+		return fmt.Errorf("%w: fromImageRegistry type %q is not supported (only \"registry\", with username and password)", ErrInvalid, req.FromImageRegistry.Type)
 	case req.FromImage != "":
-		return fmt.Errorf("%w: fromImage %q: this Cove server builds from templates only (fromTemplate); OCI images are not supported yet", ErrInvalid, req.FromImage)
-	case req.FromTemplate == "":
-		return fmt.Errorf("%w: fromTemplate is required", ErrInvalid)
-	}
-	if _, err := b.store.Get(req.FromTemplate); err != nil {
-		return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
+		if _, err := ggcrname.ParseReference(req.FromImage); err != nil {
+			return fmt.Errorf("%w: fromImage: %v", ErrInvalid, err)
+		}
+	default:
+		if _, err := b.store.Get(req.FromTemplate); err != nil {
+			return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
+		}
 	}
 	for i, st := range req.Steps {
 		if err := st.validate(i); err != nil {
@@ -273,11 +291,28 @@ func (b *Builds) log(id, step, level, msg string) {
 }
 
 func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
+	if req.FromImage != "" {
+		var cred oci.Credentials
+		if a := req.FromImageRegistry; a != nil {
+			cred = oci.Credentials{Username: a.Username, Password: a.Password}
+		}
+		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, logWriter(func(line string) { b.log(r.ID, "base", "info", line) }))
+		if err != nil {
+			b.finish(r, nil, &StepError{Index: 0, Step: Step{Kind: "FROM", Args: []string{req.FromImage}}, Err: err})
+			return
+		}
+		req.FromTemplate = t.Name
+	}
 	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.Uploads()),
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 		Force: req.Force, Replace: true,
 		Log: func(step, line string) { b.log(r.ID, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)
+	b.finish(r, t, err)
+}
+
+// finish records how the build r ended: t built, or err.
+func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 	now := time.Now().UTC()
 	r.FinishedAt = &now
 	if err != nil {
@@ -286,6 +321,9 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		var se *StepError
 		if errors.As(err, &se) {
 			r.Reason.Step = fmt.Sprint(se.Index)
+			if se.Index == 0 {
+				r.Reason.Step = "base"
+			}
 		}
 		b.log(r.ID, r.Reason.Step, "error", err.Error())
 		logs := b.Logs(r.ID, 0)
@@ -297,6 +335,16 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		r.Status, r.Steps = BuildReady, t.Built
 	}
 	_ = b.save(r)
+}
+
+// logWriter turns writes of whole lines into calls of f, one per line.
+type logWriter func(line string)
+
+func (f logWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		f(l)
+	}
+	return len(p), nil
 }
 
 // Logs returns the log entries of build id from offset on.

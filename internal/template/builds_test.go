@@ -57,7 +57,9 @@ func TestBuildRecords(t *testing.T) {
 		for _, req := range []template.BuildRequest{
 			{},
 			{FromTemplate: "missing"},
-			{FromImage: "debian:12"},
+			{FromImage: "127.0.0.1:1/x:1", FromTemplate: "busybox"},
+			{FromImage: "Not A Reference!"},
+			{FromImage: "127.0.0.1:1/x:1", FromImageRegistry: &template.RegistryAuth{Type: "aws"}},
 			{FromTemplate: "busybox", Steps: []template.Step{{Kind: template.StepCopy, Args: []string{"a", "/b"}, FilesHash: strings.Repeat("ab", 32)}}},
 		} {
 			if err := builds.Start(ctx, rec.ID, "rec2", req); !errors.Is(err, template.ErrInvalid) {

@@ -49,6 +49,8 @@ type Template struct {
 	// (a create request's own collectLogs wins); nil means on.
 	CollectLogs *bool `json:"collect_logs,omitempty"`
 
+	// Image is the OCI image a root template was unpacked from (reference@digest).
+	Image string `json:"image,omitempty"`
 	// Root is the template whose full rootfs lies below Layers; "" when this template is one.
 	Root string `json:"root,omitempty"`
 	// Layers are the keys of the layers the steps made, bottom first (see layers.go).
