@@ -146,7 +146,7 @@ func newTemplateCmd() *cobra.Command {
 				if len(args) > 1 {
 					ctxDir = args[1]
 				}
-				if spec, err = dockerfileSpec(ts, spec, dockerfilePath, ctxDir, buildArgs); err != nil {
+				if spec, err = dockerfileSpec(cmd.Context(), ts, spec, dockerfilePath, ctxDir, buildArgs); err != nil {
 					return err
 				}
 			} else if len(args) > 1 {
@@ -248,7 +248,11 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(build, list, rm, set, key, newTemplatePushCmd())
+	open := func(ctx context.Context) (*template.Store, error) {
+		ts, _, err := server.OpenTemplates(ctx, data, templateDir)
+		return ts, err
+	}
+	cmd.AddCommand(build, list, rm, set, key, newTemplatePushCmd(), importImageCmd(open))
 	return cmd
 }
 

@@ -86,6 +86,9 @@ func imageTemplateName(digest v1.Hash) string {
 // EnsureImage pulls the image ref and returns the root template holding it, importing it
 // the first time its digest is seen.
 func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credentials, out io.Writer) (*Template, error) {
+	if out == nil {
+		out = io.Discard
+	}
 	img, r, err := oci.Pull(ctx, ref, cred)
 	if err != nil {
 		return nil, err

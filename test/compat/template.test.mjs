@@ -116,3 +116,19 @@ test('every ready check and package installer produces a command the server acce
   assert.deepEqual(json.steps.map((s) => s.type), ['RUN', 'RUN', 'RUN'])
   assert.match(json.steps[0].args[0], /apt-get install -y jq/)
 })
+
+test('fromImage pulls an image from a registry with credentials and a sandbox runs on it', { ...TIMEOUT, skip: !process.env.COVE_TEST_REGISTRY && 'COVE_TEST_REGISTRY is not set' }, async () => {
+  const image = `${process.env.COVE_TEST_REGISTRY}/cove/busybox:1`
+  const t = Template()
+    .fromImage(image, { username: process.env.COVE_TEST_REGISTRY_USER, password: process.env.COVE_TEST_REGISTRY_PASSWORD })
+    .runCmd('hello > /hello.txt && echo "$FROM_IMAGE" >> /hello.txt', { user: 'root' })
+  const name = `sdk-image-${run}`
+  await build(t, name)
+  const sbx = await Sandbox.create(name, opts)
+  made.push(sbx)
+  const r = await sbx.commands.run('cat /hello.txt', { user: 'root' })
+  assert.equal(r.stdout, 'hello from the image\nyes\n')
+
+  const noCreds = Template().fromImage(image).runCmd('true')
+  await assert.rejects(build(noCreds, `sdk-image-nocreds-${run}`), /unauthorized|UNAUTHORIZED|401/)
+})

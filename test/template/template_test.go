@@ -13,9 +13,19 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/template/oci/ocitest"
 	cove "github.com/cove-dev/cove/sdk"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	runtimetest.Cleanup()
+	os.Exit(code)
+}
 
 func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	if testing.Short() {
@@ -33,6 +43,8 @@ func TestOfficialSDKBuildsTemplates(t *testing.T) {
 		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
 	}
 	server := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
+	registry := ocitest.Registry(t)
+	ocitest.Push(t, registry+"/cove/busybox:1", busyboxImage(t))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	if deadline, ok := t.Deadline(); ok {
@@ -41,7 +53,8 @@ func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "template.test.mjs")
 	cmd.Dir = compat
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+server.URL, "E2B_SANDBOX_URL="+server.URL, "E2B_API_KEY="+server.Key, "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+server.URL, "E2B_SANDBOX_URL="+server.URL, "E2B_API_KEY="+server.Key, "NO_COLOR=1",
+		"COVE_TEST_REGISTRY="+registry, "COVE_TEST_REGISTRY_USER="+ocitest.User, "COVE_TEST_REGISTRY_PASSWORD="+ocitest.Password)
 	cmd.WaitDelay = 5 * time.Second
 	out := covetest.NewLineLogger(t, "node: ")
 	cmd.Stdout, cmd.Stderr = out, out
@@ -50,6 +63,60 @@ func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test template.test.mjs: %v (the SDK scenarios above name what failed)", err)
 	}
+}
+
+// busyboxImage is an image of the test busybox rootfs, with a /bin/bash that is busybox's
+// sh (the SDK runs commands with bash) and a command of its own.
+func busyboxImage(t *testing.T) v1.Image {
+	return ocitest.Image(t, runtimetest.BusyboxRootfs(t), map[string]string{
+		"bin/bash":            "#!/bin/sh\nexec /bin/sh \"$@\"\n",
+		"usr/local/bin/hello": "#!/bin/sh\necho hello from the image\n",
+	}, v1.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "FROM_IMAGE=yes"}})
+}
+
+func TestCLIBuildsFromImages(t *testing.T) {
+	covetest.Skip(t)
+	templates := covetest.OwnTemplates(t)
+	registry := ocitest.Registry(t)
+	img := busyboxImage(t)
+	ocitest.Push(t, registry+"/cove/busybox:1", img)
+	bin := covetest.Binary(t)
+	ctxDir := t.TempDir()
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+registry+"/cove/busybox:1\nRUN hello > /from-image.txt\n"), 0o644)
+
+	t.Run("a Dockerfile FROM an image in a registry builds", func(t *testing.T) {
+		cmd := exec.Command(bin, "template", "build", "on-image", "--data", t.TempDir(), "--templates", templates, "-f", filepath.Join(ctxDir, "Dockerfile"), ctxDir)
+		cmd.Env = append(os.Environ(), "COVE_REGISTRY_USERNAME="+ocitest.User, "COVE_REGISTRY_PASSWORD="+ocitest.Password)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "template on-image ready") || !strings.Contains(string(out), "==> pull "+registry) {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
+		layers, _ := filepath.Glob(filepath.Join(templates, "layers", "*", "diff", "from-image.txt"))
+		if len(layers) != 1 {
+			t.Fatalf("no layer holds the RUN step's file: %v", layers)
+		}
+		if b, _ := os.ReadFile(layers[0]); string(b) != "hello from the image\n" {
+			t.Fatalf("from-image.txt = %q", b)
+		}
+	})
+
+	t.Run("without the registry's credentials the pull fails and says so", func(t *testing.T) {
+		out, err := exec.Command(bin, "template", "build", "no-creds", "--data", t.TempDir(), "--templates", t.TempDir(), "-f", filepath.Join(ctxDir, "Dockerfile"), ctxDir).CombinedOutput()
+		if err == nil || !strings.Contains(strings.ToLower(string(out)), "unauthorized") {
+			t.Fatalf("build without credentials: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("cove template import takes a docker save archive", func(t *testing.T) {
+		archive := ocitest.Save(t, "cove/busybox:saved", img)
+		out, err := exec.Command(bin, "template", "import", "saved", archive, "--data", t.TempDir(), "--templates", templates).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "template saved ready") {
+			t.Fatalf("import: %v\n%s", err, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(templates, "saved", "rootfs", "usr/local/bin/hello")); err != nil || !strings.Contains(string(b), "hello from the image") {
+			t.Fatalf("imported hello = %q, %v", b, err)
+		}
+	})
 }
 
 func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
