@@ -247,6 +247,9 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		return fmt.Errorf("%w: fromTemplate or fromImage is required", ErrInvalid)
 	case req.FromImageRegistry != nil && req.FromImageRegistry.Type != "registry":
 		return fmt.Errorf("%w: fromImageRegistry type %q is not supported (only \"registry\", with username and password)", ErrInvalid, req.FromImageRegistry.Type)
+	case req.FromImage != "" && ValidName(req.FromImage) == nil && b.templateExists(req.FromImage):
+		// fromDockerfile sends FROM as fromImage: a Dockerfile FROM a Cove template builds on it.
+		req.FromTemplate, req.FromImage = req.FromImage, ""
 	case req.FromImage != "":
 		if _, err := ggcrname.ParseReference(req.FromImage); err != nil {
 			return fmt.Errorf("%w: fromImage: %v", ErrInvalid, err)
@@ -335,6 +338,11 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 		r.Status, r.Steps = BuildReady, t.Built
 	}
 	_ = b.save(r)
+}
+
+func (b *Builds) templateExists(name string) bool {
+	_, err := b.store.Get(name)
+	return err == nil
 }
 
 // logWriter turns writes of whole lines into calls of f, one per line.

@@ -132,3 +132,18 @@ test('fromImage pulls an image from a registry with credentials and a sandbox ru
   const noCreds = Template().fromImage(image).runCmd('true')
   await assert.rejects(build(noCreds, `sdk-image-nocreds-${run}`), /unauthorized|UNAUTHORIZED|401/)
 })
+
+test('fromDockerfile builds a Dockerfile FROM a Cove template', TIMEOUT, async () => {
+  const t = Template({ fileContextPath }).fromDockerfile(`FROM base
+ENV FROM_DOCKERFILE=yes
+WORKDIR /srv
+COPY hello.txt ./
+RUN cp hello.txt copied.txt && whoami > who.txt
+`)
+  const name = `sdk-dockerfile-${run}`
+  await build(t, name)
+  const sbx = await Sandbox.create(name, opts)
+  made.push(sbx)
+  const r = await sbx.commands.run('pwd; cat /srv/copied.txt /srv/who.txt; echo $FROM_DOCKERFILE')
+  assert.equal(r.stdout, '/srv\nhello from the context\nroot\nyes\n')
+})
