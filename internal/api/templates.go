@@ -227,7 +227,7 @@ func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, _ caller) erro
 		}
 	}
 	out := buildStatusJSON{BuildID: rec.ID, TemplateID: rec.Template, Status: rec.Status.String(),
-		LogEntries: logsJSON(a.cfg.Builds.Logs(rec.ID, offset)), Logs: []string{}}
+		LogEntries: logsJSON(a.cfg.Builds.Logs(rec, offset)), Logs: []string{}}
 	if rec.Reason != nil {
 		out.Reason = &buildReasonJSON{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
 	}
@@ -265,7 +265,7 @@ func (a *api) buildLogs(w http.ResponseWriter, r *http.Request, _ caller) error 
 	}
 	level := q.Get("level")
 	var out []template.LogEntry
-	all := a.cfg.Builds.Logs(rec.ID, 0)
+	all := a.cfg.Builds.Logs(rec, 0)
 	if backward {
 		for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
 			all[i], all[j] = all[j], all[i]

@@ -116,6 +116,16 @@ type Builds struct {
 	logs   map[string][]LogEntry // by build id, for builds of this process
 	cancel map[string]context.CancelFunc
 	wg     sync.WaitGroup
+
+	sink func(*BuildRecord, LogEntry)
+	read func(r *BuildRecord) ([]LogEntry, error)
+}
+
+// SetLogStore sends every build log line to sink as it is written (the server's log store,
+// tagged with the build id) and reads a build's lines back with read when this process did
+// not run the build (it ran before a restart). Call it before the first build starts.
+func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*BuildRecord) ([]LogEntry, error)) {
+	b.sink, b.read = sink, read
 }
 
 // OpenBuilds opens the build records under dir, failing those a crash left behind; the
@@ -287,10 +297,14 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	return nil
 }
 
-func (b *Builds) log(id, step, level, msg string) {
+func (b *Builds) log(r *BuildRecord, step, level, msg string) {
+	e := LogEntry{Time: time.Now().UTC(), Level: level, Message: msg, Step: step}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.logs[id] = append(b.logs[id], LogEntry{Time: time.Now().UTC(), Level: level, Message: msg, Step: step})
+	b.logs[r.ID] = append(b.logs[r.ID], e)
+	b.mu.Unlock()
+	if b.sink != nil {
+		b.sink(r, e)
+	}
 }
 
 func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
@@ -299,7 +313,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		if a := req.FromImageRegistry; a != nil {
 			cred = oci.Credentials{Username: a.Username, Password: a.Password}
 		}
-		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, logWriter(func(line string) { b.log(r.ID, "base", "info", line) }))
+		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, logWriter(func(line string) { b.log(r, "base", "info", line) }))
 		if err != nil {
 			b.finish(r, nil, &StepError{Index: 0, Step: Step{Kind: "FROM", Args: []string{req.FromImage}}, Err: err})
 			return
@@ -309,7 +323,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.Uploads()),
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 		Force: req.Force, Replace: true,
-		Log: func(step, line string) { b.log(r.ID, step, "info", line) }}
+		Log: func(step, line string) { b.log(r, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)
 	b.finish(r, t, err)
 }
@@ -328,8 +342,8 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 				r.Reason.Step = "base"
 			}
 		}
-		b.log(r.ID, r.Reason.Step, "error", err.Error())
-		logs := b.Logs(r.ID, 0)
+		b.log(r, r.Reason.Step, "error", err.Error())
+		logs := b.Logs(r, 0)
 		if len(logs) > 10 {
 			logs = logs[len(logs)-10:]
 		}
@@ -355,11 +369,15 @@ func (f logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Logs returns the log entries of build id from offset on.
-func (b *Builds) Logs(id string, offset int) []LogEntry {
+// Logs returns the log entries of build r from offset on: from memory for builds of this
+// process, else from the log store.
+func (b *Builds) Logs(r *BuildRecord, offset int) []LogEntry {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	l := b.logs[id]
+	l, ok := b.logs[r.ID]
+	b.mu.Unlock()
+	if !ok && b.read != nil {
+		l, _ = b.read(r) // a store error reads as no lines: the record still says how it ended
+	}
 	if offset < 0 || offset >= len(l) {
 		return []LogEntry{}
 	}

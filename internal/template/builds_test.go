@@ -41,7 +41,7 @@ func TestBuildRecords(t *testing.T) {
 			t.Fatalf("record = %+v", done)
 		}
 		var logs []string
-		for _, e := range builds.Logs(rec.ID, 0) {
+		for _, e := range builds.Logs(rec, 0) {
 			logs = append(logs, e.Step+": "+e.Message)
 		}
 		if !strings.Contains(strings.Join(logs, "\n"), "1: ==> [1/1] RUN (as root) echo from-step") {

@@ -5,7 +5,9 @@ package template_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,4 +243,117 @@ CMD ["sleep", "infinity"]
 	if err == nil || !strings.Contains(string(res), "line 2 (HEALTHCHECK)") {
 		t.Fatalf("bad Dockerfile: %v\n%s", err, res)
 	}
+}
+
+// getJSON GETs path from the server with its key and decodes the answer.
+func getJSON(t *testing.T, s *covetest.Server, path string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	req.Header.Set("X-API-Key", s.Key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %d: %v", path, res.StatusCode, err)
+	}
+	return res.StatusCode
+}
+
+func TestBuildsAcrossRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cove server: skipped under -short")
+	}
+	server := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+	st, err := client.BuildTemplate(ctx, "logged", cove.TemplateDefinition{FromTemplate: "base",
+		Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo needle-in-the-build-log"}}}}, cove.TemplateBuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.Stop()
+	server.Restart()
+
+	t.Run("a build's log outlives the server, in the log store under the build id", func(t *testing.T) {
+		var status struct {
+			Status     string `json:"status"`
+			LogEntries []struct {
+				Message string `json:"message"`
+			} `json:"logEntries"`
+		}
+		getJSON(t, server, "/templates/logged/builds/"+st.BuildID+"/status", &status)
+		var all []string
+		for _, e := range status.LogEntries {
+			all = append(all, e.Message)
+		}
+		if status.Status != "ready" || !strings.Contains(strings.Join(all, "\n"), "needle-in-the-build-log") {
+			t.Fatalf("status %s, log:\n%s", status.Status, strings.Join(all, "\n"))
+		}
+		var found struct {
+			Logs []struct {
+				Message string            `json:"message"`
+				Fields  map[string]string `json:"fields"`
+			} `json:"logs"`
+		}
+		if code := getJSON(t, server, "/v2/sandboxes/"+st.BuildID+"/logs?search=needle", &found); code != 200 || len(found.Logs) == 0 {
+			t.Fatalf("search the build's log: %d %+v", code, found)
+		}
+		if found.Logs[0].Fields["build.id"] != st.BuildID || found.Logs[0].Fields["build.step"] != "1" {
+			t.Fatalf("fields = %v", found.Logs[0].Fields)
+		}
+	})
+
+	t.Run("a build the server crashed during is failed as orphaned and leaves no template", func(t *testing.T) {
+		client := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key}) // the restart moved the port
+		started := make(chan string, 1)
+		buildCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go client.BuildTemplate(buildCtx, "crashed", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo started; sleep 300"}}}},
+			cove.TemplateBuildOptions{OnLog: func(e cove.BuildLogEntry) {
+				if e.Message == "started" {
+					select {
+					case started <- "":
+					default:
+					}
+				}
+			}})
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the build never started its step")
+		}
+		server.Crash()
+		server.Restart()
+		client = cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+		info, err := client.Template(ctx, "crashed")
+		var ce *cove.Error
+		if err == nil || !errors.As(err, &ce) || ce.StatusCode != 404 {
+			t.Fatalf("the crashed build's template: %+v, %v", info, err)
+		}
+		var status struct {
+			Status string `json:"status"`
+			Reason struct {
+				Message string `json:"message"`
+			} `json:"reason"`
+		}
+		entries, _ := filepath.Glob(filepath.Join(server.DataDir, "builds", "*.json"))
+		var id string
+		for _, e := range entries {
+			b, _ := os.ReadFile(e)
+			if strings.Contains(string(b), `"template": "crashed"`) {
+				id = strings.TrimSuffix(filepath.Base(e), ".json")
+			}
+		}
+		if id == "" {
+			t.Fatal("no record of the crashed build")
+		}
+		getJSON(t, server, "/templates/crashed/builds/"+id+"/status", &status)
+		if status.Status != "error" || !strings.Contains(status.Reason.Message, "orphaned") {
+			t.Fatalf("status = %+v", status)
+		}
+	})
 }
