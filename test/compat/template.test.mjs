@@ -56,7 +56,7 @@ function definition () {
 
 test('the builder makes a template from base with copy, runCmd, envs, workdir and user', TIMEOUT, async () => {
   const name = `sdk-${run}`
-  const text = await build(definition(), name, { cpuCount: 1, memoryMB: 512 })
+  const text = await build(definition(), name, { cpuCount: 1, memoryMB: 384 })
   assert.ok(await Template.exists(name, opts), 'the built template exists by name')
   assert.match(text, /RUN .*GREETING/, 'the step lines stream to onBuildLogs')
 
@@ -66,6 +66,9 @@ test('the builder makes a template from base with copy, runCmd, envs, workdir an
   assert.equal(r.stdout,
     'hi-test\nroot\nuser\n/home/user/work\n/home/user\nuser\n/home/user/work\nhi\n' +
     '640 user /home/user/hello.txt\n755 root /opt/app/run.sh\napp-ran ok\nhello from the context\n')
+  const info = await sbx.getInfo()
+  assert.equal(info.cpuCount, 1, 'the template\'s cpuCount sizes its sandboxes')
+  assert.equal(info.memoryMB, 384, 'the template\'s memoryMB sizes its sandboxes')
   const web = await sbx.commands.run('curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:8123/')
   assert.equal(web.stdout, '200', 'the start command runs and passed its ready check before create returned')
 })
