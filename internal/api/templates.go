@@ -72,7 +72,83 @@ func (a *api) templateRoutes() {
 	a.handle("GET /templates", a.listTemplates)
 	a.handle("GET /templates/{templateID}", a.getTemplate)
 	a.handle("DELETE /templates/{templateID}", a.deleteTemplate)
-	a.handle("GET /templates/aliases/{alias}", a.templateAlias)
+	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags overlap (a template
+	// called "aliases", an alias called "tags"): one route tells them apart.
+	a.handle("GET /templates/{templateID}/{sub}", func(w http.ResponseWriter, r *http.Request, c caller) error {
+		if r.PathValue("templateID") == "aliases" {
+			return a.templateAlias(w, r, c)
+		}
+		if r.PathValue("sub") == "tags" {
+			return a.templateTags(w, r, c)
+		}
+		return errUnrouted(r)
+	})
+	a.handle("POST /templates/tags", a.assignTags)
+	a.handle("DELETE /templates/tags", a.removeTags)
+}
+
+type tagJSON struct {
+	Tag       string `json:"tag"`
+	BuildID   string `json:"buildID"`
+	CreatedAt string `json:"createdAt"`
+}
+
+func (a *api) templateTags(w http.ResponseWriter, r *http.Request, _ caller) error {
+	name, _ := templateName(r.PathValue("templateID"))
+	tags, err := a.cfg.Builds.Store().Tags(name)
+	if err != nil {
+		return err
+	}
+	out := make([]tagJSON, len(tags))
+	for i, t := range tags {
+		out[i] = tagJSON{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt.Format(time.RFC3339Nano)}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *api) assignTags(w http.ResponseWriter, r *http.Request, _ caller) error {
+	var req struct {
+		Target string   `json:"target"`
+		Tags   []string `json:"tags"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Target == "" || len(req.Tags) == 0 {
+		return fmt.Errorf("%w: target (\"name:tag\") and tags are required", errBadRequest)
+	}
+	var buildID string
+	for _, tag := range req.Tags {
+		t, err := a.cfg.Builds.Store().SetTag(req.Target, tag)
+		if err != nil {
+			return fmt.Errorf("tag %s: %w", tag, err)
+		}
+		buildID = t.BuildID
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildID, "tags": req.Tags})
+	return nil
+}
+
+func (a *api) removeTags(w http.ResponseWriter, r *http.Request, _ caller) error {
+	var req struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	name, _ := templateName(req.Name)
+	if name == "" || len(req.Tags) == 0 {
+		return fmt.Errorf("%w: name and tags are required", errBadRequest)
+	}
+	for _, tag := range req.Tags {
+		if err := a.cfg.Builds.Store().RemoveTag(name, tag); err != nil {
+			return fmt.Errorf("tag %s: %w", tag, err)
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // templateName splits E2B's "name:tag" into the name and the tag ("" without one).
@@ -374,7 +450,7 @@ func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, _ caller) e
 }
 
 func (a *api) templateAlias(w http.ResponseWriter, r *http.Request, _ caller) error {
-	name, _ := templateName(r.PathValue("alias"))
+	name, _ := templateName(r.PathValue("sub"))
 	if _, err := a.cfg.Builds.Store().Get(name); err != nil {
 		return err
 	}

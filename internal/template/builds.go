@@ -322,7 +322,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 	}
 	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.Uploads()),
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
-		Force: req.Force, Replace: true,
+		Force: req.Force, Replace: true, BuildID: r.ID,
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)
 	b.finish(r, t, err)
@@ -350,6 +350,14 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 		r.Reason.Lines = logs
 	} else {
 		r.Status, r.Steps = BuildReady, t.Built
+		for _, tag := range r.Tags {
+			if tag == DefaultTag {
+				continue
+			}
+			if _, err := b.store.SetTag(t.Name, tag); err != nil {
+				b.log(r, "finalize", "error", fmt.Sprintf("tag %s: %v", tag, err))
+			}
+		}
 	}
 	_ = b.save(r)
 }

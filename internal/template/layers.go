@@ -208,7 +208,7 @@ func (s *Store) gcLayers() (freed int64, err error) {
 		return 0, nil
 	}
 	defer release()
-	used := map[string]bool{}
+	used := s.taggedLayers()
 	all, err := s.List()
 	if err != nil {
 		return 0, err

@@ -219,3 +219,55 @@ func TestLayeredTemplates(t *testing.T) {
 		}
 	})
 }
+
+func TestTagsKeepTheirBuild(t *testing.T) {
+	rt := runtimetest.Runc(t)
+	ctx := context.Background()
+	store, err := template.Open(t.TempDir(), rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Import(ctx, "busybox", runtimetest.BusyboxRootfs(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	build := func(name, content string) *template.Template {
+		tpl, err := store.Build(ctx, template.Spec{Name: name, From: "busybox", Replace: true,
+			Steps: []template.Step{{Kind: template.StepRun, Args: []string{"echo " + content + " > /version", "root"}}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tpl
+	}
+	one := build("app", "one")
+	if _, err := store.SetTag("app", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	build("app", "two")
+	build("other", "x")
+	if err := store.Remove("other"); err != nil { // sweeps unreferenced layers
+		t.Fatal(err)
+	}
+	v1, err := store.Get("app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readTemplateFile(v1, "version"); err != nil || string(b) != "one\n" {
+		t.Fatalf("app:v1 /version = %q, %v", b, err)
+	}
+	if latest, _ := store.Get("app:default"); latest == nil || latest.Layers[0] == one.Layers[0] {
+		t.Fatalf("app:default is not the latest build: %+v", latest)
+	}
+	tags, err := store.Tags("app")
+	if err != nil || len(tags) != 2 || tags[1].Tag != "v1" {
+		t.Fatalf("tags = %+v, %v", tags, err)
+	}
+	if err := store.RemoveTag("app", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(store.LayerDiff(one.Layers[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the untagged build's layer is still there: %v", err)
+	}
+	if _, err := store.Get("app:v1"); !errors.Is(err, template.ErrNotFound) {
+		t.Fatalf("Get of a removed tag: %v", err)
+	}
+}

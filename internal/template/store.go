@@ -67,6 +67,8 @@ type Template struct {
 	// CPUCount and MemoryMB size the template's sandboxes; 0 means the server's default.
 	CPUCount int `json:"cpu_count,omitempty"`
 	MemoryMB int `json:"memory_mb,omitempty"`
+	// BuildID is the API build that made the template ("" for builds on the host).
+	BuildID string `json:"build_id,omitempty"`
 	// Built says, step by step, what the last build did.
 	Built []StepResult `json:"built,omitempty"`
 
@@ -138,6 +140,9 @@ func (s *Store) Dir() string { return s.dir }
 
 // Get returns the ready template called name, or ErrNotFound.
 func (s *Store) Get(name string) (*Template, error) {
+	if n, tag := SplitTag(name); tag != "" {
+		return s.getTagged(n, tag)
+	}
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("get template: %w", err)
 	}
@@ -221,6 +226,12 @@ func (s *Store) Remove(name string) error {
 	}
 	if err := removeTree(trash); err != nil {
 		return fmt.Errorf("remove template %s: %w", name, err)
+	}
+	tags, _ := filepath.Glob(s.tagDir(name, "*"))
+	for _, d := range tags {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("remove template %s: tag %s: %w", name, filepath.Base(d), err)
+		}
 	}
 	if _, err := s.gcLayers(); err != nil {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)

@@ -150,3 +150,22 @@ RUN cp hello.txt copied.txt && whoami > who.txt
   const r = await sbx.commands.run('pwd; cat /srv/copied.txt /srv/who.txt; echo $FROM_DOCKERFILE')
   assert.equal(r.stdout, '/srv\nhello from the context\nroot\nyes\n')
 })
+
+test('tags name builds: a tagged build stays what it was when the name is rebuilt', TIMEOUT, async () => {
+  const name = `sdk-tags-${run}`
+  const version = (v) => Template().fromTemplate('base').runCmd(`echo ${v} > /tmp/version && cp /tmp/version /home/user/version`)
+  await build(version('one'), `${name}:v1`)
+  await build(version('two'), name)
+  const tags = await Template.getTags(name, opts)
+  assert.deepEqual(tags.map((t) => t.tag).sort(), ['default', 'v1'])
+
+  const assigned = await Template.assignTags(`${name}:v1`, 'stable', opts)
+  assert.deepEqual(assigned.tags, ['stable'])
+  for (const [ref, want] of [[`${name}:v1`, 'one'], [`${name}:stable`, 'one'], [name, 'two']]) {
+    const sbx = await Sandbox.create(ref, opts)
+    made.push(sbx)
+    assert.equal((await sbx.commands.run('cat /home/user/version')).stdout, `${want}\n`, ref)
+  }
+  await Template.removeTags(name, 'v1', opts)
+  assert.deepEqual((await Template.getTags(name, opts)).map((t) => t.tag).sort(), ['default', 'stable'])
+})
