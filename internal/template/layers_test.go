@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/runtime"
@@ -269,5 +270,59 @@ func TestTagsKeepTheirBuild(t *testing.T) {
 	}
 	if _, err := store.Get("app:v1"); !errors.Is(err, template.ErrNotFound) {
 		t.Fatalf("Get of a removed tag: %v", err)
+	}
+}
+
+func TestBuildsOfOneNameAreSerialized(t *testing.T) {
+	rt := runtimetest.Runc(t)
+	ctx := context.Background()
+	store, err := template.Open(t.TempDir(), rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Import(ctx, "busybox", runtimetest.BusyboxRootfs(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string // every line of both builds, as written, tagged with the build
+	spec := func(who string) template.Spec {
+		return template.Spec{Name: "same", From: "busybox", Replace: true,
+			Steps: []template.Step{{Kind: template.StepRun, Args: []string{"echo " + who + "; sleep 0.2; echo " + who + "-done", "root"}}},
+			Log: func(_, line string) {
+				mu.Lock()
+				lines = append(lines, who+": "+line)
+				mu.Unlock()
+			}}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, who := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = store.Build(ctx, spec(who), nil)
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("builds: %v, %v", errs[0], errs[1])
+	}
+	// Serialized: the lines of one build all come before the other's.
+	switches := 0
+	for i := 1; i < len(lines); i++ {
+		if lines[i][0] != lines[i-1][0] {
+			switches++
+		}
+	}
+	if switches != 1 {
+		t.Fatalf("the builds interleaved:\n%s", strings.Join(lines, "\n"))
+	}
+	last := lines[len(lines)-1][:1]
+	tpl, err := store.Get("same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := readTemplateFile(tpl, "etc/passwd"); len(b) == 0 || !strings.Contains(tpl.Built[0].Step, "echo "+last) {
+		t.Fatalf("the template is not the last build's (%s): %+v", last, tpl.Built)
 	}
 }
