@@ -147,8 +147,8 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 	}
 	offset := 0
 	for {
-		var st TemplateBuildStatus
-		if _, err := c.do(ctx, op, "", http.MethodGet, fmt.Sprintf("%s/status?logsOffset=%d", path, offset), nil, &st); err != nil {
+		st, err := c.TemplateBuild(ctx, req.TemplateID, req.BuildID, offset)
+		if err != nil {
 			return nil, err
 		}
 		offset += len(st.LogEntries)
@@ -159,13 +159,13 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 		}
 		switch st.Status {
 		case "ready":
-			return &st, nil
+			return st, nil
 		case "error":
 			e := &BuildError{TemplateID: st.TemplateID, BuildID: st.BuildID, Message: "unknown error"}
 			if st.Reason != nil {
 				e.Step, e.Message = st.Reason.Step, st.Reason.Message
 			}
-			return &st, e
+			return st, e
 		}
 		select {
 		case <-ctx.Done():
@@ -195,4 +195,42 @@ func (c *Client) Template(ctx context.Context, name string) (*TemplateInfo, erro
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	_, err := c.do(ctx, "delete template", "", http.MethodDelete, "/templates/"+url.PathEscape(name), nil, nil)
 	return err
+}
+
+// TemplateTag is one tag of a template: the build it names.
+type TemplateTag struct {
+	Tag       string    `json:"tag"`
+	BuildID   string    `json:"buildID"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// TemplateTags lists the tags of template name ("default" is its latest build).
+func (c *Client) TemplateTags(ctx context.Context, name string) ([]TemplateTag, error) {
+	var out []TemplateTag
+	_, err := c.do(ctx, "template tags", "", http.MethodGet, "/templates/"+url.PathEscape(name)+"/tags", nil, &out)
+	return out, err
+}
+
+// TagTemplate gives the build target ("name" or "name:tag") the tags; sandboxes start from
+// "name:tag" even after name is rebuilt.
+func (c *Client) TagTemplate(ctx context.Context, target string, tags ...string) error {
+	_, err := c.do(ctx, "tag template", "", http.MethodPost, "/templates/tags", map[string]any{"target": target, "tags": tags}, nil)
+	return err
+}
+
+// UntagTemplate removes tags of template name.
+func (c *Client) UntagTemplate(ctx context.Context, name string, tags ...string) error {
+	_, err := c.do(ctx, "untag template", "", http.MethodDelete, "/templates/tags", map[string]any{"name": name, "tags": tags}, nil)
+	return err
+}
+
+// TemplateBuild returns the status of build buildID of template name, with its log lines
+// from offset on.
+func (c *Client) TemplateBuild(ctx context.Context, name, buildID string, offset int) (*TemplateBuildStatus, error) {
+	var st TemplateBuildStatus
+	_, err := c.do(ctx, "template build", "", http.MethodGet, fmt.Sprintf("/templates/%s/builds/%s/status?logsOffset=%d", url.PathEscape(name), url.PathEscape(buildID), offset), nil, &st)
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
 }

@@ -253,6 +253,7 @@ func newTemplateCmd() *cobra.Command {
 		return ts, err
 	}
 	cmd.AddCommand(build, list, rm, set, key, newTemplatePushCmd(), importImageCmd(open))
+	cmd.AddCommand(newTemplateAPICmds()...)
 	return cmd
 }
 

@@ -84,3 +84,61 @@ func parseStepFlag(s string) (cove.TemplateStep, error) {
 	}
 	return st, nil
 }
+
+// newTemplateAPICmds are the template verbs that talk to a running server: tags, tag,
+// untag, delete and status.
+func newTemplateAPICmds() []*cobra.Command {
+	verb := func(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, c *cove.Client, f *apiFlags, args []string) error) *cobra.Command {
+		var f apiFlags
+		cmd := &cobra.Command{Use: use, Short: short, Args: args, RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			return run(cmd, c, &f, args)
+		}}
+		f.register(cmd)
+		f.jsonFlag(cmd)
+		return cmd
+	}
+	tags := verb("tags NAME", "List a template's tags on the server", cobra.ExactArgs(1), func(cmd *cobra.Command, c *cove.Client, f *apiFlags, args []string) error {
+		tags, err := c.TemplateTags(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		if f.asJSON {
+			return printJSON(tags)
+		}
+		for _, t := range tags {
+			fmt.Printf("%s\t%s\t%s\n", t.Tag, t.BuildID, t.CreatedAt.Format("2006-01-02T15:04:05Z07:00"))
+		}
+		return nil
+	})
+	tag := verb("tag NAME[:TAG] NEWTAG...", "Tag a template's build on the server (sandboxes start from NAME:NEWTAG)", cobra.MinimumNArgs(2), func(cmd *cobra.Command, c *cove.Client, _ *apiFlags, args []string) error {
+		return c.TagTemplate(cmd.Context(), args[0], args[1:]...)
+	})
+	untag := verb("untag NAME TAG...", "Remove tags of a template on the server", cobra.MinimumNArgs(2), func(cmd *cobra.Command, c *cove.Client, _ *apiFlags, args []string) error {
+		return c.UntagTemplate(cmd.Context(), args[0], args[1:]...)
+	})
+	del := verb("delete NAME", "Delete a template on the server (and the layers nothing else uses)", cobra.ExactArgs(1), func(cmd *cobra.Command, c *cove.Client, _ *apiFlags, args []string) error {
+		return c.DeleteTemplate(cmd.Context(), args[0])
+	})
+	status := verb("status NAME BUILD_ID", "Show a build's status and log on the server", cobra.ExactArgs(2), func(cmd *cobra.Command, c *cove.Client, f *apiFlags, args []string) error {
+		st, err := c.TemplateBuild(cmd.Context(), args[0], args[1], 0)
+		if err != nil {
+			return err
+		}
+		if f.asJSON {
+			return printJSON(st)
+		}
+		for _, e := range st.LogEntries {
+			fmt.Println(e.Message)
+		}
+		fmt.Println("status:", st.Status)
+		if st.Reason != nil {
+			fmt.Println("reason:", st.Reason.Message)
+		}
+		return nil
+	})
+	return []*cobra.Command{tags, tag, untag, del, status}
+}

@@ -185,6 +185,33 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		}
 	})
 
+	t.Run("tags: the SDK tags a build and the CLI lists and removes tags", func(t *testing.T) {
+		if err := client.TagTemplate(ctx, "go-tpl", "v1", "stable"); err != nil {
+			t.Fatal(err)
+		}
+		cli := func(args ...string) string {
+			out, err := exec.CommandContext(ctx, covetest.Binary(t), append(append([]string{"template"}, args...),
+				"--api-url", server.URL, "--api-key", server.Key)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("cove template %v: %v\n%s", args, err, out)
+			}
+			return string(out)
+		}
+		if out := cli("tags", "go-tpl"); !strings.Contains(out, "default\t") || !strings.Contains(out, "stable\t") || !strings.Contains(out, "v1\t") {
+			t.Fatalf("tags:\n%s", out)
+		}
+		cli("untag", "go-tpl", "v1")
+		tags, err := client.TemplateTags(ctx, "go-tpl")
+		if err != nil || len(tags) != 2 || tags[1].Tag != "stable" {
+			t.Fatalf("tags after untag: %+v, %v", tags, err)
+		}
+		sb, err := client.Create(ctx, cove.SandboxOptions{Template: "go-tpl:stable"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Kill(ctx)
+	})
+
 	t.Run("delete removes the template", func(t *testing.T) {
 		if err := client.DeleteTemplate(ctx, "go-tpl"); err != nil {
 			t.Fatal(err)
