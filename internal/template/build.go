@@ -467,7 +467,7 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		Cwd:     cmd.Cwd,
 		UID:     cmd.UID,
 		GID:     cmd.GID,
-		Limits:  runtime.Limits{PIDs: 4096},
+		Limits:  cmd.Limits,
 	})
 	if err != nil {
 		return err
@@ -507,6 +507,7 @@ type shellCmd struct {
 	Home     string
 	Cwd      string
 	Env      []string
+	Limits   runtime.Limits // the template's cpuCount and memoryMB; PIDs always bounded
 }
 
 // ExitError is a build command that failed: its exit status and its last output lines.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // StepResult is what a build did for one step: its layer, whether the layer came from the
@@ -109,7 +111,8 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 				lowers = append([]string{s.LayerDiff(k)}, lowers...)
 			}
 			out.Printf("==> [%d/%d] %s", i+1, len(steps), st)
-			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, s.stepFunc(st, c, spec.Files, out))
+			limits := runtime.Limits{PIDs: 4096, MemoryBytes: int64(spec.MemoryMB) << 20, CPUs: float64(spec.CPUCount)}
+			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, s.stepFunc(st, c, spec.Files, limits, out))
 			if err != nil {
 				return &StepError{Index: i + 1, Step: st, Err: err}
 			}
@@ -147,7 +150,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 }
 
 // stepFunc is what a RUN, COPY or WORKDIR step does to the merged view of its layer.
-func (s *Store) stepFunc(st Step, c buildContext, files FileSource, out *lineWriter) stepRun {
+func (s *Store) stepFunc(st Step, c buildContext, files FileSource, limits runtime.Limits, out *lineWriter) stepRun {
 	env := make([]string, 0, len(c.Env))
 	for k, v := range c.Env {
 		env = append(env, k+"="+v)
@@ -171,7 +174,7 @@ func (s *Store) stepFunc(st Step, c buildContext, files FileSource, out *lineWri
 			if err := mkdirOwned(merged, cwd, uid, gid); err != nil {
 				return err
 			}
-			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env}, out)
+			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits}, out)
 		case StepWorkdir:
 			uid, gid, _, err := lookupUser(merged, c.User)
 			if err != nil {

@@ -47,6 +47,9 @@ func ParseBuildStatus(s string) (BuildStatus, error) {
 	return "", fmt.Errorf("%w: unknown build status %q", ErrInvalid, s)
 }
 
+// e2bBaseImage is the image E2B's SDKs build on when a template names no base.
+const e2bBaseImage = "e2bdev/base"
+
 // ReasonOrphaned is the reason of a build the server stopped in the middle of (a crash).
 const ReasonOrphaned = "orphaned"
 
@@ -257,6 +260,9 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		return fmt.Errorf("%w: fromTemplate or fromImage is required", ErrInvalid)
 	case req.FromImageRegistry != nil && req.FromImageRegistry.Type != "registry":
 		return fmt.Errorf("%w: fromImageRegistry type %q is not supported (only \"registry\", with username and password)", ErrInvalid, req.FromImageRegistry.Type)
+	case (req.FromImage == e2bBaseImage || strings.HasPrefix(req.FromImage, e2bBaseImage+":")) && b.templateExists("base"):
+		// The SDK's Template() with no from* builds on E2B's base image: Cove's base is that.
+		req.FromTemplate, req.FromImage = "base", ""
 	case req.FromImage != "" && ValidName(req.FromImage) == nil && b.templateExists(req.FromImage):
 		// fromDockerfile sends FROM as fromImage: a Dockerfile FROM a Cove template builds on it.
 		req.FromTemplate, req.FromImage = req.FromImage, ""

@@ -169,3 +169,11 @@ test('tags name builds: a tagged build stays what it was when the name is rebuil
   await Template.removeTags(name, 'v1', opts)
   assert.deepEqual((await Template.getTags(name, opts)).map((t) => t.tag).sort(), ['default', 'stable'])
 })
+
+test('a template with no base builds on base, as E2B\'s default image', TIMEOUT, async () => {
+  const name = `sdk-default-${run}`
+  await build(Template().runCmd('echo on-the-default-base > /tmp/default && cp /tmp/default /home/user/default'), name)
+  const sbx = await Sandbox.create(name, opts)
+  made.push(sbx)
+  assert.equal((await sbx.commands.run('cat /home/user/default')).stdout, 'on-the-default-base\n')
+})
