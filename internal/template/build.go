@@ -185,22 +185,31 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 }
 
 // Import makes a template from a copy of a host directory (a rootfs made elsewhere).
-func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Writer) (_ *Template, err error) {
-	if err := ValidName(name); err != nil {
-		return nil, fmt.Errorf("import template: %w", err)
-	}
+func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Writer) (*Template, error) {
 	if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("%w: import template %s: %s is not a directory", ErrInvalid, name, srcDir)
 	}
+	return s.importRoot(ctx, &Template{Name: name}, progress, func(rootfs string, out *lineWriter) error {
+		out.Printf("==> import %s", srcDir)
+		return copyTree(ctx, srcDir, rootfs, out)
+	})
+}
+
+// importRoot makes the root template t (a full rootfs) from what fill puts in rootfs: in a
+// hidden build directory, published complete under t.Name or not at all.
+func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer, fill func(rootfs string, out *lineWriter) error) (_ *Template, err error) {
+	if err := ValidName(t.Name); err != nil {
+		return nil, fmt.Errorf("import template: %w", err)
+	}
 	start := time.Now()
-	build := filepath.Join(s.dir, ".build-"+name+"-"+randomSuffix())
+	build := filepath.Join(s.dir, ".build-"+t.Name+"-"+randomSuffix())
 	if err := os.Mkdir(build, 0o755); err != nil {
 		return nil, err
 	}
 	unlock, err := lockDir(build)
 	if err != nil {
 		os.RemoveAll(build)
-		return nil, fmt.Errorf("import template %s: lock: %w", name, err)
+		return nil, fmt.Errorf("import template %s: lock: %w", t.Name, err)
 	}
 	defer unlock()
 	defer func() {
@@ -214,19 +223,22 @@ func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Wri
 	}
 	defer logFile.Close()
 	out := &lineWriter{w: logFile, progress: progress}
-	out.Printf("==> import %s", srcDir)
 	rootfs := filepath.Join(build, "rootfs")
-	if err := copyTree(ctx, srcDir, rootfs, out); err != nil {
-		return nil, fmt.Errorf("import template %s: %w", name, err)
+	if err := fill(rootfs, out); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
 	}
-	t := &Template{Name: name, SizeBytes: treeSize(rootfs), CreatedAt: time.Now().UTC(), BuildTime: time.Since(start).Seconds()}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t.SizeBytes, t.CreatedAt, t.BuildTime = treeSize(rootfs), time.Now().UTC(), time.Since(start).Seconds()
 	if err := writeMeta(build, t); err != nil {
 		return nil, err
 	}
-	if err := s.publish(build, name, false); err != nil {
-		return nil, fmt.Errorf("import template %s: %w", name, err)
+	out.Printf("==> ready: %s, %d MB in %.1fs", t.Name, t.SizeBytes>>20, t.BuildTime)
+	if err := s.publish(build, t.Name, false); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
 	}
-	return s.Get(name)
+	return s.Get(t.Name)
 }
 
 // FailedLog is where the log of the last failed build of name is kept.

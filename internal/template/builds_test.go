@@ -7,20 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/template"
 )
 
 func TestBuildRecords(t *testing.T) {
-	rt := runtimetest.Runc(t)
+	_, store := busyboxStore(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Import(ctx, "busybox", runtimetest.BusyboxRootfs(t), nil); err != nil {
-		t.Fatal(err)
-	}
 	data := t.TempDir()
 	builds, err := template.OpenBuilds(store, data)
 	if err != nil {

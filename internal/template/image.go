@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -17,11 +15,7 @@ import (
 // ImportImage makes the root template name from an OCI or Docker image: its layers unpacked
 // into a rootfs, its configuration (env, user, working dir) kept. source names where the
 // image came from, for the record.
-func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, source string, progress io.Writer) (_ *Template, err error) {
-	if err := ValidName(name); err != nil {
-		return nil, fmt.Errorf("import image: %w", err)
-	}
-	start := time.Now()
+func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, source string, progress io.Writer) (*Template, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("import image %s: %w", source, err)
@@ -30,51 +24,17 @@ func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, sour
 	if err != nil {
 		return nil, fmt.Errorf("import image %s: %w", source, err)
 	}
-	build := filepath.Join(s.dir, ".build-"+name+"-"+randomSuffix())
-	if err := os.Mkdir(build, 0o755); err != nil {
-		return nil, err
-	}
-	unlock, err := lockDir(build)
-	if err != nil {
-		os.RemoveAll(build)
-		return nil, err
-	}
-	defer unlock()
-	defer func() {
-		if err != nil {
-			removeTree(build)
-		}
-	}()
-	logFile, err := os.Create(filepath.Join(build, "build.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close()
-	out := &lineWriter{w: logFile, progress: progress}
-	out.Printf("==> unpack %s (%s)", source, digest)
-	rootfs := filepath.Join(build, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return nil, err
-	}
-	if err := oci.Unpack(img, rootfs); err != nil {
-		return nil, fmt.Errorf("import image %s: %w", source, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	t := &Template{Name: name, Image: source + "@" + digest.String(), SizeBytes: treeSize(rootfs), CreatedAt: time.Now().UTC(),
-		BuildTime: time.Since(start).Seconds(), User: cfg.User, Workdir: cfg.WorkingDir}
+	t := &Template{Name: name, Image: source + "@" + digest.String(), User: cfg.User, Workdir: cfg.WorkingDir}
 	if len(cfg.Env) > 0 {
 		t.Env = cfg.Env
 	}
-	if err := writeMeta(build, t); err != nil {
-		return nil, err
-	}
-	out.Printf("==> ready: %s, %d MB in %.1fs", name, t.SizeBytes>>20, t.BuildTime)
-	if err := s.publish(build, name, false); err != nil {
-		return nil, fmt.Errorf("import image %s: %w", source, err)
-	}
-	return s.Get(name)
+	return s.importRoot(ctx, t, progress, func(rootfs string, out *lineWriter) error {
+		out.Printf("==> unpack %s (%s)", source, digest)
+		if err := os.Mkdir(rootfs, 0o755); err != nil {
+			return err
+		}
+		return oci.Unpack(img, rootfs)
+	})
 }
 
 // imageTemplateName is the root template an image with digest becomes when a build starts

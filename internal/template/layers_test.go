@@ -32,16 +32,8 @@ func (u uploads) add(t *testing.T, ctxDir, src, dest string) string {
 }
 
 func TestLayeredTemplates(t *testing.T) {
-	rt := runtimetest.Runc(t)
-	bb := runtimetest.BusyboxRootfs(t)
+	rt, store := busyboxStore(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Import(ctx, "busybox", bb, nil); err != nil {
-		t.Fatal(err)
-	}
 	up := uploads{dir: t.TempDir()}
 	files := template.DirSource(up.dir)
 	ctxDir := t.TempDir()
@@ -222,15 +214,8 @@ func TestLayeredTemplates(t *testing.T) {
 }
 
 func TestTagsKeepTheirBuild(t *testing.T) {
-	rt := runtimetest.Runc(t)
+	_, store := busyboxStore(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Import(ctx, "busybox", runtimetest.BusyboxRootfs(t), nil); err != nil {
-		t.Fatal(err)
-	}
 	build := func(name, content string) *template.Template {
 		tpl, err := store.Build(ctx, template.Spec{Name: name, From: "busybox", Replace: true,
 			Steps: []template.Step{{Kind: template.StepRun, Args: []string{"echo " + content + " > /version", "root"}}}}, nil)
@@ -274,15 +259,8 @@ func TestTagsKeepTheirBuild(t *testing.T) {
 }
 
 func TestBuildsOfOneNameAreSerialized(t *testing.T) {
-	rt := runtimetest.Runc(t)
+	_, store := busyboxStore(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Import(ctx, "busybox", runtimetest.BusyboxRootfs(t), nil); err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var lines []string // every line of both builds, as written, tagged with the build
 	spec := func(who string) template.Spec {
@@ -325,4 +303,19 @@ func TestBuildsOfOneNameAreSerialized(t *testing.T) {
 	if b, _ := readTemplateFile(tpl, "etc/passwd"); len(b) == 0 || !strings.Contains(tpl.Built[0].Step, "echo "+last) {
 		t.Fatalf("the template is not the last build's (%s): %+v", last, tpl.Built)
 	}
+}
+
+// busyboxStore is a template store of the test's own holding the busybox test rootfs as the
+// template "busybox", and the runc runtime its builds use.
+func busyboxStore(t *testing.T) (*runtime.Runc, *template.Store) {
+	t.Helper()
+	rt := runtimetest.Runc(t)
+	store, err := template.Open(t.TempDir(), rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Import(context.Background(), "busybox", runtimetest.BusyboxRootfs(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	return rt, store
 }
