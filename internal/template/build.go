@@ -181,6 +181,14 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if err := s.publish(build, spec.Name, spec.Replace); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
+	if spec.Replace && spec.From != "" {
+		// The build it replaced may leave layers nothing uses; those sandboxes still stack are kept.
+		if freed, err := s.gcLayers(); err != nil {
+			out.Printf("==> free unused layers: %v", err)
+		} else if freed > 0 {
+			out.Printf("==> freed %d KiB of layers nothing uses", freed>>10)
+		}
+	}
 	return s.Get(spec.Name)
 }
 

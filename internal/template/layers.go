@@ -209,6 +209,9 @@ func (s *Store) gcLayers() (freed int64, err error) {
 	}
 	defer release()
 	used := s.taggedLayers()
+	for k := range mountedLayers() {
+		used[k] = true // a running sandbox's root stacks it
+	}
 	all, err := s.List()
 	if err != nil {
 		return 0, err
@@ -234,6 +237,35 @@ func (s *Store) gcLayers() (freed int64, err error) {
 		}
 	}
 	return freed, nil
+}
+
+// mountedLayers are the keys of the layers some overlay on this host stacks as a lower dir
+// (a sandbox, or a build, running on them): read from the lowerdir options in mountinfo.
+func mountedLayers() map[string]bool {
+	keys := map[string]bool{}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return keys
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		_, opts, ok := strings.Cut(line, " - overlay ")
+		if !ok {
+			continue
+		}
+		for _, o := range strings.Split(opts, ",") {
+			lower, ok := strings.CutPrefix(o, "lowerdir=")
+			if !ok {
+				continue
+			}
+			for _, dir := range strings.Split(lower, ":") {
+				dir = unescapeMountinfo(dir)
+				if filepath.Base(dir) == "diff" && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "layers" {
+					keys[filepath.Base(filepath.Dir(dir))] = true
+				}
+			}
+		}
+	}
+	return keys
 }
 
 // holdLayers keeps gcLayers off while a build runs: a shared lock on the layers directory.

@@ -319,3 +319,38 @@ func busyboxStore(t *testing.T) (*runtime.Runc, *template.Store) {
 	}
 	return rt, store
 }
+
+func TestLayersARunningSandboxStacksAreKept(t *testing.T) {
+	rt, store := busyboxStore(t)
+	ctx := context.Background()
+	build := func(name string) *template.Template {
+		tpl, err := store.Build(ctx, template.Spec{Name: name, From: "busybox",
+			Steps: []template.Step{{Kind: template.StepRun, Args: []string{"echo " + name + " > /name", "root"}}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tpl
+	}
+	inUse := build("in-use")
+	id := newID("keep")
+	if _, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: inUse.Rootfs, Layers: inUse.LayerDirs, Args: []string{"/bin/sleep", "60"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Destroy(ctx, id) })
+	if err := store.Remove("in-use"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(store.LayerDiff(inUse.Layers[0])); err != nil {
+		t.Fatalf("a layer a sandbox runs on was freed: %v", err)
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	build("other")
+	if err := store.Remove("other"); err != nil { // the next sweep
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(store.LayerDiff(inUse.Layers[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the layer outlived its last sandbox: %v", err)
+	}
+}
