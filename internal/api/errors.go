@@ -37,7 +37,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
-	case errors.Is(err, errForbidden):
+	case errors.Is(err, errForbidden), errors.Is(err, template.ErrNotOwner):
 		return http.StatusForbidden
 	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid),
 		errors.Is(err, template.ErrInvalid):

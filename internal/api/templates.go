@@ -107,7 +107,7 @@ func (a *api) templateTags(w http.ResponseWriter, r *http.Request, _ caller) err
 	return nil
 }
 
-func (a *api) assignTags(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (a *api) assignTags(w http.ResponseWriter, r *http.Request, c caller) error {
 	var req struct {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
@@ -117,6 +117,9 @@ func (a *api) assignTags(w http.ResponseWriter, r *http.Request, _ caller) error
 	}
 	if req.Target == "" || len(req.Tags) == 0 {
 		return fmt.Errorf("%w: target (\"name:tag\") and tags are required", errBadRequest)
+	}
+	if err := a.cfg.Builds.Store().CheckOwner(templateNameOnly(req.Target), c.team.ID); err != nil {
+		return err
 	}
 	var buildID string
 	for _, tag := range req.Tags {
@@ -130,7 +133,7 @@ func (a *api) assignTags(w http.ResponseWriter, r *http.Request, _ caller) error
 	return nil
 }
 
-func (a *api) removeTags(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (a *api) removeTags(w http.ResponseWriter, r *http.Request, c caller) error {
 	var req struct {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
@@ -141,6 +144,9 @@ func (a *api) removeTags(w http.ResponseWriter, r *http.Request, _ caller) error
 	name, _ := templateName(req.Name)
 	if name == "" || len(req.Tags) == 0 {
 		return fmt.Errorf("%w: name and tags are required", errBadRequest)
+	}
+	if err := a.cfg.Builds.Store().CheckOwner(name, c.team.ID); err != nil {
+		return err
 	}
 	for _, tag := range req.Tags {
 		if err := a.cfg.Builds.Store().RemoveTag(name, tag); err != nil {
@@ -155,6 +161,11 @@ func (a *api) removeTags(w http.ResponseWriter, r *http.Request, _ caller) error
 func templateName(s string) (name, tag string) {
 	name, tag, _ = strings.Cut(s, ":")
 	return name, tag
+}
+
+func templateNameOnly(s string) string {
+	name, _ := templateName(s)
+	return name
 }
 
 type requestBuildJSON struct {
@@ -437,10 +448,13 @@ func (a *api) getTemplate(w http.ResponseWriter, r *http.Request, _ caller) erro
 	return nil
 }
 
-func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
 	name, _ := templateName(r.PathValue("templateID"))
-	if name == "base" {
-		return fmt.Errorf("%w: base is the default template every sandbox may start from; remove it on the host with `cove template rm base`", errForbidden)
+	if _, err := a.cfg.Builds.Store().Get(name); err != nil {
+		return err
+	}
+	if err := a.cfg.Builds.Store().CheckOwner(name, c.team.ID); err != nil {
+		return err
 	}
 	if err := a.cfg.Builds.Store().Remove(name); err != nil {
 		return err

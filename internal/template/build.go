@@ -75,8 +75,8 @@ type Spec struct {
 	// Replace lets the build replace a ready template of the same name (atomically, when the
 	// build succeeds); without it such a build fails with ErrExists.
 	Replace bool
-	// BuildID is recorded in the template: the API build that made it.
-	BuildID string
+	// BuildID and TeamID are recorded in the template: the API build that made it, and its team.
+	BuildID, TeamID string
 	// Log receives every build log line with the step it belongs to ("base", "1".."n" for
 	// the steps, "finalize"), as the build runs.
 	Log func(step, line string)
@@ -151,7 +151,7 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		}
 	}()
 
-	t := &Template{Name: spec.Name, From: spec.From, Run: spec.Run, BuildID: spec.BuildID}
+	t := &Template{Name: spec.Name, From: spec.From, Run: spec.Run, BuildID: spec.BuildID, TeamID: spec.TeamID}
 	rootfs := filepath.Join(build, "rootfs")
 	if spec.From == "" {
 		t.Suite = spec.Suite

@@ -226,6 +226,9 @@ func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, req
 	if name == "base" {
 		return nil, fmt.Errorf("%w: base is the default template; it is built on the host (cove template build base)", ErrInvalid)
 	}
+	if err := b.store.CheckOwner(name, teamID); err != nil {
+		return nil, err
+	}
 	for _, t := range tags {
 		if err := ValidName(t); err != nil {
 			return nil, fmt.Errorf("tag: %w", err)
@@ -328,7 +331,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 	}
 	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.Uploads()),
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
-		Force: req.Force, Replace: true, BuildID: r.ID,
+		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID,
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)
 	b.finish(r, t, err)

@@ -30,6 +30,8 @@ var (
 	ErrInvalid = errors.New("invalid template spec")
 	// ErrInUse: other templates are built on the template.
 	ErrInUse = errors.New("template in use")
+	// ErrNotOwner: the template belongs to another team, or to the host (built there).
+	ErrNotOwner = errors.New("template belongs to another team")
 )
 
 // Template is a ready, read-only root filesystem and what it was built from.
@@ -69,6 +71,9 @@ type Template struct {
 	MemoryMB int `json:"memory_mb,omitempty"`
 	// BuildID is the API build that made the template ("" for builds on the host).
 	BuildID string `json:"build_id,omitempty"`
+	// TeamID is the team whose API build made the template: only it may rebuild, tag or
+	// delete it over the API. "" for templates made on the host.
+	TeamID string `json:"team_id,omitempty"`
 	// Built says, step by step, what the last build did.
 	Built []StepResult `json:"built,omitempty"`
 
@@ -235,6 +240,22 @@ func (s *Store) Remove(name string) error {
 	}
 	if _, err := s.gcLayers(); err != nil {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
+	}
+	return nil
+}
+
+// CheckOwner reports, as ErrNotOwner, whether team may not change the template name over
+// the API (rebuild, tag, delete it). A name no template has yet is free.
+func (s *Store) CheckOwner(name, team string) error {
+	t, err := s.Get(name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if t.TeamID == "" || t.TeamID != team {
+		return fmt.Errorf("%w: %s (it was made on the host or by another team's API key)", ErrNotOwner, name)
 	}
 	return nil
 }

@@ -185,6 +185,41 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		sb.Kill(ctx)
 	})
 
+	t.Run("another team may use the template but not rebuild, tag or delete it, nor touch base", func(t *testing.T) {
+		hostCLI := func(args ...string) string {
+			cmd := exec.CommandContext(ctx, covetest.Binary(t), args...)
+			cmd.Env = append(os.Environ(), "COVE_DATA="+server.DataDir)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("cove %v: %v\n%s", args, err, out)
+			}
+			return strings.TrimSpace(string(out))
+		}
+		team := hostCLI("team", "create", "other-builders")
+		key := strings.Fields(hostCLI("apikey", "create", "other", "--team", team))[0]
+		other := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: key})
+		sb, err := other.Create(ctx, cove.SandboxOptions{Template: "go-tpl"})
+		if err != nil {
+			t.Fatalf("another team starts a sandbox from the template: %v", err)
+		}
+		sb.Kill(ctx)
+		var ce *cove.Error
+		for what, err := range map[string]error{
+			"delete":      other.DeleteTemplate(ctx, "go-tpl"),
+			"tag":         other.TagTemplate(ctx, "go-tpl", "mine"),
+			"delete base": other.DeleteTemplate(ctx, "base"),
+		} {
+			if !errors.As(err, &ce) || ce.StatusCode != 403 {
+				t.Errorf("%s by another team: %v, want 403", what, err)
+			}
+		}
+		_, err = other.BuildTemplate(ctx, "go-tpl", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"true"}}}}, cove.TemplateBuildOptions{})
+		if !errors.As(err, &ce) || ce.StatusCode != 403 {
+			t.Errorf("rebuild by another team: %v, want 403", err)
+		}
+	})
+
 	t.Run("delete removes the template", func(t *testing.T) {
 		if err := client.DeleteTemplate(ctx, "go-tpl"); err != nil {
 			t.Fatal(err)
