@@ -25,11 +25,11 @@ type uploadTokens struct {
 }
 
 type uploadToken struct {
-	hash    string
-	expires time.Time
+	team, hash string
+	expires    time.Time
 }
 
-func (u *uploadTokens) issue(hash string) string {
+func (u *uploadTokens) issue(team, hash string) string {
 	b := make([]byte, 16)
 	rand.Read(b)
 	tok := hex.EncodeToString(b)
@@ -44,19 +44,20 @@ func (u *uploadTokens) issue(hash string) string {
 			delete(u.tokens, k)
 		}
 	}
-	u.tokens[tok] = uploadToken{hash: hash, expires: now.Add(time.Hour)}
+	u.tokens[tok] = uploadToken{team: team, hash: hash, expires: now.Add(time.Hour)}
 	return tok
 }
 
-func (u *uploadTokens) take(tok, hash string) bool {
+// take spends the token tok for hash and returns the team it was issued to.
+func (u *uploadTokens) take(tok, hash string) (team string, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t, ok := u.tokens[tok]
 	if !ok || t.hash != hash || time.Now().After(t.expires) {
-		return false
+		return "", false
 	}
 	delete(u.tokens, tok)
-	return true
+	return t.team, true
 }
 
 func (a *api) templateRoutes() {
@@ -219,9 +220,9 @@ type uploadLinkJSON struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, c caller) error {
 	hash := r.PathValue("hash")
-	if a.cfg.Builds.HasUpload(hash) {
+	if a.cfg.Builds.HasUpload(c.team.ID, hash) {
 		writeJSON(w, http.StatusOK, uploadLinkJSON{Present: true})
 		return nil
 	}
@@ -229,18 +230,19 @@ func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, _ caller) error
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	u := fmt.Sprintf("%s://%s/templates/%s/files/%s/upload?token=%s", scheme, r.Host, r.PathValue("templateID"), hash, a.uploads.issue(hash))
+	u := fmt.Sprintf("%s://%s/templates/%s/files/%s/upload?token=%s", scheme, r.Host, r.PathValue("templateID"), hash, a.uploads.issue(c.team.ID, hash))
 	writeJSON(w, http.StatusCreated, uploadLinkJSON{Present: false, URL: u})
 	return nil
 }
 
 func (a *api) upload(w http.ResponseWriter, r *http.Request) {
 	hash := r.PathValue("hash")
-	if !a.uploads.take(r.URL.Query().Get("token"), hash) {
+	team, ok := a.uploads.take(r.URL.Query().Get("token"), hash)
+	if !ok {
 		a.fail(w, r, fmt.Errorf("%w: the upload link is unknown, used or expired; ask for a new one", errUnauthorized))
 		return
 	}
-	if err := a.cfg.Builds.Upload(hash, r.Body, maxUpload); err != nil {
+	if err := a.cfg.Builds.Upload(team, hash, r.Body, maxUpload); err != nil {
 		a.fail(w, r, err)
 		return
 	}

@@ -75,6 +75,9 @@ type Spec struct {
 	// Replace lets the build replace a ready template of the same name (atomically, when the
 	// build succeeds); without it such a build fails with ErrExists.
 	Replace bool
+	// Scope keeps COPY layers (and every layer above one) to builds of the same scope, the
+	// team whose uploads they hold; RUN layers on a shared base are shared across scopes.
+	Scope string
 	// BuildID and TeamID are recorded in the template: the API build that made it, and its team.
 	BuildID, TeamID string
 	// Log receives every build log line with the step it belongs to ("base", "1".."n" for

@@ -53,7 +53,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 	defer hold()
 	t.Root, t.Layers = parent.Name, nil
 	below := rootIdentity(parent)
-	c := buildContext{Env: maps.Clone(parent.Env), User: parent.User, Workdir: parent.Workdir}
+	c := buildContext{Env: maps.Clone(parent.Env), User: parent.User, Workdir: parent.Workdir, Scope: spec.Scope}
 	if parent.Root != "" {
 		t.Root, t.Layers = parent.Root, append([]string(nil), parent.Layers...)
 		if len(t.Layers) > 0 {

@@ -159,8 +159,17 @@ func OpenBuilds(store *Store, dir string) (*Builds, error) {
 
 func (b *Builds) dir() string { return filepath.Join(b.root, "builds") }
 
-// Uploads is the directory of uploaded COPY archives, <hash>.tar.
+// Uploads is the directory of uploaded COPY archives.
 func (b *Builds) Uploads() string { return filepath.Join(b.root, "uploads") }
+
+// teamUploads is where team's archives are, <hash>.tar: each team's uploads are its own, so
+// no team can put content under a hash another team's COPY names.
+func (b *Builds) teamUploads(team string) string {
+	if team == "" {
+		team = "_"
+	}
+	return filepath.Join(b.Uploads(), team)
+}
 
 // Store is the template store the builds build into.
 func (b *Builds) Store() *Store { return b.store }
@@ -283,7 +292,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 			return err
 		}
 		if st.Kind == StepCopy {
-			if _, err := os.Stat(filepath.Join(b.Uploads(), st.FilesHash+".tar")); err != nil {
+			if !b.HasUpload(r.TeamID, st.FilesHash) {
 				return fmt.Errorf("%w: step %d (COPY %s): no files were uploaded for hash %s", ErrInvalid, i+1, st.Args[0], st.FilesHash)
 			}
 		}
@@ -329,7 +338,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		}
 		req.FromTemplate = t.Name
 	}
-	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.Uploads()),
+	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID,
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
@@ -401,18 +410,22 @@ func (b *Builds) Logs(r *BuildRecord, offset int) []LogEntry {
 	return append([]LogEntry(nil), l[offset:]...)
 }
 
-// HasUpload reports whether the files of hash were uploaded.
-func (b *Builds) HasUpload(hash string) bool {
-	_, err := os.Stat(filepath.Join(b.Uploads(), hash+".tar"))
+// HasUpload reports whether team uploaded the files of hash.
+func (b *Builds) HasUpload(team, hash string) bool {
+	_, err := os.Stat(filepath.Join(b.teamUploads(team), hash+".tar"))
 	return validHash(hash) && err == nil
 }
 
-// Upload stores the archive of hash read from r (at most max bytes), complete or not at all.
-func (b *Builds) Upload(hash string, r io.Reader, max int64) error {
+// Upload stores team's archive of hash read from r (at most max bytes), complete or not at all.
+func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
 	if !validHash(hash) {
 		return fmt.Errorf("%w: files hash %q is not a hex sha256", ErrInvalid, hash)
 	}
-	f, err := os.CreateTemp(b.Uploads(), "."+hash+"-*")
+	dir := b.teamUploads(team)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+hash+"-*")
 	if err != nil {
 		return err
 	}
@@ -427,7 +440,7 @@ func (b *Builds) Upload(hash string, r io.Reader, max int64) error {
 	if n > max {
 		return fmt.Errorf("%w: upload %s is larger than %d bytes", ErrInvalid, hash, max)
 	}
-	return os.Rename(f.Name(), filepath.Join(b.Uploads(), hash+".tar"))
+	return os.Rename(f.Name(), filepath.Join(dir, hash+".tar"))
 }
 
 // Close cancels the builds running in this process and waits for them: they end failed.

@@ -75,6 +75,7 @@ type buildContext struct {
 	Env     map[string]string
 	User    string
 	Workdir string
+	Scope   string // whose uploads a COPY reads (see Spec.Scope)
 }
 
 // layerKey is the cache key of step over parent, in context c, with the copied files' hash.
@@ -86,6 +87,9 @@ func layerKey(parent string, st Step, c buildContext) string {
 		fmt.Fprintf(h, "%d:%s\x00", len(a), a)
 	}
 	fmt.Fprintf(h, "files:%s\x00user:%s\x00workdir:%s\x00", st.FilesHash, c.User, c.Workdir)
+	if st.Kind == StepCopy {
+		fmt.Fprintf(h, "scope:%s\x00", c.Scope)
+	}
 	keys := make([]string, 0, len(c.Env))
 	for k := range c.Env {
 		keys = append(keys, k)

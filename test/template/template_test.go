@@ -4,9 +4,11 @@
 package template_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/template/oci/ocitest"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -218,6 +221,26 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		if !errors.As(err, &ce) || ce.StatusCode != 403 {
 			t.Errorf("rebuild by another team: %v, want 403", err)
 		}
+
+		// Uploads are each team's own: naming the first team's files hash finds nothing.
+		hash, err := template.ArchiveContext(ctxDir, "hello.txt", "/home/user/", io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req struct {
+			BuildID string `json:"buildID"`
+		}
+		if code := sendJSON(t, server.URL, key, http.MethodPost, "/v3/templates", map[string]any{"name": "borrowed"}, &req); code != 202 {
+			t.Fatalf("request a build: %d", code)
+		}
+		var fail struct {
+			Message string `json:"message"`
+		}
+		code := sendJSON(t, server.URL, key, http.MethodPost, "/v2/templates/borrowed/builds/"+req.BuildID, map[string]any{"fromTemplate": "base",
+			"steps": []map[string]any{{"type": "COPY", "args": []string{"hello.txt", "/home/user/"}, "filesHash": hash}}}, &fail)
+		if code != 400 || !strings.Contains(fail.Message, "no files were uploaded") {
+			t.Fatalf("a COPY of another team's upload: %d %q, want 400", code, fail.Message)
+		}
 	})
 
 	t.Run("delete removes the template", func(t *testing.T) {
@@ -278,6 +301,22 @@ CMD ["sleep", "infinity"]
 	if err == nil || !strings.Contains(string(res), "line 2 (HEALTHCHECK)") {
 		t.Fatalf("bad Dockerfile: %v\n%s", err, res)
 	}
+}
+
+// sendJSON sends in as JSON to url+path with key and decodes the answer into out.
+func sendJSON(t *testing.T, url, key, method, path string, in, out any) int {
+	t.Helper()
+	b, _ := json.Marshal(in)
+	req, _ := http.NewRequest(method, url+path, bytes.NewReader(b))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	json.NewDecoder(res.Body).Decode(out)
+	return res.StatusCode
 }
 
 // getJSON GETs path from the server with its key and decodes the answer.
