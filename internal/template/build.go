@@ -93,8 +93,8 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		return nil, fmt.Errorf("build template: %w", err)
 	}
 	if spec.From != "" {
-		if err := ValidName(spec.From); err != nil {
-			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
+		if from, _ := SplitTag(spec.From); ValidName(from) != nil { // "name" or "name:tag"
+			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, ValidName(from))
 		}
 	}
 	if (len(spec.Run) > 0 || len(spec.Steps) > 0) && s.rt == nil {

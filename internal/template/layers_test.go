@@ -247,6 +247,17 @@ func TestTagsKeepTheirBuild(t *testing.T) {
 	if err != nil || len(tags) != 2 || tags[1].Tag != "v1" {
 		t.Fatalf("tags = %+v, %v", tags, err)
 	}
+	onV1, err := store.Build(ctx, template.Spec{Name: "on-v1", From: "app:v1",
+		Steps: []template.Step{{Kind: template.StepRun, Args: []string{"cat /version > /seen", "root"}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := readTemplateFile(onV1, "seen"); string(b) != "one\n" {
+		t.Fatalf("a template built from app:v1 saw %q", b)
+	}
+	if err := store.Remove("on-v1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := store.RemoveTag("app", "v1"); err != nil {
 		t.Fatal(err)
 	}
