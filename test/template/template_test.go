@@ -306,8 +306,12 @@ CMD ["sleep", "infinity"]
 // sendJSON sends in as JSON to url+path with key and decodes the answer into out.
 func sendJSON(t *testing.T, url, key, method, path string, in, out any) int {
 	t.Helper()
-	b, _ := json.Marshal(in)
-	req, _ := http.NewRequest(method, url+path, bytes.NewReader(b))
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url+path, body)
 	req.Header.Set("X-API-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
@@ -322,17 +326,7 @@ func sendJSON(t *testing.T, url, key, method, path string, in, out any) int {
 // getJSON GETs path from the server with its key and decodes the answer.
 func getJSON(t *testing.T, s *covetest.Server, path string, out any) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
-	req.Header.Set("X-API-Key", s.Key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
-		t.Fatalf("GET %s: %d: %v", path, res.StatusCode, err)
-	}
-	return res.StatusCode
+	return sendJSON(t, s.URL, s.Key, http.MethodGet, path, nil, out)
 }
 
 func TestBuildsAcrossRestarts(t *testing.T) {
