@@ -71,7 +71,10 @@ func (a *api) templateRoutes() {
 	a.handle("GET /templates/{templateID}/builds/{buildID}/status", a.buildStatus)
 	a.handle("GET /templates/{templateID}/builds/{buildID}/logs", a.buildLogs)
 	a.handle("GET /templates", a.listTemplates)
+	a.handle("GET /v2/templates", a.listTemplates)
 	a.handle("GET /templates/{templateID}", a.getTemplate)
+	a.handle("PATCH /templates/{templateID}", a.updateTemplate)
+	a.handle("PATCH /v2/templates/{templateID}", a.updateTemplate)
 	a.handle("DELETE /templates/{templateID}", a.deleteTemplate)
 	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags overlap (a template
 	// called "aliases", an alias called "tags"): one route tells them apart.
@@ -94,8 +97,11 @@ type tagJSON struct {
 	CreatedAt string `json:"createdAt"`
 }
 
-func (a *api) templateTags(w http.ResponseWriter, r *http.Request, _ caller) error {
-	name, _ := templateName(r.PathValue("templateID"))
+func (a *api) templateTags(w http.ResponseWriter, r *http.Request, c caller) error {
+	name := templateNameOnly(r.PathValue("templateID"))
+	if _, err := a.visible(name, c); err != nil {
+		return err
+	}
 	tags, err := a.cfg.Builds.Store().Tags(name)
 	if err != nil {
 		return err
@@ -249,9 +255,12 @@ func (a *api) upload(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (a *api) startBuild(w http.ResponseWriter, r *http.Request, _ caller) error {
+func (a *api) startBuild(w http.ResponseWriter, r *http.Request, c caller) error {
 	var req template.BuildRequest
 	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if _, err := a.build(r, c); err != nil {
 		return err
 	}
 	name, _ := templateName(r.PathValue("templateID"))
@@ -292,20 +301,21 @@ func logsJSON(entries []template.LogEntry) []buildLogJSON {
 	return out
 }
 
-// build returns the build of the path, 404 when it is not a build of the path's template.
-func (a *api) build(r *http.Request) (*template.BuildRecord, error) {
+// build returns the build of the path, 404 when it is not a build of the path's template
+// by the caller's team.
+func (a *api) build(r *http.Request, c caller) (*template.BuildRecord, error) {
 	rec, err := a.cfg.Builds.Get(r.PathValue("buildID"))
 	if err != nil {
 		return nil, err
 	}
-	if name, _ := templateName(r.PathValue("templateID")); rec.Template != name {
+	if name, _ := templateName(r.PathValue("templateID")); rec.Template != name || rec.TeamID != c.team.ID {
 		return nil, fmt.Errorf("build %s of template %s: %w", rec.ID, name, template.ErrNotFound)
 	}
 	return rec, nil
 }
 
-func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, _ caller) error {
-	rec, err := a.build(r)
+func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, c caller) error {
+	rec, err := a.build(r, c)
 	if err != nil {
 		return err
 	}
@@ -324,8 +334,8 @@ func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, _ caller) erro
 	return nil
 }
 
-func (a *api) buildLogs(w http.ResponseWriter, r *http.Request, _ caller) error {
-	rec, err := a.build(r)
+func (a *api) buildLogs(w http.ResponseWriter, r *http.Request, c caller) error {
+	rec, err := a.build(r, c)
 	if err != nil {
 		return err
 	}
@@ -409,7 +419,7 @@ type templateJSON struct {
 
 func (a *api) templateJSON(t *template.Template) templateJSON {
 	recs, _ := a.cfg.Builds.List(t.Name)
-	j := templateJSON{TemplateID: t.Name, Names: []string{t.Name}, Aliases: []string{t.Name}, BuildStatus: "ready",
+	j := templateJSON{TemplateID: t.Name, Names: []string{t.Name}, Aliases: []string{t.Name}, BuildStatus: "ready", Public: t.Public || t.TeamID == "",
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, EnvdVersion: EnvdVersion, BuildCount: len(recs),
 		CreatedAt: t.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: t.CreatedAt.Format(time.RFC3339Nano),
 		DiskSizeMB: int(t.SizeBytes >> 20), Builds: []templateBuildJSON{}}
@@ -427,26 +437,62 @@ func (a *api) templateJSON(t *template.Template) templateJSON {
 	return j
 }
 
-func (a *api) listTemplates(w http.ResponseWriter, _ *http.Request, _ caller) error {
+func (a *api) listTemplates(w http.ResponseWriter, _ *http.Request, c caller) error {
 	all, err := a.cfg.Builds.Store().List()
 	if err != nil {
 		return err
 	}
 	out := make([]templateJSON, 0, len(all))
 	for _, t := range all {
-		out = append(out, a.templateJSON(t))
+		if t.VisibleTo(c.team.ID) {
+			out = append(out, a.templateJSON(t))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (a *api) getTemplate(w http.ResponseWriter, r *http.Request, _ caller) error {
-	name, _ := templateName(r.PathValue("templateID"))
-	t, err := a.cfg.Builds.Store().Get(name)
+// visible returns the template ref names when the caller's team may see it, else not found.
+func (a *api) visible(ref string, c caller) (*template.Template, error) {
+	t, err := a.cfg.Builds.Store().Get(ref)
+	if err != nil {
+		return nil, err
+	}
+	if !t.VisibleTo(c.team.ID) {
+		return nil, fmt.Errorf("template %s: %w", ref, template.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (a *api) getTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
+	t, err := a.visible(templateNameOnly(r.PathValue("templateID")), c)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, a.templateJSON(t))
+	return nil
+}
+
+func (a *api) updateTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req struct {
+		Public *bool `json:"public"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	name := templateNameOnly(r.PathValue("templateID"))
+	if _, err := a.visible(name, c); err != nil {
+		return err
+	}
+	if err := a.cfg.Builds.Store().CheckOwner(name, c.team.ID); err != nil {
+		return err
+	}
+	if req.Public != nil {
+		if err := a.cfg.Builds.Store().SetPublic(name, *req.Public); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string][]string{"names": {name}})
 	return nil
 }
 
@@ -465,11 +511,16 @@ func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, c caller) e
 	return nil
 }
 
-func (a *api) templateAlias(w http.ResponseWriter, r *http.Request, _ caller) error {
-	name, _ := templateName(r.PathValue("sub"))
-	if _, err := a.cfg.Builds.Store().Get(name); err != nil {
+func (a *api) templateAlias(w http.ResponseWriter, r *http.Request, c caller) error {
+	name := templateNameOnly(r.PathValue("sub"))
+	t, err := a.cfg.Builds.Store().Get(name)
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": false})
+	if !t.VisibleTo(c.team.ID) {
+		// E2B answers 403 for a name another team holds: taken, but not yours.
+		return fmt.Errorf("%w: template %s belongs to another team", errForbidden, name)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": t.Public || t.TeamID == ""})
 	return nil
 }

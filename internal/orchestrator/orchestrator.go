@@ -284,6 +284,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, err
 	}
 	tmpl, err := o.cfg.Templates.Get(req.TemplateID)
+	if err == nil && !tmpl.VisibleTo(req.TeamID) {
+		err = fmt.Errorf("template %s is another team's: %w", req.TemplateID, template.ErrNotFound) // as E2B: not found
+	}
 	if err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("template").Inc()
 		if errors.Is(err, template.ErrNotFound) {

@@ -272,10 +272,10 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		return fmt.Errorf("%w: fromTemplate or fromImage is required", ErrInvalid)
 	case req.FromImageRegistry != nil && req.FromImageRegistry.Type != "registry":
 		return fmt.Errorf("%w: fromImageRegistry type %q is not supported (only \"registry\", with username and password)", ErrInvalid, req.FromImageRegistry.Type)
-	case (req.FromImage == e2bBaseImage || strings.HasPrefix(req.FromImage, e2bBaseImage+":")) && b.templateExists("base"):
+	case (req.FromImage == e2bBaseImage || strings.HasPrefix(req.FromImage, e2bBaseImage+":")) && b.templateUsable("base", r.TeamID):
 		// The SDK's Template() with no from* builds on E2B's base image: Cove's base is that.
 		req.FromTemplate, req.FromImage = "base", ""
-	case req.FromImage != "" && ValidName(req.FromImage) == nil && b.templateExists(req.FromImage):
+	case req.FromImage != "" && ValidName(req.FromImage) == nil && b.templateUsable(req.FromImage, r.TeamID):
 		// fromDockerfile sends FROM as fromImage: a Dockerfile FROM a Cove template builds on it.
 		req.FromTemplate, req.FromImage = req.FromImage, ""
 	case req.FromImage != "":
@@ -283,7 +283,11 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 			return fmt.Errorf("%w: fromImage: %v", ErrInvalid, err)
 		}
 	default:
-		if _, err := b.store.Get(req.FromTemplate); err != nil {
+		t, err := b.store.Get(req.FromTemplate)
+		if err == nil && !t.VisibleTo(r.TeamID) {
+			err = fmt.Errorf("template %s: %w", req.FromTemplate, ErrNotFound) // another team's
+		}
+		if err != nil {
 			return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
 		}
 	}
@@ -380,9 +384,10 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 	_ = b.save(r)
 }
 
-func (b *Builds) templateExists(name string) bool {
-	_, err := b.store.Get(name)
-	return err == nil
+// templateUsable reports whether team may build on the template name.
+func (b *Builds) templateUsable(name, team string) bool {
+	t, err := b.store.Get(name)
+	return err == nil && t.VisibleTo(team)
 }
 
 // logWriter turns writes of whole lines into calls of f, one per line.

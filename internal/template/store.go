@@ -74,6 +74,9 @@ type Template struct {
 	// TeamID is the team whose API build made the template: only it may rebuild, tag or
 	// delete it over the API. "" for templates made on the host.
 	TeamID string `json:"team_id,omitempty"`
+	// Public lets every team start sandboxes from a team's template (E2B's public); a team's
+	// template is its own otherwise. Templates made on the host are every team's.
+	Public bool `json:"public,omitempty"`
 	// Built says, step by step, what the last build did.
 	Built []StepResult `json:"built,omitempty"`
 
@@ -244,6 +247,16 @@ func (s *Store) Remove(name string) error {
 	return nil
 }
 
+// VisibleTo reports whether team may see and start sandboxes from t.
+func (t *Template) VisibleTo(team string) bool {
+	return t.TeamID == "" || t.Public || t.TeamID == team
+}
+
+// SetPublic makes the template name every team's (public) or its team's own.
+func (s *Store) SetPublic(name string, public bool) error {
+	return s.updateMeta(name, func(t *Template) { t.Public = public })
+}
+
 // CheckOwner reports, as ErrNotOwner, whether team may not change the template name over
 // the API (rebuild, tag, delete it). A name no template has yet is free.
 func (s *Store) CheckOwner(name, team string) error {
@@ -262,13 +275,18 @@ func (s *Store) CheckOwner(name, team string) error {
 
 // SetCollectLogs records whether sandboxes of the template collect their commands' output.
 func (s *Store) SetCollectLogs(name string, on bool) error {
+	return s.updateMeta(name, func(t *Template) { t.CollectLogs = &on })
+}
+
+// updateMeta changes the settings of the ready template name in place, atomically.
+func (s *Store) updateMeta(name string, change func(*Template)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, err := s.Get(name)
 	if err != nil {
 		return err
 	}
-	t.CollectLogs = &on
+	change(t)
 	dir := filepath.Join(s.dir, name)
 	b, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {

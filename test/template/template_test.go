@@ -188,7 +188,7 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		sb.Kill(ctx)
 	})
 
-	t.Run("another team may use the template but not rebuild, tag or delete it, nor touch base", func(t *testing.T) {
+	t.Run("another team sees the template once it is public, and may never rebuild, tag or delete it", func(t *testing.T) {
 		hostCLI := func(args ...string) string {
 			cmd := exec.CommandContext(ctx, covetest.Binary(t), args...)
 			cmd.Env = append(os.Environ(), "COVE_DATA="+server.DataDir)
@@ -201,12 +201,27 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		team := hostCLI("team", "create", "other-builders")
 		key := strings.Fields(hostCLI("apikey", "create", "other", "--team", team))[0]
 		other := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: key})
+		var ce *cove.Error
+		if _, err := other.Create(ctx, cove.SandboxOptions{Template: "go-tpl"}); !errors.As(err, &ce) || ce.StatusCode != 404 {
+			t.Fatalf("another team starts a sandbox from a private template: %v, want 404", err)
+		}
+		if _, err := other.Template(ctx, "go-tpl"); !errors.As(err, &ce) || ce.StatusCode != 404 {
+			t.Fatalf("another team reads a private template: %v, want 404", err)
+		}
+		var patched struct {
+			Names []string `json:"names"`
+		}
+		if code := sendJSON(t, server.URL, key, http.MethodPatch, "/templates/go-tpl", map[string]any{"public": true}, &patched); code != 404 {
+			t.Fatalf("another team makes the template public: %d, want 404", code)
+		}
+		if code := sendJSON(t, server.URL, server.Key, http.MethodPatch, "/v2/templates/go-tpl", map[string]any{"public": true}, &patched); code != 200 || len(patched.Names) != 1 {
+			t.Fatalf("the owner makes the template public: %d %+v", code, patched)
+		}
 		sb, err := other.Create(ctx, cove.SandboxOptions{Template: "go-tpl"})
 		if err != nil {
-			t.Fatalf("another team starts a sandbox from the template: %v", err)
+			t.Fatalf("another team starts a sandbox from the public template: %v", err)
 		}
 		sb.Kill(ctx)
-		var ce *cove.Error
 		for what, err := range map[string]error{
 			"delete":      other.DeleteTemplate(ctx, "go-tpl"),
 			"tag":         other.TagTemplate(ctx, "go-tpl", "mine"),
