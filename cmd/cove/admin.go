@@ -130,18 +130,31 @@ func newTemplateCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&templateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	var from string
-	var run []string
+	var from, dockerfilePath string
+	var run, buildArgs []string
+	var force, replace bool
 	build := &cobra.Command{
-		Use:   "build NAME",
-		Short: "Build a template: a Debian base when --from is empty, else --from T plus --run steps",
-		Args:  cobra.ExactArgs(1),
+		Use:   "build NAME [CONTEXT]",
+		Short: "Build a template: a Debian base when --from is empty, else layers of --run steps on --from T (cached), or of -f Dockerfile",
+		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}
-			t, err := ts.Build(cmd.Context(), template.Spec{Name: args[0], From: from, Run: run}, os.Stdout)
+			spec := template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace}
+			if dockerfilePath != "" {
+				ctxDir := "."
+				if len(args) > 1 {
+					ctxDir = args[1]
+				}
+				if spec, err = dockerfileSpec(cmd.Context(), ts, spec, dockerfilePath, ctxDir, buildArgs); err != nil {
+					return err
+				}
+			} else if len(args) > 1 {
+				return fmt.Errorf("a build context is for -f Dockerfile builds")
+			}
+			t, err := ts.Build(cmd.Context(), spec, os.Stdout)
 			if err != nil {
 				if log := ts.FailedLog(args[0]); log != "" {
 					return fmt.Errorf("%w (build log: %s)", err, log)
@@ -157,9 +170,13 @@ func newTemplateCmd() *cobra.Command {
 	}
 	build.Flags().StringVar(&from, "from", "", "template to start from")
 	build.Flags().StringArrayVar(&run, "run", nil, "shell command to run in the new template (repeatable, in order)")
+	build.Flags().StringVarP(&dockerfilePath, "file", "f", "", "build from this Dockerfile (FROM a template, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT)")
+	build.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "a Dockerfile ARG value, KEY=VALUE (repeatable)")
+	build.Flags().BoolVar(&force, "skip-cache", false, "rebuild every step instead of reusing cached layers")
+	build.Flags().BoolVar(&replace, "replace", false, "replace a template of the same name when the build succeeds")
 
 	list := &cobra.Command{
-		Use: "list", Short: "List templates", Args: cobra.NoArgs,
+		Use: "list", Aliases: []string{"ls"}, Short: "List templates with the disk each owns and shares with others", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
@@ -169,13 +186,26 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			use, err := ts.Usage()
+			if err != nil {
+				return err
+			}
 			if asJSON {
-				return printJSON(all)
+				type row struct {
+					*template.Template
+					template.Usage
+				}
+				rows := make([]row, len(all))
+				for i, t := range all {
+					rows[i] = row{t, use[t.Name]}
+				}
+				return printJSON(rows)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tFROM\tSIZE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tFROM\tLAYERS\tOWN\tSHARED\tCREATED")
 			for _, t := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%d MiB\t%s\n", t.Name, t.From, t.SizeBytes>>20, t.CreatedAt.Format(time.RFC3339))
+				u := use[t.Name]
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", t.Name, t.From, len(t.Layers), humanBytes(u.Own), humanBytes(u.Shared), t.CreatedAt.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -220,8 +250,25 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(build, list, rm, set, key)
+	open := func(ctx context.Context) (*template.Store, error) {
+		ts, _, err := server.OpenTemplates(ctx, data, templateDir)
+		return ts, err
+	}
+	cmd.AddCommand(build, list, rm, set, key, newTemplatePushCmd(), importImageCmd(open))
+	cmd.AddCommand(newTemplateAPICmds()...)
 	return cmd
+}
+
+// humanBytes prints a size in KiB, MiB or GiB.
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", (n+1023)>>10)
+	}
 }
 
 func newTeamCmd() *cobra.Command {

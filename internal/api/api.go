@@ -21,6 +21,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -62,6 +63,8 @@ type Config struct {
 	// Activity answers /teams/{teamID}/metrics from the sandbox records; nil leaves those
 	// operations to the 501 of operations this server does not serve.
 	Activity store.Activity
+	// Builds serves E2B's template builder API; nil leaves those operations to the 501.
+	Builds *template.Builds
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -75,8 +78,9 @@ const clientID = "cove"
 const maxBody = 1 << 20
 
 type api struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg     Config
+	mux     *http.ServeMux
+	uploads uploadTokens
 }
 
 // New returns the REST API handler. It takes the client's request id (X-E2B-Request-Id or
@@ -113,6 +117,7 @@ func (a *api) routes() {
 		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)
 		a.handle("GET /teams/{teamID}/metrics/max", a.teamMetricsMax)
 	}
+	a.templateRoutes()
 	// Liveness for load balancers and the SDKs: no key needed, 204 as envd's /health answers.
 	a.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	for pattern, h := range a.cfg.Routes {

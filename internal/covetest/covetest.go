@@ -98,6 +98,20 @@ func Templates(t testing.TB) string {
 	return dir
 }
 
+// OwnTemplates returns a new template store of the test's own whose base template is the
+// shared one (a symlink): a server on it builds templates without writing to the shared store.
+func OwnTemplates(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "templates")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(Templates(t), "base"), filepath.Join(dir, "base")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // Server is a running `cove server`.
 type Server struct {
 	URL     string // http://127.0.0.1:PORT
@@ -130,6 +144,14 @@ type Options struct {
 	OnStop string
 	// Args are extra `cove server` flags, kept across restarts.
 	Args []string
+	// Templates is the template store; the shared test store when "".
+	Templates string
+}
+
+// StartWithTemplates starts a server as Start does, on the template store templates.
+func StartWithTemplates(t testing.TB, dataDir, templates string) *Server {
+	t.Helper()
+	return StartWith(t, dataDir, Options{OnStop: "kill", Templates: templates})
 }
 
 // StartWith starts a server as Start does, with o. At cleanup a server that keeps its
@@ -140,7 +162,11 @@ func StartWith(t testing.TB, dataDir string, o Options) *Server {
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: Templates(t), OnStop: o.OnStop, args: o.Args}
+	templates := o.Templates
+	if templates == "" {
+		templates = Templates(t)
+	}
+	s := &Server{t: t, DataDir: dataDir, templates: templates, OnStop: o.OnStop, args: o.Args}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()

@@ -230,8 +230,9 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		}
 	}()
 	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
-		ID: sb.ID, Rootfs: tmpl.Rootfs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits:  runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
+		ID: sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
+		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs,
+			DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Restore: dir,
 	})

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -337,6 +338,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, err
 	}
 	tmpl, err := o.cfg.Templates.Get(req.TemplateID)
+	if err == nil && !tmpl.VisibleTo(req.TeamID) {
+		err = fmt.Errorf("template %s is another team's: %w", req.TemplateID, template.ErrNotFound) // as E2B: not found
+	}
 	if err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("template").Inc()
 		if errors.Is(err, template.ErrNotFound) {
@@ -347,7 +351,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	now := time.Now()
 	sb := &store.Sandbox{
 		ID: newID(), TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning,
-		Metadata: req.Metadata, CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
+		Metadata: req.Metadata, CPUCount: orDefault(tmpl.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(tmpl.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
 		AllowInternet: false, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
 	}
@@ -395,9 +399,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
+		Layers: tmpl.LayerDirs,
 		Args:   o.envdCommand(sb),
 		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
+		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:  binds,
 		Start:  true,
 	})
@@ -411,7 +416,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
-	init := envdapi.Init{EnvVars: req.EnvVars, CollectOutput: o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs)}
+	init := envdapi.Init{EnvVars: withTemplateEnv(tmpl.Env, req.EnvVars), CollectOutput: o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs)}
 	if sb.EnvdAccessToken != "" {
 		init.AccessToken = &sb.EnvdAccessToken
 	}
@@ -419,8 +424,27 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		user, home := template.UserName, template.UserHome
 		init.DefaultUser, init.DefaultWorkdir = &user, &home
 	}
+	if tmpl.User != "" {
+		init.DefaultUser = &tmpl.User
+	}
+	if tmpl.Workdir != "" {
+		init.DefaultWorkdir = &tmpl.Workdir
+	}
 	if err = postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
+	}
+	if tmpl.StartCmd != "" || tmpl.ReadyCmd != "" {
+		stage = "start_cmd"
+		var user, cwd string
+		if init.DefaultUser != nil {
+			user = *init.DefaultUser
+		}
+		if init.DefaultWorkdir != nil {
+			cwd = *init.DefaultWorkdir
+		}
+		if err = startTemplateCmd(ctx, e.envd, sb.EnvdAccessToken, user, cwd, tmpl.StartCmd, tmpl.ReadyCmd); err != nil {
+			return nil, fmt.Errorf("template %s in sandbox %s: %w", tmpl.Name, sb.ID, err)
+		}
 	}
 	stage = "store"
 	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
@@ -622,6 +646,24 @@ func (o *Orchestrator) watchOOM(ctx context.Context, e *entry) {
 			}
 		}
 	}()
+}
+
+// orDefault is a template's own size (cpuCount, memoryMB) when it sets one, else the server's.
+func orDefault(own, def int) int {
+	if own > 0 {
+		return own
+	}
+	return def
+}
+
+// withTemplateEnv is the template's environment (what its steps set) under the request's.
+func withTemplateEnv(tmpl, req map[string]string) map[string]string {
+	if len(tmpl) == 0 {
+		return req
+	}
+	env := maps.Clone(tmpl)
+	maps.Copy(env, req)
+	return env
 }
 
 func hasUser(rootfs, name string) bool {

@@ -186,6 +186,11 @@ func validate(s Spec) error {
 	if fi, err := os.Stat(s.Rootfs); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%w: %s: rootfs %q is not a directory", ErrInvalid, s.ID, s.Rootfs)
 	}
+	for _, l := range s.Layers {
+		if !filepath.IsAbs(l) || strings.ContainsAny(l, ":,") {
+			return fmt.Errorf("%w: %s: layer %q must be an absolute path without ':' or ','", ErrInvalid, s.ID, l)
+		}
+	}
 	switch s.Network {
 	case "", NetworkLoopback, NetworkHost:
 	default:
@@ -225,20 +230,22 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}()
 
 	root := s.Rootfs
+	layers := dir
+	if !s.Direct && s.Limits.DiskBytes > 0 {
+		if layers, err = mountDisk(r.cfg.DataDir, dir, s.Limits.DiskBytes); err != nil {
+			return nil, fmt.Errorf("create %s: %w", s.ID, err)
+		}
+	}
 	if s.Restore != "" {
-		if err := copyTree(filepath.Join(s.Restore, "upper"), filepath.Join(dir, "upper")); err != nil {
+		// The checkpoint's files go where the overlay's upper dir will be: on the sandbox's
+		// own disk when it has one (a copy past its size fails like a write would).
+		if err := copyTree(filepath.Join(s.Restore, "upper"), filepath.Join(layers, "upper")); err != nil {
 			return nil, fmt.Errorf("create %s: copy the checkpoint's files: %w", s.ID, err)
 		}
 	}
 	if !s.Direct {
 		root = filepath.Join(dir, "rootfs")
-		layers := dir
-		if s.Limits.DiskBytes > 0 {
-			if layers, err = mountDisk(r.cfg.DataDir, dir, s.Limits.DiskBytes); err != nil {
-				return nil, fmt.Errorf("create %s: %w", s.ID, err)
-			}
-		}
-		if err := mountOverlay(s.Rootfs, layers, root); err != nil {
+		if err := mountOverlay(append(append([]string(nil), s.Layers...), s.Rootfs), layers, root); err != nil {
 			return nil, fmt.Errorf("create %s: %w", s.ID, err)
 		}
 		if err := prepareRoot(root, s.ID); err != nil {
@@ -344,14 +351,16 @@ func (r *Runc) reap(sb *sandbox) error {
 	return nil
 }
 
-func mountOverlay(lower, layers, merged string) error {
+// mountOverlay mounts the sandbox's root on merged: lowers (topmost first) read-only under
+// the upper and work dirs in layers (its own disk, when it has one).
+func mountOverlay(lowers []string, layers, merged string) error {
 	upper, work := filepath.Join(layers, "upper"), filepath.Join(layers, "work")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.Mkdir(d, 0o755); err != nil && !(d == upper && errors.Is(err, os.ErrExist)) { // a restore's upper is copied in
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
 	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", merged, err)
 	}

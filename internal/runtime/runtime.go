@@ -56,6 +56,9 @@ type Spec struct {
 	// Rootfs is the template's root directory. It is never written to: the sandbox sees it
 	// through an overlay whose upper layer lives in the sandbox's own directory.
 	Rootfs string
+	// Layers are read-only directories stacked above Rootfs in the overlay, topmost first:
+	// the layers of a template built in steps. Ignored with Direct.
+	Layers []string
 	// Args is the init command (PID 1 in the sandbox); it should reap orphans.
 	Args []string
 	// Env is the init command's environment; PATH, HOME and HOSTNAME are added when missing.

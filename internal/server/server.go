@@ -268,6 +268,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	defer smp.Close()
 	retainer := retention.New(retention.Config{Store: db, Policies: policies(cfg), Logger: cfg.Logger})
 	go retainer.Run(ctx)
+	builds, err := template.OpenBuilds(templates, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("template builds: %w", err)
+	}
+	defer builds.Close()
+	builds.SetLogStore(buildLogSink(ingester), buildLogReader(db))
 	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) (string, error) {
@@ -280,6 +286,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 			case errors.As(err, &gone):
 				return "", nil
 			case errors.Is(err, orchestrator.ErrNotFound):
+				// A template build's log reads like a sandbox's, by the build id.
+				if rec, berr := builds.Get(id); berr == nil && rec.TeamID == team {
+					return rec.Template, nil
+				}
 				return "", store.ErrNotFound
 			}
 			return "", err
@@ -314,7 +324,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
+	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin, Builds: builds,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,

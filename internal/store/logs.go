@@ -29,6 +29,7 @@ const (
 	SourceEnvd    = "envd"    // envd's own log lines
 	SourceProcess = "process" // a command's output
 	SourceServer  = "server"  // cove server's own lines about a sandbox (API, proxy, orchestrator)
+	SourceBuild   = "build"   // a template build's lines, under the build id in place of a sandbox id
 )
 
 // LogLine is one line a sandbox logged: one of envd's own lines, or one line of a command's

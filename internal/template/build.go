@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cove-dev/cove/internal/runtime"
 )
 
@@ -59,6 +61,29 @@ type Spec struct {
 	Mirror string
 	// Include are the packages a base adds to minbase; DefaultInclude when nil.
 	Include []string
+
+	// Steps are the steps of a template built in layers on From, after Run (which become RUN
+	// steps as root). A template with a From is always built in layers.
+	Steps []Step
+	// Files opens the archives COPY steps name.
+	Files FileSource
+	// StartCmd and ReadyCmd become the template's start command and ready check.
+	StartCmd, ReadyCmd string
+	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
+	CPUCount, MemoryMB int
+	// Force rebuilds every step instead of reusing cached layers.
+	Force bool
+	// Replace lets the build replace a ready template of the same name (atomically, when the
+	// build succeeds); without it such a build fails with ErrExists.
+	Replace bool
+	// Scope keeps COPY layers (and every layer above one) to builds of the same scope, the
+	// team whose uploads they hold; RUN layers on a shared base are shared across scopes.
+	Scope string
+	// BuildID and TeamID are recorded in the template: the API build that made it, and its team.
+	BuildID, TeamID string
+	// Log receives every build log line with the step it belongs to ("base", "1".."n" for
+	// the steps, "finalize"), as the build runs.
+	Log func(step, line string)
 }
 
 // Build builds a template and returns it ready. Progress lines (the build's output, and one
@@ -69,14 +94,29 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		return nil, fmt.Errorf("build template: %w", err)
 	}
 	if spec.From != "" {
-		if err := ValidName(spec.From); err != nil {
-			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
+		if from, _ := SplitTag(spec.From); ValidName(from) != nil { // "name" or "name:tag"
+			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, ValidName(from))
 		}
 	}
-	if len(spec.Run) > 0 && s.rt == nil {
+	if (len(spec.Run) > 0 || len(spec.Steps) > 0) && s.rt == nil {
 		return nil, fmt.Errorf("%w: build template %s: run steps need a runtime", ErrInvalid, spec.Name)
 	}
-	if _, err := s.Get(spec.Name); err == nil {
+	if spec.From == "" && len(spec.Steps) > 0 {
+		return nil, fmt.Errorf("%w: build template %s: steps need a template to start from", ErrInvalid, spec.Name)
+	}
+	for i, st := range spec.Steps {
+		if err := st.validate(len(spec.Run) + i); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+	}
+	if spec.From != "" {
+		release, err := s.lockName(ctx, spec.Name)
+		if err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+		defer release()
+	}
+	if _, err := s.Get(spec.Name); err == nil && !spec.Replace {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, ErrExists)
 	}
 	start := time.Now()
@@ -96,9 +136,10 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		os.RemoveAll(build)
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
-	out := &lineWriter{w: logFile, progress: progress}
+	out := &lineWriter{w: logFile, progress: progress, sink: spec.Log, step: "base", tail: &tailLines{n: 20}}
 	defer func() {
 		if err != nil {
+			out.step = "finalize"
 			out.Printf("==> build failed: %v", err)
 		}
 		logFile.Close()
@@ -114,7 +155,7 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		}
 	}()
 
-	t := &Template{Name: spec.Name, From: spec.From, Run: spec.Run}
+	t := &Template{Name: spec.Name, From: spec.From, Run: spec.Run, BuildID: spec.BuildID, TeamID: spec.TeamID}
 	rootfs := filepath.Join(build, "rootfs")
 	if spec.From == "" {
 		t.Suite = spec.Suite
@@ -129,52 +170,58 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		if err := bootstrap(ctx, rootfs, t.Suite, spec.Mirror, t.Include, out); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
+		t.SizeBytes = treeSize(rootfs)
 	} else {
-		parent, err := s.Get(spec.From)
-		if err != nil {
-			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, err)
-		}
-		out.Printf("==> copy %s", spec.From)
-		if err := copyTree(ctx, parent.Rootfs, rootfs, out); err != nil {
-			return nil, fmt.Errorf("build template %s: copy %s: %w", spec.Name, spec.From, err)
+		if err := s.buildSteps(ctx, spec, t, out); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
 	}
-	for i, cmd := range spec.Run {
-		out.Printf("==> run [%d/%d] %s", i+1, len(spec.Run), cmd)
-		if err := s.runStep(ctx, rootfs, cmd, out); err != nil {
-			return nil, fmt.Errorf("build template %s: step %d %q: %w", spec.Name, i+1, cmd, err)
-		}
-	}
-	t.SizeBytes = treeSize(rootfs)
 	t.CreatedAt = time.Now().UTC()
 	t.BuildTime = time.Since(start).Seconds()
 	if err := writeMeta(build, t); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	out.Printf("==> ready: %s, %d MB in %.1fs", spec.Name, t.SizeBytes>>20, t.BuildTime)
-	if err := s.publish(build, spec.Name); err != nil {
+	if err := s.publish(build, spec.Name, spec.Replace); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	}
+	if spec.Replace && spec.From != "" {
+		// The build it replaced may leave layers nothing uses; those sandboxes still stack are kept.
+		if freed, err := s.gcLayers(); err != nil {
+			out.Printf("==> free unused layers: %v", err)
+		} else if freed > 0 {
+			out.Printf("==> freed %d KiB of layers nothing uses", freed>>10)
+		}
 	}
 	return s.Get(spec.Name)
 }
 
 // Import makes a template from a copy of a host directory (a rootfs made elsewhere).
-func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Writer) (_ *Template, err error) {
-	if err := ValidName(name); err != nil {
-		return nil, fmt.Errorf("import template: %w", err)
-	}
+func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Writer) (*Template, error) {
 	if fi, err := os.Stat(srcDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("%w: import template %s: %s is not a directory", ErrInvalid, name, srcDir)
 	}
+	return s.importRoot(ctx, &Template{Name: name}, progress, func(rootfs string, out *lineWriter) error {
+		out.Printf("==> import %s", srcDir)
+		return copyTree(ctx, srcDir, rootfs, out)
+	})
+}
+
+// importRoot makes the root template t (a full rootfs) from what fill puts in rootfs: in a
+// hidden build directory, published complete under t.Name or not at all.
+func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer, fill func(rootfs string, out *lineWriter) error) (_ *Template, err error) {
+	if err := ValidName(t.Name); err != nil {
+		return nil, fmt.Errorf("import template: %w", err)
+	}
 	start := time.Now()
-	build := filepath.Join(s.dir, ".build-"+name+"-"+randomSuffix())
+	build := filepath.Join(s.dir, ".build-"+t.Name+"-"+randomSuffix())
 	if err := os.Mkdir(build, 0o755); err != nil {
 		return nil, err
 	}
 	unlock, err := lockDir(build)
 	if err != nil {
 		os.RemoveAll(build)
-		return nil, fmt.Errorf("import template %s: lock: %w", name, err)
+		return nil, fmt.Errorf("import template %s: lock: %w", t.Name, err)
 	}
 	defer unlock()
 	defer func() {
@@ -188,19 +235,22 @@ func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Wri
 	}
 	defer logFile.Close()
 	out := &lineWriter{w: logFile, progress: progress}
-	out.Printf("==> import %s", srcDir)
 	rootfs := filepath.Join(build, "rootfs")
-	if err := copyTree(ctx, srcDir, rootfs, out); err != nil {
-		return nil, fmt.Errorf("import template %s: %w", name, err)
+	if err := fill(rootfs, out); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
 	}
-	t := &Template{Name: name, SizeBytes: treeSize(rootfs), CreatedAt: time.Now().UTC(), BuildTime: time.Since(start).Seconds()}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t.SizeBytes, t.CreatedAt, t.BuildTime = treeSize(rootfs), time.Now().UTC(), time.Since(start).Seconds()
 	if err := writeMeta(build, t); err != nil {
 		return nil, err
 	}
-	if err := s.publish(build, name); err != nil {
-		return nil, fmt.Errorf("import template %s: %w", name, err)
+	out.Printf("==> ready: %s, %d MB in %.1fs", t.Name, t.SizeBytes>>20, t.BuildTime)
+	if err := s.publish(build, t.Name, false); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
 	}
-	return s.Get(name)
+	return s.Get(t.Name)
 }
 
 // FailedLog is where the log of the last failed build of name is kept.
@@ -208,13 +258,20 @@ func (s *Store) FailedLog(name string) string {
 	return filepath.Join(s.dir, ".failed", name+".log")
 }
 
-// publish renames a finished build directory to its template name: the moment it becomes ready.
-func (s *Store) publish(build, name string) error {
+// publish renames a finished build directory to its template name: the moment it becomes
+// ready. With replace, a ready template of that name is swapped out in one rename and deleted.
+func (s *Store) publish(build, name string, replace bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	final := filepath.Join(s.dir, name)
 	if _, err := os.Lstat(final); err == nil {
-		return ErrExists
+		if !replace {
+			return ErrExists
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, build, unix.AT_FDCWD, final, unix.RENAME_EXCHANGE); err != nil {
+			return fmt.Errorf("replace %s: %w", name, err)
+		}
+		return removeTree(build) // now the old template
 	}
 	return os.Rename(build, final)
 }
@@ -414,18 +471,27 @@ func addUser(rootfs string) error {
 	})
 }
 
-// runStep runs one shell command as root in a container whose root is rootfs itself, with the
-// host's network so that package managers can download.
-func (s *Store) runStep(ctx context.Context, rootfs, cmd string, out *lineWriter) error {
+// runStep runs one shell command in a container whose root is rootfs itself, with the host's
+// network so that package managers can download. It fails with an *ExitError when the command
+// does not exit 0.
+func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *lineWriter) error {
 	id := "build-" + randomSuffix()
+	out.startStep(out.step) // the error's last lines are this command's
+	env := append([]string{"DEBIAN_FRONTEND=noninteractive"}, cmd.Env...)
+	if cmd.Home != "" {
+		env = append(env, "HOME="+cmd.Home)
+	}
 	sb, err := s.rt.Create(ctx, runtime.Spec{
 		ID:      id,
 		Rootfs:  rootfs,
 		Direct:  true,
 		Network: runtime.NetworkHost,
-		Args:    []string{"/bin/sh", "-c", cmd},
-		Env:     []string{"DEBIAN_FRONTEND=noninteractive"},
-		Limits:  runtime.Limits{PIDs: 4096},
+		Args:    []string{"/bin/sh", "-c", cmd.Cmd},
+		Env:     env,
+		Cwd:     cmd.Cwd,
+		UID:     cmd.UID,
+		GID:     cmd.GID,
+		Limits:  cmd.Limits,
 	})
 	if err != nil {
 		return err
@@ -452,15 +518,44 @@ func (s *Store) runStep(ctx context.Context, rootfs, cmd string, out *lineWriter
 		return derr
 	}
 	wg.Wait()
-	switch {
-	case exit.OOMKilled:
-		return errors.New("killed by the OOM killer")
-	case exit.Signal != "":
-		return fmt.Errorf("killed by %s", exit.Signal)
-	case exit.Code != 0:
-		return fmt.Errorf("exit status %d", exit.Code)
+	if exit.OOMKilled || exit.Signal != "" || exit.Code != 0 {
+		return &ExitError{Code: exit.Code, Signal: exit.Signal, OOMKilled: exit.OOMKilled, Tail: out.lastLines()}
 	}
 	return nil
+}
+
+// shellCmd is a build command and who runs it where.
+type shellCmd struct {
+	Cmd      string
+	UID, GID uint32
+	Home     string
+	Cwd      string
+	Env      []string
+	Limits   runtime.Limits // the template's cpuCount and memoryMB; PIDs always bounded
+}
+
+// ExitError is a build command that failed: its exit status and its last output lines.
+type ExitError struct {
+	Code      int
+	Signal    string
+	OOMKilled bool
+	Tail      []string
+}
+
+func (e *ExitError) Error() string {
+	var what string
+	switch {
+	case e.OOMKilled:
+		what = "killed by the OOM killer"
+	case e.Signal != "":
+		what = "killed by " + e.Signal
+	default:
+		what = fmt.Sprintf("exit status %d", e.Code)
+	}
+	if len(e.Tail) == 0 {
+		return what
+	}
+	return what + "; last lines:\n" + strings.Join(e.Tail, "\n")
 }
 
 // copyTree copies src to dst preserving owners, modes, links and xattrs, sharing extents
@@ -511,8 +606,9 @@ func treeSize(dir string) int64 {
 // its template (or is the one failed log kept per name).
 const maxBuildLog = 64 << 20
 
-// lineWriter writes whole lines to the build log, up to maxBuildLog bytes (max, when set),
-// and to the caller's progress writer.
+// lineWriter writes whole lines to the build log (up to maxBuildLog bytes, or max when
+// set), the caller's progress writer and its sink (with the step they belong to), keeping
+// the last few for errors.
 type lineWriter struct {
 	mu       sync.Mutex
 	w        io.Writer
@@ -520,6 +616,9 @@ type lineWriter struct {
 	written  int64
 	max      int64 // maxBuildLog when 0
 	cut      bool
+	sink     func(step, line string)
+	step     string // set between steps, never while one writes
+	tail     *tailLines
 }
 
 func (l *lineWriter) line(s string) {
@@ -537,6 +636,32 @@ func (l *lineWriter) line(s string) {
 	if l.progress != nil {
 		io.WriteString(l.progress, s+"\n")
 	}
+	if l.sink != nil {
+		l.sink(l.step, s)
+	}
+	if l.tail != nil {
+		l.tail.add(s)
+	}
+}
+
+// startStep makes the lines that follow belong to step, and forgets the tail.
+func (l *lineWriter) startStep(step string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.step = step
+	if l.tail != nil {
+		l.tail.lines = nil
+	}
+}
+
+// lastLines returns the last lines of the current step.
+func (l *lineWriter) lastLines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tail == nil {
+		return nil
+	}
+	return append([]string(nil), l.tail.lines...)
 }
 
 // Printf writes one line.

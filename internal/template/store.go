@@ -17,17 +17,22 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // Errors callers branch on.
 var (
 	// ErrNotFound: no ready template with that name.
-	ErrNotFound = errors.New("template not found")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "template not found")
 	// ErrExists: a template with that name is ready already; remove it first.
-	ErrExists = errors.New("template exists")
+	ErrExists = errdefs.New(errdefs.ErrConflict, "template exists")
 	// ErrInvalid: the build spec is malformed.
-	ErrInvalid = errors.New("invalid template spec")
+	ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid template spec")
+	// ErrInUse: other templates are built on the template.
+	ErrInUse = errdefs.New(errdefs.ErrConflict, "template in use")
+	// ErrNotOwner: the template belongs to another team, or to the host (built there).
+	ErrNotOwner = errdefs.New(errdefs.ErrPermissionDenied, "template belongs to another team")
 )
 
 // Template is a ready, read-only root filesystem and what it was built from.
@@ -47,8 +52,40 @@ type Template struct {
 	// (a create request's own collectLogs wins); nil means on.
 	CollectLogs *bool `json:"collect_logs,omitempty"`
 
-	// Rootfs is the template's root directory: a sandbox's read-only lower layer.
+	// Image is the OCI image a root template was unpacked from (reference@digest).
+	Image string `json:"image,omitempty"`
+	// Root is the template whose full rootfs lies below Layers; "" when this template is one.
+	Root string `json:"root,omitempty"`
+	// Layers are the keys of the layers the steps made, bottom first (see layers.go).
+	Layers []string `json:"layers,omitempty"`
+	// Steps are the steps of a template built in steps, in order.
+	Steps []Step `json:"steps,omitempty"`
+	// Env, User and Workdir are what the steps set: sandboxes start with them.
+	Env     map[string]string `json:"env,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	// StartCmd runs when a sandbox starts; ReadyCmd exits 0 once it is ready.
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
+	// CPUCount and MemoryMB size the template's sandboxes; 0 means the server's default.
+	CPUCount int `json:"cpu_count,omitempty"`
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// BuildID is the API build that made the template ("" for builds on the host).
+	BuildID string `json:"build_id,omitempty"`
+	// TeamID is the team whose API build made the template: only it may rebuild, tag or
+	// delete it over the API. "" for templates made on the host.
+	TeamID string `json:"team_id,omitempty"`
+	// Public lets every team start sandboxes from a team's template (E2B's public); a team's
+	// template is its own otherwise. Templates made on the host are every team's.
+	Public bool `json:"public,omitempty"`
+	// Built says, step by step, what the last build did.
+	Built []StepResult `json:"built,omitempty"`
+
+	// Rootfs is the template's root directory: a sandbox's read-only lower layer (for a
+	// template built in steps, its root's rootfs).
 	Rootfs string `json:"-"`
+	// LayerDirs are the directories of Layers, topmost first, to stack above Rootfs.
+	LayerDirs []string `json:"-"`
 	// BuildLog is the file holding the build's output.
 	BuildLog string `json:"-"`
 }
@@ -92,7 +129,8 @@ func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(dir, ".build-*"))
 	trash, _ := filepath.Glob(filepath.Join(dir, ".trash-*"))
-	for _, d := range append(leftovers, trash...) {
+	layers, _ := filepath.Glob(filepath.Join(dir, "layers", ".build-*"))
+	for _, d := range append(append(leftovers, trash...), layers...) {
 		release, ok := abandoned(d)
 		if !ok {
 			continue // another process is building or removing there
@@ -111,6 +149,9 @@ func (s *Store) Dir() string { return s.dir }
 
 // Get returns the ready template called name, or ErrNotFound.
 func (s *Store) Get(name string) (*Template, error) {
+	if n, tag := SplitTag(name); tag != "" {
+		return s.getTagged(n, tag)
+	}
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("get template: %w", err)
 	}
@@ -121,7 +162,27 @@ func (s *Store) Get(name string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
+	if err := s.resolve(t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// resolve fills in where a template built in steps finds its root's rootfs and its layers.
+func (s *Store) resolve(t *Template) error {
+	if t.Root == "" {
+		return nil
+	}
+	root, err := readMeta(filepath.Join(s.dir, t.Root))
+	if err != nil {
+		return fmt.Errorf("template %s: its root template %s: %w", t.Name, t.Root, ErrNotFound)
+	}
+	t.Rootfs = root.Rootfs
+	t.LayerDirs = make([]string, 0, len(t.Layers))
+	for i := len(t.Layers) - 1; i >= 0; i-- {
+		t.LayerDirs = append(t.LayerDirs, s.LayerDiff(t.Layers[i]))
+	}
+	return nil
 }
 
 // List returns every ready template, by name.
@@ -132,11 +193,11 @@ func (s *Store) List() ([]*Template, error) {
 	}
 	var ts []*Template
 	for _, e := range entries {
-		if !e.IsDir() || ValidName(e.Name()) != nil {
-			continue
+		if ValidName(e.Name()) != nil {
+			continue // build, trash and layer directories
 		}
 		t, err := readMeta(filepath.Join(s.dir, e.Name()))
-		if err != nil {
+		if err != nil || s.resolve(t) != nil {
 			continue // not a complete template
 		}
 		ts = append(ts, t)
@@ -150,6 +211,13 @@ func (s *Store) List() ([]*Template, error) {
 func (s *Store) Remove(name string) error {
 	if err := ValidName(name); err != nil {
 		return fmt.Errorf("remove template: %w", err)
+	}
+	if all, err := s.List(); err == nil {
+		for _, t := range all {
+			if t.Root == name {
+				return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, t.Name)
+			}
+		}
 	}
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
@@ -168,18 +236,58 @@ func (s *Store) Remove(name string) error {
 	if err := removeTree(trash); err != nil {
 		return fmt.Errorf("remove template %s: %w", name, err)
 	}
+	tags, _ := filepath.Glob(s.tagDir(name, "*"))
+	for _, d := range tags {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("remove template %s: tag %s: %w", name, filepath.Base(d), err)
+		}
+	}
+	if _, err := s.gcLayers(); err != nil {
+		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
+	}
+	return nil
+}
+
+// VisibleTo reports whether team may see and start sandboxes from t.
+func (t *Template) VisibleTo(team string) bool {
+	return t.TeamID == "" || t.Public || t.TeamID == team
+}
+
+// SetPublic makes the template name every team's (public) or its team's own.
+func (s *Store) SetPublic(name string, public bool) error {
+	return s.updateMeta(name, func(t *Template) { t.Public = public })
+}
+
+// CheckOwner reports, as ErrNotOwner, whether team may not change the template name over
+// the API (rebuild, tag, delete it). A name no template has yet is free.
+func (s *Store) CheckOwner(name, team string) error {
+	t, err := s.Get(name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if t.TeamID == "" || t.TeamID != team {
+		return fmt.Errorf("%w: %s (it was made on the host or by another team's API key)", ErrNotOwner, name)
+	}
 	return nil
 }
 
 // SetCollectLogs records whether sandboxes of the template collect their commands' output.
 func (s *Store) SetCollectLogs(name string, on bool) error {
+	return s.updateMeta(name, func(t *Template) { t.CollectLogs = &on })
+}
+
+// updateMeta changes the settings of the ready template name in place, atomically.
+func (s *Store) updateMeta(name string, change func(*Template)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, err := s.Get(name)
 	if err != nil {
 		return err
 	}
-	t.CollectLogs = &on
+	change(t)
 	dir := filepath.Join(s.dir, name)
 	b, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {

@@ -63,7 +63,7 @@ func TestDerivedTemplates(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("run steps change a copy of the parent, with their output in the log", func(t *testing.T) {
+	t.Run("run steps make layers on the parent, with their output in the log", func(t *testing.T) {
 		var progress bytes.Buffer
 		tpl, err := store.Build(ctx, template.Spec{
 			Name: "derived",
@@ -73,7 +73,7 @@ func TestDerivedTemplates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(tpl.Rootfs, "built"))
+		b, err := readTemplateFile(tpl, "built")
 		if err != nil || string(b) != "built-by-step\nsecond\n" {
 			t.Fatalf("/built = %q, %v", b, err)
 		}
@@ -81,12 +81,12 @@ func TestDerivedTemplates(t *testing.T) {
 			t.Fatalf("the parent changed: %v", err)
 		}
 		log, _ := os.ReadFile(tpl.BuildLog)
-		for _, want := range []string{"==> copy busybox", "==> run [2/3] echo step-output; id -u", "step-output\n0\n", "==> ready: derived"} {
+		for _, want := range []string{"==> from busybox", "==> [2/3] RUN (as root) echo step-output; id -u", "step-output\n0\n", "==> ready: derived"} {
 			if !strings.Contains(string(log), want) || !strings.Contains(progress.String(), want) {
 				t.Errorf("%q missing from log or progress; log:\n%s", want, log)
 			}
 		}
-		if tpl.From != "busybox" || len(tpl.Run) != 3 || tpl.SizeBytes == 0 {
+		if tpl.From != "busybox" || len(tpl.Layers) != 3 || tpl.SizeBytes == 0 || tpl.Rootfs != base.Rootfs {
 			t.Errorf("meta = %+v", tpl)
 		}
 	})
@@ -133,7 +133,7 @@ func TestDerivedTemplates(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := newID("tpl")
-		sb, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, Args: []string{"/bin/cat", "/built"}})
+		sb, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, Layers: tpl.LayerDirs, Args: []string{"/bin/cat", "/built"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,6 +179,17 @@ func TestDerivedTemplates(t *testing.T) {
 			t.Fatalf("second Remove: %v, want ErrNotFound", err)
 		}
 	})
+}
+
+// readTemplateFile reads name from a template's topmost layer that has it, else its rootfs,
+// as the overlay a sandbox mounts would.
+func readTemplateFile(tpl *template.Template, name string) ([]byte, error) {
+	for _, d := range tpl.LayerDirs {
+		if b, err := os.ReadFile(filepath.Join(d, name)); err == nil {
+			return b, nil
+		}
+	}
+	return os.ReadFile(filepath.Join(tpl.Rootfs, name))
 }
 
 func TestOpenRemovesInterruptedBuilds(t *testing.T) {

@@ -1,0 +1,484 @@
+package template
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	ggcrname "github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/cove-dev/cove/internal/template/oci"
+)
+
+// BuildStatus is where a requested build is: E2B's TemplateBuildStatus.
+type BuildStatus string
+
+// The build statuses.
+const (
+	BuildWaiting  BuildStatus = "waiting" // requested; files may be uploading
+	BuildBuilding BuildStatus = "building"
+	BuildReady    BuildStatus = "ready"
+	BuildError    BuildStatus = "error"
+)
+
+func (s BuildStatus) String() string {
+	if s == "" {
+		return string(BuildWaiting)
+	}
+	return string(s)
+}
+
+// ParseBuildStatus reads a build status, rejecting unknown ones.
+func ParseBuildStatus(s string) (BuildStatus, error) {
+	switch b := BuildStatus(s); b {
+	case BuildWaiting, BuildBuilding, BuildReady, BuildError:
+		return b, nil
+	}
+	return "", fmt.Errorf("%w: unknown build status %q", ErrInvalid, s)
+}
+
+// e2bBaseImage is the image E2B's SDKs build on when a template names no base.
+const e2bBaseImage = "e2bdev/base"
+
+// ReasonOrphaned is the reason of a build the server stopped in the middle of (a crash).
+const ReasonOrphaned = "orphaned"
+
+// BuildReason says why a build failed: the message, the step ("1".., "finalize") and the
+// last log lines.
+type BuildReason struct {
+	Message string     `json:"message"`
+	Step    string     `json:"step,omitempty"`
+	Code    string     `json:"code,omitempty"` // ReasonOrphaned, or "" for a failed step
+	Lines   []LogEntry `json:"lines,omitempty"`
+}
+
+// LogEntry is one build log line.
+type LogEntry struct {
+	Time    time.Time `json:"timestamp"`
+	Level   string    `json:"level"` // info, error
+	Message string    `json:"message"`
+	Step    string    `json:"step,omitempty"`
+}
+
+// BuildRecord is one requested build: what was asked, by which request, and how it went.
+type BuildRecord struct {
+	ID         string       `json:"id"`
+	Template   string       `json:"template"`
+	Tags       []string     `json:"tags,omitempty"`
+	Status     BuildStatus  `json:"status"`
+	Reason     *BuildReason `json:"reason,omitempty"`
+	RequestID  string       `json:"request_id,omitempty"`
+	TeamID     string       `json:"team_id,omitempty"`
+	CPUCount   int          `json:"cpu_count,omitempty"`
+	MemoryMB   int          `json:"memory_mb,omitempty"`
+	Steps      []StepResult `json:"steps,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	StartedAt  *time.Time   `json:"started_at,omitempty"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+}
+
+// BuildRequest is the definition a requested build runs (E2B's TemplateBuildStartV2).
+type BuildRequest struct {
+	FromTemplate string `json:"fromTemplate,omitempty"`
+	FromImage    string `json:"fromImage,omitempty"`
+	Steps        []Step `json:"steps,omitempty"`
+	StartCmd     string `json:"startCmd,omitempty"`
+	ReadyCmd     string `json:"readyCmd,omitempty"`
+	Force        bool   `json:"force,omitempty"`
+	// FromImageRegistry logs in to FromImage's registry.
+	FromImageRegistry *RegistryAuth `json:"fromImageRegistry,omitempty"`
+}
+
+// RegistryAuth is E2B's FromImageRegistry; Cove takes type "registry" (username and password).
+type RegistryAuth struct {
+	Type     string `json:"type"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// Builds runs builds asked for over the API in the background, one at a time per template
+// name, and keeps their records (<dir>/builds/<id>.json), their logs and the uploaded
+// files COPY steps use (<dir>/uploads/<hash>.tar), dir being the server's data dir (the
+// template store may be shared by several servers). A record still building when the
+// process died is failed with reason orphaned when Builds opens.
+type Builds struct {
+	store *Store
+	root  string
+
+	mu     sync.Mutex
+	logs   map[string][]LogEntry // by build id, for builds of this process
+	cancel map[string]context.CancelFunc
+	wg     sync.WaitGroup
+
+	sink func(*BuildRecord, LogEntry)
+	read func(r *BuildRecord) ([]LogEntry, error)
+}
+
+// SetLogStore sends every build log line to sink as it is written (the server's log store,
+// tagged with the build id) and reads a build's lines back with read when this process did
+// not run the build (it ran before a restart). Call it before the first build starts.
+func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*BuildRecord) ([]LogEntry, error)) {
+	b.sink, b.read = sink, read
+}
+
+// OpenBuilds opens the build records under dir, failing those a crash left behind; the
+// builds build into store.
+func OpenBuilds(store *Store, dir string) (*Builds, error) {
+	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}}
+	for _, d := range []string{b.dir(), b.Uploads()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := b.List("")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	for _, r := range recs {
+		if r.Status == BuildWaiting || r.Status == BuildBuilding {
+			r.Status, r.FinishedAt = BuildError, &now
+			r.Reason = &BuildReason{Code: ReasonOrphaned, Message: "the server stopped during the build (orphaned); no template was made"}
+			if err := b.save(r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b, nil
+}
+
+func (b *Builds) dir() string { return filepath.Join(b.root, "builds") }
+
+// Uploads is the directory of uploaded COPY archives.
+func (b *Builds) Uploads() string { return filepath.Join(b.root, "uploads") }
+
+// teamUploads is where team's archives are, <hash>.tar: each team's uploads are its own, so
+// no team can put content under a hash another team's COPY names.
+func (b *Builds) teamUploads(team string) string {
+	if team == "" {
+		team = "_"
+	}
+	return filepath.Join(b.Uploads(), team)
+}
+
+// Store is the template store the builds build into.
+func (b *Builds) Store() *Store { return b.store }
+
+func (b *Builds) save(r *BuildRecord) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(b.dir(), "."+r.ID+".json.tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(b.dir(), r.ID+".json"))
+}
+
+// Get returns the build id, or ErrNotFound.
+func (b *Builds) Get(id string) (*BuildRecord, error) {
+	if !validBuildID(id) {
+		return nil, fmt.Errorf("build %q: %w", id, ErrNotFound)
+	}
+	data, err := os.ReadFile(filepath.Join(b.dir(), id+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("build %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r BuildRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("build %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// List returns the builds of template name ("" for all), oldest first.
+func (b *Builds) List(name string) ([]*BuildRecord, error) {
+	entries, err := os.ReadDir(b.dir())
+	if err != nil {
+		return nil, err
+	}
+	var out []*BuildRecord
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(id, ".") {
+			continue
+		}
+		r, err := b.Get(id)
+		if err != nil || (name != "" && r.Template != name) {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Request records a new build of name, waiting for its definition (Start).
+func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, requestID, teamID string) (*BuildRecord, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	if name == "base" {
+		return nil, fmt.Errorf("%w: base is the default template; it is built on the host (cove template build base)", ErrInvalid)
+	}
+	if err := b.store.CheckOwner(name, teamID); err != nil {
+		return nil, err
+	}
+	for _, t := range tags {
+		if err := ValidName(t); err != nil {
+			return nil, fmt.Errorf("tag: %w", err)
+		}
+	}
+	if cpuCount < 0 || memoryMB < 0 {
+		return nil, fmt.Errorf("%w: cpuCount and memoryMB must not be negative", ErrInvalid)
+	}
+	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
+		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, CreatedAt: time.Now().UTC()}
+	return r, b.save(r)
+}
+
+// Start runs the waiting build id with the definition req in the background. It checks
+// what can be checked first (the steps, the base, the uploads), so a bad definition fails
+// the call and leaves the build waiting.
+func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) error {
+	r, err := b.Get(id)
+	if err != nil {
+		return err
+	}
+	if r.Template != name {
+		return fmt.Errorf("build %s is not a build of %s: %w", id, name, ErrNotFound)
+	}
+	if r.Status != BuildWaiting {
+		return fmt.Errorf("%w: build %s is %s already", ErrExists, id, r.Status)
+	}
+	switch {
+	case req.FromImage != "" && req.FromTemplate != "":
+		return fmt.Errorf("%w: give fromTemplate or fromImage, not both", ErrInvalid)
+	case req.FromImage == "" && req.FromTemplate == "":
+		return fmt.Errorf("%w: fromTemplate or fromImage is required", ErrInvalid)
+	case req.FromImageRegistry != nil && req.FromImageRegistry.Type != "registry":
+		return fmt.Errorf("%w: fromImageRegistry type %q is not supported (only \"registry\", with username and password)", ErrInvalid, req.FromImageRegistry.Type)
+	case (req.FromImage == e2bBaseImage || strings.HasPrefix(req.FromImage, e2bBaseImage+":")) && b.templateUsable("base", r.TeamID):
+		// The SDK's Template() with no from* builds on E2B's base image: Cove's base is that.
+		req.FromTemplate, req.FromImage = "base", ""
+	case req.FromImage != "" && ValidName(req.FromImage) == nil && b.templateUsable(req.FromImage, r.TeamID):
+		// fromDockerfile sends FROM as fromImage: a Dockerfile FROM a Cove template builds on it.
+		req.FromTemplate, req.FromImage = req.FromImage, ""
+	case req.FromImage != "":
+		if _, err := ggcrname.ParseReference(req.FromImage); err != nil {
+			return fmt.Errorf("%w: fromImage: %v", ErrInvalid, err)
+		}
+	default:
+		t, err := b.store.Get(req.FromTemplate)
+		if err == nil && !t.VisibleTo(r.TeamID) {
+			err = fmt.Errorf("template %s: %w", req.FromTemplate, ErrNotFound) // another team's
+		}
+		if err != nil {
+			return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
+		}
+	}
+	for i, st := range req.Steps {
+		if err := st.validate(i); err != nil {
+			return err
+		}
+		if st.Kind == StepCopy {
+			if !b.HasUpload(r.TeamID, st.FilesHash) {
+				return fmt.Errorf("%w: step %d (COPY %s): no files were uploaded for hash %s", ErrInvalid, i+1, st.Args[0], st.FilesHash)
+			}
+		}
+	}
+	now := time.Now().UTC()
+	r.Status, r.StartedAt = BuildBuilding, &now
+	if err := b.save(r); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.mu.Lock()
+	b.cancel[id] = cancel
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer cancel()
+		b.run(bctx, r, req)
+	}()
+	return nil
+}
+
+func (b *Builds) log(r *BuildRecord, step, level, msg string) {
+	e := LogEntry{Time: time.Now().UTC(), Level: level, Message: msg, Step: step}
+	b.mu.Lock()
+	b.logs[r.ID] = append(b.logs[r.ID], e)
+	b.mu.Unlock()
+	if b.sink != nil {
+		b.sink(r, e)
+	}
+}
+
+func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
+	if req.FromImage != "" {
+		var cred oci.Credentials
+		if a := req.FromImageRegistry; a != nil {
+			cred = oci.Credentials{Username: a.Username, Password: a.Password}
+		}
+		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, logWriter(func(line string) { b.log(r, "base", "info", line) }))
+		if err != nil {
+			b.finish(r, nil, &StepError{Index: 0, Step: Step{Kind: "FROM", Args: []string{req.FromImage}}, Err: err})
+			return
+		}
+		req.FromTemplate = t.Name
+	}
+	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
+		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID,
+		Log: func(step, line string) { b.log(r, step, "info", line) }}
+	t, err := b.store.Build(ctx, spec, io.Discard)
+	b.finish(r, t, err)
+}
+
+// finish records how the build r ended: t built, or err.
+func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
+	now := time.Now().UTC()
+	r.FinishedAt = &now
+	if err != nil {
+		r.Status = BuildError
+		r.Reason = &BuildReason{Message: err.Error(), Step: "finalize"}
+		var se *StepError
+		if errors.As(err, &se) {
+			r.Reason.Step = fmt.Sprint(se.Index)
+			if se.Index == 0 {
+				r.Reason.Step = "base"
+			}
+		}
+		b.log(r, r.Reason.Step, "error", err.Error())
+		logs := b.Logs(r, 0)
+		if len(logs) > 10 {
+			logs = logs[len(logs)-10:]
+		}
+		r.Reason.Lines = logs
+	} else {
+		r.Status, r.Steps = BuildReady, t.Built
+		for _, tag := range r.Tags {
+			if tag == DefaultTag {
+				continue
+			}
+			if _, err := b.store.SetTag(t.Name, tag); err != nil {
+				b.log(r, "finalize", "error", fmt.Sprintf("tag %s: %v", tag, err))
+			}
+		}
+	}
+	_ = b.save(r)
+}
+
+// templateUsable reports whether team may build on the template name.
+func (b *Builds) templateUsable(name, team string) bool {
+	t, err := b.store.Get(name)
+	return err == nil && t.VisibleTo(team)
+}
+
+// logWriter turns writes of whole lines into calls of f, one per line.
+type logWriter func(line string)
+
+func (f logWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		f(l)
+	}
+	return len(p), nil
+}
+
+// Logs returns the log entries of build r from offset on: from memory for builds of this
+// process, else from the log store.
+func (b *Builds) Logs(r *BuildRecord, offset int) []LogEntry {
+	b.mu.Lock()
+	l, ok := b.logs[r.ID]
+	b.mu.Unlock()
+	if !ok && b.read != nil {
+		l, _ = b.read(r) // a store error reads as no lines: the record still says how it ended
+	}
+	if offset < 0 || offset >= len(l) {
+		return []LogEntry{}
+	}
+	return append([]LogEntry(nil), l[offset:]...)
+}
+
+// HasUpload reports whether team uploaded the files of hash.
+func (b *Builds) HasUpload(team, hash string) bool {
+	_, err := os.Stat(filepath.Join(b.teamUploads(team), hash+".tar"))
+	return validHash(hash) && err == nil
+}
+
+// Upload stores team's archive of hash read from r (at most max bytes), complete or not at all.
+func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
+	if !validHash(hash) {
+		return fmt.Errorf("%w: files hash %q is not a hex sha256", ErrInvalid, hash)
+	}
+	dir := b.teamUploads(team)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+hash+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	n, err := io.Copy(f, io.LimitReader(r, max+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", hash, err)
+	}
+	if n > max {
+		return fmt.Errorf("%w: upload %s is larger than %d bytes", ErrInvalid, hash, max)
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, hash+".tar"))
+}
+
+// Close cancels the builds running in this process and waits for them: they end failed.
+func (b *Builds) Close() {
+	b.mu.Lock()
+	for _, c := range b.cancel {
+		c()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+func newBuildID() string {
+	u := make([]byte, 16)
+	rand.Read(u)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func validBuildID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i, c := range id {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+		} else if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}

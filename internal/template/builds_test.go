@@ -1,0 +1,104 @@
+package template_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/template"
+)
+
+func TestBuildRecords(t *testing.T) {
+	_, store := busyboxStore(t)
+	ctx := context.Background()
+	data := t.TempDir()
+	builds, err := template.OpenBuilds(store, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a build is a record with its steps, cache hits, logs and request id", func(t *testing.T) {
+		rec, err := builds.Request("rec", nil, 1, 128, "req-42", "team-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := []template.Step{{Kind: template.StepRun, Args: []string{"echo from-step > /f", "root"}}}
+		if err := builds.Start(ctx, rec.ID, "rec", template.BuildRequest{FromTemplate: "busybox", Steps: steps}); err != nil {
+			t.Fatal(err)
+		}
+		done := waitBuild(t, builds, rec.ID)
+		if done.Status != template.BuildReady || done.RequestID != "req-42" || len(done.Steps) != 1 || done.Steps[0].Cached {
+			t.Fatalf("record = %+v", done)
+		}
+		var logs []string
+		for _, e := range builds.Logs(rec, 0) {
+			logs = append(logs, e.Step+": "+e.Message)
+		}
+		if !strings.Contains(strings.Join(logs, "\n"), "1: ==> [1/1] RUN (as root) echo from-step") {
+			t.Fatalf("logs:\n%s", strings.Join(logs, "\n"))
+		}
+		if err := builds.Start(ctx, rec.ID, "rec", template.BuildRequest{FromTemplate: "busybox"}); !errors.Is(err, template.ErrExists) {
+			t.Fatalf("starting a build twice: %v", err)
+		}
+	})
+
+	t.Run("bad requests leave the build waiting", func(t *testing.T) {
+		rec, _ := builds.Request("rec2", nil, 0, 0, "", "")
+		for _, req := range []template.BuildRequest{
+			{},
+			{FromTemplate: "missing"},
+			{FromImage: "127.0.0.1:1/x:1", FromTemplate: "busybox"},
+			{FromImage: "Not A Reference!"},
+			{FromImage: "127.0.0.1:1/x:1", FromImageRegistry: &template.RegistryAuth{Type: "aws"}},
+			{FromTemplate: "busybox", Steps: []template.Step{{Kind: template.StepCopy, Args: []string{"a", "/b"}, FilesHash: strings.Repeat("ab", 32)}}},
+		} {
+			if err := builds.Start(ctx, rec.ID, "rec2", req); !errors.Is(err, template.ErrInvalid) {
+				t.Errorf("%+v: %v, want ErrInvalid", req, err)
+			}
+		}
+		if got, _ := builds.Get(rec.ID); got.Status != template.BuildWaiting {
+			t.Fatalf("status = %s", got.Status)
+		}
+		if _, err := builds.Request("base", nil, 0, 0, "", ""); !errors.Is(err, template.ErrInvalid) {
+			t.Fatalf("a build of base: %v", err)
+		}
+	})
+
+	t.Run("a build a crash interrupted is failed as orphaned at the next open", func(t *testing.T) {
+		rec, _ := builds.Request("crashed", nil, 0, 0, "", "")
+		again, err := template.OpenBuilds(store, data) // as the next server start would
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := again.Get(rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != template.BuildError || got.Reason == nil || got.Reason.Code != template.ReasonOrphaned {
+			t.Fatalf("record = %+v", got)
+		}
+		if _, err := store.Get("crashed"); !errors.Is(err, template.ErrNotFound) {
+			t.Fatalf("a template of the orphaned build: %v", err)
+		}
+	})
+}
+
+func waitBuild(t *testing.T, b *template.Builds, id string) *template.BuildRecord {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		rec, err := b.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status == template.BuildReady || rec.Status == template.BuildError {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("build %s still %s after 2 min", id, rec.Status)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a record on disk, as a client does
+	}
+}

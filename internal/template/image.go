@@ -1,0 +1,71 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cove-dev/cove/internal/template/oci"
+)
+
+// ImportImage makes the root template name from an OCI or Docker image: its layers unpacked
+// into a rootfs, its configuration (env, user, working dir) kept. source names where the
+// image came from, for the record.
+func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, source string, progress io.Writer) (*Template, error) {
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("import image %s: %w", source, err)
+	}
+	cfg, err := oci.ImageConfig(img)
+	if err != nil {
+		return nil, fmt.Errorf("import image %s: %w", source, err)
+	}
+	t := &Template{Name: name, Image: source + "@" + digest.String(), User: cfg.User, Workdir: cfg.WorkingDir}
+	if len(cfg.Env) > 0 {
+		t.Env = cfg.Env
+	}
+	return s.importRoot(ctx, t, progress, func(rootfs string, out *lineWriter) error {
+		out.Printf("==> unpack %s (%s)", source, digest)
+		if err := os.Mkdir(rootfs, 0o755); err != nil {
+			return err
+		}
+		return oci.Unpack(img, rootfs)
+	})
+}
+
+// imageTemplateName is the root template an image with digest becomes when a build starts
+// from it: one per digest, shared by every template built on that image.
+func imageTemplateName(digest v1.Hash) string {
+	return "image-" + digest.Hex[:20]
+}
+
+// EnsureImage pulls the image ref and returns the root template holding it, importing it
+// the first time its digest is seen.
+func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credentials, out io.Writer) (*Template, error) {
+	if out == nil {
+		out = io.Discard
+	}
+	img, r, err := oci.Pull(ctx, ref, cred)
+	if err != nil {
+		return nil, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", ref, err)
+	}
+	name := imageTemplateName(digest)
+	if t, err := s.Get(name); err == nil {
+		fmt.Fprintf(out, "==> image %s: %s, cached as %s\n", ref, digest, name)
+		return t, nil
+	}
+	fmt.Fprintf(out, "==> pull %s (%s)\n", r, digest)
+	t, err := s.ImportImage(ctx, name, img, r.String(), out)
+	if errors.Is(err, ErrExists) {
+		return s.Get(name) // a concurrent build imported it first
+	}
+	return t, err
+}

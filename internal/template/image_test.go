@@ -1,0 +1,85 @@
+package template_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/oci"
+	"github.com/cove-dev/cove/internal/template/oci/ocitest"
+)
+
+func TestImages(t *testing.T) {
+	rt := runtimetest.Runc(t)
+	ctx := context.Background()
+	store, err := template.Open(t.TempDir(), rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := ocitest.Image(t, runtimetest.BusyboxRootfs(t), map[string]string{"usr/local/bin/hello": "#!/bin/sh\necho hello from the image\n"},
+		v1.Config{Env: []string{"PATH=/usr/local/bin:/bin", "FROM_IMAGE=yes"}, WorkingDir: "/tmp"})
+	host := ocitest.Registry(t)
+	ref := host + "/cove/busybox:1"
+	ocitest.Push(t, ref, img)
+	creds := oci.Credentials{Username: ocitest.User, Password: ocitest.Password}
+
+	t.Run("a pull without the registry's credentials fails", func(t *testing.T) {
+		if _, err := store.EnsureImage(ctx, ref, oci.Credentials{}, nil); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+			t.Fatalf("err = %v, want unauthorized", err)
+		}
+	})
+
+	var root *template.Template
+	t.Run("a pulled image becomes a root template with its config", func(t *testing.T) {
+		root, err = store.EnsureImage(ctx, ref, creds, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if root.Env["FROM_IMAGE"] != "yes" || root.Workdir != "/tmp" || !strings.Contains(root.Image, ref+"@sha256:") {
+			t.Fatalf("template = %+v", root)
+		}
+		again, err := store.EnsureImage(ctx, ref, creds, nil)
+		if err != nil || again.Name != root.Name || !again.CreatedAt.Equal(root.CreatedAt) {
+			t.Fatalf("second pull made %+v, %v; want the same template", again, err)
+		}
+	})
+
+	t.Run("steps build on the image and a sandbox runs it", func(t *testing.T) {
+		if root == nil {
+			t.Skip("no image template")
+		}
+		tpl, err := store.Build(ctx, template.Spec{Name: "on-image", From: root.Name, Steps: []template.Step{
+			{Kind: template.StepRun, Args: []string{"hello > out.txt && echo $FROM_IMAGE >> out.txt"}},
+		}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := runOn(t, rt, "img", runtime.Spec{Rootfs: tpl.Rootfs, Layers: tpl.LayerDirs, Args: []string{"/bin/cat", "/tmp/out.txt"}})
+		if out != "hello from the image\nyes\n" {
+			t.Fatalf("out.txt = %q", out)
+		}
+	})
+
+	t.Run("a docker save archive imports as a template", func(t *testing.T) {
+		loaded, err := oci.Load(ocitest.Save(t, "cove/busybox:saved", img))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tpl, err := store.ImportImage(ctx, "saved", loaded, "cove/busybox:saved", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := readTemplateFile(tpl, "usr/local/bin/hello"); err != nil || !strings.Contains(string(b), "hello from the image") {
+			t.Fatalf("hello = %q, %v", b, err)
+		}
+		if _, err := store.ImportImage(ctx, "saved", loaded, "again", nil); !errors.Is(err, template.ErrExists) {
+			t.Fatalf("second import under one name: %v", err)
+		}
+	})
+}
