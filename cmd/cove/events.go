@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -111,6 +112,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 				if err == nil && len(evs) > 0 && info.State == cove.StatePaused {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))
 				}
+				printPauses(cmd.Context(), c, id)
 				return nil
 			case errors.As(err, &killed), errors.Is(err, cove.ErrNotFound):
 			default:
@@ -133,6 +135,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 			}
 			d := data.(*cove.KilledEventData)
 			fmt.Printf("sandbox %s was killed at %s: reason %s, by %s\n", id, k.Timestamp.Format(time.RFC3339), d.KillReason, who(k))
+			defer printPauses(cmd.Context(), c, id)
 			if d.KillReason == "timeout" {
 				fmt.Printf("its timeout ended at %s\n", d.EndAt.Format(time.RFC3339))
 			}
@@ -141,6 +144,9 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 			pm := d.Postmortem
 			if pm == nil {
 				return nil
+			}
+			if pm.Detail != "" {
+				fmt.Printf("why: %s\n", pm.Detail)
 			}
 			if res := pm.Resources; res != nil {
 				fmt.Printf("at the kill: memory %.1f of %.0f MiB (peak %.1f MiB), %d OOM kills, %d processes\n",
@@ -164,6 +170,50 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 	}
 	f.jsonFlag(cmd)
 	return cmd
+}
+
+// printPauses prints a sandbox's pauses, resumes and checkpoints, oldest first: when, how
+// (snapshot or freeze), how long each took and how big the snapshot was.
+func printPauses(ctx context.Context, c *cove.Client, id string) {
+	evs, err := c.Events(ctx, id, cove.EventOptions{Types: []string{cove.EventSandboxPaused, cove.EventSandboxResumed,
+		cove.EventSandboxCheckpointed}, Limit: 1000})
+	if err != nil {
+		return
+	}
+	var lines []string
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := evs[i]
+		data, err := e.Data()
+		if err != nil {
+			continue
+		}
+		var kind, purpose string
+		var ms, bytes int64
+		switch d := data.(type) {
+		case *cove.PausedEventData:
+			kind, ms, bytes = d.Kind, d.DurationMS, d.SnapshotBytes
+		case *cove.ResumedEventData:
+			kind, ms = d.Kind, d.DurationMS
+		case *cove.CheckpointedEventData:
+			purpose, ms, bytes = d.Purpose, d.DurationMS, d.SnapshotBytes
+		}
+		line := fmt.Sprintf("  %s  %-12s", e.Timestamp.Format(time.RFC3339), strings.TrimPrefix(e.Type, "sandbox.lifecycle."))
+		if kind != "" {
+			line += fmt.Sprintf(" %-8s", kind)
+		}
+		if purpose != "" {
+			line += " for a " + purpose
+		}
+		line += fmt.Sprintf(" in %d ms", ms)
+		if bytes > 0 {
+			line += fmt.Sprintf(", snapshot %.1f MiB", float64(bytes)/(1<<20))
+		}
+		lines = append(lines, line+", by "+who(e))
+	}
+	if len(lines) > 0 {
+		fmt.Println("pauses and restores:")
+		fmt.Println(strings.Join(lines, "\n"))
+	}
 }
 
 func who(e cove.SandboxEvent) string {
