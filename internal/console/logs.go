@@ -22,6 +22,7 @@ const pageSearchLines = 200
 // page the template, sandbox, metadata, level and time range.
 type logView struct {
 	Q, Field, Level, Template, Sandbox, Meta, Since, Until, TZ, Team string
+	meta                                                             map[string]string // Meta parsed
 }
 
 // logQuery turns the form's values into a store query, parsing what the logs API parses
@@ -40,12 +41,13 @@ func logQuery(v url.Values) (store.LogQuery, logView, error) {
 		api.Set("fields."+strings.TrimSpace(k), strings.TrimSpace(val))
 	}
 	if lv.Meta != "" {
+		lv.meta = map[string]string{}
 		for pair := range strings.SplitSeq(lv.Meta, ",") {
 			k, val, ok := strings.Cut(pair, "=")
 			if !ok || strings.TrimSpace(k) == "" {
 				return store.LogQuery{}, lv, fmt.Errorf("meta: %q is not key=value", pair)
 			}
-			api.Set("fields."+strings.TrimSpace(k), strings.TrimSpace(val))
+			lv.meta[strings.TrimSpace(k)] = strings.TrimSpace(val)
 		}
 	}
 	for k, vals := range api {
@@ -128,6 +130,14 @@ func (c *Console) logsPage(w http.ResponseWriter, r *http.Request) {
 	if q.Limit == 0 || r.URL.Query().Get("limit") == "" {
 		q.Limit = pageSearchLines
 	}
+	if lv.meta != nil {
+		// Metadata lives with the sandbox, not on its lines: the search keeps the lines of
+		// the team's sandboxes (killed ones too) whose metadata matches.
+		if q.SandboxIn, err = c.sandboxesWith(r.Context(), team, lv.meta); err != nil {
+			c.fail(w, r, statusOf(err), err)
+			return
+		}
+	}
 	page, err := c.cfg.Records.QueryLogs(r.Context(), q)
 	if err != nil {
 		c.fail(w, r, statusOf(err), fmt.Errorf("search logs: %w", err))
@@ -141,6 +151,31 @@ func (c *Console) logsPage(w http.ResponseWriter, r *http.Request) {
 		data["Next"] = template.URL(next.Encode()) // url.Values.Encode: a safe query
 	}
 	c.render(w, r, "logs.html", data)
+}
+
+// maxMetaSandboxes bounds how many sandboxes a metadata search of the logs covers.
+const maxMetaSandboxes = 1000
+
+// sandboxesWith returns the ids of team's sandboxes, in every state, whose metadata holds
+// every pair of md: at most maxMetaSandboxes, the newest.
+func (c *Console) sandboxesWith(ctx context.Context, team string, md map[string]string) ([]string, error) {
+	ids := []string{}
+	f := store.SandboxFilter{TeamID: team, Metadata: md, Limit: 100,
+		States: []store.SandboxState{store.StateRunning, store.StatePaused, store.StateKilled}}
+	for len(ids) < maxMetaSandboxes {
+		page, err := c.cfg.Records.ListSandboxes(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("sandboxes with metadata: %w", err)
+		}
+		for _, sb := range page.Sandboxes {
+			ids = append(ids, sb.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		f.Next = page.Next
+	}
+	return ids, nil
 }
 
 // teamOf is the team a viewer's query reads: the session's own, or for the admin the one

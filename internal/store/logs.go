@@ -62,6 +62,9 @@ type LogQuery struct {
 	TeamID string // required: a query never crosses teams
 	// SandboxID is the sandbox whose log to read; "" searches every sandbox of the team.
 	SandboxID string
+	// SandboxIn, when not nil, keeps lines of these sandboxes only (empty: none), as a
+	// search by the sandboxes' metadata resolves to: labels are not copied onto lines.
+	SandboxIn []string
 	// TemplateID keeps lines of sandboxes of this template id, when not "".
 	TemplateID string
 	// Since and Until bound the lines' times: Since <= Time < Until; a zero bound is none.

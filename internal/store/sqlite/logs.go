@@ -228,6 +228,15 @@ func logScope(q *store.LogQuery) ([]string, []any) {
 	if q.TemplateID != "" {
 		where, args = append(where, "template_id = ?"), append(args, q.TemplateID)
 	}
+	if q.SandboxIn != nil {
+		if len(q.SandboxIn) == 0 {
+			return append(where, "0"), args
+		}
+		where = append(where, "sandbox_id IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(q.SandboxIn)), ", ")+")")
+		for _, id := range q.SandboxIn {
+			args = append(args, id)
+		}
+	}
 	return where, args
 }
 
