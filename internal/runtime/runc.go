@@ -60,6 +60,7 @@ type sandbox struct {
 	id      string
 	pid     int
 	network Network
+	netns   string // the namespace it joined when the caller gave one (Spec.Netns)
 	exited  chan struct{} // closed once init has been reaped
 	exit    Exit
 }
@@ -217,8 +218,8 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: prepare root: %w", s.ID, err)
 		}
 	}
-	netns := ""
-	if s.Network != NetworkHost {
+	netns := s.Netns
+	if s.Network != NetworkHost && netns == "" {
 		netns = r.netnsPath(s.ID)
 		if err := createNetns(netns); err != nil {
 			return nil, fmt.Errorf("create %s: netns: %w", s.ID, err)
@@ -266,7 +267,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		errR.Close()
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, exited: make(chan struct{})}
+	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
 	if err := r.reap(sb); err != nil {
 		outR.Close()
 		errR.Close()
@@ -495,11 +496,14 @@ func (r *Runc) Stats(ctx context.Context, id string) (Stats, error) {
 
 // Dial implements Runtime.
 func (r *Runc) Dial(ctx context.Context, id, network, address string) (net.Conn, error) {
+	netns := r.netnsPath(id)
 	if sb := r.get(id); sb != nil && sb.network == NetworkHost {
 		var d net.Dialer
 		return d.DialContext(ctx, network, address)
+	} else if sb != nil && sb.netns != "" {
+		netns = sb.netns
 	}
-	c, err := dialInNetns(ctx, r.netnsPath(id), network, address)
+	c, err := dialInNetns(ctx, netns, network, address)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s in %s: %w", address, id, err)
 	}

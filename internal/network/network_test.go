@@ -1,0 +1,234 @@
+package network_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/network/nettest"
+)
+
+// newManager starts a Manager on a reserved test pool whose sandboxes can reach nothing but
+// 198.18.0.0/15, resolving through in's DNS server.
+func newManager(t *testing.T, in *nettest.Internet, warm int) *network.Manager {
+	t.Helper()
+	srv := nettest.ReserveServer(t)
+	ctx := context.Background()
+	m, err := network.New(ctx, network.Config{
+		Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
+		DNS:         []netip.AddrPort{in.DNS()},
+		EgressLimit: []netip.Prefix{nettest.Range},
+		Warm:        warm,
+		StateDir:    t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(context.Background()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return m
+}
+
+func attach(t *testing.T, m *network.Manager, id string, p network.Policy) *network.Attachment {
+	t.Helper()
+	a, err := m.Attach(context.Background(), id, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Detach(context.Background(), id) })
+	return a
+}
+
+// get fetches url from inside the namespace at netns; the error says why it could not.
+func get(netns, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return nettest.DialIn(ctx, netns, network, addr)
+		}}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	res, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
+}
+
+// lookup asks the resolver named in the sandbox's resolv.conf for name's A record.
+func lookup(t *testing.T, a *network.Attachment, name string) (netip.Addr, dnsmessage.RCode) {
+	t.Helper()
+	conf, err := os.ReadFile(a.ResolvConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := strings.TrimSpace(strings.TrimPrefix(string(conf), "nameserver"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := nettest.DialIn(ctx, a.Netns, "udp", net.JoinHostPort(server, "53"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, _ := b.Finish()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(q); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("no DNS answer from %s: %v", server, err)
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(buf[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.SkipAllQuestions()
+	ans, err := p.AllAnswers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ans {
+		if a, ok := r.Body.(*dnsmessage.AResource); ok {
+			return netip.AddrFrom4(a.A), h.RCode
+		}
+	}
+	return netip.Addr{}, h.RCode
+}
+
+func TestEgress(t *testing.T) {
+	in := nettest.New(t)
+	m := newManager(t, in, 1)
+	on := attach(t, m, "sb-on", network.Policy{AllowInternet: true})
+	off := attach(t, m, "sb-off", network.Policy{AllowInternet: false})
+
+	t.Run("a sandbox with internet access reaches the test host, masqueraded", func(t *testing.T) {
+		body, err := get(on.Netns, in.URL("http", "/hello"))
+		if err != nil || !strings.Contains(body, "hello") {
+			t.Fatalf("GET: %q, %v", body, err)
+		}
+		reqs := in.Requests()
+		last := reqs[len(reqs)-1]
+		if host, _, _ := net.SplitHostPort(last.RemoteAddr); host != in.Gateway.String() {
+			t.Errorf("the test host saw %s, want the host's address %s (NAT)", last.RemoteAddr, in.Gateway)
+		}
+	})
+	t.Run("a sandbox without internet access reaches nothing", func(t *testing.T) {
+		if body, err := get(off.Netns, in.URL("http", "/")); err == nil {
+			t.Fatalf("GET succeeded: %q", body)
+		}
+	})
+	t.Run("names resolve through Cove's resolver, which forwards to the configured upstream", func(t *testing.T) {
+		in.SetName("web.test", in.Addr)
+		if got, rcode := lookup(t, on, "web.test"); got != in.Addr {
+			t.Fatalf("web.test = %v (%v), want %v", got, rcode, in.Addr)
+		}
+		if _, rcode := lookup(t, on, "missing.test"); rcode != dnsmessage.RCodeNameError {
+			t.Fatalf("missing.test: rcode %v, want NXDOMAIN", rcode)
+		}
+	})
+	t.Run("an update takes effect on the open sandbox", func(t *testing.T) {
+		p := network.Policy{AllowInternet: false, AllowOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}}
+		if err := m.Update(context.Background(), "sb-off", p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := get(off.Netns, "http://"+in.Other.String()+"/"); err != nil {
+			t.Fatalf("allowed host: %v", err)
+		}
+		if _, err := get(off.Netns, in.URL("http", "/")); err == nil {
+			t.Fatal("a host outside allowOut answered")
+		}
+	})
+	t.Run("allowOut wins over denyOut", func(t *testing.T) {
+		p := network.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")},
+			AllowOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}}
+		if err := m.Update(context.Background(), "sb-off", p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := get(off.Netns, in.URL("http", "/")); err != nil {
+			t.Fatalf("allowed host: %v", err)
+		}
+		if _, err := get(off.Netns, "http://"+in.Other.String()+"/"); err == nil {
+			t.Fatal("a denied host answered")
+		}
+	})
+}
+
+func TestIsolation(t *testing.T) {
+	in := nettest.New(t)
+	m := newManager(t, in, -1)
+	a := attach(t, m, "sb-a", network.Policy{AllowInternet: true})
+	b := attach(t, m, "sb-b", network.Policy{AllowInternet: true})
+
+	// A service on the host, on every address, as the API, proxy and metrics ports are.
+	hostLn, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostLn.Close() })
+	go func() {
+		for {
+			c, err := hostLn.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := hostLn.Addr().(*net.TCPAddr).Port
+	// A service in sandbox b.
+	bLn, err := nettest.ListenIn(b.Netns, "tcp", fmt.Sprintf("0.0.0.0:%d", 8080))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bLn.Close() })
+
+	for _, tc := range []struct{ name, addr string }{
+		{"a sandbox does not reach a host service through its gateway", net.JoinHostPort(a.Gateway.String(), fmt.Sprint(port))},
+		{"a sandbox does not reach a host service on the host's other addresses", net.JoinHostPort(in.Gateway.String(), fmt.Sprint(port))},
+		{"a sandbox does not reach another sandbox", net.JoinHostPort(b.Addr.String(), "8080")},
+		{"a sandbox does not reach another sandbox's gateway", net.JoinHostPort(b.Gateway.String(), fmt.Sprint(port))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			c, err := nettest.DialIn(ctx, a.Netns, "tcp", tc.addr)
+			if err == nil {
+				c.Close()
+				t.Fatalf("connected to %s", tc.addr)
+			}
+		})
+	}
+	t.Run("the same host service answers from outside the sandbox (the test can fail)", func(t *testing.T) {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(in.Gateway.String(), fmt.Sprint(port)), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		c, err = nettest.DialIn(context.Background(), b.Netns, "tcp", "127.0.0.1:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	})
+}

@@ -1,0 +1,125 @@
+package network
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+)
+
+// linkLocal is never reachable unless an allowOut entry names it: cloud metadata lives there.
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// reject refuses a sandbox's packet at once (a connect fails with "no route to host")
+// instead of leaving the program inside to time out.
+const reject = "reject with icmpx type admin-prohibited"
+
+// nft runs one nft script as one transaction: all of it applies, or none.
+func (m *Manager) nft(ctx context.Context, script string) error {
+	cmd := exec.CommandContext(ctx, m.cfg.NFT, "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// tableScript replaces Cove's table with a fresh one holding no sandbox: the base chains
+// (DNS redirect, NAT, the host's and the sandboxes' guards) and an empty map from a
+// sandbox's link to its own chain.
+//
+//	prerouting  DNS from a sandbox, to any address, goes to Cove's resolver
+//	postrouting sandbox addresses leaving by another link are masqueraded
+//	input       a sandbox reaches nothing on the host but the resolver
+//	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress
+//	egress      IPv6 dropped; the server's limit; then the sandbox's own chain (sb_N)
+func (m *Manager) tableScript() string {
+	t, p := m.cfg.Table, m.cfg.LinkPrefix+"-*"
+	var b strings.Builder
+	// Declaring the table first makes the delete succeed whether or not it existed.
+	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", t, t, t)
+	b.WriteString("\tmap links { type ifname : verdict; }\n")
+	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
+		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n", p, m.dnsPort)
+	fmt.Fprintf(&b, "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept;\n"+
+		"\t\tip saddr %s oifname != %q masquerade\n\t}\n", m.cfg.Pool, p)
+	fmt.Fprintf(&b, "\tchain input { type filter hook input priority filter; policy accept;\n"+
+		"\t\tiifname %q meta l4proto { tcp, udp } th dport %d accept\n"+
+		"\t\tiifname %q counter "+reject+"\n"+
+		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport %d drop\n\t}\n", p, m.dnsPort, p, m.dnsPort)
+	fmt.Fprintf(&b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"+
+		"\t\toifname %q ct state established,related accept\n"+
+		"\t\toifname %q counter drop\n"+
+		"\t\tiifname %q jump egress\n\t}\n", p, p, p)
+	b.WriteString("\tchain egress {\n\t\tmeta nfproto ipv6 counter drop\n")
+	if len(m.cfg.EgressLimit) > 0 {
+		fmt.Fprintf(&b, "\t\tip daddr != { %s } counter %s\n", join(m.cfg.EgressLimit), reject)
+	}
+	b.WriteString("\t\tiifname vmap @links\n\t\tcounter " + reject + "\n\t}\n}\n")
+	return b.String()
+}
+
+// sandboxScript (re)writes slot s's chain for policy p and maps its link to it, in one
+// transaction: an update replaces the old rules atomically.
+func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
+	t, c := m.cfg.Table, s.chain()
+	var b strings.Builder
+	fmt.Fprintf(&b, "add chain inet %s %s\nflush chain inet %s %s\n", t, c, t, c)
+	rule := func(format string, args ...any) {
+		fmt.Fprintf(&b, "add rule inet %s %s ", t, c)
+		fmt.Fprintf(&b, format, args...)
+		b.WriteByte('\n')
+	}
+	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
+	if len(p.AllowOut) > 0 {
+		rule("ip daddr { %s } counter accept", join(p.AllowOut))
+	}
+	if len(p.DenyOut) > 0 {
+		rule("ip daddr { %s } counter %s", join(p.DenyOut), reject)
+	}
+	rule("ip daddr { %s, %s } counter %s", linkLocal, m.cfg.Pool, reject)
+	if p.AllowInternet {
+		rule("counter accept")
+	} else {
+		rule("counter %s", reject)
+	}
+	if !existed {
+		fmt.Fprintf(&b, "add element inet %s links { %q : jump %s }\n", t, s.link, c)
+	}
+	return b.String()
+}
+
+// dropSandboxScript removes slot s's map entry and chain.
+func (m *Manager) dropSandboxScript(s *slot) string {
+	t := m.cfg.Table
+	return fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\n", t, s.link, t, s.chain())
+}
+
+func join(ps []netip.Prefix) string {
+	// nft rejects overlapping intervals in one anonymous set; merge what overlaps.
+	ps = mergePrefixes(ps)
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// mergePrefixes drops every prefix another one of the list contains.
+func mergePrefixes(in []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(in))
+outer:
+	for i, p := range in {
+		for j, q := range in {
+			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
+				continue outer
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
