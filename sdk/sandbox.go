@@ -66,8 +66,11 @@ type SandboxOptions struct {
 	AutoPause bool
 	// AutoResume resumes a paused sandbox when traffic reaches it.
 	AutoResume bool
-	// NoInternet cuts the sandbox off from the internet.
+	// NoInternet cuts the sandbox off from the internet (as DenyOut 0.0.0.0/0 does:
+	// Network.AllowOut still wins).
 	NoInternet bool
+	// Network holds egress rules; nil leaves them empty.
+	Network *NetworkRules
 }
 
 // newSandboxJSON is E2B's answer to create, connect and resume.
@@ -110,6 +113,9 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	}
 	if opts.AutoResume {
 		body["autoResume"] = map[string]bool{"enabled": true}
+	}
+	if opts.Network != nil {
+		body["network"] = opts.Network
 	}
 	var out newSandboxJSON
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
@@ -168,6 +174,11 @@ type SandboxInfo struct {
 	DiskSizeMB  int               `json:"diskSizeMB"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// AllowInternetAccess says whether the sandbox has a way out to the internet: false
+	// when it asked for none or the server gives sandboxes no network.
+	AllowInternetAccess bool `json:"allowInternetAccess"`
+	// Network holds the sandbox's egress rules (Info only; nil when it has none).
+	Network *NetworkRules `json:"network,omitempty"`
 
 	requestID string
 }

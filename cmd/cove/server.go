@@ -28,6 +28,7 @@ func dataDirFlag(cmd *cobra.Command, p *string) {
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var logLevel, otelEndpoint, budgetsFile string
+	var netFlags networkFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -57,6 +58,10 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 					return fmt.Errorf("--collect-budgets %s: %w", budgetsFile, err)
 				}
 			}
+			if cfg.Network, err = netFlags.config(); err != nil {
+				return err
+			}
+			cfg.NoNetwork = !netFlags.on
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -77,5 +82,6 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)
+	netFlags.register(cmd)
 	return cmd
 }

@@ -56,6 +56,9 @@ type Config struct {
 	// Activity answers /teams/{teamID}/metrics from the sandbox records; nil leaves those
 	// operations to the 501 of operations this server does not serve.
 	Activity store.Activity
+	// Networks reads and replaces sandboxes' egress policies; nil leaves
+	// PUT /sandboxes/{id}/network to the 501 of operations this server does not serve.
+	Networks Networks
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -96,6 +99,9 @@ func (a *api) routes() {
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
 	a.handle("GET /teams", a.teams)
+	if a.cfg.Networks != nil {
+		a.handle("PUT /sandboxes/{id}/network", a.updateNetwork)
+	}
 	if a.cfg.Activity != nil {
 		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)
 		a.handle("GET /teams/{teamID}/metrics/max", a.teamMetricsMax)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -38,7 +39,8 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, errBadRequest), errors.Is(err, orchestrator.ErrInvalid), errors.Is(err, store.ErrInvalid),
+		errors.Is(err, network.ErrInvalid):
 		return http.StatusBadRequest
 	// A killed sandbox is not found: the SDK's kill() returns false on a 404 body only.
 	case errors.As(err, &gone),

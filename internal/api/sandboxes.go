@@ -30,6 +30,8 @@ type createBody struct {
 	} `json:"autoResume"`
 	Secure              *bool `json:"secure"`
 	AllowInternetAccess *bool `json:"allow_internet_access"`
+	// Network is E2B's SandboxNetworkConfig, read strictly by parseCreateNetwork.
+	Network json.RawMessage `json:"network"`
 	// CollectLogs switches the collection of command output into the log store (Cove's
 	// extension; on when absent).
 	CollectLogs *bool `json:"collectLogs"`
@@ -64,6 +66,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err := validCreate(body); err != nil {
 		return err
 	}
+	netPolicy, err := parseCreateNetwork(body.Network)
+	if err != nil {
+		return err
+	}
 	// E2B's v2 create has no secure field: every sandbox it makes is secured (an envd access
 	// token, signed file URLs). The v1 create secures only when asked. An explicit value wins.
 	secure := r.URL.Path == "/v2/sandboxes"
@@ -82,6 +88,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled,
 		// E2B allows internet access unless the client says false.
 		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+		Network:       netPolicy,
 		CollectLogs:   body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
@@ -108,7 +115,9 @@ func (a *api) get(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err != nil {
 		return fmt.Errorf("get sandbox %s: %w", id, err)
 	}
-	writeJSON(w, http.StatusOK, a.detail(sb, true))
+	d := a.detail(sb, true)
+	d.Network = a.networkOf(r.Context(), c.team.ID, id)
+	writeJSON(w, http.StatusOK, d)
 	return nil
 }
 

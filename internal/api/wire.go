@@ -35,6 +35,7 @@ type sandboxJSON struct {
 	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
 	Domain              *string           `json:"domain"`
 	AllowInternetAccess bool              `json:"allowInternetAccess"`
+	Network             *networkJSON      `json:"network,omitempty"`
 }
 
 func (a *api) newSandbox(sb *store.Sandbox) newSandboxJSON {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -98,6 +99,14 @@ func Templates(t testing.TB) string {
 	return dir
 }
 
+// NetworkArgs are the `cove server` flags that keep a test server's sandbox egress on this
+// machine: the reserved pool, table and link names, the 198.18.0.0/15 limit, no DNS
+// upstream, and no host-wide ip_forward.
+func NetworkArgs(n nettest.Server) []string {
+	return []string{"--network-pool", n.Pool.String(), "--network-table", n.Table, "--network-link-prefix", n.LinkPrefix,
+		"--network-egress-limit", nettest.Range.String(), "--network-dns", "none", "--network-ip-forward=false", "--network-warm", "2"}
+}
+
 // Server is a running `cove server`.
 type Server struct {
 	URL     string // http://127.0.0.1:PORT
@@ -106,6 +115,7 @@ type Server struct {
 
 	t         testing.TB
 	templates string
+	args      []string // network flags and the caller's, kept across restarts
 	cmd       *exec.Cmd
 	logs      *Buffer
 	exited    chan struct{}
@@ -114,11 +124,22 @@ type Server struct {
 // Start starts a server on dataDir (a new temporary one when ""), stopped at cleanup.
 func Start(t testing.TB, dataDir string) *Server {
 	t.Helper()
+	return StartWith(t, dataDir)
+}
+
+// StartWith is Start with more `cove server` flags (they win over covetest's own).
+//
+// Every test server's sandboxes have egress, made safe: their addresses come from a /24 of
+// 198.19.0.0/16 reserved for this test, they may reach only 198.18.0.0/15 (the fake
+// internets of internal/network/nettest), and their DNS is answered REFUSED unless a test
+// names a resolver inside a fake internet (--network-dns). Nothing leaves the machine.
+func StartWith(t testing.TB, dataDir string, args ...string) *Server {
+	t.Helper()
 	Skip(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: Templates(t)}
+	s := &Server{t: t, DataDir: dataDir, templates: Templates(t), args: append(NetworkArgs(nettest.ReserveServer(t)), args...)}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()
@@ -137,6 +158,7 @@ func (s *Server) start() {
 	}
 	cmd := exec.Command(Binary(t), "server", "--data", s.DataDir, "--templates", s.templates,
 		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms")
+	cmd.Args = append(cmd.Args, s.args...)
 	cmd.Stderr = s.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -83,6 +83,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	e.closeAll()
 	pm := o.postmortem(ctx, e)
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
+	o.detachNetwork(ctx, e.sb.ID)
 	e.stopWatching()
 	e.closeLog()
 

@@ -29,6 +29,7 @@ import (
 	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
@@ -75,6 +76,8 @@ type Config struct {
 	Commands store.CommandStore
 	// Redactor masks secrets in everything collected; each sandbox adds its own secrets.
 	Redactor *redact.Redactor
+	// Network gives sandboxes egress; nil leaves them loopback only.
+	Network Network
 
 	DefaultTimeout time.Duration // 300 s when 0
 	MaxTimeout     time.Duration // 24 h when 0
@@ -127,6 +130,8 @@ type CreateRequest struct {
 	Metadata, EnvVars            map[string]string
 	Secure, AutoPause            bool
 	AutoResume, AllowInternet    bool
+	// Network holds the allowOut and denyOut rules (AllowInternet above is the flag).
+	Network *network.Policy
 	// Secrets are values to mask in everything collected from the sandbox (the caller's API
 	// key); env var values whose names look secret are added too.
 	Secrets []string
@@ -314,12 +319,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		if err != nil {
 			telemetry.SandboxCreateFailures.WithLabelValues(stage).Inc()
 			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			o.detachNetwork(ctx, sb.ID)
 			e.stopWatching()
 			e.closeLog()
 			o.logger(ctx).Error("sandbox create failed", "stage", stage, "error", err.Error())
 		}
 	}()
-	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
+	spec := runtime.Spec{
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
 		Args:   o.envdCommand(sb),
@@ -327,7 +333,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Start:  true,
-	})
+	}
+	stage = "network"
+	if ctx, err = o.attachNetwork(ctx, sb, req, &spec); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	stage = "runtime"
+	rsb, err := o.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -367,12 +379,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
-	if req.AllowInternet {
-		// The runtime gives every sandbox a loopback-only network: say so rather than pretend.
-		o.logger(ctx).Info("internet access requested; sandboxes have loopback-only networks", "allow_internet_access", false)
-	}
 	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
-		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames)
+		"timeout_s", timeout.Seconds(), "secure", sb.Secure, "auto_pause", sb.AutoPause, "env_names", sb.EnvVarNames,
+		"allow_internet_access", sb.AllowInternet)
 	return copySandbox(sb), nil
 }
 

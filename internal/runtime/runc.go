@@ -121,8 +121,14 @@ func (r *Runc) dir(id string) string        { return filepath.Join(r.cfg.DataDir
 func (r *Runc) netnsPath(id string) string  { return filepath.Join(r.cfg.NetnsDir, id) }
 func (r *Runc) cgroupPath(id string) string { return filepath.Join(r.cfg.CgroupParent, id) }
 
-// NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`).
-func (r *Runc) NetnsPath(id string) string { return r.netnsPath(id) }
+// NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`): the
+// one it joined (Spec.Netns), or its own.
+func (r *Runc) NetnsPath(id string) string {
+	if sb := r.get(id); sb != nil && sb.netns != "" {
+		return sb.netns
+	}
+	return r.netnsPath(id)
+}
 
 // UpperDir is the overlay's upper directory: everything the sandbox wrote.
 func (r *Runc) UpperDir(id string) string { return filepath.Join(r.dir(id), "upper") }

@@ -29,6 +29,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/logs"
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/redact"
@@ -62,6 +63,10 @@ type Config struct {
 	CollectBudgets envdapi.Budgets
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
+	// NoNetwork leaves every sandbox loopback only (allowInternetAccess is reported false);
+	// otherwise Network configures their egress (veth, address pool, NAT, DNS, nftables).
+	NoNetwork bool
+	Network   network.Config
 	Logger  *slog.Logger
 	// Ready, if set, is called with the listener's address once the server serves.
 	Ready func(addr string, apiKey string)
@@ -208,11 +213,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
+	var netw orchestrator.Network
+	if !cfg.NoNetwork {
+		cfg.Network.Logger = cfg.Logger
+		m, err := network.New(ctx, cfg.Network)
+		if err != nil {
+			return fmt.Errorf("%w (or run with --network=false: sandboxes get no egress)", err)
+		}
+		defer m.Close(context.Background()) // after the sandboxes are gone: removes the table
+		netw = m
+	}
 
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, Network: netw,
 	})
 	if err != nil {
 		return err
@@ -263,7 +278,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
+	apiHandler := api.New(api.Config{Sandboxes: orch, Networks: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,

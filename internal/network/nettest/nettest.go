@@ -426,26 +426,35 @@ type Server struct {
 // ReserveServer reserves a Server's names and pool until t ends.
 func ReserveServer(t testing.TB) Server {
 	t.Helper()
+	s, release, err := ReservePool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	return s
+}
+
+// ReservePool reserves a Server's names and pool until release is called (or the process
+// ends), for callers without a testing.TB (a TestMain).
+func ReservePool() (Server, func(), error) {
 	dir := filepath.Join(os.TempDir(), "cove-nettest-pools")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
+		return Server{}, nil, err
 	}
 	for n := range 256 {
 		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%d.lock", n)), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
-			t.Fatal(err)
+			return Server{}, nil, err
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			continue
 		}
-		t.Cleanup(func() { f.Close() })
 		return Server{
 			Pool:       netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(n), 0}), 24),
 			Table:      fmt.Sprintf("covetest_%d", n),
 			LinkPrefix: fmt.Sprintf("ct%x", n),
-		}
+		}, func() { f.Close() }, nil
 	}
-	t.Fatal("nettest: all 256 test pools are in use")
-	return Server{}
+	return Server{}, nil, errors.New("nettest: all 256 test pools are in use")
 }

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/cove-dev/cove/internal/network"
+)
+
+// Networks is what the API needs to read and replace sandboxes' egress policies.
+type Networks interface {
+	NetworkPolicy(ctx context.Context, teamID, id string) (network.Policy, bool)
+	UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error
+}
+
+// egressBody is the part of E2B's SandboxNetworkConfig and SandboxNetworkUpdateConfig that
+// says where a sandbox may connect.
+type egressBody struct {
+	AllowOut    []string        `json:"allowOut"`
+	DenyOut     []string        `json:"denyOut"`
+	EgressProxy json.RawMessage `json:"egressProxy"`
+	Rules       json.RawMessage `json:"rules"`
+}
+
+// networkBody is E2B's SandboxNetworkConfig, the create body's network.
+type networkBody struct {
+	egressBody
+	AllowPublicTraffic *bool   `json:"allowPublicTraffic"`
+	MaskRequestHost    *string `json:"maskRequestHost"`
+	HTTPSPorts         []int   `json:"httpsPorts"`
+}
+
+// networkUpdateBody is E2B's SandboxNetworkUpdateConfig (PUT /sandboxes/{id}/network).
+type networkUpdateBody struct {
+	egressBody
+	AllowInternetAccess *bool `json:"allow_internet_access"`
+}
+
+// networkJSON is the network getInfo echoes.
+type networkJSON struct {
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+}
+
+// strict decodes raw into v, refusing fields v does not have: a field Cove does not know
+// would otherwise be silently ignored, and the caller would believe a rule holds.
+func strict(field string, raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %s: %v", errBadRequest, field, err)
+	}
+	return nil
+}
+
+// unsupported refuses the parts of E2B's network API this server does not enforce yet,
+// naming the field, rather than accepting a rule it would not keep.
+func (b egressBody) unsupported(prefix string) error {
+	if len(b.EgressProxy) > 0 && string(b.EgressProxy) != "null" {
+		return fmt.Errorf("%w: %segressProxy: SOCKS5 egress is not supported by this Cove server", errBadRequest, prefix)
+	}
+	if len(b.Rules) > 0 && string(b.Rules) != "null" && string(b.Rules) != "{}" {
+		return fmt.Errorf("%w: %srules: header transforms are not supported by this Cove server", errBadRequest, prefix)
+	}
+	return nil
+}
+
+// parseCreateNetwork reads create's network object; nil when absent.
+func parseCreateNetwork(raw json.RawMessage) (*network.Policy, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var b networkBody
+	if err := strict("network", raw, &b); err != nil {
+		return nil, err
+	}
+	if err := b.unsupported("network."); err != nil {
+		return nil, err
+	}
+	switch {
+	case b.AllowPublicTraffic != nil && !*b.AllowPublicTraffic:
+		return nil, fmt.Errorf("%w: network.allowPublicTraffic: false (ports behind a traffic token) is not supported by this Cove server", errBadRequest)
+	case b.MaskRequestHost != nil && *b.MaskRequestHost != "":
+		return nil, fmt.Errorf("%w: network.maskRequestHost is not supported by this Cove server", errBadRequest)
+	case len(b.HTTPSPorts) > 0:
+		return nil, fmt.Errorf("%w: network.httpsPorts is not supported by this Cove server", errBadRequest)
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowOut: b.AllowOut, DenyOut: b.DenyOut}, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	return &p, nil
+}
+
+// updateNetwork serves PUT /sandboxes/{id}/network: the body replaces the sandbox's egress
+// rules; a field left out is cleared (allow_internet_access left out is true).
+func (a *api) updateNetwork(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := r.PathValue("id")
+	var raw json.RawMessage
+	if err := decode(r, &raw); err != nil {
+		return err
+	}
+	var b networkUpdateBody
+	if len(raw) > 0 {
+		if err := strict("body", raw, &b); err != nil {
+			return err
+		}
+	}
+	if err := b.unsupported(""); err != nil {
+		return err
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowInternet: b.AllowInternetAccess, AllowOut: b.AllowOut, DenyOut: b.DenyOut}, true)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	if err := a.cfg.Networks.UpdateNetwork(r.Context(), c.team.ID, id, p); err != nil {
+		return fmt.Errorf("update network of sandbox %s: %w", id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// networkOf is the network getInfo echoes for a live sandbox with rules; nil otherwise.
+func (a *api) networkOf(ctx context.Context, teamID, id string) *networkJSON {
+	if a.cfg.Networks == nil {
+		return nil
+	}
+	p, ok := a.cfg.Networks.NetworkPolicy(ctx, teamID, id)
+	if !ok || len(p.AllowOut)+len(p.DenyOut) == 0 {
+		return nil
+	}
+	return &networkJSON{AllowOut: network.Strings(p.AllowOut), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
+}

@@ -1,0 +1,96 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Network gives sandboxes a way out (network.Manager in cove server). Without one every
+// sandbox has a loopback-only network and reports allowInternetAccess false.
+type Network interface {
+	Attach(ctx context.Context, id string, p network.Policy) (*network.Attachment, error)
+	Update(ctx context.Context, id string, p network.Policy) error
+	Policy(id string) (network.Policy, bool)
+	Detach(ctx context.Context, id string) error
+}
+
+// attachNetwork puts the sandbox on its network before the runtime creates it: the spec
+// joins the namespace the network made and gets its resolv.conf. It records whether the
+// sandbox really has internet access, so getInfo tells the truth.
+func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req CreateRequest, spec *runtime.Spec) (context.Context, error) {
+	sb.AllowInternet = false
+	if o.cfg.Network == nil {
+		return ctx, nil
+	}
+	p := network.Policy{AllowInternet: req.AllowInternet}
+	if req.Network != nil {
+		p.AllowOut, p.DenyOut = req.Network.AllowOut, req.Network.DenyOut
+	}
+	att, err := o.cfg.Network.Attach(ctx, sb.ID, p)
+	if err != nil {
+		return ctx, err
+	}
+	spec.Netns = att.Netns
+	spec.Binds = append(spec.Binds, runtime.Bind{Source: att.ResolvConf, Target: "/etc/resolv.conf", ReadOnly: true})
+	sb.AllowInternet = p.AllowInternet
+	return telemetry.With(ctx, "network.addr", att.Addr.String()), nil
+}
+
+// detachNetwork removes the sandbox's network once its processes are gone; a failure is
+// logged (the next server start sweeps what is left).
+func (o *Orchestrator) detachNetwork(ctx context.Context, id string) {
+	if o.cfg.Network == nil {
+		return
+	}
+	if err := o.cfg.Network.Detach(context.WithoutCancel(ctx), id); err != nil {
+		o.logger(ctx).Error("network detach failed", "error", err.Error())
+	}
+}
+
+// NetworkPolicy is the egress policy of a live sandbox of the team; false when the server
+// gives sandboxes no network or the sandbox is not live.
+func (o *Orchestrator) NetworkPolicy(ctx context.Context, teamID, id string) (network.Policy, bool) {
+	if o.cfg.Network == nil {
+		return network.Policy{}, false
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return network.Policy{}, false
+	}
+	return o.cfg.Network.Policy(e.sb.ID)
+}
+
+// UpdateNetwork replaces a live sandbox's egress policy, atomically: E2B's
+// PUT /sandboxes/{id}/network. It takes effect on open connections' next packets.
+func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error {
+	begun := time.Now()
+	if o.cfg.Network == nil {
+		return fmt.Errorf("%w: this server gives sandboxes no network (cove server --network=false)", ErrConflict)
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.killed {
+		return gone(e.sb)
+	}
+	ctx = sandboxLog(ctx, e.sb)
+	if err := o.cfg.Network.Update(ctx, e.sb.ID, p); err != nil {
+		return fmt.Errorf("update network of %s: %w", id, err)
+	}
+	e.sb.AllowInternet, e.sb.UpdatedAt = p.AllowInternet, time.Now()
+	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+		return fmt.Errorf("update network of %s: %w", id, err)
+	}
+	o.logger(ctx).Info("sandbox network updated", "allow_internet_access", p.AllowInternet,
+		"network.allow_out", len(p.AllowOut), "network.deny_out", len(p.DenyOut), "duration_ms", time.Since(begun).Milliseconds())
+	return nil
+}

@@ -1,0 +1,44 @@
+package cove
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+)
+
+// NetworkRules are a sandbox's egress rules, E2B's network config. Entries are CIDRs or IP
+// addresses; "0.0.0.0/0" is all traffic. AllowOut wins over DenyOut.
+type NetworkRules struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
+}
+
+// AllTraffic is the CIDR that matches every IPv4 destination (the SDKs' ALL_TRAFFIC).
+const AllTraffic = "0.0.0.0/0"
+
+// NetworkUpdate replaces a sandbox's egress policy: what it leaves out is cleared.
+type NetworkUpdate struct {
+	// NoInternet cuts the sandbox off from what AllowOut does not name.
+	NoInternet bool
+	AllowOut   []string
+	DenyOut    []string
+}
+
+// UpdateNetwork replaces the egress policy of a running (or paused) sandbox, atomically; it
+// applies to the sandbox's next packets.
+func (c *Client) UpdateNetwork(ctx context.Context, sandboxID string, u NetworkUpdate) error {
+	body := map[string]any{"allow_internet_access": !u.NoInternet}
+	if u.AllowOut != nil {
+		body["allowOut"] = u.AllowOut
+	}
+	if u.DenyOut != nil {
+		body["denyOut"] = u.DenyOut
+	}
+	_, err := c.do(ctx, "update sandbox network", sandboxID, http.MethodPut, "/sandboxes/"+url.PathEscape(sandboxID)+"/network", body, nil)
+	return err
+}
+
+// UpdateNetwork replaces the sandbox's egress policy; see Client.UpdateNetwork.
+func (s *Sandbox) UpdateNetwork(ctx context.Context, u NetworkUpdate) error {
+	return s.client.UpdateNetwork(ctx, s.ID, u)
+}

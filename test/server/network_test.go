@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network/nettest"
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// curl runs curl in the sandbox and returns its stdout and exit code.
+func curl(t *testing.T, sb *cove.Sandbox, args string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := sb.Commands.Run(ctx, "curl -sS --max-time 5 "+args)
+	var exit *cove.CommandExitError
+	switch {
+	case errors.As(err, &exit):
+		return res.Stdout + res.Stderr, exit.ExitCode
+	case err != nil:
+		t.Fatalf("curl %s: %v", args, err)
+	}
+	return res.Stdout, 0
+}
+
+func TestSandboxEgress(t *testing.T) {
+	in := nettest.New(t)
+	in.SetName("web.test", in.Addr)
+	s := covetest.StartWith(t, "", "--network-dns", in.DNS().String())
+	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	ctx := context.Background()
+	newSandbox := func(t *testing.T, opts cove.SandboxOptions) *cove.Sandbox {
+		t.Helper()
+		sb, err := c.Create(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sb.Kill(context.Background()) })
+		return sb
+	}
+	open := newSandbox(t, cove.SandboxOptions{})
+	closed := newSandbox(t, cove.SandboxOptions{NoInternet: true})
+
+	t.Run("a sandbox reaches the test host by address and by name, through NAT", func(t *testing.T) {
+		if out, code := curl(t, open, in.URL("http", "/by-address")); code != 0 || !strings.Contains(out, "hello") {
+			t.Fatalf("curl exited %d: %s", code, out)
+		}
+		if out, code := curl(t, open, "http://web.test/by-name"); code != 0 || !strings.Contains(out, "hello from web.test") {
+			t.Fatalf("curl exited %d: %s", code, out)
+		}
+		for _, r := range in.Requests() {
+			if host, _, _ := net.SplitHostPort(r.RemoteAddr); host != in.Gateway.String() {
+				t.Errorf("the test host saw %s, not the host's address %s", r.RemoteAddr, in.Gateway)
+			}
+		}
+	})
+	t.Run("getInfo reports internet access as it is", func(t *testing.T) {
+		for _, tc := range []struct {
+			sb   *cove.Sandbox
+			want bool
+		}{{open, true}, {closed, false}} {
+			info, err := tc.sb.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.AllowInternetAccess != tc.want {
+				t.Errorf("%s: allowInternetAccess %v, want %v", tc.sb.ID, info.AllowInternetAccess, tc.want)
+			}
+		}
+	})
+	t.Run("a sandbox created without internet access reaches nothing", func(t *testing.T) {
+		if out, code := curl(t, closed, in.URL("http", "/")); code == 0 {
+			t.Fatalf("curl succeeded: %s", out)
+		}
+	})
+	t.Run("an update opens one host to the closed sandbox and getInfo echoes it", func(t *testing.T) {
+		err := closed.UpdateNetwork(ctx, cove.NetworkUpdate{NoInternet: true, AllowOut: []string{in.Other.String()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, code := curl(t, closed, "http://"+in.Other.String()+"/"); code != 0 {
+			t.Fatalf("allowed host: curl exited %d: %s", code, out)
+		}
+		if out, code := curl(t, closed, in.URL("http", "/")); code == 0 {
+			t.Fatalf("a host outside allowOut answered: %s", out)
+		}
+		info, err := closed.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Network == nil || fmt.Sprint(info.Network.AllowOut) != "["+in.Other.String()+"/32]" {
+			t.Errorf("getInfo network = %+v, want allowOut [%s/32]", info.Network, in.Other)
+		}
+	})
+	t.Run("the sandbox reaches neither Cove's API and proxy port nor another sandbox", func(t *testing.T) {
+		_, port, _ := net.SplitHostPort(strings.TrimPrefix(s.URL, "http://"))
+		if _, err := open.Commands.Run(ctx, "python3 -m http.server 8080 >/dev/null 2>&1 &"); err != nil {
+			t.Fatal(err)
+		}
+		openInfo, _ := open.Commands.Run(ctx, "ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1")
+		openAddr := strings.TrimSpace(openInfo.Stdout)
+		gw, _ := open.Commands.Run(ctx, "ip route show default | awk '{print $3}'")
+		if openAddr == "" || strings.TrimSpace(gw.Stdout) == "" {
+			t.Fatalf("the sandbox has no address (%q) or gateway (%q)", openAddr, gw.Stdout)
+		}
+		for _, target := range []string{
+			"http://" + strings.TrimSpace(gw.Stdout) + ":" + port + "/health", // the host, through the gateway
+			"http://" + in.Gateway.String() + ":" + port + "/health",          // the host, another address
+			"http://" + openAddr + ":8080/",                                    // the other sandbox
+		} {
+			if out, code := curl(t, closed, "--connect-timeout 2 "+target); code == 0 {
+				t.Errorf("%s answered: %s", target, out)
+			}
+		}
+		if out, code := curl(t, open, "--retry 20 --retry-connrefused --retry-delay 0 http://127.0.0.1:8080/"); code != 0 {
+			t.Errorf("the sandbox's own server does not answer inside it (the test could not fail): %d %s", code, out)
+		}
+	})
+	t.Run("bad network input is a 400 naming the field, and nothing is applied", func(t *testing.T) {
+		cl := client{t: t, url: s.URL, key: s.Key}
+		for _, tc := range []struct {
+			name, method, path string
+			body               any
+			field              string
+		}{
+			{"a malformed CIDR at create", http.MethodPost, "/sandboxes", map[string]any{"templateID": "base",
+				"network": map[string]any{"denyOut": []string{"10.0.0.0/33"}}}, "network.denyOut[0]"},
+			{"an unknown network field at create", http.MethodPost, "/sandboxes", map[string]any{"templateID": "base",
+				"network": map[string]any{"allowOutt": []string{"1.2.3.4"}}}, "allowOutt"},
+			{"a malformed address in an update", http.MethodPut, "/sandboxes/" + closed.ID + "/network",
+				map[string]any{"allowOut": []string{"1.2.3.4", "not-an-ip"}}, "allowOut[1]"},
+			{"more than 1000 rules", http.MethodPut, "/sandboxes/" + closed.ID + "/network",
+				map[string]any{"denyOut": make1001()}, "1001 entries"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				code, out, _ := cl.do(tc.method, tc.path, tc.body)
+				msg, _ := out["message"].(string)
+				if code != http.StatusBadRequest || !strings.Contains(msg, tc.field) {
+					t.Fatalf("%d %q, want 400 naming %s", code, msg, tc.field)
+				}
+			})
+		}
+		// The refused updates left the last good policy in place.
+		if out, code := curl(t, closed, "http://"+in.Other.String()+"/"); code != 0 {
+			t.Fatalf("allowed host after refused updates: curl exited %d: %s", code, out)
+		}
+	})
+}
+
+func make1001() []string {
+	out := make([]string, 1001)
+	for i := range out {
+		out[i] = fmt.Sprintf("198.18.%d.%d", i/250, i%250)
+	}
+	return out
+}
