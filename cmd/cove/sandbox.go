@@ -25,6 +25,7 @@ func newSandboxCmd() *cobra.Command {
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
 		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
+		sandboxNetworkCmd(&f),
 	)
 	return cmd
 }
@@ -32,6 +33,7 @@ func newSandboxCmd() *cobra.Command {
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var opts cove.SandboxOptions
 	var metadata, envs []string
+	var rules cove.NetworkRules
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
@@ -43,6 +45,9 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			}
 			if opts.EnvVars, err = parsePairs("env", envs); err != nil {
 				return err
+			}
+			if rules.AllowOut != nil || rules.DenyOut != nil {
+				opts.Network = &rules
 			}
 			c, err := f.client()
 			if err != nil {
@@ -70,6 +75,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
+	networkRuleFlags(cmd, &opts.NoInternet, &rules.AllowOut, &rules.DenyOut)
 	f.jsonFlag(cmd)
 	return cmd
 }
@@ -160,6 +166,7 @@ func sandboxInfoCmd(f *apiFlags) *cobra.Command {
 				{"started", i.StartedAt.Local().Format(time.RFC3339)}, {"ends", i.EndAt.Local().Format(time.RFC3339)},
 				{"cpus", fmt.Sprint(i.CPUCount)}, {"memory", fmt.Sprintf("%d MB", i.MemoryMB)},
 				{"disk", fmt.Sprintf("%d MB", i.DiskSizeMB)}, {"envd", i.EnvdVersion}, {"metadata", pairs(i.Metadata)},
+				{"internet", fmt.Sprint(i.AllowInternetAccess)}, {"network", networkSummary(i.Network)},
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 			}

@@ -124,6 +124,28 @@ func TestSandboxEgress(t *testing.T) {
 			t.Errorf("the sandbox's own server does not answer inside it (the test could not fail): %d %s", code, out)
 		}
 	})
+	t.Run("the CLI creates with rules, shows them and replaces them", func(t *testing.T) {
+		id := strings.TrimSpace(coveCLI(t, s, "sandbox", "create", "--deny-out", "0.0.0.0/0", "--allow-out", in.Other.String()))
+		t.Cleanup(func() { _ = c.Kill(context.Background(), id) })
+		info := coveCLI(t, s, "sandbox", "info", id)
+		if !strings.Contains(info, "allow "+in.Other.String()+"/32; deny 0.0.0.0/0") {
+			t.Errorf("info does not show the rules:\n%s", info)
+		}
+		sb, err := c.Connect(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, code := curl(t, sb, in.URL("http", "/")); code == 0 {
+			t.Fatalf("a denied host answered: %s", out)
+		}
+		coveCLI(t, s, "sandbox", "network", id)
+		if out, code := curl(t, sb, in.URL("http", "/")); code != 0 {
+			t.Fatalf("after clearing the rules: curl exited %d: %s", code, out)
+		}
+		if info := coveCLI(t, s, "sandbox", "info", id); !strings.Contains(info, "no rules") {
+			t.Errorf("info after clearing:\n%s", info)
+		}
+	})
 	t.Run("bad network input is a 400 naming the field, and nothing is applied", func(t *testing.T) {
 		cl := client{t: t, url: s.URL, key: s.Key}
 		for _, tc := range []struct {
