@@ -60,7 +60,7 @@ type sandbox struct {
 	id      string
 	pid     int
 	network Network
-	netns   string // the namespace it joined when the caller gave one (Spec.Netns)
+	netns   string        // the namespace it joined when the caller gave one (Spec.Netns)
 	exited  chan struct{} // closed once init has been reaped
 	exit    Exit
 }

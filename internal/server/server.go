@@ -67,7 +67,7 @@ type Config struct {
 	// otherwise Network configures their egress (veth, address pool, NAT, DNS, nftables).
 	NoNetwork bool
 	Network   network.Config
-	Logger  *slog.Logger
+	Logger    *slog.Logger
 	// Ready, if set, is called with the listener's address once the server serves.
 	Ready func(addr string, apiKey string)
 }

@@ -114,7 +114,7 @@ func TestSandboxEgress(t *testing.T) {
 		for _, target := range []string{
 			"http://" + strings.TrimSpace(gw.Stdout) + ":" + port + "/health", // the host, through the gateway
 			"http://" + in.Gateway.String() + ":" + port + "/health",          // the host, another address
-			"http://" + openAddr + ":8080/",                                    // the other sandbox
+			"http://" + openAddr + ":8080/",                                   // the other sandbox
 		} {
 			if out, code := curl(t, closed, "--connect-timeout 2 "+target); code == 0 {
 				t.Errorf("%s answered: %s", target, out)
