@@ -1,0 +1,83 @@
+// The official npm e2b SDK's network options against a real `cove server` whose sandboxes
+// reach a fake internet (internal/network/nettest, 198.18.0.0/15, never the real one).
+// test/server (network_test.go, TestOfficialSDKNetwork) builds both and runs this file with
+// `node --test`; it names the test hosts in COVE_TEST_HOST, COVE_TEST_OTHER and
+// COVE_TEST_NAME (a name the fake internet's DNS answers with COVE_TEST_HOST).
+
+import { after, test } from 'node:test'
+import assert from 'node:assert/strict'
+
+import { ALL_TRAFFIC, Sandbox } from 'e2b'
+
+function requireEnv(name) {
+  const value = process.env[name]
+  if (!value) throw new Error(`${name} is not set: run this through test/server (TestOfficialSDKNetwork)`)
+  return value
+}
+
+const opts = { apiKey: requireEnv('E2B_API_KEY'), apiUrl: requireEnv('E2B_API_URL'), sandboxUrl: requireEnv('E2B_SANDBOX_URL') }
+const host = requireEnv('COVE_TEST_HOST')
+const other = requireEnv('COVE_TEST_OTHER')
+const name = requireEnv('COVE_TEST_NAME')
+const TIMEOUT = { timeout: 120_000 }
+
+const made = []
+async function create(extra = {}) {
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 120_000, ...extra })
+  made.push(sbx.sandboxId)
+  return sbx
+}
+after(async () => {
+  for (const id of made) await Sandbox.kill(id, opts).catch(() => {})
+})
+
+/** curl runs curl in the sandbox and resolves to its exit code and output, never throwing. */
+async function curl(sbx, url) {
+  try {
+    const r = await sbx.commands.run(`curl -sS --max-time 5 ${url}`)
+    return { code: r.exitCode, out: r.stdout }
+  } catch (err) {
+    return { code: err.exitCode ?? -1, out: String(err.stderr ?? err) }
+  }
+}
+
+test('a default sandbox reaches the test host by address and by name, and reports internet access', TIMEOUT, async () => {
+  const sbx = await create()
+  assert.equal((await curl(sbx, `http://${host}/`)).code, 0)
+  const byName = await curl(sbx, `http://${name}/`)
+  assert.equal(byName.code, 0, byName.out)
+  assert.match(byName.out, new RegExp(`hello from ${name}`))
+  const info = await sbx.getInfo()
+  assert.equal(info.allowInternetAccess, true)
+})
+
+test('allowInternetAccess: false cuts the sandbox off and getInfo says so', TIMEOUT, async () => {
+  const sbx = await create({ allowInternetAccess: false })
+  assert.notEqual((await curl(sbx, `http://${host}/`)).code, 0)
+  assert.equal((await sbx.getInfo()).allowInternetAccess, false)
+})
+
+test('network.denyOut ALL_TRAFFIC with allowOut lets only the allowed host through, and getInfo echoes it', TIMEOUT, async () => {
+  const sbx = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: [other] } })
+  assert.equal((await curl(sbx, `http://${other}/`)).code, 0)
+  assert.notEqual((await curl(sbx, `http://${host}/`)).code, 0)
+  const info = await sbx.getInfo()
+  assert.deepEqual(info.network?.allowOut, [`${other}/32`])
+  assert.deepEqual(info.network?.denyOut, ['0.0.0.0/0'])
+})
+
+test('updateNetwork replaces the rules of a running sandbox', TIMEOUT, async () => {
+  const sbx = await create()
+  await sbx.updateNetwork({ denyOut: [host] })
+  assert.notEqual((await curl(sbx, `http://${host}/`)).code, 0)
+  assert.equal((await curl(sbx, `http://${other}/`)).code, 0)
+  await sbx.updateNetwork({})
+  assert.equal((await curl(sbx, `http://${host}/`)).code, 0)
+  await sbx.updateNetwork({ allowInternetAccess: false })
+  assert.notEqual((await curl(sbx, `http://${other}/`)).code, 0)
+  assert.equal((await sbx.getInfo()).allowInternetAccess, false)
+})
+
+test('a malformed CIDR is refused with an error naming the field', TIMEOUT, async () => {
+  await assert.rejects(create({ network: { denyOut: ['10.0.0.0/99'] } }), /network\.denyOut\[0\]/)
+})
