@@ -24,6 +24,9 @@ type slot struct {
 	host, addr netip.Addr
 	netns      string
 	resolv     string
+	// ruled is set once the slot's chain and map entry exist, with the open policy (a
+	// warm slot gets them ahead, so a create with no rules runs no nft at all).
+	ruled bool
 }
 
 func (s *slot) chain() string { return fmt.Sprintf("sb_%d", s.index) }

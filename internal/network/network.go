@@ -185,6 +185,12 @@ func (m *Manager) fill() {
 	defer m.wg.Done()
 	for {
 		s, err := m.newSlot()
+		if err == nil {
+			if err = m.nft(context.Background(), m.sandboxScript(s, openPolicy, false)); err != nil {
+				err = errors.Join(err, m.release(s))
+			}
+			s.ruled = err == nil
+		}
 		if err != nil {
 			m.cfg.Logger.Warn("network: warm namespace failed", "error", err.Error())
 			select {
@@ -197,7 +203,7 @@ func (m *Manager) fill() {
 		select {
 		case m.warm <- s:
 		case <-m.stop:
-			m.release(s)
+			_ = m.dropSlot(context.Background(), s)
 			return
 		}
 	}
@@ -251,8 +257,11 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 			return nil, fmt.Errorf("network for %s: %w", id, err)
 		}
 	}
-	if err := m.nft(ctx, m.sandboxScript(s, p, false)); err != nil {
-		return nil, errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.release(s))
+	if !s.ruled || !p.open() {
+		if err := m.nft(ctx, m.sandboxScript(s, p, s.ruled)); err != nil {
+			return nil, errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.dropSlot(ctx, s))
+		}
+		s.ruled = true
 	}
 	m.mu.Lock()
 	m.attached[id] = &held{slot: s, policy: p}
@@ -297,11 +306,19 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	if h == nil {
 		return nil
 	}
-	err := m.nft(context.WithoutCancel(ctx), m.dropSandboxScript(h.slot))
-	if err != nil {
-		err = fmt.Errorf("network rules for %s: %w", id, err)
+	if err := m.dropSlot(ctx, h.slot); err != nil {
+		return fmt.Errorf("network of %s: %w", id, err)
 	}
-	return errors.Join(err, m.release(h.slot))
+	return nil
+}
+
+// dropSlot removes slot s's rules, if it has them, and the slot.
+func (m *Manager) dropSlot(ctx context.Context, s *slot) error {
+	var err error
+	if s.ruled {
+		err = m.nft(context.WithoutCancel(ctx), m.dropSandboxScript(s))
+	}
+	return errors.Join(err, m.release(s))
 }
 
 // Close removes the ready namespaces, the table and the resolver. Sandboxes still attached
@@ -322,7 +339,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		for {
 			select {
 			case s := <-m.warm:
-				errs = append(errs, m.release(s))
+				errs = append(errs, m.dropSlot(ctx, s))
 			default:
 				break drain
 			}

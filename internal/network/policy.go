@@ -25,6 +25,12 @@ type Policy struct {
 	DenyOut  []netip.Prefix
 }
 
+// openPolicy is a sandbox's policy when its create names no rules.
+var openPolicy = Policy{AllowInternet: true}
+
+// open reports whether p is openPolicy.
+func (p Policy) open() bool { return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 }
+
 // Spec is a policy as a client writes it (the REST body's fields), before parsing.
 type Spec struct {
 	AllowInternet *bool
