@@ -130,8 +130,8 @@ func (a *api) networkOf(ctx context.Context, teamID, id string) *networkJSON {
 		return nil
 	}
 	p, ok := a.cfg.Networks.NetworkPolicy(ctx, teamID, id)
-	if !ok || len(p.AllowOut)+len(p.DenyOut) == 0 {
+	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut) == 0 {
 		return nil
 	}
-	return &networkJSON{AllowOut: network.Strings(p.AllowOut), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
+	return &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
 }

@@ -30,6 +30,7 @@ type slot struct {
 }
 
 func (s *slot) chain() string { return fmt.Sprintf("sb_%d", s.index) }
+func (s *slot) set() string   { return fmt.Sprintf("hosts_%d", s.index) }
 
 // blockSize is the addresses each sandbox takes from the pool: a /30.
 const blockSize = 4

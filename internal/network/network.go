@@ -18,8 +18,11 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -76,6 +79,7 @@ type Manager struct {
 	used     map[int]bool     // slot indexes in use or warming
 	next     int              // where the search for a free index starts (delays reuse)
 	attached map[string]*held // by sandbox id
+	byAddr   map[netip.Addr]*held
 	warm     chan *slot
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -144,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	m := &Manager{cfg: cfg, used: map[int]bool{}, attached: map[string]*held{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, stop: make(chan struct{})}
 	if err := m.sweep(); err != nil {
 		return nil, fmt.Errorf("network: remove leftovers: %w", err)
 	}
@@ -156,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("network: turn on ip_forward: %w", err)
 		}
 	}
-	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger); err != nil {
+	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()
@@ -263,8 +267,9 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 		s.ruled = true
 	}
+	h := &held{slot: s, policy: p}
 	m.mu.Lock()
-	m.attached[id] = &held{slot: s, policy: p}
+	m.attached[id], m.byAddr[s.addr] = h, h
 	m.mu.Unlock()
 	return &Attachment{Netns: s.netns, ResolvConf: s.resolv, Addr: s.addr, Gateway: s.host}, nil
 }
@@ -302,6 +307,9 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	m.mu.Lock()
 	h := m.attached[id]
 	delete(m.attached, id)
+	if h != nil {
+		delete(m.byAddr, h.slot.addr)
+	}
 	m.mu.Unlock()
 	if h == nil {
 		return nil
@@ -349,6 +357,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for id, h := range m.attached {
 		errs = append(errs, m.removeSlot(h.slot))
 		delete(m.attached, id)
+		delete(m.byAddr, h.slot.addr)
 	}
 	m.mu.Unlock()
 	t := m.cfg.Table
@@ -356,4 +365,55 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.resolver.close()
 	_ = os.Remove(m.cfg.StateDir)
 	return errors.Join(errs...)
+}
+
+// minHostTTL and maxHostTTL bound how long an answered address stays allowed: at least long
+// enough to connect after a short-TTL answer, at most a day.
+const (
+	minHostTTL = 60 * time.Second
+	maxHostTTL = 24 * time.Hour
+)
+
+// learn adds to a sandbox's allowed set the addresses of an answer whose records' own names
+// match its hostname rules, before the sandbox sees the answer. An A record reached through
+// a CNAME counts only if its own name is allowed too.
+func (m *Manager) learn(from netip.Addr, answer []byte) {
+	m.mu.Lock()
+	h := m.byAddr[from]
+	var p Policy
+	var s *slot
+	if h != nil {
+		p, s = h.policy, h.slot
+	}
+	m.mu.Unlock()
+	if h == nil || len(p.AllowHosts) == 0 {
+		return
+	}
+	var parser dnsmessage.Parser
+	if _, err := parser.Start(answer); err != nil {
+		return
+	}
+	if err := parser.SkipAllQuestions(); err != nil {
+		return
+	}
+	rrs, err := parser.AllAnswers()
+	if err != nil {
+		return
+	}
+	var elems []string
+	for _, rr := range rrs {
+		a, ok := rr.Body.(*dnsmessage.AResource)
+		if !ok || !p.AllowsHost(rr.Header.Name.String()) {
+			continue
+		}
+		ttl := min(max(time.Duration(rr.Header.TTL)*time.Second, minHostTTL), maxHostTTL)
+		elems = append(elems, fmt.Sprintf("%s timeout %ds", netip.AddrFrom4(a.A), int(ttl.Seconds())))
+	}
+	if len(elems) == 0 {
+		return
+	}
+	script := fmt.Sprintf("add element inet %s %s { %s }\n", m.cfg.Table, s.set(), strings.Join(elems, ", "))
+	if err := m.nft(context.Background(), script); err != nil {
+		m.cfg.Logger.Debug("network: allow answered addresses", "error", err.Error())
+	}
 }

@@ -232,3 +232,99 @@ func TestIsolation(t *testing.T) {
 		c.Close()
 	})
 }
+
+func TestHostnameRules(t *testing.T) {
+	in := nettest.New(t)
+	in.SetName("web.test", in.Addr)
+	in.SetName("other.test", in.Other)
+	in.SetCNAME("alias.test", "other.test")
+	in.SetName("x.apps.test", in.Addr)
+	in.SetName("apps.test", in.Other)
+	m := newManager(t, in, -1)
+	web, other := in.URL("http", "/"), "http://"+in.Other.String()+"/"
+	n := 0
+	fresh := func(t *testing.T, hosts ...string) *network.Attachment {
+		n++
+		p, err := network.ParsePolicy(network.Spec{AllowInternet: new(bool), AllowOut: hosts}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return attach(t, m, fmt.Sprintf("sb-host-%d", n), p)
+	}
+	t.Run("an allowed name's address is reachable once Cove's resolver answered it", func(t *testing.T) {
+		a := fresh(t, "web.test")
+		if got, _ := lookup(t, a, "web.test"); got != in.Addr {
+			t.Fatalf("web.test = %v", got)
+		}
+		if _, err := get(a.Netns, web); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := get(a.Netns, other); err == nil {
+			t.Fatal("an address no allowed name resolved to answered")
+		}
+	})
+	t.Run("the literal address of an allowed name is refused until the sandbox resolves the name", func(t *testing.T) {
+		a := fresh(t, "web.test")
+		if _, err := get(a.Netns, web); err == nil {
+			t.Fatal("the literal address answered before any lookup")
+		}
+	})
+	t.Run("a CNAME from an allowed name to one not allowed opens nothing", func(t *testing.T) {
+		a := fresh(t, "alias.test")
+		if got, _ := lookup(t, a, "alias.test"); got != in.Other {
+			t.Fatalf("alias.test = %v, want %v through the CNAME", got, in.Other)
+		}
+		if _, err := get(a.Netns, other); err == nil {
+			t.Fatal("the CNAME target's address answered")
+		}
+	})
+	t.Run("a wildcard allows subdomains but not the apex", func(t *testing.T) {
+		a := fresh(t, "*.apps.test")
+		lookup(t, a, "apps.test")
+		if _, err := get(a.Netns, other); err == nil {
+			t.Fatal("the apex's address answered")
+		}
+		lookup(t, a, "x.apps.test")
+		if _, err := get(a.Netns, web); err != nil {
+			t.Fatalf("a subdomain's address: %v", err)
+		}
+	})
+	t.Run("another sandbox's lookups open nothing for this one", func(t *testing.T) {
+		a, b := fresh(t, "web.test"), fresh(t, "web.test")
+		lookup(t, a, "web.test")
+		if _, err := get(b.Netns, web); err == nil {
+			t.Fatal("a sandbox reached an address only another one resolved")
+		}
+	})
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		spec    network.Spec
+		wantErr string
+	}{
+		{"CIDRs, addresses and hostnames are accepted", network.Spec{AllowOut: []string{"10.0.0.0/8", "1.2.3.4", "API.Example.com", "*.example.org"}, DenyOut: []string{"0.0.0.0/0"}}, ""},
+		{"a malformed CIDR names its entry", network.Spec{DenyOut: []string{"1.2.3.4", "10.0.0.0/33"}}, "network.denyOut[1]"},
+		{"a hostname in denyOut is refused", network.Spec{DenyOut: []string{"example.com"}}, "hostnames are not supported in denyOut"},
+		{"a bare * is refused", network.Spec{AllowOut: []string{"*"}}, `network.allowOut[0] "*"`},
+		{"IPv6 is refused", network.Spec{AllowOut: []string{"::1"}}, "only IPv4"},
+		{"more than 1000 entries are refused", network.Spec{DenyOut: make([]string, 1001)}, "more than 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := network.ParsePolicy(tc.spec, true)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := strings.Join(p.AllowOutStrings(), " "); got != "10.0.0.0/8 1.2.3.4/32 api.example.com *.example.org" {
+					t.Errorf("allowOut echoed as %q", got)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

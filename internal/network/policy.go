@@ -23,13 +23,39 @@ type Policy struct {
 	// AllowOut and DenyOut are CIDRs (a bare address is its /32).
 	AllowOut []netip.Prefix
 	DenyOut  []netip.Prefix
+	// AllowHosts are allowOut's hostnames, lower-case: "example.com" or "*.example.com"
+	// (any depth of subdomain, not the apex). A sandbox may reach the addresses Cove's
+	// resolver answered it for a matching name, and no others: an address record counts
+	// only when its own name matches, so a CNAME to a name not allowed opens nothing.
+	AllowHosts []string
 }
 
 // openPolicy is a sandbox's policy when its create names no rules.
 var openPolicy = Policy{AllowInternet: true}
 
 // open reports whether p is openPolicy.
-func (p Policy) open() bool { return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 }
+func (p Policy) open() bool {
+	return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 && len(p.AllowHosts) == 0
+}
+
+// AllowsHost reports whether name (any case, with or without the final dot) matches one of
+// p's hostnames: exactly, or as a subdomain of a "*." one.
+func (p Policy) AllowsHost(name string) bool {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	for _, h := range p.AllowHosts {
+		if suffix, ok := strings.CutPrefix(h, "*"); ok {
+			if strings.HasSuffix(name, suffix) && len(name) > len(suffix) {
+				return true
+			}
+		} else if name == h {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowOutStrings renders allowOut as E2B echoes it: CIDRs, then hostnames.
+func (p Policy) AllowOutStrings() []string { return append(Strings(p.AllowOut), p.AllowHosts...) }
 
 // Spec is a policy as a client writes it (the REST body's fields), before parsing.
 type Spec struct {
@@ -48,14 +74,61 @@ func ParsePolicy(s Spec, defaultAllow bool) (Policy, error) {
 	if n := len(s.AllowOut) + len(s.DenyOut); n > MaxRules {
 		return Policy{}, fmt.Errorf("%w: network.allowOut and network.denyOut hold %d entries, more than %d", ErrInvalid, n, MaxRules)
 	}
+	for i, e := range s.AllowOut {
+		e = strings.TrimSpace(e)
+		pfx, err := parsePrefix(e)
+		if err == nil {
+			p.AllowOut = append(p.AllowOut, pfx)
+			continue
+		}
+		if looksLikeName(e) {
+			var h string
+			if h, err = parseHostname(e); err == nil {
+				p.AllowHosts = append(p.AllowHosts, h)
+				continue
+			}
+		}
+		return Policy{}, fmt.Errorf("%w: network.allowOut[%d] %q: %v", ErrInvalid, i, e, err)
+	}
 	var err error
-	if p.AllowOut, err = parsePrefixes("network.allowOut", s.AllowOut); err != nil {
-		return Policy{}, err
+	for i, e := range s.DenyOut {
+		if _, err := parsePrefix(strings.TrimSpace(e)); err != nil && looksLikeName(strings.TrimSpace(e)) {
+			return Policy{}, fmt.Errorf("%w: network.denyOut[%d] %q: hostnames are not supported in denyOut, only CIDRs and addresses", ErrInvalid, i, e)
+		}
 	}
 	if p.DenyOut, err = parsePrefixes("network.denyOut", s.DenyOut); err != nil {
 		return Policy{}, err
 	}
 	return p, nil
+}
+
+// looksLikeName: has a letter or '*', so it is meant as a hostname rather than an address.
+func looksLikeName(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r == '*' || (r|0x20 >= 'a' && r|0x20 <= 'z') }) &&
+		!strings.Contains(s, ":") && !strings.Contains(s, "/")
+}
+
+// parseHostname checks a DNS name with an optional leading "*." and lower-cases it.
+func parseHostname(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSuffix(s, "."))
+	rest := strings.TrimPrefix(s, "*.")
+	if rest == "" || s == "*" {
+		return "", errors.New(`a bare "*" is not a hostname: use 0.0.0.0/0 for all traffic`)
+	}
+	if len(rest) > 253 {
+		return "", errors.New("longer than 253 characters")
+	}
+	for _, label := range strings.Split(rest, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return "", errors.New("not a hostname (labels of 1 to 63 of [a-z0-9-], a leading *. allowed)")
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				return "", errors.New("not a hostname (labels of 1 to 63 of [a-z0-9-], a leading *. allowed)")
+			}
+		}
+	}
+	return s, nil
 }
 
 func parsePrefixes(field string, in []string) ([]netip.Prefix, error) {
@@ -86,7 +159,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Prefix{}, errors.New("not an IP address or CIDR block (hostnames are not supported by this server)")
+		return netip.Prefix{}, errors.New("not an IP address, CIDR block or hostname")
 	}
 	if !a.Is4() {
 		return netip.Prefix{}, errors.New("only IPv4 is supported (sandboxes have no IPv6 egress)")

@@ -24,11 +24,13 @@ type resolver struct {
 	udp       net.PacketConn
 	tcp       net.Listener
 	logger    *slog.Logger
-	wg        sync.WaitGroup
+	// learn sees every upstream answer before the asker does (hostname rules).
+	learn func(from netip.Addr, answer []byte)
+	wg    sync.WaitGroup
 }
 
 // listenResolver binds UDP and TCP on one free port of every host address.
-func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger) (*resolver, error) {
+func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(netip.Addr, []byte)) (*resolver, error) {
 	var lastErr error
 	for range 20 {
 		udp, err := net.ListenPacket("udp4", "0.0.0.0:0")
@@ -42,7 +44,7 @@ func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger) (*resolver,
 			lastErr = err
 			continue
 		}
-		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger}
+		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger, learn: learn}
 		r.wg.Add(2)
 		go r.serveUDP()
 		go r.serveTCP()
@@ -69,7 +71,7 @@ func (r *resolver) serveUDP() {
 		}
 		q := append([]byte(nil), buf[:n]...)
 		go func() {
-			if ans := r.answer(q, "udp"); ans != nil {
+			if ans := r.answer(q, "udp", from.(*net.UDPAddr).AddrPort().Addr().Unmap()); ans != nil {
 				_, _ = r.udp.WriteTo(ans, from)
 			}
 		}()
@@ -91,7 +93,7 @@ func (r *resolver) serveTCP() {
 				if err != nil {
 					return
 				}
-				ans := r.answer(q, "tcp")
+				ans := r.answer(q, "tcp", c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
 				if ans == nil || writeTCPMessage(c, ans) != nil {
 					return
 				}
@@ -101,7 +103,7 @@ func (r *resolver) serveTCP() {
 }
 
 // answer forwards query q to the upstreams in turn; nil drops a query that is not DNS.
-func (r *resolver) answer(q []byte, network string) []byte {
+func (r *resolver) answer(q []byte, network string, from netip.Addr) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
 	if err != nil || h.Response {
@@ -114,6 +116,7 @@ func (r *resolver) answer(q []byte, network string) []byte {
 	for _, up := range r.upstreams {
 		ans, err := exchange(up, q, network)
 		if err == nil {
+			r.learn(from, ans)
 			return ans
 		}
 		r.logger.Debug("resolver upstream failed", "dns.upstream", up.String(), "error", err.Error())

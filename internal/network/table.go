@@ -68,6 +68,8 @@ func (m *Manager) tableScript() string {
 func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 	t, c := m.cfg.Table, s.chain()
 	var b strings.Builder
+	// The addresses the resolver answered for allowed hostnames; an update starts it afresh.
+	fmt.Fprintf(&b, "add set inet %s %s { type ipv4_addr; flags timeout; }\nflush set inet %s %s\n", t, s.set(), t, s.set())
 	fmt.Fprintf(&b, "add chain inet %s %s\nflush chain inet %s %s\n", t, c, t, c)
 	rule := func(format string, args ...any) {
 		fmt.Fprintf(&b, "add rule inet %s %s ", t, c)
@@ -77,6 +79,9 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
 	if len(p.AllowOut) > 0 {
 		rule("ip daddr { %s } counter accept", join(p.AllowOut))
+	}
+	if len(p.AllowHosts) > 0 {
+		rule("ip daddr @%s counter accept", s.set())
 	}
 	if len(p.DenyOut) > 0 {
 		rule("ip daddr { %s } counter %s", join(p.DenyOut), reject)
@@ -96,7 +101,7 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 // dropSandboxScript removes slot s's map entry and chain.
 func (m *Manager) dropSandboxScript(s *slot) string {
 	t := m.cfg.Table
-	return fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\n", t, s.link, t, s.chain())
+	return fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
 }
 
 func join(ps []netip.Prefix) string {

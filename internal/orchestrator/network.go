@@ -28,10 +28,11 @@ func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req
 	if o.cfg.Network == nil {
 		return ctx, nil
 	}
-	p := network.Policy{AllowInternet: req.AllowInternet}
+	p := network.Policy{}
 	if req.Network != nil {
-		p.AllowOut, p.DenyOut = req.Network.AllowOut, req.Network.DenyOut
+		p = *req.Network
 	}
+	p.AllowInternet = req.AllowInternet
 	att, err := o.cfg.Network.Attach(ctx, sb.ID, p)
 	if err != nil {
 		return ctx, err
@@ -91,6 +92,6 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p n
 		return fmt.Errorf("update network of %s: %w", id, err)
 	}
 	o.logger(ctx).Info("sandbox network updated", "allow_internet_access", p.AllowInternet,
-		"network.allow_out", len(p.AllowOut), "network.deny_out", len(p.DenyOut), "duration_ms", time.Since(begun).Milliseconds())
+		"network.allow_out", len(p.AllowOut)+len(p.AllowHosts), "network.deny_out", len(p.DenyOut), "duration_ms", time.Since(begun).Milliseconds())
 	return nil
 }

@@ -66,6 +66,15 @@ test('network.denyOut ALL_TRAFFIC with allowOut lets only the allowed host throu
   assert.deepEqual(info.network?.denyOut, ['0.0.0.0/0'])
 })
 
+test('a hostname in allowOut admits what Cove\'s resolver answered for it, not a literal address of another host', TIMEOUT, async () => {
+  const sbx = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: [name] } })
+  assert.notEqual((await curl(sbx, `http://${host}/`)).code, 0, 'the literal address answered before the name was resolved')
+  const byName = await curl(sbx, `http://${name}/`)
+  assert.equal(byName.code, 0, byName.out)
+  assert.notEqual((await curl(sbx, `http://${other}/`)).code, 0)
+  assert.deepEqual((await sbx.getInfo()).network?.allowOut, [name])
+})
+
 test('updateNetwork replaces the rules of a running sandbox', TIMEOUT, async () => {
   const sbx = await create()
   await sbx.updateNetwork({ denyOut: [host] })

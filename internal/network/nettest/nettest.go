@@ -64,6 +64,7 @@ type Internet struct {
 
 	mu       sync.Mutex
 	zone     map[string]netip.Addr
+	cnames   map[string]string
 	requests []Request
 }
 
@@ -99,6 +100,7 @@ func New(t testing.TB) *Internet {
 		Netns:   filepath.Join(os.TempDir(), fmt.Sprintf("cove-nettest-%d.netns", n)),
 		Link:    fmt.Sprintf("cvi%d", n),
 		zone:    map[string]netip.Addr{},
+		cnames:  map[string]string{},
 	}
 	t.Cleanup(unlock)
 	// A test killed half-way leaves these behind; the lock says nobody else holds them.
@@ -274,6 +276,14 @@ func (in *Internet) SetName(name string, addr netip.Addr) {
 	in.zone[strings.ToLower(strings.TrimSuffix(name, "."))] = addr
 }
 
+// SetCNAME makes the DNS server answer name with a CNAME to target, followed by target's
+// address record when it has one.
+func (in *Internet) SetCNAME(name, target string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.cnames[strings.ToLower(strings.TrimSuffix(name, "."))] = strings.ToLower(strings.TrimSuffix(target, "."))
+}
+
 // DNS is the address of the internet's DNS server.
 func (in *Internet) DNS() netip.AddrPort { return netip.AddrPortFrom(in.Addr, 53) }
 
@@ -304,19 +314,29 @@ func (in *Internet) answerDNS(q []byte) []byte {
 		return nil
 	}
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
+	owner := question.Name
 	in.mu.Lock()
+	target, isAlias := in.cnames[name]
+	if isAlias {
+		name = target
+	}
 	addr, ok := in.zone[name]
 	in.mu.Unlock()
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
-	if !ok {
+	if !ok && !isAlias {
 		rh.RCode = dnsmessage.RCodeNameError
 	}
 	b := dnsmessage.NewBuilder(nil, rh)
 	_ = b.StartQuestions()
 	_ = b.Question(question)
+	_ = b.StartAnswers()
+	if isAlias {
+		t := dnsmessage.MustNewName(target + ".")
+		_ = b.CNAMEResource(dnsmessage.ResourceHeader{Name: owner, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.CNAMEResource{CNAME: t})
+		owner = t
+	}
 	if ok && question.Type == dnsmessage.TypeA {
-		_ = b.StartAnswers()
-		_ = b.AResource(dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: 5},
+		_ = b.AResource(dnsmessage.ResourceHeader{Name: owner, Class: dnsmessage.ClassINET, TTL: 5},
 			dnsmessage.AResource{A: addr.As4()})
 	}
 	out, err := b.Finish()
