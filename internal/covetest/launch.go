@@ -53,6 +53,11 @@ type Process struct {
 // Launch starts cove on dataDir with the shared test templates, logging to logPath, and
 // returns once it serves. The first run on a new machine builds the base template.
 func Launch(cove, dataDir, logPath string) (*Process, error) {
+	return LaunchWith(cove, dataDir, logPath)
+}
+
+// LaunchWith is Launch with more `cove server` flags (they win over covetest's own).
+func LaunchWith(cove, dataDir, logPath string, args ...string) (*Process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -63,7 +68,7 @@ func Launch(cove, dataDir, logPath string) (*Process, error) {
 		return nil, err
 	}
 	p.release = release
-	p.cmd = exec.Command(cove, append([]string{"server", "--data", dataDir, "--templates", TemplatesDir(), "--addr", "127.0.0.1:0"}, NetworkArgs(pool)...)...)
+	p.cmd = exec.Command(cove, append([]string{"server", "--data", dataDir, "--templates", TemplatesDir(), "--addr", "127.0.0.1:0"}, append(NetworkArgs(pool), args...)...)...)
 	// Pdeathsig: a test binary killed by -timeout must not leave the server running. It fires
 	// when the starting thread exits, so TestMain's thread stays locked.
 	goruntime.LockOSThread()

@@ -62,6 +62,8 @@ type Internet struct {
 	// Link is the host end of the veth.
 	Link string
 
+	closers []func() // run in reverse by Close
+
 	mu       sync.Mutex
 	zone     map[string]netip.Addr
 	cnames   map[string]string
@@ -91,7 +93,21 @@ func Skip(t testing.TB) {
 func New(t testing.TB) *Internet {
 	t.Helper()
 	Skip(t)
-	n, unlock := reserve(t)
+	in, err := Build()
+	if err != nil {
+		t.Fatalf("nettest: %v", err)
+	}
+	t.Cleanup(in.Close)
+	return in
+}
+
+// Build builds an internet for callers without a testing.TB (benchmark programs); Close
+// removes it. It needs root.
+func Build() (_ *Internet, err error) {
+	n, unlock, err := reserve()
+	if err != nil {
+		return nil, err
+	}
 	in := &Internet{
 		Subnet:  netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(n), 0}), 24),
 		Gateway: netip.AddrFrom4([4]byte{198, 18, byte(n), 1}),
@@ -101,43 +117,51 @@ func New(t testing.TB) *Internet {
 		Link:    fmt.Sprintf("cvi%d", n),
 		zone:    map[string]netip.Addr{},
 		cnames:  map[string]string{},
+		closers: []func(){unlock},
 	}
-	t.Cleanup(unlock)
+	defer func() {
+		if err != nil {
+			in.Close()
+		}
+	}()
 	// A test killed half-way leaves these behind; the lock says nobody else holds them.
-	if l, err := netlink.LinkByName(in.Link); err == nil {
-		_ = netlink.LinkDel(l)
-	}
-	_ = runtime.RemoveNetns(in.Netns)
+	in.remove()
+	in.closers = append(in.closers, in.remove)
 	if err := in.build(); err != nil {
-		in.remove()
-		t.Fatalf("nettest: %v", err)
+		return nil, err
 	}
-	t.Cleanup(in.remove)
-	if err := in.serve(t); err != nil {
-		t.Fatalf("nettest: %v", err)
+	if err := in.serve(); err != nil {
+		return nil, err
 	}
-	return in
+	return in, nil
+}
+
+// Close stops the servers and removes the namespace and the veth.
+func (in *Internet) Close() {
+	for i := len(in.closers) - 1; i >= 0; i-- {
+		in.closers[i]()
+	}
+	in.closers = nil
 }
 
 // reserve takes the first free /24 number with an exclusive lock file.
-func reserve(t testing.TB) (int, func()) {
+func reserve() (int, func(), error) {
 	dir := filepath.Join(os.TempDir(), "cove-nettest")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	for n := 1; n < 255; n++ {
 		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%d.lock", n)), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
-			t.Fatal(err)
+			return 0, nil, err
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			continue
 		}
-		return n, func() { f.Close() }
+		return n, func() { f.Close() }, nil
 	}
-	t.Fatal("nettest: all 254 test internets are in use")
-	return 0, nil
+	return 0, nil, errors.New("all 254 test internets are in use")
 }
 
 func (in *Internet) build() error {
@@ -201,7 +225,7 @@ func prefixNet(a netip.Addr, bits int) *net.IPNet {
 }
 
 // serve starts the HTTP servers on both hosts, HTTPS on the web host and DNS.
-func (in *Internet) serve(t testing.TB) error {
+func (in *Internet) serve() error {
 	cert, caPEM, err := selfCA(in.Addr)
 	if err != nil {
 		return err
@@ -227,7 +251,7 @@ func (in *Internet) serve(t testing.TB) error {
 		}
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		go srv.Serve(l)
-		t.Cleanup(func() { srv.Close() })
+		in.closers = append(in.closers, func() { srv.Close() })
 	}
 	l, err := listen("tcp", net.JoinHostPort(in.Addr.String(), "443"))
 	if err != nil {
@@ -236,13 +260,13 @@ func (in *Internet) serve(t testing.TB) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
+	in.closers = append(in.closers, func() { srv.Close() })
 	// A raw TCP sink for throughput: reads and discards until EOF.
 	sink, err := listen("tcp", net.JoinHostPort(in.Addr.String(), "9000"))
 	if err != nil {
 		return err
 	}
-	t.Cleanup(func() { sink.Close() })
+	in.closers = append(in.closers, func() { sink.Close() })
 	go func() {
 		for {
 			c, err := sink.Accept()
@@ -256,7 +280,7 @@ func (in *Internet) serve(t testing.TB) error {
 	if err != nil {
 		return err
 	}
-	t.Cleanup(func() { pc.Close() })
+	in.closers = append(in.closers, func() { pc.Close() })
 	go in.serveDNS(pc)
 	return nil
 }
