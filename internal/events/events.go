@@ -94,6 +94,14 @@ func OOMData(count int) map[string]any {
 	return map[string]any{"count": count}
 }
 
+// NetworkDeniedData is a network.denied event's data: the destination, its port (0 without
+// one), the protocol, the rule that refused it in the user's words (rule) and its kind, and
+// how many packets the sample saw since first.
+func NetworkDeniedData(destination string, port int, protocol, rule, kind string, packets int, first time.Time) map[string]any {
+	return map[string]any{"destination": destination, "port": port, "protocol": protocol, "rule": rule,
+		"deny_kind": kind, "packets": packets, "first_at": first.UTC()}
+}
+
 // Backoff spaces a delivery's attempts: Initial, then doubling up to Max, for at most
 // Attempts attempts in all.
 type Backoff struct {

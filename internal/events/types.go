@@ -22,12 +22,15 @@ const (
 	// SandboxOOM: the kernel's OOM killer killed processes inside a sandbox that lives on.
 	// Data: OOMData (count).
 	SandboxOOM EventType = "sandbox.lifecycle.oom"
+	// SandboxNetworkDenied: Cove's network rules refused connections of a sandbox (sampled:
+	// at most a few per sandbox every two seconds). Data: NetworkDeniedData.
+	SandboxNetworkDenied EventType = "sandbox.network.denied"
 )
 
 // EventTypes lists every EventType.
 var EventTypes = []EventType{
 	SandboxCreated, SandboxConnected, SandboxPaused, SandboxResumed, SandboxUpdated,
-	SandboxKilled, SandboxOOM,
+	SandboxKilled, SandboxOOM, SandboxNetworkDenied,
 }
 
 // unknownType is what String shows for the zero EventType.

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -61,6 +62,11 @@ type Config struct {
 	// NFT is the nft binary; "nft" in PATH by default.
 	NFT    string
 	Logger *slog.Logger
+	// LogGroup is the netlink log group refused packets are sampled to (nflog); derived from
+	// Table when 0. Two servers on one host need different ones.
+	LogGroup uint16
+	// OnDenied receives samples of the connections the rules refused (network.denied).
+	OnDenied func(ctx context.Context, d Denied)
 }
 
 // DefaultPool is the address pool of a server that names none.
@@ -87,9 +93,13 @@ type Manager struct {
 }
 
 type held struct {
+	id     string
 	slot   *slot
 	policy Policy
 }
+
+// idOf is the sandbox id of h; the caller holds m.mu.
+func (m *Manager) idOf(h *held) string { return h.id }
 
 // Attachment is what the runtime needs to put a sandbox on its network.
 type Attachment struct {
@@ -130,6 +140,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.NFT == "" {
 		cfg.NFT = "nft"
 	}
+	if cfg.LogGroup == 0 {
+		f := fnv.New32a()
+		f.Write([]byte(cfg.Table))
+		cfg.LogGroup = uint16(1000 + f.Sum32()%60000)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = telemetry.Logger(ctx)
 	}
@@ -164,10 +179,18 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()
+	logs, err := openNFLog(cfg.LogGroup)
+	if err != nil {
+		m.resolver.close()
+		return nil, fmt.Errorf("network: %w", err)
+	}
 	if err := m.nft(ctx, m.tableScript()); err != nil {
 		m.resolver.close()
+		logs.close()
 		return nil, fmt.Errorf("network: build table %s: %w", cfg.Table, err)
 	}
+	m.wg.Add(1)
+	go m.collectDenied(context.WithoutCancel(ctx), logs)
 	if cfg.Warm > 0 {
 		m.warm = make(chan *slot, cfg.Warm)
 		m.wg.Add(1)
@@ -267,7 +290,7 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 		s.ruled = true
 	}
-	h := &held{slot: s, policy: p}
+	h := &held{id: id, slot: s, policy: p}
 	m.mu.Lock()
 	m.attached[id], m.byAddr[s.addr] = h, h
 	m.mu.Unlock()

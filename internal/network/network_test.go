@@ -20,17 +20,21 @@ import (
 
 // newManager starts a Manager on a reserved test pool whose sandboxes can reach nothing but
 // 198.18.0.0/15, resolving through in's DNS server.
-func newManager(t *testing.T, in *nettest.Internet, warm int) *network.Manager {
+func newManager(t *testing.T, in *nettest.Internet, warm int, onDenied ...func(context.Context, network.Denied)) *network.Manager {
 	t.Helper()
 	srv := nettest.ReserveServer(t)
 	ctx := context.Background()
-	m, err := network.New(ctx, network.Config{
+	cfg := network.Config{
 		Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
 		DNS:         []netip.AddrPort{in.DNS()},
 		EgressLimit: []netip.Prefix{nettest.Range},
 		Warm:        warm,
 		StateDir:    t.TempDir(),
-	})
+	}
+	if len(onDenied) > 0 {
+		cfg.OnDenied = onDenied[0]
+	}
+	m, err := network.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,4 +331,78 @@ func TestParsePolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestDeniedConnectionsAreReported(t *testing.T) {
+	in := nettest.New(t)
+	denied := make(chan network.Denied, 100)
+	m := newManager(t, in, -1, func(_ context.Context, d network.Denied) { denied <- d })
+	closed := attach(t, m, "sb-closed", network.Policy{AllowInternet: false})
+	denyOne := attach(t, m, "sb-deny", network.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}})
+	// wait returns the first report for id, or fails after a generous deadline.
+	wait := func(t *testing.T, id string) network.Denied {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case d := <-denied:
+				if d.SandboxID == id {
+					return d
+				}
+			case <-deadline:
+				t.Fatalf("no denied connection reported for %s", id)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name, id, netns, url string
+		want                 network.Denied
+	}{
+		{"a sandbox without internet access: destination, port and the rule", "sb-closed", closed.Netns, in.URL("http", "/"),
+			network.Denied{Dst: netip.AddrPortFrom(in.Addr, 80), Proto: "tcp", Kind: network.DenyNoNet, Rule: "allowInternetAccess false"}},
+		{"a denyOut entry names itself", "sb-deny", denyOne.Netns, "http://" + in.Other.String() + ":8080/",
+			network.Denied{Dst: netip.AddrPortFrom(in.Other, 8080), Proto: "tcp", Kind: network.DenyOut, Rule: "denyOut " + in.Other.String() + "/32"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 3 {
+				_, _ = get(tc.netns, tc.url)
+			}
+			d := wait(t, tc.id)
+			if d.Dst != tc.want.Dst || d.Proto != tc.want.Proto || d.Kind != tc.want.Kind || d.Rule != tc.want.Rule || d.Count < 1 {
+				t.Fatalf("reported %+v, want %+v", d, tc.want)
+			}
+		})
+	}
+	t.Run("a flood is sampled: a few reports, not one per packet", func(t *testing.T) {
+		for len(denied) > 0 {
+			<-denied
+		}
+		for i := range 200 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			c, err := nettest.DialIn(ctx, closed.Netns, "tcp", fmt.Sprintf("%s:%d", in.Addr, 10000+i))
+			cancel()
+			if err == nil {
+				c.Close()
+			}
+		}
+		begun := time.Now()
+		reports, packets := 0, 0
+		for window := time.After(5 * time.Second); ; {
+			select {
+			case d := <-denied:
+				reports++
+				packets += d.Count
+				continue
+			case <-window:
+			}
+			break
+		}
+		flushes := int(time.Since(begun)/(2*time.Second)) + 2
+		if reports == 0 || reports > 5*flushes {
+			t.Errorf("%d reports in %d flushes, want 1 to %d", reports, flushes, 5*flushes)
+		}
+		if packets >= 200 {
+			t.Errorf("%d packets logged for 200 refused connects: the kernel's sampling did not hold", packets)
+		}
+	})
 }

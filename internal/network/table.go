@@ -12,9 +12,12 @@ import (
 // linkLocal is never reachable unless an allowOut entry names it: cloud metadata lives there.
 var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
 
-// reject refuses a sandbox's packet at once (a connect fails with "no route to host")
-// instead of leaving the program inside to time out.
-const reject = "reject with icmpx type admin-prohibited"
+// refuse is the two rules that refuse what match selects at once, instead of leaving the
+// program inside to time out: a TCP reset ("connection refused"; ICMP errors are rate
+// limited by the kernel, so a burst of connects would hang), else an ICMP admin-prohibited.
+func refuse(match string) string {
+	return fmt.Sprintf("%s meta l4proto tcp counter reject with tcp reset\n%s counter reject with icmpx type admin-prohibited", match, match)
+}
 
 // nft runs one nft script as one transaction: all of it applies, or none.
 func (m *Manager) nft(ctx context.Context, script string) error {
@@ -49,17 +52,19 @@ func (m *Manager) tableScript() string {
 		"\t\tip saddr %s oifname != %q masquerade\n\t}\n", m.cfg.Pool, p)
 	fmt.Fprintf(&b, "\tchain input { type filter hook input priority filter; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport %d accept\n"+
-		"\t\tiifname %q counter "+reject+"\n"+
-		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport %d drop\n\t}\n", p, m.dnsPort, p, m.dnsPort)
+		"\t\tiifname %q %s\n"+
+		"\t\t%s\n"+
+		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport %d drop\n\t}\n", p, m.dnsPort, p, m.logRule(DenyHost), indent(refuse(fmt.Sprintf("iifname %q", p))), m.dnsPort)
 	fmt.Fprintf(&b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"+
 		"\t\toifname %q ct state established,related accept\n"+
 		"\t\toifname %q counter drop\n"+
 		"\t\tiifname %q jump egress\n\t}\n", p, p, p)
 	b.WriteString("\tchain egress {\n\t\tmeta nfproto ipv6 counter drop\n")
 	if len(m.cfg.EgressLimit) > 0 {
-		fmt.Fprintf(&b, "\t\tip daddr != { %s } counter %s\n", join(m.cfg.EgressLimit), reject)
+		fmt.Fprintf(&b, "\t\tip daddr != { %s } %s\n", join(m.cfg.EgressLimit), m.logRule(DenyLimit))
+		fmt.Fprintf(&b, "\t\t%s\n", indent(refuse(fmt.Sprintf("ip daddr != { %s }", join(m.cfg.EgressLimit)))))
 	}
-	b.WriteString("\t\tiifname vmap @links\n\t\tcounter " + reject + "\n\t}\n}\n")
+	b.WriteString("\t\tiifname vmap @links\n\t\t" + indent(refuse("meta nfproto ipv4")) + "\n\t}\n}\n")
 	return b.String()
 }
 
@@ -76,6 +81,11 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 		fmt.Fprintf(&b, format, args...)
 		b.WriteByte('\n')
 	}
+	refuseRule := func(match string) {
+		for _, line := range strings.Split(refuse(match), "\n") {
+			rule("%s", line)
+		}
+	}
 	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
 	if len(p.AllowOut) > 0 {
 		rule("ip daddr { %s } counter accept", join(p.AllowOut))
@@ -84,13 +94,16 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 		rule("ip daddr @%s counter accept", s.set())
 	}
 	if len(p.DenyOut) > 0 {
-		rule("ip daddr { %s } counter %s", join(p.DenyOut), reject)
+		rule("ip daddr { %s } %s", join(p.DenyOut), m.logRule(DenyOut))
+		refuseRule(fmt.Sprintf("ip daddr { %s }", join(p.DenyOut)))
 	}
-	rule("ip daddr { %s, %s } counter %s", linkLocal, m.cfg.Pool, reject)
+	rule("ip daddr { %s, %s } %s", linkLocal, m.cfg.Pool, m.logRule(DenyLinkLocal))
+	refuseRule(fmt.Sprintf("ip daddr { %s, %s }", linkLocal, m.cfg.Pool))
 	if p.AllowInternet {
 		rule("counter accept")
 	} else {
-		rule("counter %s", reject)
+		rule("%s", m.logRule(DenyNoNet))
+		refuseRule("meta nfproto ipv4")
 	}
 	if !existed {
 		fmt.Fprintf(&b, "add element inet %s links { %q : jump %s }\n", t, s.link, c)
@@ -103,6 +116,9 @@ func (m *Manager) dropSandboxScript(s *slot) string {
 	t := m.cfg.Table
 	return fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
 }
+
+// indent puts the lines of a multi-line rule at the table's rule depth.
+func indent(rules string) string { return strings.ReplaceAll(rules, "\n", "\n\t\t") }
 
 func join(ps []netip.Prefix) string {
 	// nft rejects overlapping intervals in one anonymous set; merge what overlaps.

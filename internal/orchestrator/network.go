@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
@@ -94,4 +95,22 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p n
 	o.logger(ctx).Info("sandbox network updated", "allow_internet_access", p.AllowInternet,
 		"network.allow_out", len(p.AllowOut)+len(p.AllowHosts), "network.deny_out", len(p.DenyOut), "duration_ms", time.Since(begun).Milliseconds())
 	return nil
+}
+
+// NetworkDenied records a sample of the connections the network refused a live sandbox: a
+// log line and a network.denied event naming the destination, the port and the rule.
+func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
+	o.mu.Lock()
+	e := o.live[d.SandboxID]
+	o.mu.Unlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	sb := copySandbox(e.sb)
+	e.mu.Unlock()
+	ctx = sandboxLog(telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID), sb)
+	o.logger(ctx).Info("network connection denied", "network.destination", d.Dst.Addr().String(), "network.port", d.Dst.Port(),
+		"network.protocol", d.Proto, "network.rule", d.Rule, "network.deny_kind", d.Kind.String(), "network.packets", d.Count)
+	o.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
 }

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -214,8 +215,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
 	var netw orchestrator.Network
+	var denials atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	if !cfg.NoNetwork {
 		cfg.Network.Logger = cfg.Logger
+		cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+			if o := denials.Load(); o != nil {
+				o.NetworkDenied(ctx, d)
+			}
+		}
 		m, err := network.New(ctx, cfg.Network)
 		if err != nil {
 			return fmt.Errorf("%w (or run with --network=false: sandboxes get no egress)", err)
@@ -232,6 +239,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	denials.Store(orch)
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}

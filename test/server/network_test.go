@@ -84,6 +84,26 @@ func TestSandboxEgress(t *testing.T) {
 			t.Fatalf("curl succeeded: %s", out)
 		}
 	})
+	t.Run("the refused connection becomes a network.denied event naming destination, port and rule", func(t *testing.T) {
+		waitFor(t, func() (string, bool) {
+			var evs []struct {
+				EventData struct {
+					Destination string `json:"destination"`
+					Port        int    `json:"port"`
+					Rule        string `json:"rule"`
+					Packets     int    `json:"packets"`
+				} `json:"eventData"`
+			}
+			getJSON(t, s, "/events/sandboxes/"+closed.ID+"?type=sandbox.network.denied", &evs)
+			for _, e := range evs {
+				d := e.EventData
+				if d.Destination == in.Addr.String() && d.Port == 80 && d.Rule == "allowInternetAccess false" && d.Packets > 0 {
+					return "", true
+				}
+			}
+			return fmt.Sprintf("%+v", evs), false
+		})
+	})
 	t.Run("an update opens one host to the closed sandbox and getInfo echoes it", func(t *testing.T) {
 		err := closed.UpdateNetwork(ctx, cove.NetworkUpdate{NoInternet: true, AllowOut: []string{in.Other.String()}})
 		if err != nil {
