@@ -95,7 +95,7 @@ func attachPhase(in *nettest.Internet, n int, tmp string) (cold, warm time.Durat
 			return 0, 0, err
 		}
 		m, err := network.New(context.Background(), network.Config{Pool: pool.Pool, Table: pool.Table, LinkPrefix: pool.LinkPrefix,
-			DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: w, StateDir: filepath.Join(tmp, pool.Table)})
+			LogGroup: pool.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: w, StateDir: filepath.Join(tmp, pool.Table)})
 		if err != nil {
 			release()
 			return 0, 0, err
@@ -207,7 +207,7 @@ func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) erro
 	}
 	defer release()
 	m, err := network.New(context.Background(), network.Config{Pool: pool.Pool, Table: pool.Table, LinkPrefix: pool.LinkPrefix,
-		DNS: []netip.AddrPort{}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: filepath.Join(tmp, "tput")})
+		LogGroup: pool.LogGroup, DNS: []netip.AddrPort{}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: filepath.Join(tmp, "tput")})
 	if err != nil {
 		return err
 	}

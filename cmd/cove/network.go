@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net/http"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,4 +57,75 @@ func networkSummary(n *cove.NetworkRules) string {
 		parts = append(parts, "deny "+strings.Join(n.DenyOut, ","))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// explainNetwork prints, for `cove explain`, the failed commands during which the network
+// refused the sandbox connections, then the other refusals (network.denied events, sampled).
+func explainNetwork(ctx context.Context, f *apiFlags, id string) {
+	var evs []event
+	if err := f.rest(ctx, http.MethodGet, "/events/sandboxes/"+id+"?type=sandbox.network.denied&limit=100", nil, &evs); err != nil || len(evs) == 0 {
+		return
+	}
+	var page struct {
+		Commands []struct {
+			Command    string    `json:"command"`
+			Args       []string  `json:"args"`
+			StartedAt  time.Time `json:"startedAt"`
+			DurationMS *float64  `json:"durationMs"`
+			ExitCode   *int      `json:"exitCode"`
+		} `json:"commands"`
+	}
+	_ = f.rest(ctx, http.MethodGet, "/sandboxes/"+id+"/commands", nil, &page)
+	explained := map[int]bool{}
+	for _, c := range page.Commands {
+		if c.ExitCode == nil || *c.ExitCode == 0 || c.DurationMS == nil {
+			continue
+		}
+		end := c.StartedAt.Add(time.Duration(*c.DurationMS * float64(time.Millisecond)))
+		var parts []string
+		for i, e := range evs {
+			first, err := time.Parse(time.RFC3339Nano, fmt.Sprint(e.Data["first_at"]))
+			if err != nil || first.Before(c.StartedAt.Add(-time.Second)) || first.After(end.Add(time.Second)) {
+				continue
+			}
+			explained[i] = true
+			parts = append(parts, deniedText(e))
+		}
+		if len(parts) > 0 {
+			fmt.Printf("%s exited %d: %s\n", commandLine(c.Command, c.Args), *c.ExitCode, strings.Join(parts, "; "))
+		}
+	}
+	var rest []string
+	for i, e := range evs {
+		if !explained[i] {
+			rest = append(rest, fmt.Sprintf("  %s %s", e.Timestamp.Format(time.RFC3339), deniedText(e)))
+		}
+	}
+	if len(rest) > 0 {
+		fmt.Println("connections the network rules refused (sampled, newest first):")
+		fmt.Println(strings.Join(rest, "\n"))
+	}
+}
+
+// deniedText is "3 connection attempts to 1.2.3.4:443/tcp denied by denyOut 0.0.0.0/0".
+func deniedText(e event) string {
+	dst := fmt.Sprint(e.Data["destination"])
+	if p := toFloat(e.Data["port"]); p > 0 {
+		dst = fmt.Sprintf("%s:%.0f", dst, p)
+	}
+	n, noun := toFloat(e.Data["packets"]), "connection attempts"
+	if n == 1 {
+		noun = "connection attempt"
+	}
+	return fmt.Sprintf("%.0f %s to %s/%v denied by %v", n, noun, dst, e.Data["protocol"], e.Data["rule"])
+}
+
+// commandLine shows what ran: the script of a shell's -c, or the command and its arguments.
+func commandLine(cmd string, args []string) string {
+	for i, a := range args {
+		if a == "-c" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return strings.TrimSpace(cmd + " " + strings.Join(args, " "))
 }

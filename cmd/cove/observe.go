@@ -466,6 +466,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 				if err := f.rest(cmd.Context(), http.MethodGet, "/events/sandboxes/"+id+"?limit=1&type=sandbox.lifecycle.paused", nil, &evs); err == nil && len(evs) > 0 && info["state"] == "paused" {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))
 				}
+				explainNetwork(cmd.Context(), f, id)
 				return nil
 			case asHTTP(err, &he) && he.status == http.StatusNotFound:
 			default:
@@ -508,6 +509,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 					fmt.Printf("  %v\n", l)
 				}
 			}
+			explainNetwork(cmd.Context(), f, id)
 			return nil
 		},
 	}

@@ -104,7 +104,7 @@ func Templates(t testing.TB) string {
 // upstream, and no host-wide ip_forward.
 func NetworkArgs(n nettest.Server) []string {
 	return []string{"--network-pool", n.Pool.String(), "--network-table", n.Table, "--network-link-prefix", n.LinkPrefix,
-		"--network-egress-limit", nettest.Range.String(), "--network-dns", "none", "--network-ip-forward=false", "--network-warm", "2"}
+		"--network-log-group", fmt.Sprint(n.LogGroup), "--network-egress-limit", nettest.Range.String(), "--network-dns", "none", "--network-ip-forward=false", "--network-warm", "2"}
 }
 
 // Server is a running `cove server`.

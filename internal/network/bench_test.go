@@ -24,7 +24,7 @@ func BenchmarkAttach(b *testing.B) {
 			in := nettest.New(b)
 			srv := nettest.ReserveServer(b)
 			m, err := network.New(context.Background(), network.Config{Pool: srv.Pool, Table: srv.Table,
-				LinkPrefix: srv.LinkPrefix, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: tc.warm, StateDir: b.TempDir()})
+				LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: tc.warm, StateDir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -82,6 +82,8 @@ const (
 	nfulnlMsgConfig     = 1
 	nfulaCfgCmd         = 1
 	nfulaCfgMode        = 2
+	nfulaCfgQThresh     = 5
+	nfulaTimestamp      = 3
 	nfulaPayload        = 9
 	nfulaPrefix         = 10
 	nfulnlCfgCmdBind    = 1
@@ -111,7 +113,9 @@ func openNFLog(group uint16) (*nflog, error) {
 	mode := make([]byte, 6)
 	binary.BigEndian.PutUint32(mode, nflogCopyRange)
 	mode[4] = nfulnlCopyPacket
-	for _, attr := range [][]byte{cmd, nlAttr(nfulaCfgMode, mode)} {
+	// One packet per message, at once: the kernel otherwise batches for up to a second.
+	qthresh := binary.BigEndian.AppendUint32(nil, 1)
+	for _, attr := range [][]byte{cmd, nlAttr(nfulaCfgMode, mode), nlAttr(nfulaCfgQThresh, qthresh)} {
 		if err := nfConfig(fd, group, attr); err != nil {
 			unix.Close(fd)
 			return nil, fmt.Errorf("nflog group %d: %w (another process holds it? choose another --network-log-group)", group, err)
@@ -163,6 +167,7 @@ type loggedPacket struct {
 	src      netip.Addr
 	dst      netip.AddrPort
 	protocol string
+	at       time.Time // when the kernel logged it
 }
 
 // read calls f for each logged packet until close.
@@ -225,6 +230,12 @@ func parseLogged(b []byte) (loggedPacket, bool) {
 			p.kind = k
 		case nfulaPayload:
 			payload = a[nlaHdrLen:l]
+		case nfulaTimestamp:
+			if l >= nlaHdrLen+16 {
+				sec := binary.BigEndian.Uint64(a[nlaHdrLen:])
+				usec := binary.BigEndian.Uint64(a[nlaHdrLen+8:])
+				p.at = time.Unix(int64(sec), int64(usec)*1000)
+			}
 		}
 		a = a[min((l+3)&^3, len(a)):]
 	}
@@ -247,6 +258,9 @@ func parseLogged(b []byte) (loggedPacket, bool) {
 		p.protocol = fmt.Sprint(proto)
 	}
 	p.dst = netip.AddrPortFrom(dst, port)
+	if p.at.IsZero() {
+		p.at = time.Now()
+	}
 	return p, true
 }
 
@@ -285,7 +299,7 @@ func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 			d.Count++
 			return
 		}
-		window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: ruleText(p.kind, p.dst.Addr(), pol, m.cfg), Count: 1, First: time.Now()}
+		window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: ruleText(p.kind, p.dst.Addr(), pol, m.cfg), Count: 1, First: p.at}
 	})
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()

@@ -25,7 +25,7 @@ func newManager(t *testing.T, in *nettest.Internet, warm int, onDenied ...func(c
 	srv := nettest.ReserveServer(t)
 	ctx := context.Background()
 	cfg := network.Config{
-		Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
+		Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
 		DNS:         []netip.AddrPort{in.DNS()},
 		EgressLimit: []netip.Prefix{nettest.Range},
 		Warm:        warm,

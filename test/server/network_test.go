@@ -104,6 +104,21 @@ func TestSandboxEgress(t *testing.T) {
 			return fmt.Sprintf("%+v", evs), false
 		})
 	})
+	t.Run("cove explain says which command failed because of which rule", func(t *testing.T) {
+		out := waitFor(t, func() (string, bool) {
+			out := coveCLI(t, s, "explain", closed.ID)
+			if !strings.Contains(out, "exited 7") {
+				out = strings.TrimSpace(out[strings.Index(out, "\n")+1:])
+			}
+			return out, strings.Contains(out, "exited 7: ") &&
+				strings.Contains(out, "to "+in.Addr.String()+":80/tcp denied by allowInternetAccess false")
+		})
+		t.Log(out)
+	})
+	if t.Failed() {
+		t.Log(coveCLI(t, s, "commands", closed.ID, "--json"))
+		t.Log(coveCLI(t, s, "events", closed.ID, "--json"))
+	}
 	t.Run("an update opens one host to the closed sandbox and getInfo echoes it", func(t *testing.T) {
 		err := closed.UpdateNetwork(ctx, cove.NetworkUpdate{NoInternet: true, AllowOut: []string{in.Other.String()}})
 		if err != nil {

@@ -465,6 +465,7 @@ type Server struct {
 	Pool       netip.Prefix // 198.19.N.0/24
 	Table      string       // covetest_N
 	LinkPrefix string       // ct<N in hex>
+	LogGroup   uint16       // 2000+N: the nflog group of refused packets
 }
 
 // ReserveServer reserves a Server's names and pool until t ends.
@@ -498,6 +499,7 @@ func ReservePool() (Server, func(), error) {
 			Pool:       netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(n), 0}), 24),
 			Table:      fmt.Sprintf("covetest_%d", n),
 			LinkPrefix: fmt.Sprintf("ct%x", n),
+			LogGroup:   uint16(2000 + n),
 		}, func() { f.Close() }, nil
 	}
 	return Server{}, nil, errors.New("nettest: all 256 test pools are in use")
