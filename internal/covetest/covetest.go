@@ -102,7 +102,13 @@ func Templates(t testing.TB) string {
 // NetworkArgs are the `cove server` flags that keep a test server's sandbox egress on this
 // machine: the reserved pool, table and link names, the 198.18.0.0/15 limit, no DNS
 // upstream, and no host-wide ip_forward.
+//
+// On a machine without the nft binary, test servers run with --network=false instead (the
+// network tests skip there, through nettest).
 func NetworkArgs(n nettest.Server) []string {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return []string{"--network=false"}
+	}
 	return []string{"--network-pool", n.Pool.String(), "--network-table", n.Table, "--network-link-prefix", n.LinkPrefix,
 		"--network-log-group", fmt.Sprint(n.LogGroup), "--network-egress-limit", nettest.Range.String(), "--network-dns", "none", "--network-ip-forward=false", "--network-warm", "2"}
 }

@@ -140,8 +140,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if os.Geteuid() != 0 {
 		return errors.New("cove server runs sandboxes with runc and needs root")
 	}
-	say("checking host packages (runc, debootstrap)")
-	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap"); err != nil {
+	pkgs := []string{"runc", "debootstrap"}
+	if !cfg.NoNetwork {
+		pkgs = append(pkgs, "nftables") // the nft binary: sandbox egress rules
+	}
+	say("checking host packages (%s)", strings.Join(pkgs, ", "))
+	if err := template.EnsureHostPackages(ctx, pkgs...); err != nil {
 		return fmt.Errorf("install host packages: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
