@@ -272,35 +272,36 @@ type deniedKey struct {
 	kind  DenyKind
 }
 
-// collectDenied aggregates logged packets by sandbox, destination and rule, and every
-// flushEvery hands at most maxPerFlush per sandbox to the OnDenied callback.
+// sample counts one refused packet into the current window.
+func (m *Manager) sample(p loggedPacket) {
+	m.mu.Lock()
+	h := m.byAddr[p.src]
+	var id string
+	var pol Policy
+	if h != nil {
+		id, pol = h.id, h.policy
+	}
+	m.mu.Unlock()
+	if h == nil {
+		return
+	}
+	telemetryDenied(p.kind)
+	k := deniedKey{id: id, dst: p.dst, proto: p.protocol, kind: p.kind}
+	m.dmu.Lock()
+	defer m.dmu.Unlock()
+	if d := m.window[k]; d != nil {
+		d.Count++
+		return
+	}
+	m.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: ruleText(p.kind, p.dst.Addr(), pol, m.cfg), Count: 1, First: p.at}
+}
+
+// collectDenied reads the logged packets into the window and every flushEvery hands at most
+// maxPerFlush per sandbox to the OnDenied callback.
 func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 	defer m.wg.Done()
-	var mu sync.Mutex
-	window := map[deniedKey]*Denied{}
 	l.wg.Add(1)
-	go l.read(func(p loggedPacket) {
-		m.mu.Lock()
-		h := m.byAddr[p.src]
-		var id string
-		var pol Policy
-		if h != nil {
-			id, pol = m.idOf(h), h.policy
-		}
-		m.mu.Unlock()
-		if h == nil {
-			return
-		}
-		telemetryDenied(p.kind)
-		k := deniedKey{id: id, dst: p.dst, proto: p.protocol, kind: p.kind}
-		mu.Lock()
-		defer mu.Unlock()
-		if d := window[k]; d != nil {
-			d.Count++
-			return
-		}
-		window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: ruleText(p.kind, p.dst.Addr(), pol, m.cfg), Count: 1, First: p.at}
-	})
+	go l.read(m.sample)
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
 	for {
@@ -310,10 +311,10 @@ func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 			return
 		case <-tick.C:
 		}
-		mu.Lock()
-		batch := window
-		window = map[deniedKey]*Denied{}
-		mu.Unlock()
+		m.dmu.Lock()
+		batch := m.window
+		m.window = map[deniedKey]*Denied{}
+		m.dmu.Unlock()
 		perSandbox := map[string]int{}
 		for _, d := range batch {
 			if perSandbox[d.SandboxID]++; perSandbox[d.SandboxID] > maxPerFlush {

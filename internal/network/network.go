@@ -65,6 +65,9 @@ type Config struct {
 	// LogGroup is the netlink log group refused packets are sampled to (nflog); derived from
 	// Table when 0. Two servers on one host need different ones.
 	LogGroup uint16
+	// ForbidPrivateProxies refuses egress proxies at private, loopback or link-local
+	// addresses (an operator's choice: such a proxy reaches inside the operator's network).
+	ForbidPrivateProxies bool
 	// OnDenied receives samples of the connections the rules refused (network.denied).
 	OnDenied func(ctx context.Context, d Denied)
 }
@@ -80,6 +83,10 @@ type Manager struct {
 	cfg      Config
 	resolver *resolver
 	dnsPort  int
+	proxy    *transparent // where sandboxes' TCP goes when they have an egress proxy
+
+	dmu    sync.Mutex // guards window
+	window map[deniedKey]*Denied
 
 	mu       sync.Mutex
 	used     map[int]bool     // slot indexes in use or warming
@@ -96,6 +103,9 @@ type held struct {
 	id     string
 	slot   *slot
 	policy Policy
+	// learned mirrors the addresses the resolver allowed (hosts_N), with their expiry, for
+	// the egress proxy's checks. Guarded by m.mu.
+	learned map[netip.Addr]time.Time
 }
 
 // idOf is the sandbox id of h; the caller holds m.mu.
@@ -163,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	m := &Manager{cfg: cfg, used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
 	if err := m.sweep(); err != nil {
 		return nil, fmt.Errorf("network: remove leftovers: %w", err)
 	}
@@ -179,6 +189,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()
+	if m.proxy, err = m.listenTransparent(); err != nil {
+		m.resolver.close()
+		return nil, fmt.Errorf("network: %w", err)
+	}
 	logs, err := openNFLog(cfg.LogGroup)
 	if err != nil {
 		m.resolver.close()
@@ -275,6 +289,9 @@ func (m *Manager) release(s *slot) error {
 // Attach gives sandbox id a network under policy p: a ready namespace when one is waiting,
 // else a new one.
 func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment, error) {
+	if err := m.checkProxy(p); err != nil {
+		return nil, err
+	}
 	var s *slot
 	select {
 	case s = <-m.warm:
@@ -290,7 +307,7 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 		s.ruled = true
 	}
-	h := &held{id: id, slot: s, policy: p}
+	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]time.Time{}}
 	m.mu.Lock()
 	m.attached[id], m.byAddr[s.addr] = h, h
 	m.mu.Unlock()
@@ -305,11 +322,14 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 	if h == nil {
 		return fmt.Errorf("%w: %s", ErrNotAttached, id)
 	}
+	if err := m.checkProxy(p); err != nil {
+		return err
+	}
 	if err := m.nft(ctx, m.sandboxScript(h.slot, p, true)); err != nil {
 		return fmt.Errorf("network rules for %s: %w", id, err)
 	}
 	m.mu.Lock()
-	h.policy = p
+	h.policy, h.learned = p, map[netip.Addr]time.Time{} // the table's set starts afresh too
 	m.mu.Unlock()
 	return nil
 }
@@ -386,6 +406,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	t := m.cfg.Table
 	errs = append(errs, m.nft(context.WithoutCancel(ctx), fmt.Sprintf("table inet %s\ndelete table inet %s\n", t, t)))
 	m.resolver.close()
+	m.proxy.close()
 	_ = os.Remove(m.cfg.StateDir)
 	return errors.Join(errs...)
 }
@@ -424,6 +445,7 @@ func (m *Manager) learn(from netip.Addr, answer []byte) {
 		return
 	}
 	var elems []string
+	m.mu.Lock()
 	for _, rr := range rrs {
 		a, ok := rr.Body.(*dnsmessage.AResource)
 		if !ok || !p.AllowsHost(rr.Header.Name.String()) {
@@ -431,7 +453,9 @@ func (m *Manager) learn(from netip.Addr, answer []byte) {
 		}
 		ttl := min(max(time.Duration(rr.Header.TTL)*time.Second, minHostTTL), maxHostTTL)
 		elems = append(elems, fmt.Sprintf("%s timeout %ds", netip.AddrFrom4(a.A), int(ttl.Seconds())))
+		h.learned[netip.AddrFrom4(a.A)] = time.Now().Add(ttl)
 	}
+	m.mu.Unlock()
 	if len(elems) == 0 {
 		return
 	}
@@ -439,4 +463,12 @@ func (m *Manager) learn(from netip.Addr, answer []byte) {
 	if err := m.nft(context.Background(), script); err != nil {
 		m.cfg.Logger.Debug("network: allow answered addresses", "error", err.Error())
 	}
+}
+
+// checkProxy applies the operator's rule on proxy addresses.
+func (m *Manager) checkProxy(p Policy) error {
+	if p.EgressProxy == nil {
+		return nil
+	}
+	return parseEgressProxy("network.egressProxy", p.EgressProxy, m.cfg.ForbidPrivateProxies)
 }

@@ -28,6 +28,9 @@ type Policy struct {
 	// resolver answered it for a matching name, and no others: an address record counts
 	// only when its own name matches, so a CNAME to a name not allowed opens nothing.
 	AllowHosts []string
+	// EgressProxy, when set, carries the sandbox's outbound TCP (after the rules above); its
+	// other traffic but DNS is refused.
+	EgressProxy *EgressProxy
 }
 
 // openPolicy is a sandbox's policy when its create names no rules.
@@ -35,7 +38,7 @@ var openPolicy = Policy{AllowInternet: true}
 
 // open reports whether p is openPolicy.
 func (p Policy) open() bool {
-	return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 && len(p.AllowHosts) == 0
+	return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 && len(p.AllowHosts) == 0 && p.EgressProxy == nil
 }
 
 // AllowsHost reports whether name (any case, with or without the final dot) matches one of
@@ -62,6 +65,7 @@ type Spec struct {
 	AllowInternet *bool
 	AllowOut      []string
 	DenyOut       []string
+	EgressProxy   *EgressProxy
 }
 
 // ParsePolicy validates a client's spec; defaultAllow is AllowInternet when the spec leaves it
@@ -98,6 +102,13 @@ func ParsePolicy(s Spec, defaultAllow bool) (Policy, error) {
 	}
 	if p.DenyOut, err = parsePrefixes("network.denyOut", s.DenyOut); err != nil {
 		return Policy{}, err
+	}
+	if s.EgressProxy != nil {
+		if err := parseEgressProxy("network.egressProxy", s.EgressProxy, false); err != nil {
+			return Policy{}, err
+		}
+		proxy := *s.EgressProxy
+		p.EgressProxy = &proxy
 	}
 	return p, nil
 }

@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,6 +68,7 @@ type Internet struct {
 	mu       sync.Mutex
 	zone     map[string]netip.Addr
 	cnames   map[string]string
+	socks    []string
 	requests []Request
 }
 
@@ -503,4 +505,91 @@ func ReservePool() (Server, func(), error) {
 		}, func() { f.Close() }, nil
 	}
 	return Server{}, nil, errors.New("nettest: all 256 test pools are in use")
+}
+
+// The SOCKS5 server's credentials (RFC 1929); it refuses any other.
+const (
+	SOCKSUser     = "cove"
+	SOCKSPassword = "s3cret-proxy-pw"
+)
+
+// StartSOCKS runs a SOCKS5 server (CONNECT only, username and password required) on the web
+// host, port 1080, until stop is called or the internet closes. Its dials leave from the web
+// host's address.
+func (in *Internet) StartSOCKS() (addr netip.AddrPort, stop func(), err error) {
+	addr = netip.AddrPortFrom(in.Addr, 1080)
+	ln, err := ListenIn(in.Netns, "tcp", addr.String())
+	if err != nil {
+		return addr, nil, err
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { ln.Close() }) }
+	in.closers = append(in.closers, stop)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go in.serveSOCKS(c)
+		}
+	}()
+	return addr, stop, nil
+}
+
+// SOCKSConnects lists the destinations the SOCKS5 server connected to.
+func (in *Internet) SOCKSConnects() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.socks...)
+}
+
+func (in *Internet) serveSOCKS(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	hdr := make([]byte, 2)
+	if _, err := io.ReadFull(c, hdr); err != nil || hdr[0] != 5 {
+		return
+	}
+	methods := make([]byte, hdr[1])
+	if _, err := io.ReadFull(c, methods); err != nil || !slices.Contains(methods, 2) {
+		c.Write([]byte{5, 0xff})
+		return
+	}
+	c.Write([]byte{5, 2})
+	var ver, ulen [1]byte
+	io.ReadFull(c, ver[:])
+	io.ReadFull(c, ulen[:])
+	user := make([]byte, ulen[0])
+	io.ReadFull(c, user)
+	var plen [1]byte
+	io.ReadFull(c, plen[:])
+	pass := make([]byte, plen[0])
+	io.ReadFull(c, pass)
+	if string(user) != SOCKSUser || string(pass) != SOCKSPassword {
+		c.Write([]byte{1, 1})
+		return
+	}
+	c.Write([]byte{1, 0})
+	req := make([]byte, 10)
+	if _, err := io.ReadFull(c, req); err != nil || req[1] != 1 || req[3] != 1 {
+		return
+	}
+	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(req[4:8])), uint16(req[8])<<8|uint16(req[9]))
+	in.mu.Lock()
+	in.socks = append(in.socks, dst.String())
+	in.mu.Unlock()
+	up, err := DialIn(context.Background(), in.Netns, "tcp", dst.String())
+	if err != nil {
+		c.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+		return
+	}
+	defer up.Close()
+	c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+	_ = c.SetDeadline(time.Time{})
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	<-done
+	<-done
 }
