@@ -11,6 +11,16 @@ import (
 type NetworkRules struct {
 	AllowOut []string `json:"allowOut,omitempty"`
 	DenyOut  []string `json:"denyOut,omitempty"`
+	// EgressProxy tunnels the sandbox's outbound TCP through a SOCKS5 proxy (after the
+	// rules); when the proxy is down, connections fail rather than go direct.
+	EgressProxy *EgressProxy `json:"egressProxy,omitempty"`
+}
+
+// EgressProxy is a SOCKS5 proxy; Info never returns the password.
+type EgressProxy struct {
+	Address  string `json:"address"` // host:port
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
 }
 
 // AllTraffic is the CIDR that matches every IPv4 destination (the SDKs' ALL_TRAFFIC).
@@ -19,9 +29,10 @@ const AllTraffic = "0.0.0.0/0"
 // NetworkUpdate replaces a sandbox's egress policy: what it leaves out is cleared.
 type NetworkUpdate struct {
 	// NoInternet cuts the sandbox off from what AllowOut does not name.
-	NoInternet bool
-	AllowOut   []string
-	DenyOut    []string
+	NoInternet  bool
+	AllowOut    []string
+	DenyOut     []string
+	EgressProxy *EgressProxy
 }
 
 // UpdateNetwork replaces the egress policy of a running (or paused) sandbox, atomically; it
@@ -33,6 +44,9 @@ func (c *Client) UpdateNetwork(ctx context.Context, sandboxID string, u NetworkU
 	}
 	if u.DenyOut != nil {
 		body["denyOut"] = u.DenyOut
+	}
+	if u.EgressProxy != nil {
+		body["egressProxy"] = u.EgressProxy
 	}
 	_, err := c.do(ctx, "update sandbox network", sandboxID, http.MethodPut, "/sandboxes/"+url.PathEscape(sandboxID)+"/network", body, nil)
 	return err

@@ -18,6 +18,7 @@ type networkFlags struct {
 	ipForward                bool
 	warm                     int
 	logGroup                 uint16
+	forbidPrivateProxies     bool
 }
 
 func (n *networkFlags) register(cmd *cobra.Command) {
@@ -30,12 +31,14 @@ func (n *networkFlags) register(cmd *cobra.Command) {
 	f.StringSliceVar(&n.limit, "network-egress-limit", nil, "CIDRs that are all any sandbox may reach, whatever its rules (empty: no limit)")
 	f.BoolVar(&n.ipForward, "network-ip-forward", true, "turn on net.ipv4.ip_forward at start (needed for egress through the host's uplink)")
 	f.Uint16Var(&n.logGroup, "network-log-group", 0, "netlink log group refused packets are sampled to (network.denied events); derived from --network-table when 0")
+	f.BoolVar(&n.forbidPrivateProxies, "network-forbid-private-proxies", false, "refuse egressProxy addresses in private, loopback and link-local ranges (400)")
 	f.IntVar(&n.warm, "network-warm", 4, "network namespaces kept ready, so create does not wait for one (-1: none)")
 }
 
 // config turns the flags into the network's config; errors name the flag.
 func (n *networkFlags) config() (network.Config, error) {
-	cfg := network.Config{Table: n.table, LinkPrefix: n.prefix, IPForward: n.ipForward, Warm: n.warm, LogGroup: n.logGroup}
+	cfg := network.Config{Table: n.table, LinkPrefix: n.prefix, IPForward: n.ipForward, Warm: n.warm, LogGroup: n.logGroup,
+		ForbidPrivateProxies: n.forbidPrivateProxies}
 	var err error
 	if cfg.Pool, err = netip.ParsePrefix(n.pool); err != nil {
 		return cfg, fmt.Errorf("--network-pool %q: %w", n.pool, err)

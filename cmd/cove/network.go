@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -12,9 +13,10 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// networkRuleFlags adds --no-internet, --allow-out and --deny-out to cmd.
-func networkRuleFlags(cmd *cobra.Command, noInternet *bool, allow, deny *[]string) {
+// networkRuleFlags adds --no-internet, --allow-out, --deny-out and --egress-proxy to cmd.
+func networkRuleFlags(cmd *cobra.Command, noInternet *bool, allow, deny *[]string, proxy **cove.EgressProxy) {
 	fl := cmd.Flags()
+	fl.Var(&proxyFlag{p: proxy}, "egress-proxy", "SOCKS5 proxy [USER[:PASSWORD]@]HOST:PORT the sandbox's TCP goes through (the password also from $COVE_EGRESS_PROXY_PASSWORD)")
 	fl.BoolVar(noInternet, "no-internet", false, "cut the sandbox off from every destination --allow-out does not name")
 	fl.StringSliceVar(allow, "allow-out", nil, "CIDR or IP the sandbox may reach, even when denied otherwise (repeatable, comma-separated)")
 	fl.StringSliceVar(deny, "deny-out", nil, "CIDR or IP the sandbox may not reach; 0.0.0.0/0 is all traffic (repeatable, comma-separated)")
@@ -40,13 +42,13 @@ func sandboxNetworkCmd(f *apiFlags) *cobra.Command {
 			return nil
 		},
 	}
-	networkRuleFlags(cmd, &u.NoInternet, &u.AllowOut, &u.DenyOut)
+	networkRuleFlags(cmd, &u.NoInternet, &u.AllowOut, &u.DenyOut, &u.EgressProxy)
 	return cmd
 }
 
 // networkSummary renders egress rules for `cove sandbox info`.
 func networkSummary(n *cove.NetworkRules) string {
-	if n == nil || len(n.AllowOut)+len(n.DenyOut) == 0 {
+	if n == nil || len(n.AllowOut)+len(n.DenyOut) == 0 && n.EgressProxy == nil {
 		return "no rules"
 	}
 	var parts []string
@@ -55,6 +57,9 @@ func networkSummary(n *cove.NetworkRules) string {
 	}
 	if len(n.DenyOut) > 0 {
 		parts = append(parts, "deny "+strings.Join(n.DenyOut, ","))
+	}
+	if n.EgressProxy != nil {
+		parts = append(parts, "through SOCKS5 "+n.EgressProxy.Address)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -128,4 +133,32 @@ func commandLine(cmd string, args []string) string {
 		}
 	}
 	return strings.TrimSpace(cmd + " " + strings.Join(args, " "))
+}
+
+// proxyFlag reads [USER[:PASSWORD]@]HOST:PORT into an egress proxy.
+type proxyFlag struct{ p **cove.EgressProxy }
+
+func (f *proxyFlag) String() string {
+	if f.p == nil || *f.p == nil {
+		return ""
+	}
+	return (*f.p).Address
+}
+
+func (f *proxyFlag) Type() string { return "proxy" }
+
+func (f *proxyFlag) Set(v string) error {
+	p := &cove.EgressProxy{Address: v}
+	if cred, addr, ok := strings.Cut(v, "@"); ok {
+		p.Address = addr
+		p.Username, p.Password, _ = strings.Cut(cred, ":")
+	}
+	if pw := os.Getenv("COVE_EGRESS_PROXY_PASSWORD"); pw != "" && p.Password == "" {
+		p.Password = pw
+	}
+	if p.Address == "" {
+		return fmt.Errorf("want [USER[:PASSWORD]@]HOST:PORT")
+	}
+	*f.p = p
+	return nil
 }

@@ -41,9 +41,29 @@ type networkUpdateBody struct {
 
 // networkJSON is the network getInfo echoes.
 type networkJSON struct {
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+	AllowOut           []string   `json:"allowOut,omitempty"`
+	DenyOut            []string   `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool       `json:"allowPublicTraffic"`
+	EgressProxy        *proxyJSON `json:"egressProxy,omitempty"`
+}
+
+// proxyJSON is E2B's SandboxEgressProxyConfig; the password is never echoed.
+type proxyJSON struct {
+	Address  string `json:"address"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+}
+
+// proxy reads egressProxy strictly; nil when absent or null.
+func (b egressBody) proxy(field string) (*network.EgressProxy, error) {
+	if len(b.EgressProxy) == 0 || string(b.EgressProxy) == "null" {
+		return nil, nil
+	}
+	var p proxyJSON
+	if err := strict(field, b.EgressProxy, &p); err != nil {
+		return nil, err
+	}
+	return &network.EgressProxy{Address: p.Address, Username: p.Username, Password: p.Password}, nil
 }
 
 // strict decodes raw into v, refusing fields v does not have: a field Cove does not know
@@ -60,9 +80,6 @@ func strict(field string, raw json.RawMessage, v any) error {
 // unsupported refuses the parts of E2B's network API this server does not enforce yet,
 // naming the field, rather than accepting a rule it would not keep.
 func (b egressBody) unsupported(prefix string) error {
-	if len(b.EgressProxy) > 0 && string(b.EgressProxy) != "null" {
-		return fmt.Errorf("%w: %segressProxy: SOCKS5 egress is not supported by this Cove server", errBadRequest, prefix)
-	}
 	if len(b.Rules) > 0 && string(b.Rules) != "null" && string(b.Rules) != "{}" {
 		return fmt.Errorf("%w: %srules: header transforms are not supported by this Cove server", errBadRequest, prefix)
 	}
@@ -89,7 +106,11 @@ func parseCreateNetwork(raw json.RawMessage) (*network.Policy, error) {
 	case len(b.HTTPSPorts) > 0:
 		return nil, fmt.Errorf("%w: network.httpsPorts is not supported by this Cove server", errBadRequest)
 	}
-	p, err := network.ParsePolicy(network.Spec{AllowOut: b.AllowOut, DenyOut: b.DenyOut}, true)
+	proxy, err := b.proxy("network.egressProxy")
+	if err != nil {
+		return nil, err
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy}, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
@@ -113,7 +134,11 @@ func (a *api) updateNetwork(w http.ResponseWriter, r *http.Request, c caller) er
 	if err := b.unsupported(""); err != nil {
 		return err
 	}
-	p, err := network.ParsePolicy(network.Spec{AllowInternet: b.AllowInternetAccess, AllowOut: b.AllowOut, DenyOut: b.DenyOut}, true)
+	proxy, err := b.proxy("egressProxy")
+	if err != nil {
+		return err
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowInternet: b.AllowInternetAccess, AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy}, true)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadRequest, err)
 	}
@@ -130,8 +155,12 @@ func (a *api) networkOf(ctx context.Context, teamID, id string) *networkJSON {
 		return nil
 	}
 	p, ok := a.cfg.Networks.NetworkPolicy(ctx, teamID, id)
-	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut) == 0 {
+	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut) == 0 && p.EgressProxy == nil {
 		return nil
 	}
-	return &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
+	out := &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
+	if p.EgressProxy != nil {
+		out.EgressProxy = &proxyJSON{Address: p.EgressProxy.Address, Username: p.EgressProxy.Username}
+	}
+	return out
 }

@@ -93,6 +93,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
 	}
+	if netPolicy != nil && netPolicy.EgressProxy != nil && netPolicy.EgressProxy.Password != "" {
+		req.Secrets = append(req.Secrets, netPolicy.EgressProxy.Password)
+	}
 	ctx := r.Context()
 	if body.TemplateID != "" {
 		ctx = telemetry.With(ctx, telemetry.KeyTemplateID, body.TemplateID)

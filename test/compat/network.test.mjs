@@ -2,7 +2,8 @@
 // reach a fake internet (internal/network/nettest, 198.18.0.0/15, never the real one).
 // test/server (network_test.go, TestOfficialSDKNetwork) builds both and runs this file with
 // `node --test`; it names the test hosts in COVE_TEST_HOST, COVE_TEST_OTHER and
-// COVE_TEST_NAME (a name the fake internet's DNS answers with COVE_TEST_HOST).
+// COVE_TEST_NAME (a name the fake internet's DNS answers with COVE_TEST_HOST), and its SOCKS5
+// proxy in COVE_TEST_SOCKS, COVE_TEST_SOCKS_USER and COVE_TEST_SOCKS_PASSWORD.
 
 import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
@@ -73,6 +74,17 @@ test('a hostname in allowOut admits what Cove\'s resolver answered for it, not a
   assert.equal(byName.code, 0, byName.out)
   assert.notEqual((await curl(sbx, `http://${other}/`)).code, 0)
   assert.deepEqual((await sbx.getInfo()).network?.allowOut, [name])
+})
+
+test('network.egressProxy tunnels TCP through the SOCKS5 proxy and getInfo echoes it without the password', TIMEOUT, async () => {
+  const egressProxy = { address: requireEnv('COVE_TEST_SOCKS'), username: requireEnv('COVE_TEST_SOCKS_USER'), password: requireEnv('COVE_TEST_SOCKS_PASSWORD') }
+  const sbx = await create({ network: { egressProxy } })
+  const r = await curl(sbx, `http://${other}/`)
+  assert.equal(r.code, 0, r.out)
+  const info = await sbx.getInfo()
+  assert.equal(info.network?.egressProxy?.address, egressProxy.address)
+  assert.equal(info.network?.egressProxy?.username, egressProxy.username)
+  assert.equal(JSON.stringify(info).includes(egressProxy.password), false, 'getInfo returned the proxy password')
 })
 
 test('updateNetwork replaces the rules of a running sandbox', TIMEOUT, async () => {

@@ -239,13 +239,18 @@ func TestOfficialSDKNetwork(t *testing.T) {
 	}
 	in := nettest.New(t)
 	in.SetName("web.test", in.Addr)
+	socks, _, err := in.StartSOCKS()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := covetest.StartWith(t, "", "--network-dns", in.DNS().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "network.test.mjs")
 	cmd.Dir = compat
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key,
-		"COVE_TEST_HOST="+in.Addr.String(), "COVE_TEST_OTHER="+in.Other.String(), "COVE_TEST_NAME=web.test", "NO_COLOR=1")
+		"COVE_TEST_HOST="+in.Addr.String(), "COVE_TEST_OTHER="+in.Other.String(), "COVE_TEST_NAME=web.test",
+		"COVE_TEST_SOCKS="+socks.String(), "COVE_TEST_SOCKS_USER="+nettest.SOCKSUser, "COVE_TEST_SOCKS_PASSWORD="+nettest.SOCKSPassword, "NO_COLOR=1")
 	cmd.WaitDelay = 5 * time.Second
 	out := covetest.NewLineLogger(t, "node: ")
 	cmd.Stdout, cmd.Stderr = out, out
@@ -253,5 +258,11 @@ func TestOfficialSDKNetwork(t *testing.T) {
 	out.Flush()
 	if err != nil {
 		t.Fatalf("node --test network.test.mjs: %v (the SDK scenarios above name what failed)", err)
+	}
+	if c := in.SOCKSConnects(); len(c) == 0 {
+		t.Error("the SOCKS5 proxy saw no connection")
+	}
+	if strings.Contains(s.Logs(), nettest.SOCKSPassword) {
+		t.Error("the server's log holds the proxy password")
 	}
 }
