@@ -11,6 +11,7 @@ package network
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -68,6 +69,9 @@ type Config struct {
 	// ForbidPrivateProxies refuses egress proxies at private, loopback or link-local
 	// addresses (an operator's choice: such a proxy reaches inside the operator's network).
 	ForbidPrivateProxies bool
+	// UpstreamCAs (PEM) are trusted, beside the host's roots, for the servers HTTPS requests
+	// with header transforms are re-encrypted to (tests: the fake internet's CA).
+	UpstreamCAs []byte
 	// OnDenied receives samples of the connections the rules refused (network.denied).
 	OnDenied func(ctx context.Context, d Denied)
 }
@@ -83,7 +87,10 @@ type Manager struct {
 	cfg      Config
 	resolver *resolver
 	dnsPort  int
-	proxy    *transparent // where sandboxes' TCP goes when they have an egress proxy
+	proxy    *transparent // where sandboxes' TCP goes when they have an egress proxy or transforms
+	ca       *ca          // signs what the intercepting proxy shows sandboxes
+	// upstreamRoots verify the servers the intercepting proxy re-encrypts to.
+	upstreamRoots *x509.CertPool
 
 	dmu    sync.Mutex // guards window
 	window map[deniedKey]*Denied
@@ -189,6 +196,17 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()
+	if m.ca, err = newCA(); err != nil {
+		m.resolver.close()
+		return nil, fmt.Errorf("network: CA: %w", err)
+	}
+	if m.upstreamRoots, err = x509.SystemCertPool(); err != nil || m.upstreamRoots == nil {
+		m.upstreamRoots = x509.NewCertPool()
+	}
+	if len(cfg.UpstreamCAs) > 0 && !m.upstreamRoots.AppendCertsFromPEM(cfg.UpstreamCAs) {
+		m.resolver.close()
+		return nil, errors.New("network: no certificate in the upstream CAs")
+	}
 	if m.proxy, err = m.listenTransparent(); err != nil {
 		m.resolver.close()
 		return nil, fmt.Errorf("network: %w", err)
@@ -357,6 +375,7 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	if h == nil {
 		return nil
 	}
+	m.removeTrustBundle(id)
 	if err := m.dropSlot(ctx, h.slot); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}

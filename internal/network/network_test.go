@@ -2,6 +2,8 @@ package network_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -494,4 +496,75 @@ func TestEgressProxyAddresses(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestHeaderTransforms(t *testing.T) {
+	in := nettest.New(t)
+	srv := nettest.ReserveServer(t)
+	m, err := network.New(context.Background(), network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
+		LogGroup: srv.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1,
+		StateDir: t.TempDir(), UpstreamCAs: in.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	const secret = "Bearer planted-secret-9f3a"
+	rules := []network.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}}}
+	a := attach(t, m, "sb-rules", network.Policy{AllowInternet: true, Transforms: rules})
+	closed := attach(t, m, "sb-rules-closed", network.Policy{AllowInternet: false, Transforms: rules})
+	// client speaks HTTPS from inside netns to the web host, trusting roots, naming sni.
+	client := func(netns string, roots []byte) *http.Client {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(roots)
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{RootCAs: pool},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return nettest.DialIn(ctx, netns, network, net.JoinHostPort(in.Addr.String(), "443"))
+			}}}
+	}
+	last := func() nettest.Request { r := in.Requests(); return r[len(r)-1] }
+	t.Run("an HTTPS request to a host with a rule gets the header on the host side, under Cove's CA", func(t *testing.T) {
+		res, err := client(a.Netns, m.CAPEM()).Get("https://web.test/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := last(); got.Header.Get("Authorization") != secret || !got.TLS || got.Path != "/api" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("a plain HTTP request to a host with a rule gets the header", func(t *testing.T) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return nettest.DialIn(ctx, a.Netns, network, net.JoinHostPort(in.Addr.String(), "80"))
+			}}}
+		res, err := c.Get("http://web.test/plain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := last(); got.Header.Get("Authorization") != secret || got.Path != "/plain" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("HTTPS to a host without a rule passes through untouched, with the server's own certificate", func(t *testing.T) {
+		res, err := client(a.Netns, in.CAPEM).Get("https://" + in.Addr.String() + "/through")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := last(); got.Header.Get("Authorization") != "" || got.Path != "/through" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("a rule grants no access", func(t *testing.T) {
+		before := len(in.Requests())
+		if res, err := client(closed.Netns, m.CAPEM()).Get("https://web.test/"); err == nil {
+			res.Body.Close()
+			t.Fatal("a sandbox without internet access reached the host through its rule")
+		}
+		if len(in.Requests()) != before {
+			t.Fatal("the request reached the test host")
+		}
+	})
 }

@@ -31,6 +31,9 @@ type Policy struct {
 	// EgressProxy, when set, carries the sandbox's outbound TCP (after the rules above); its
 	// other traffic but DNS is refused.
 	EgressProxy *EgressProxy
+	// Transforms set headers on the sandbox's HTTP and HTTPS requests to matching hosts, on
+	// the host side (E2B's network.rules); its TCP to ports 80 and 443 goes through Cove.
+	Transforms []Transform
 }
 
 // openPolicy is a sandbox's policy when its create names no rules.
@@ -38,7 +41,8 @@ var openPolicy = Policy{AllowInternet: true}
 
 // open reports whether p is openPolicy.
 func (p Policy) open() bool {
-	return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 && len(p.AllowHosts) == 0 && p.EgressProxy == nil
+	return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 && len(p.AllowHosts) == 0 && p.EgressProxy == nil &&
+		len(p.Transforms) == 0
 }
 
 // AllowsHost reports whether name (any case, with or without the final dot) matches one of
@@ -66,6 +70,8 @@ type Spec struct {
 	AllowOut      []string
 	DenyOut       []string
 	EgressProxy   *EgressProxy
+	// Rules are E2B's network.rules: host pattern -> the headers of its transforms.
+	Rules map[string][]map[string]string
 }
 
 // ParsePolicy validates a client's spec; defaultAllow is AllowInternet when the spec leaves it
@@ -102,6 +108,25 @@ func ParsePolicy(s Spec, defaultAllow bool) (Policy, error) {
 	}
 	if p.DenyOut, err = parsePrefixes("network.denyOut", s.DenyOut); err != nil {
 		return Policy{}, err
+	}
+	if len(s.Rules) > MaxRules {
+		return Policy{}, fmt.Errorf("%w: network.rules holds %d hosts, more than %d", ErrInvalid, len(s.Rules), MaxRules)
+	}
+	for pattern, rules := range s.Rules {
+		h, err := parseHostname(pattern)
+		if err != nil {
+			return Policy{}, fmt.Errorf("%w: network.rules[%q]: %v", ErrInvalid, pattern, err)
+		}
+		t := Transform{Pattern: h, Headers: map[string]string{}}
+		for i, headers := range rules {
+			for k, v := range headers {
+				if !validHeaderName(k) || strings.ContainsAny(v, "\r\n\x00") {
+					return Policy{}, fmt.Errorf("%w: network.rules[%q][%d].transform.headers[%q]: not a valid header name and value", ErrInvalid, pattern, i, k)
+				}
+				t.Headers[k] = v
+			}
+		}
+		p.Transforms = append(p.Transforms, t)
 	}
 	if s.EgressProxy != nil {
 		if err := parseEgressProxy("network.egressProxy", s.EgressProxy, false); err != nil {
@@ -183,6 +208,36 @@ func Strings(ps []netip.Prefix) []string {
 	out := make([]string, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, p.String())
+	}
+	return out
+}
+
+// validHeaderName: an HTTP token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 127 || !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Secrets are the values a policy carries that must never be logged: the proxy password and
+// the transforms' header values.
+func (p Policy) Secrets() []string {
+	var out []string
+	if p.EgressProxy != nil && p.EgressProxy.Password != "" {
+		out = append(out, p.EgressProxy.Password)
+	}
+	for _, t := range p.Transforms {
+		for _, v := range t.Headers {
+			if v != "" {
+				out = append(out, v)
+			}
+		}
 	}
 	return out
 }

@@ -107,13 +107,17 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 		p = h.policy
 	}
 	m.mu.Unlock()
-	if h == nil || p.EgressProxy == nil {
+	if h == nil || (p.EgressProxy == nil && len(p.Transforms) == 0) {
 		_ = c.SetLinger(0)
 		return
 	}
 	if kind, ok := m.allows(h, dst.Addr()); !ok {
 		m.sample(loggedPacket{kind: kind, src: src, dst: dst, protocol: "tcp", at: time.Now()})
 		_ = c.SetLinger(0) // a reset, as the table gives
+		return
+	}
+	if p.EgressProxy == nil { // redirected for its transforms (ports 80 and 443)
+		m.intercept(c, h, p, dst)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -134,7 +138,7 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 }
 
 func closeWrite(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 	}
 }

@@ -46,18 +46,21 @@ func (m *Manager) tableScript() string {
 	// Declaring the table first makes the delete succeed whether or not it existed.
 	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", t, t, t)
 	b.WriteString("\tmap links { type ifname : verdict; }\n")
-	b.WriteString("\tset proxied { type ifname; }\n") // links whose TCP goes to the egress proxy
+	b.WriteString("\tset proxied { type ifname; }\n")     // links whose TCP goes to the egress proxy
+	b.WriteString("\tset intercepted { type ifname; }\n") // links whose HTTP(S) gets header transforms
 	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
-		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n\t}\n", p, m.dnsPort, m.proxy.port())
+		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n"+
+		"\t\tiifname @intercepted tcp dport { 80, 443 } redirect to :%d\n\t}\n", p, m.dnsPort, m.proxy.port(), m.proxy.port())
 	fmt.Fprintf(&b, "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept;\n"+
 		"\t\tip saddr %s oifname != %q masquerade\n\t}\n", m.cfg.Pool, p)
 	fmt.Fprintf(&b, "\tchain input { type filter hook input priority filter; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport %d accept\n"+
 		"\t\tiifname @proxied tcp dport %d accept\n"+
+		"\t\tiifname @intercepted tcp dport %d accept\n"+
 		"\t\tiifname %q %s\n"+
 		"\t\t%s\n"+
-		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport { %d, %d } drop\n\t}\n", p, m.dnsPort, m.proxy.port(), p, m.logRule(DenyHost), indent(refuse(fmt.Sprintf("iifname %q", p))), m.dnsPort, m.proxy.port())
+		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport { %d, %d } drop\n\t}\n", p, m.dnsPort, m.proxy.port(), m.proxy.port(), p, m.logRule(DenyHost), indent(refuse(fmt.Sprintf("iifname %q", p))), m.dnsPort, m.proxy.port())
 	fmt.Fprintf(&b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"+
 		"\t\toifname %q ct state established,related accept\n"+
 		"\t\toifname %q counter drop\n"+
@@ -92,6 +95,10 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
 	// With an egress proxy, TCP never gets here (it is redirected to the proxy, which applies
 	// the same rules): the rest is refused, so nothing leaves but through the proxy.
+	fmt.Fprintf(&b, "add element inet %s intercepted { %q }\n", t, s.link)
+	if len(p.Transforms) == 0 || p.EgressProxy != nil {
+		fmt.Fprintf(&b, "delete element inet %s intercepted { %q }\n", t, s.link)
+	}
 	fmt.Fprintf(&b, "add element inet %s proxied { %q }\n", t, s.link)
 	if p.EgressProxy != nil {
 		refuseRule("meta nfproto ipv4")
@@ -126,6 +133,7 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 func (m *Manager) dropSandboxScript(s *slot) string {
 	t := m.cfg.Table
 	return fmt.Sprintf("add element inet %s proxied { %q }\ndelete element inet %s proxied { %q }\n", t, s.link, t, s.link) +
+		fmt.Sprintf("add element inet %s intercepted { %q }\ndelete element inet %s intercepted { %q }\n", t, s.link, t, s.link) +
 		fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
 }
 
