@@ -14,6 +14,20 @@ type NetworkRules struct {
 	// EgressProxy tunnels the sandbox's outbound TCP through a SOCKS5 proxy (after the
 	// rules); when the proxy is down, connections fail rather than go direct.
 	EgressProxy *EgressProxy `json:"egressProxy,omitempty"`
+	// Rules set headers on the sandbox's HTTP and HTTPS requests to a host ("api.example.com"
+	// or "*.example.com"), on Cove's side: the values never enter the sandbox. Info shows
+	// the header names with "***" for the values.
+	Rules map[string][]Rule `json:"rules,omitempty"`
+}
+
+// Rule is one transform of a host's requests.
+type Rule struct {
+	Transform Transform `json:"transform"`
+}
+
+// Transform holds the headers set (replaced) on matching requests.
+type Transform struct {
+	Headers map[string]string `json:"headers"`
 }
 
 // EgressProxy is a SOCKS5 proxy; Info never returns the password.
@@ -33,6 +47,7 @@ type NetworkUpdate struct {
 	AllowOut    []string
 	DenyOut     []string
 	EgressProxy *EgressProxy
+	Rules       map[string][]Rule
 }
 
 // UpdateNetwork replaces the egress policy of a running (or paused) sandbox, atomically; it
@@ -47,6 +62,9 @@ func (c *Client) UpdateNetwork(ctx context.Context, sandboxID string, u NetworkU
 	}
 	if u.EgressProxy != nil {
 		body["egressProxy"] = u.EgressProxy
+	}
+	if u.Rules != nil {
+		body["rules"] = u.Rules
 	}
 	_, err := c.do(ctx, "update sandbox network", sandboxID, http.MethodPut, "/sandboxes/"+url.PathEscape(sandboxID)+"/network", body, nil)
 	return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ type networkFlags struct {
 	warm                     int
 	logGroup                 uint16
 	forbidPrivateProxies     bool
+	upstreamCA               string
 }
 
 func (n *networkFlags) register(cmd *cobra.Command) {
@@ -32,6 +34,7 @@ func (n *networkFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&n.ipForward, "network-ip-forward", true, "turn on net.ipv4.ip_forward at start (needed for egress through the host's uplink)")
 	f.Uint16Var(&n.logGroup, "network-log-group", 0, "netlink log group refused packets are sampled to (network.denied events); derived from --network-table when 0")
 	f.BoolVar(&n.forbidPrivateProxies, "network-forbid-private-proxies", false, "refuse egressProxy addresses in private, loopback and link-local ranges (400)")
+	f.StringVar(&n.upstreamCA, "network-upstream-ca", "", "PEM file of CAs trusted, beside the host's, for HTTPS servers that header rules re-encrypt to")
 	f.IntVar(&n.warm, "network-warm", 4, "network namespaces kept ready, so create does not wait for one (-1: none)")
 }
 
@@ -40,6 +43,11 @@ func (n *networkFlags) config() (network.Config, error) {
 	cfg := network.Config{Table: n.table, LinkPrefix: n.prefix, IPForward: n.ipForward, Warm: n.warm, LogGroup: n.logGroup,
 		ForbidPrivateProxies: n.forbidPrivateProxies}
 	var err error
+	if n.upstreamCA != "" {
+		if cfg.UpstreamCAs, err = os.ReadFile(n.upstreamCA); err != nil {
+			return cfg, fmt.Errorf("--network-upstream-ca: %w", err)
+		}
+	}
 	if cfg.Pool, err = netip.ParsePrefix(n.pool); err != nil {
 		return cfg, fmt.Errorf("--network-pool %q: %w", n.pool, err)
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // networkRuleFlags adds --no-internet, --allow-out, --deny-out and --egress-proxy to cmd.
-func networkRuleFlags(cmd *cobra.Command, noInternet *bool, allow, deny *[]string, proxy **cove.EgressProxy) {
+func networkRuleFlags(cmd *cobra.Command, noInternet *bool, allow, deny *[]string, proxy **cove.EgressProxy, rules *map[string][]cove.Rule) {
 	fl := cmd.Flags()
+	fl.Var(&ruleFlag{rules: rules}, "header-rule", "HOST:NAME=VALUE: set the header on the sandbox's HTTP(S) requests to HOST (or *.DOMAIN), on Cove's side (repeatable)")
 	fl.Var(&proxyFlag{p: proxy}, "egress-proxy", "SOCKS5 proxy [USER[:PASSWORD]@]HOST:PORT the sandbox's TCP goes through (the password also from $COVE_EGRESS_PROXY_PASSWORD)")
 	fl.BoolVar(noInternet, "no-internet", false, "cut the sandbox off from every destination --allow-out does not name")
 	fl.StringSliceVar(allow, "allow-out", nil, "CIDR or IP the sandbox may reach, even when denied otherwise (repeatable, comma-separated)")
@@ -42,7 +43,7 @@ func sandboxNetworkCmd(f *apiFlags) *cobra.Command {
 			return nil
 		},
 	}
-	networkRuleFlags(cmd, &u.NoInternet, &u.AllowOut, &u.DenyOut, &u.EgressProxy)
+	networkRuleFlags(cmd, &u.NoInternet, &u.AllowOut, &u.DenyOut, &u.EgressProxy, &u.Rules)
 	return cmd
 }
 
@@ -160,5 +161,29 @@ func (f *proxyFlag) Set(v string) error {
 		return fmt.Errorf("want [USER[:PASSWORD]@]HOST:PORT")
 	}
 	*f.p = p
+	return nil
+}
+
+// ruleFlag reads HOST:NAME=VALUE into header rules.
+type ruleFlag struct{ rules *map[string][]cove.Rule }
+
+func (f *ruleFlag) String() string { return "" }
+func (f *ruleFlag) Type() string   { return "rule" }
+
+func (f *ruleFlag) Set(v string) error {
+	host, header, ok := strings.Cut(v, ":")
+	name, value, ok2 := strings.Cut(header, "=")
+	if !ok || !ok2 || host == "" || name == "" {
+		return fmt.Errorf("want HOST:NAME=VALUE")
+	}
+	if *f.rules == nil {
+		*f.rules = map[string][]cove.Rule{}
+	}
+	rs := (*f.rules)[host]
+	if len(rs) == 0 {
+		rs = []cove.Rule{{Transform: cove.Transform{Headers: map[string]string{}}}}
+	}
+	rs[0].Transform.Headers[name] = value
+	(*f.rules)[host] = rs
 	return nil
 }

@@ -46,7 +46,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			if opts.EnvVars, err = parsePairs("env", envs); err != nil {
 				return err
 			}
-			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil {
+			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil || rules.Rules != nil {
 				opts.Network = &rules
 			}
 			c, err := f.client()
@@ -75,7 +75,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
-	networkRuleFlags(cmd, &opts.NoInternet, &rules.AllowOut, &rules.DenyOut, &rules.EgressProxy)
+	networkRuleFlags(cmd, &opts.NoInternet, &rules.AllowOut, &rules.DenyOut, &rules.EgressProxy, &rules.Rules)
 	f.jsonFlag(cmd)
 	return cmd
 }

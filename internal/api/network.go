@@ -41,10 +41,19 @@ type networkUpdateBody struct {
 
 // networkJSON is the network getInfo echoes.
 type networkJSON struct {
-	AllowOut           []string   `json:"allowOut,omitempty"`
-	DenyOut            []string   `json:"denyOut,omitempty"`
-	AllowPublicTraffic bool       `json:"allowPublicTraffic"`
-	EgressProxy        *proxyJSON `json:"egressProxy,omitempty"`
+	AllowOut           []string              `json:"allowOut,omitempty"`
+	DenyOut            []string              `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool                  `json:"allowPublicTraffic"`
+	EgressProxy        *proxyJSON            `json:"egressProxy,omitempty"`
+	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
+}
+
+type ruleJSON struct {
+	Transform transformJSON `json:"transform"`
+}
+
+type transformJSON struct {
+	Headers map[string]string `json:"headers"`
 }
 
 // proxyJSON is E2B's SandboxEgressProxyConfig; the password is never echoed.
@@ -79,11 +88,32 @@ func strict(field string, raw json.RawMessage, v any) error {
 
 // unsupported refuses the parts of E2B's network API this server does not enforce yet,
 // naming the field, rather than accepting a rule it would not keep.
-func (b egressBody) unsupported(prefix string) error {
-	if len(b.Rules) > 0 && string(b.Rules) != "null" && string(b.Rules) != "{}" {
-		return fmt.Errorf("%w: %srules: header transforms are not supported by this Cove server", errBadRequest, prefix)
+func (b egressBody) unsupported(prefix string) error { return nil }
+
+// rules reads E2B's rules strictly: {"host": [{"transform": {"headers": {"K": "V"}}}]}.
+func (b egressBody) rules(field string) (map[string][]map[string]string, error) {
+	if len(b.Rules) == 0 || string(b.Rules) == "null" {
+		return nil, nil
 	}
-	return nil
+	var raw map[string][]struct {
+		Transform *struct {
+			Headers map[string]string `json:"headers"`
+		} `json:"transform"`
+	}
+	if err := strict(field, b.Rules, &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]map[string]string, len(raw))
+	for host, rules := range raw {
+		for _, r := range rules {
+			var h map[string]string
+			if r.Transform != nil {
+				h = r.Transform.Headers
+			}
+			out[host] = append(out[host], h)
+		}
+	}
+	return out, nil
 }
 
 // parseCreateNetwork reads create's network object; nil when absent.
@@ -110,7 +140,11 @@ func parseCreateNetwork(raw json.RawMessage) (*network.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := network.ParsePolicy(network.Spec{AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy}, true)
+	rules, err := b.rules("network.rules")
+	if err != nil {
+		return nil, err
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy, Rules: rules}, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
@@ -138,7 +172,11 @@ func (a *api) updateNetwork(w http.ResponseWriter, r *http.Request, c caller) er
 	if err != nil {
 		return err
 	}
-	p, err := network.ParsePolicy(network.Spec{AllowInternet: b.AllowInternetAccess, AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy}, true)
+	rules, err := b.rules("rules")
+	if err != nil {
+		return err
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowInternet: b.AllowInternetAccess, AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy, Rules: rules}, true)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadRequest, err)
 	}
@@ -155,12 +193,24 @@ func (a *api) networkOf(ctx context.Context, teamID, id string) *networkJSON {
 		return nil
 	}
 	p, ok := a.cfg.Networks.NetworkPolicy(ctx, teamID, id)
-	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut) == 0 && p.EgressProxy == nil {
+	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut)+len(p.Transforms) == 0 && p.EgressProxy == nil {
 		return nil
 	}
 	out := &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
 	if p.EgressProxy != nil {
 		out.EgressProxy = &proxyJSON{Address: p.EgressProxy.Address, Username: p.EgressProxy.Username}
+	}
+	if len(p.Transforms) > 0 {
+		// The header names, never their values: those are the secrets the rules keep
+		// out of the sandbox (E2B echoes them; Cove masks them).
+		out.Rules = map[string][]ruleJSON{}
+		for _, t := range p.Transforms {
+			h := map[string]string{}
+			for k := range t.Headers {
+				h[k] = "***"
+			}
+			out.Rules[t.Pattern] = []ruleJSON{{Transform: transformJSON{Headers: h}}}
+		}
 	}
 	return out
 }

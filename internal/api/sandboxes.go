@@ -93,8 +93,8 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
 	}
-	if netPolicy != nil && netPolicy.EgressProxy != nil && netPolicy.EgressProxy.Password != "" {
-		req.Secrets = append(req.Secrets, netPolicy.EgressProxy.Password)
+	if netPolicy != nil {
+		req.Secrets = append(req.Secrets, netPolicy.Secrets()...)
 	}
 	ctx := r.Context()
 	if body.TemplateID != "" {

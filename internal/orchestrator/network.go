@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cove-dev/cove/internal/events"
@@ -19,7 +21,12 @@ type Network interface {
 	Update(ctx context.Context, id string, p network.Policy) error
 	Policy(id string) (network.Policy, bool)
 	Detach(ctx context.Context, id string) error
+	// TrustBundle writes the sandbox's CA bundle: the template's with Cove's egress CA.
+	TrustBundle(id string, templateBundle []byte) (string, error)
 }
+
+// caBundle is where Debian-based templates keep the trusted CAs (OpenSSL's default file).
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // attachNetwork puts the sandbox on its network before the runtime creates it: the spec
 // joins the namespace the network made and gets its resolv.conf. It records whether the
@@ -40,6 +47,14 @@ func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req
 	}
 	spec.Netns = att.Netns
 	spec.Binds = append(spec.Binds, runtime.Bind{Source: att.ResolvConf, Target: "/etc/resolv.conf", ReadOnly: true})
+	// Cove's egress CA is trusted in every sandbox, so header rules work on HTTPS (also
+	// when an update adds them later).
+	tmplBundle, _ := os.ReadFile(filepath.Join(spec.Rootfs, caBundle))
+	bundle, err := o.cfg.Network.TrustBundle(sb.ID, tmplBundle)
+	if err != nil {
+		return ctx, err
+	}
+	spec.Binds = append(spec.Binds, runtime.Bind{Source: bundle, Target: caBundle, ReadOnly: true})
 	sb.AllowInternet = p.AllowInternet
 	return telemetry.With(ctx, "network.addr", att.Addr.String()), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -265,4 +266,76 @@ func TestOfficialSDKNetwork(t *testing.T) {
 	if strings.Contains(s.Logs(), nettest.SOCKSPassword) {
 		t.Error("the server's log holds the proxy password")
 	}
+}
+
+// TestHeaderRuleSecretNeverEntersTheSandbox: a rule injects a planted secret into the sandbox's
+// HTTPS requests on the host side; the test host sees it, and nothing in the sandbox nor in
+// any of Cove's stores holds it.
+func TestHeaderRuleSecretNeverEntersTheSandbox(t *testing.T) {
+	in := nettest.New(t)
+	in.SetName("web.test", in.Addr)
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, in.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := covetest.StartWith(t, "", "--network-dns", in.DNS().String(), "--network-upstream-ca", caFile)
+	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	ctx := context.Background()
+	// Two halves, so that no command line, file or output of the test holds the whole.
+	const half1, half2 = "planted-7c1e", "-2b9d-secret"
+	secret := "Bearer " + half1 + half2
+	sb, err := c.Create(ctx, cove.SandboxOptions{Network: &cove.NetworkRules{
+		Rules: map[string][]cove.Rule{"web.test": {{Transform: cove.Transform{Headers: map[string]string{"Authorization": secret}}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Kill(context.Background()) })
+
+	t.Run("curl https://web.test/ in the sandbox reaches the test host with the header", func(t *testing.T) {
+		if out, code := curl(t, sb, "https://web.test/with-rule"); code != 0 {
+			t.Fatalf("curl exited %d: %s", code, out)
+		}
+		reqs := in.Requests()
+		if got := reqs[len(reqs)-1]; got.Header.Get("Authorization") != secret || !got.TLS {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("env, /proc and the files of the sandbox do not hold it", func(t *testing.T) {
+		script := fmt.Sprintf(`printf '%%s%%s' '%s' '%s' > /dev/shm/p; `+
+			`(env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n'; `+
+			`grep -rIsl -F -f /dev/shm/p /etc /home /tmp /root /var /usr/local /.cove 2>/dev/null) | grep -c -F -f /dev/shm/p`, half1, half2)
+		res, err := sb.Commands.Run(ctx, script)
+		var exit *cove.CommandExitError
+		if !errors.As(err, &exit) || exit.ExitCode != 1 || strings.TrimSpace(res.Stdout) != "0" {
+			t.Fatalf("the secret is visible in the sandbox: %v, stdout %q", err, res.Stdout)
+		}
+	})
+	t.Run("no store of Cove holds it", func(t *testing.T) {
+		for name, path := range map[string]string{
+			"info": "/sandboxes/" + sb.ID, "events": "/events/sandboxes/" + sb.ID,
+			"commands": "/sandboxes/" + sb.ID + "/commands", "logs": "/v2/sandboxes/" + sb.ID + "/logs",
+		} {
+			req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+			req.Header.Set("X-API-Key", s.Key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK || strings.Contains(string(b), half1+half2) {
+				t.Errorf("%s (%s): status %d, holds the secret: %v", name, path, res.StatusCode, strings.Contains(string(b), half1+half2))
+			}
+		}
+		if strings.Contains(s.Logs(), half1+half2) {
+			t.Error("the server's log holds the secret")
+		}
+		info, err := sb.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := info.Network.Rules["web.test"]; len(h) != 1 || h[0].Transform.Headers["Authorization"] != "***" {
+			t.Errorf("getInfo rules = %+v, want the header name with *** for its value", info.Network.Rules)
+		}
+	})
 }
