@@ -10,7 +10,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd(), newTeamCmd(), newAdminCmd(),
-		newSandboxCmd(), newExecCmd(), newFilesCmd(), newUsageCmd())
+		newSandboxCmd(), newExecCmd(), newFilesCmd(), newUsageCmd(), newSecretCmd())
 	root.AddCommand(newObserveCmds()...)
 	return root
 }

@@ -59,6 +59,8 @@ type Config struct {
 	// Networks reads and replaces sandboxes' egress policies; nil leaves
 	// PUT /sandboxes/{id}/network to the 501 of operations this server does not serve.
 	Networks Networks
+	// Secrets serves /secrets; nil leaves those operations to the 501.
+	Secrets Secrets
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -101,6 +103,9 @@ func (a *api) routes() {
 	a.handle("GET /teams", a.teams)
 	if a.cfg.Networks != nil {
 		a.handle("PUT /sandboxes/{id}/network", a.updateNetwork)
+	}
+	if a.cfg.Secrets != nil {
+		a.secretRoutes()
 	}
 	if a.cfg.Activity != nil {
 		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)

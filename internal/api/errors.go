@@ -9,6 +9,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/secrets"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -34,6 +35,7 @@ func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
 	var unserved *notImplementedError
+	var conflict *conflictError
 	switch {
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized
@@ -46,10 +48,10 @@ func statusOf(err error) int {
 	case errors.As(err, &gone),
 		errors.Is(err, orchestrator.ErrNotFound),
 		errors.Is(err, orchestrator.ErrTemplateNotFound),
-		errors.Is(err, store.ErrNotFound),
+		errors.Is(err, store.ErrNotFound), errors.Is(err, secrets.ErrNotFound),
 		errors.Is(err, errRoute):
 		return http.StatusNotFound
-	case errors.As(err, &paused),
+	case errors.As(err, &paused), errors.As(err, &conflict),
 		errors.Is(err, orchestrator.ErrConflict),
 		errors.Is(err, store.ErrConflict):
 		return http.StatusConflict

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -165,14 +166,9 @@ func (m *Manager) serveHTTP(c net.Conn, p Policy, dst netip.AddrPort, scheme, sn
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = scheme, r.In.Host
 			r.Out.Host = r.In.Host
-			host := r.In.Host
-			if h, _, err := net.SplitHostPort(host); err == nil {
-				host = h
-			}
-			if t := p.transformFor(host); t != nil && (scheme == "http" || strings.EqualFold(host, sni)) {
-				for k, v := range t.Headers {
-					r.Out.Header.Set(k, v)
-				}
+			headers, _ := r.In.Context().Value(headersKey{}).(map[string]string)
+			for k, v := range headers {
+				r.Out.Header.Set(k, v)
 			}
 		},
 		Transport: tr,
@@ -180,8 +176,51 @@ func (m *Manager) serveHTTP(c net.Conn, p Policy, dst netip.AddrPort, scheme, sn
 			http.Error(w, "cove egress: upstream failed", http.StatusBadGateway)
 		},
 	}
-	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		var headers map[string]string
+		if t := p.transformFor(host); t != nil && (scheme == "http" || strings.EqualFold(host, sni)) {
+			var err error
+			if headers, err = m.resolveHeaders(p.Team, t.Headers); err != nil {
+				http.Error(w, "cove egress: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+		}
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), headersKey{}, headers)))
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	_ = srv.Serve(&oneConn{c: c, done: make(chan struct{})})
+}
+
+type headersKey struct{}
+
+// placeholder is how a rule's header value names a team secret (the SDKs' Secret.fill).
+var placeholder = regexp.MustCompile(`\$\{e2b\.secrets\.([A-Za-z0-9._-]+)\}`)
+
+// resolveHeaders replaces the placeholders of a rule's headers with the team's secrets; a
+// secret that does not exist fails the request rather than send the placeholder.
+func (m *Manager) resolveHeaders(team string, in map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(in))
+	var missing []string
+	for k, v := range in {
+		out[k] = placeholder.ReplaceAllStringFunc(v, func(ph string) string {
+			name := placeholder.FindStringSubmatch(ph)[1]
+			if m.cfg.SecretValue != nil {
+				if val, ok := m.cfg.SecretValue(team, strings.ToLower(name)); ok {
+					return val
+				}
+			}
+			missing = append(missing, name)
+			return ""
+		})
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the header rule names secrets that do not exist: %s", strings.Join(missing, ", "))
+	}
+	return out, nil
 }
 
 // passThrough splices c to dst unchanged.

@@ -72,6 +72,9 @@ type Config struct {
 	// UpstreamCAs (PEM) are trusted, beside the host's roots, for the servers HTTPS requests
 	// with header transforms are re-encrypted to (tests: the fake internet's CA).
 	UpstreamCAs []byte
+	// SecretValue resolves a ${e2b.secrets.NAME} placeholder of a team's header rule, at
+	// egress, on the host; nil resolves none.
+	SecretValue func(team, name string) (string, bool)
 	// OnDenied receives samples of the connections the rules refused (network.denied).
 	OnDenied func(ctx context.Context, d Denied)
 }

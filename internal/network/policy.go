@@ -34,6 +34,8 @@ type Policy struct {
 	// Transforms set headers on the sandbox's HTTP and HTTPS requests to matching hosts, on
 	// the host side (E2B's network.rules); its TCP to ports 80 and 443 goes through Cove.
 	Transforms []Transform
+	// Team owns the secrets the transforms' placeholders (${e2b.secrets.NAME}) name.
+	Team string
 }
 
 // openPolicy is a sandbox's policy when its create names no rules.

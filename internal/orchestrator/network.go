@@ -40,7 +40,7 @@ func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req
 	if req.Network != nil {
 		p = *req.Network
 	}
-	p.AllowInternet = req.AllowInternet
+	p.AllowInternet, p.Team = req.AllowInternet, sb.TeamID
 	att, err := o.cfg.Network.Attach(ctx, sb.ID, p)
 	if err != nil {
 		return ctx, err
@@ -100,6 +100,7 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p n
 		return gone(e.sb)
 	}
 	ctx = sandboxLog(ctx, e.sb)
+	p.Team = e.sb.TeamID
 	if err := o.cfg.Network.Update(ctx, e.sb.ID, p); err != nil {
 		return fmt.Errorf("update network of %s: %w", id, err)
 	}

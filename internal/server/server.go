@@ -36,6 +36,7 @@ import (
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
+	"github.com/cove-dev/cove/internal/secrets"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -218,10 +219,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
+	secretStore, err := secrets.Open(filepath.Join(cfg.DataDir, "secrets.json"))
+	if err != nil {
+		return err
+	}
 	var netw orchestrator.Network
 	var denials atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	if !cfg.NoNetwork {
 		cfg.Network.Logger = cfg.Logger
+		cfg.Network.SecretValue = secretStore.Value
 		cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
 			if o := denials.Load(); o != nil {
 				o.NetworkDenied(ctx, d)
@@ -290,7 +296,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Networks: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
+	apiHandler := api.New(api.Config{Sandboxes: orch, Networks: orch, Secrets: secretStore, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,

@@ -8,7 +8,7 @@
 import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { ALL_TRAFFIC, Sandbox } from 'e2b'
+import { ALL_TRAFFIC, Sandbox, Secret } from 'e2b'
 
 function requireEnv(name) {
   const value = process.env[name]
@@ -85,6 +85,22 @@ test('network.egressProxy tunnels TCP through the SOCKS5 proxy and getInfo echoe
   assert.equal(info.network?.egressProxy?.address, egressProxy.address)
   assert.equal(info.network?.egressProxy?.username, egressProxy.username)
   assert.equal(JSON.stringify(info).includes(egressProxy.password), false, 'getInfo returned the proxy password')
+})
+
+test('a Secret named by a rule reaches the test host over HTTPS while the sandbox sees only the placeholder', TIMEOUT, async () => {
+  const name = `compat-token-${Date.now()}`
+  const value = `sk-${Math.random().toString(36).slice(2)}-planted`
+  const created = await Secret.create(name, value, { ...opts, metadata: { purpose: 'test' } })
+  assert.equal(created.name, name)
+  assert.equal(JSON.stringify(await Secret.getInfo(name, opts)).includes(value), false)
+  const sbx = await create({ network: { rules: { [requireEnv('COVE_TEST_NAME')]: [{ transform: { headers: { 'X-Api-Key': Secret.fill(name) } } }] } } })
+  const r = await curl(sbx, `https://${requireEnv('COVE_TEST_NAME')}/secret`)
+  assert.equal(r.code, 0, r.out)
+  const env = await sbx.commands.run('env; cat /etc/resolv.conf')
+  assert.equal(env.stdout.includes(value), false)
+  assert.equal(JSON.stringify(await sbx.getInfo()).includes(value), false)
+  assert.equal(await Secret.destroy(name, opts), true)
+  assert.equal(await Secret.exists(name, opts), false)
 })
 
 test('updateNetwork replaces the rules of a running sandbox', TIMEOUT, async () => {

@@ -244,7 +244,11 @@ func TestOfficialSDKNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := covetest.StartWith(t, "", "--network-dns", in.DNS().String())
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, in.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := covetest.StartWith(t, "", "--network-dns", in.DNS().String(), "--network-upstream-ca", caFile)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "network.test.mjs")
@@ -266,11 +270,19 @@ func TestOfficialSDKNetwork(t *testing.T) {
 	if strings.Contains(s.Logs(), nettest.SOCKSPassword) {
 		t.Error("the server's log holds the proxy password")
 	}
+	var sawSecret bool
+	for _, r := range in.Requests() {
+		sawSecret = sawSecret || (r.Path == "/secret" && strings.HasSuffix(r.Header.Get("X-Api-Key"), "-planted") && r.TLS)
+	}
+	if !sawSecret {
+		t.Error("the test host never saw the secret's value in X-Api-Key over HTTPS")
+	}
 }
 
-// TestHeaderRuleSecretNeverEntersTheSandbox: a rule injects a planted secret into the sandbox's
-// HTTPS requests on the host side; the test host sees it, and nothing in the sandbox nor in
-// any of Cove's stores holds it.
+// TestHeaderRuleSecretNeverEntersTheSandbox: a team secret, created through the CLI from
+// stdin, is named by a header rule's placeholder; Cove's egress proxy puts it into the
+// sandbox's HTTPS requests on the host side. The test host sees it; nothing in the sandbox
+// nor in any of Cove's stores holds it.
 func TestHeaderRuleSecretNeverEntersTheSandbox(t *testing.T) {
 	in := nettest.New(t)
 	in.SetName("web.test", in.Addr)
@@ -284,8 +296,18 @@ func TestHeaderRuleSecretNeverEntersTheSandbox(t *testing.T) {
 	// Two halves, so that no command line, file or output of the test holds the whole.
 	const half1, half2 = "planted-7c1e", "-2b9d-secret"
 	secret := "Bearer " + half1 + half2
+	create := exec.Command(covetest.Binary(t), "secret", "create", "Web-Token")
+	create.Env = append(os.Environ(), "COVE_API_URL="+s.URL, "COVE_API_KEY="+s.Key)
+	create.Stdin = strings.NewReader(half1 + half2 + "\n")
+	if out, err := create.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "sec_") {
+		t.Fatalf("cove secret create: %v: %s", err, out)
+	}
+	if out := coveCLI(t, s, "secret", "list"); !strings.Contains(out, "web-token") || strings.Contains(out, half1+half2) {
+		t.Fatalf("cove secret list:\n%s", out)
+	}
+	header := "Bearer " + cove.SecretPlaceholder("web-token")
 	sb, err := c.Create(ctx, cove.SandboxOptions{Network: &cove.NetworkRules{
-		Rules: map[string][]cove.Rule{"web.test": {{Transform: cove.Transform{Headers: map[string]string{"Authorization": secret}}}}}}})
+		Rules: map[string][]cove.Rule{"web.test": {{Transform: cove.Transform{Headers: map[string]string{"Authorization": header}}}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,6 +358,23 @@ func TestHeaderRuleSecretNeverEntersTheSandbox(t *testing.T) {
 		}
 		if h := info.Network.Rules["web.test"]; len(h) != 1 || h[0].Transform.Headers["Authorization"] != "***" {
 			t.Errorf("getInfo rules = %+v, want the header name with *** for its value", info.Network.Rules)
+		}
+		if fi, err := os.Stat(filepath.Join(s.DataDir, "secrets.json")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("the secret store: %v, %v; want mode 0600", fi, err)
+		}
+	})
+	t.Run("a rule naming a secret that does not exist fails the request instead of sending the placeholder", func(t *testing.T) {
+		err := sb.UpdateNetwork(ctx, cove.NetworkUpdate{Rules: map[string][]cove.Rule{"web.test": {{Transform: cove.Transform{
+			Headers: map[string]string{"Authorization": cove.SecretPlaceholder("missing")}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(in.Requests())
+		if out, code := curl(t, sb, "-f https://web.test/missing"); code == 0 {
+			t.Fatalf("curl succeeded: %s", out)
+		}
+		if len(in.Requests()) != before {
+			t.Fatal("the request reached the test host")
 		}
 	})
 }
