@@ -36,8 +36,9 @@ placeholder, ${e2b.secrets.NAME}, which Cove's egress proxy resolves on the host
 		}
 		return v, nil
 	}
-	create := &cobra.Command{Use: "create NAME", Short: "Create a secret; its value comes from stdin", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+	// write is create (update false) or update: the value from stdin, the answer printed.
+	write := func(update bool) func(cmd *cobra.Command, args []string) error {
+		return func(cmd *cobra.Command, args []string) error {
 			v, err := readValue()
 			if err != nil {
 				return err
@@ -46,22 +47,13 @@ placeholder, ${e2b.secrets.NAME}, which Cove's egress proxy resolves on the host
 			if err != nil {
 				return err
 			}
-			s, err := c.CreateSecret(cmd.Context(), args[0], v, nil)
-			if err != nil {
-				return cliError(err)
-			}
-			fmt.Println(s.ID)
-			return nil
-		}}
-	update := &cobra.Command{Use: "update SECRET", Short: "Store a new version of a secret; its value comes from stdin", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := readValue()
-			if err != nil {
-				return err
-			}
-			c, err := f.client()
-			if err != nil {
-				return err
+			if !update {
+				s, err := c.CreateSecret(cmd.Context(), args[0], v, nil)
+				if err != nil {
+					return cliError(err)
+				}
+				fmt.Println(s.ID)
+				return nil
 			}
 			s, err := c.UpdateSecret(cmd.Context(), args[0], v, nil)
 			if err != nil {
@@ -69,7 +61,10 @@ placeholder, ${e2b.secrets.NAME}, which Cove's egress proxy resolves on the host
 			}
 			fmt.Printf("%s version %d\n", s.Name, s.CurrentVersion)
 			return nil
-		}}
+		}
+	}
+	create := &cobra.Command{Use: "create NAME", Short: "Create a secret; its value comes from stdin", Args: cobra.ExactArgs(1), RunE: write(false)}
+	update := &cobra.Command{Use: "update SECRET", Short: "Store a new version of a secret; its value comes from stdin", Args: cobra.ExactArgs(1), RunE: write(true)}
 	list := &cobra.Command{Use: "list", Aliases: []string{"ls"}, Short: "List the team's secrets (no values)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client()

@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
 )
@@ -15,39 +10,6 @@ import (
 // against the package's server. The scenarios themselves live in that file.
 func TestOfficialSDK(t *testing.T) {
 	need(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
-	}
-	compat, err := filepath.Abs("../compat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	if deadline, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(context.Background(), deadline.Add(-10*time.Second))
-	}
-	defer cancel()
-
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "server.test.mjs")
-	cmd.Dir = compat
-	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+server.URL,
-		"E2B_SANDBOX_URL="+server.URL,
-		"E2B_API_KEY="+server.APIKey,
-		"NO_COLOR=1",
-	)
-	cmd.WaitDelay = 5 * time.Second
-	out := covetest.NewLineLogger(t, "node: ")
-	cmd.Stdout = out
-	cmd.Stderr = out
-	err = cmd.Run()
-	out.Flush()
-	if err != nil {
-		t.Fatalf("node --test server.test.mjs: %v (the SDK scenarios above name what failed)", err)
-	}
+	covetest.RunNode(t, "../compat", "server.test.mjs",
+		"E2B_API_URL="+server.URL, "E2B_SANDBOX_URL="+server.URL, "E2B_API_KEY="+server.APIKey)
 }

@@ -227,17 +227,6 @@ func make1001() []string {
 // TestOfficialSDKNetwork runs test/compat/network.test.mjs: the official npm e2b SDK's
 // network options against a server whose sandboxes reach a fake internet.
 func TestOfficialSDKNetwork(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
-	}
-	compat, err := filepath.Abs("../compat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
-	}
 	in := nettest.New(t)
 	in.SetName("web.test", in.Addr)
 	socks, _, err := in.StartSOCKS()
@@ -249,21 +238,9 @@ func TestOfficialSDKNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := covetest.StartWith(t, "", "--network-dns", in.DNS().String(), "--network-upstream-ca", caFile)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "network.test.mjs")
-	cmd.Dir = compat
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key,
+	covetest.RunNode(t, "../compat", "network.test.mjs", "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key,
 		"COVE_TEST_HOST="+in.Addr.String(), "COVE_TEST_OTHER="+in.Other.String(), "COVE_TEST_NAME=web.test",
-		"COVE_TEST_SOCKS="+socks.String(), "COVE_TEST_SOCKS_USER="+nettest.SOCKSUser, "COVE_TEST_SOCKS_PASSWORD="+nettest.SOCKSPassword, "NO_COLOR=1")
-	cmd.WaitDelay = 5 * time.Second
-	out := covetest.NewLineLogger(t, "node: ")
-	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Run()
-	out.Flush()
-	if err != nil {
-		t.Fatalf("node --test network.test.mjs: %v (the SDK scenarios above name what failed)", err)
-	}
+		"COVE_TEST_SOCKS="+socks.String(), "COVE_TEST_SOCKS_USER="+nettest.SOCKSUser, "COVE_TEST_SOCKS_PASSWORD="+nettest.SOCKSPassword)
 	if c := in.SOCKSConnects(); len(c) == 0 {
 		t.Error("the SOCKS5 proxy saw no connection")
 	}
