@@ -178,11 +178,22 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 	pr.SetXForwarded()
+	if t.port != EnvdPort {
+		// Cove's own credentials stop here: a user's server in the sandbox never sees them
+		// (envd needs its access token; nothing else does).
+		for _, h := range coveCredentials {
+			pr.Out.Header.Del(h)
+		}
+	}
 	if id := telemetry.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(telemetry.HeaderRequestID, id)
 	}
 	traceHop(pr, t)
 }
+
+// coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
+// token and E2B's traffic access token.
+var coveCredentials = []string{"X-API-Key", "X-Access-Token", "E2b-Traffic-Access-Token"}
 
 // modifyResponse drops upstream's request id header: the proxy already echoes the id.
 func modifyResponse(res *http.Response) error {
