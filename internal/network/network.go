@@ -118,8 +118,6 @@ type held struct {
 	learned map[netip.Addr]time.Time
 }
 
-// idOf is the sandbox id of h; the caller holds m.mu.
-func (m *Manager) idOf(h *held) string { return h.id }
 
 // Attachment is what the runtime needs to put a sandbox on its network.
 type Attachment struct {

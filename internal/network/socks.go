@@ -41,7 +41,7 @@ func parseEgressProxy(field string, p *EgressProxy, forbidPrivate bool) error {
 		if forbidPrivate && (a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified()) {
 			return fmt.Errorf("%w: %s.address %q: this server forbids proxies in private, loopback and link-local ranges", ErrInvalid, field, p.Address)
 		}
-	} else if _, err := parseHostname(host); err != nil || looksLikeName(host) == false {
+	} else if _, err := parseHostname(host); err != nil || !looksLikeName(host) {
 		return fmt.Errorf("%w: %s.address %q: not an address or hostname", ErrInvalid, field, p.Address)
 	}
 	if len(p.Username) > 255 || len(p.Password) > 255 {

@@ -104,6 +104,11 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p n
 	if err := o.cfg.Network.Update(ctx, e.sb.ID, p); err != nil {
 		return fmt.Errorf("update network of %s: %w", id, err)
 	}
+	if e.collector != nil {
+		for _, v := range p.Secrets() {
+			e.collector.AddSecret(v)
+		}
+	}
 	e.sb.AllowInternet, e.sb.UpdatedAt = p.AllowInternet, time.Now()
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return fmt.Errorf("update network of %s: %w", id, err)
