@@ -118,7 +118,6 @@ type held struct {
 	learned map[netip.Addr]time.Time
 }
 
-
 // Attachment is what the runtime needs to put a sandbox on its network.
 type Attachment struct {
 	Netns      string     // the pinned namespace the sandbox joins (runtime.Spec.Netns)
