@@ -22,10 +22,10 @@ func newSandboxCmd() *cobra.Command {
 		Short:   "Create, list, inspect, pause, resume and kill sandboxes (through the API, with the Go SDK)",
 	}
 	f.register(cmd)
+	cmd.AddCommand(sandboxNetworkCmd(&f))
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
 		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
-		sandboxNetworkCmd(&f),
 	)
 	return cmd
 }

@@ -52,6 +52,10 @@ const (
 // EnvdPort is envd's port inside every sandbox, the default target.
 const EnvdPort = 49983
 
+// coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
+// token and E2B's traffic access token.
+var coveCredentials = []string{"X-API-Key", "X-Access-Token", "E2b-Traffic-Access-Token"}
+
 // Config is what New needs.
 type Config struct {
 	Backend Backend
@@ -190,10 +194,6 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	traceHop(pr, t)
 }
-
-// coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
-// token and E2B's traffic access token.
-var coveCredentials = []string{"X-API-Key", "X-Access-Token", "E2b-Traffic-Access-Token"}
 
 // modifyResponse drops upstream's request id header: the proxy already echoes the id.
 func modifyResponse(res *http.Response) error {

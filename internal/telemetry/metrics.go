@@ -25,6 +25,9 @@ func Metrics() *prometheus.Registry {
 
 // Cove's metrics.
 var (
+	NetworkDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_network_denied_packets_total", Help: "Sandbox packets refused by Cove's network rules and logged (at most 10 a second per rule of a sandbox), by rule kind.",
+	}, []string{"kind"})
 	SandboxesCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cove_sandboxes_created_total", Help: "Sandboxes created, by template.",
 	}, []string{"template"})
@@ -54,9 +57,6 @@ var (
 	LogLinesDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cove_log_lines_dropped_total", Help: "Sandbox log lines dropped, by reason (envd: by envd's budgets, counted in command records).",
 	}, []string{"reason"})
-	NetworkDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cove_network_denied_packets_total", Help: "Sandbox packets refused by Cove's network rules and logged (at most 10 a second per rule of a sandbox), by rule kind.",
-	}, []string{"kind"})
 	LogBytesDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cove_log_bytes_dropped_total", Help: "Sandbox output bytes envd did not collect as lines: over a byte budget, or binary.",
 	})
@@ -68,9 +68,10 @@ func register() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
 		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
-		LogLinesDropped, LogBytesDropped, NetworkDenied,
+		LogLinesDropped, LogBytesDropped,
 	)
 	for _, r := range reason.KillReasons {
 		SandboxesKilled.WithLabelValues(r.String())
 	}
+	Registry.MustRegister(NetworkDenied)
 }
