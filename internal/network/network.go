@@ -109,13 +109,19 @@ type Manager struct {
 	closed   bool
 }
 
+// learnedAddr is an address the resolver answered a sandbox for an allowed name.
+type learnedAddr struct {
+	name  string
+	until time.Time
+}
+
 type held struct {
 	id     string
 	slot   *slot
 	policy Policy
-	// learned mirrors the addresses the resolver allowed (hosts_N), with their expiry, for
-	// the egress proxy's checks. Guarded by m.mu.
-	learned map[netip.Addr]time.Time
+	// learned mirrors the addresses the resolver allowed (hosts_N), with the name they were
+	// answered for and their expiry, for the egress proxy. Guarded by m.mu.
+	learned map[netip.Addr]learnedAddr
 }
 
 // Attachment is what the runtime needs to put a sandbox on its network.
@@ -325,7 +331,7 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 		s.ruled = true
 	}
-	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]time.Time{}}
+	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]learnedAddr{}}
 	m.mu.Lock()
 	m.attached[id], m.byAddr[s.addr] = h, h
 	m.mu.Unlock()
@@ -347,7 +353,7 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 		return fmt.Errorf("network rules for %s: %w", id, err)
 	}
 	m.mu.Lock()
-	h.policy, h.learned = p, map[netip.Addr]time.Time{} // the table's set starts afresh too
+	h.policy, h.learned = p, map[netip.Addr]learnedAddr{} // the table's set starts afresh too
 	m.mu.Unlock()
 	return nil
 }
@@ -472,7 +478,7 @@ func (m *Manager) learn(from netip.Addr, answer []byte) {
 		}
 		ttl := min(max(time.Duration(rr.Header.TTL)*time.Second, minHostTTL), maxHostTTL)
 		elems = append(elems, fmt.Sprintf("%s timeout %ds", netip.AddrFrom4(a.A), int(ttl.Seconds())))
-		h.learned[netip.AddrFrom4(a.A)] = time.Now().Add(ttl)
+		h.learned[netip.AddrFrom4(a.A)] = learnedAddr{name: strings.TrimSuffix(rr.Header.Name.String(), "."), until: time.Now().Add(ttl)}
 	}
 	m.mu.Unlock()
 	if len(elems) == 0 {

@@ -441,6 +441,22 @@ func TestEgressProxy(t *testing.T) {
 			t.Fatalf("the proxy was asked for a denied destination: %v", c)
 		}
 	})
+	t.Run("a flow to an address an allowed name resolved to asks the proxy for the name", func(t *testing.T) {
+		in.SetName("web.test", in.Addr)
+		p := network.Policy{AllowInternet: false, AllowHosts: []string{"web.test"}, EgressProxy: proxy}
+		if err := m.Update(context.Background(), "sb-proxied", p); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := lookup(t, a, "web.test"); got != in.Addr {
+			t.Fatalf("web.test = %v", got)
+		}
+		if _, err := get(a.Netns, in.URL("http", "/")); err != nil {
+			t.Fatal(err)
+		}
+		if c := in.SOCKSConnects(); c[len(c)-1] != "web.test:80" {
+			t.Fatalf("the proxy was asked for %v, want web.test:80 last", c)
+		}
+	})
 	t.Run("a wrong password fails closed", func(t *testing.T) {
 		bad := *proxy
 		bad.Password = "wrong"

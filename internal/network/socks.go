@@ -120,8 +120,17 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 		m.intercept(c, h, p, dst)
 		return
 	}
+	// A flow to an address an allowed name resolved to asks the proxy for the name (remote
+	// DNS, ATYP=domain), as E2B does; any other, for the address.
+	m.mu.Lock()
+	l, named := h.learned[dst.Addr()]
+	m.mu.Unlock()
+	name := ""
+	if named && time.Now().Before(l.until) {
+		name = l.name
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	up, err := dialSOCKS5(ctx, *p.EgressProxy, dst)
+	up, err := dialSOCKS5(ctx, *p.EgressProxy, dst, name)
 	cancel()
 	if err != nil {
 		m.cfg.Logger.Warn("egress proxy: connection refused (fail closed)", "sandbox.id", h.id,
@@ -153,9 +162,9 @@ func (m *Manager) allows(h *held, dst netip.Addr) (DenyKind, bool) {
 		return "", true
 	}
 	m.mu.Lock()
-	until, learned := h.learned[dst]
+	l, learned := h.learned[dst]
 	m.mu.Unlock()
-	if learned && time.Now().Before(until) {
+	if learned && time.Now().Before(l.until) {
 		return "", true
 	}
 	switch {
@@ -201,7 +210,7 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 }
 
 // dialSOCKS5 opens a connection to dst through the proxy (RFC 1928, RFC 1929 auth).
-func dialSOCKS5(ctx context.Context, p EgressProxy, dst netip.AddrPort) (net.Conn, error) {
+func dialSOCKS5(ctx context.Context, p EgressProxy, dst netip.AddrPort, name string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", p.Address)
 	if err != nil {
@@ -241,6 +250,9 @@ func dialSOCKS5(ctx context.Context, p EgressProxy, dst netip.AddrPort) (net.Con
 	}
 	a := dst.Addr().As4()
 	req := []byte{5, 1, 0, 1, a[0], a[1], a[2], a[3], byte(dst.Port() >> 8), byte(dst.Port())}
+	if name != "" && len(name) < 256 {
+		req = append(append([]byte{5, 1, 0, 3, byte(len(name))}, name...), byte(dst.Port()>>8), byte(dst.Port()))
+	}
 	if _, err := c.Write(req); err != nil {
 		return fail(err)
 	}

@@ -537,7 +537,8 @@ func (in *Internet) StartSOCKS() (addr netip.AddrPort, stop func(), err error) {
 	return addr, stop, nil
 }
 
-// SOCKSConnects lists the destinations the SOCKS5 server connected to.
+// SOCKSConnects lists the destinations the SOCKS5 server was asked for: address:port, or
+// name:port when the client sent a name (ATYP=domain).
 func (in *Internet) SOCKSConnects() []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -571,13 +572,43 @@ func (in *Internet) serveSOCKS(c net.Conn) {
 		return
 	}
 	c.Write([]byte{1, 0})
-	req := make([]byte, 10)
-	if _, err := io.ReadFull(c, req); err != nil || req[1] != 1 || req[3] != 1 {
+	req := make([]byte, 4)
+	if _, err := io.ReadFull(c, req); err != nil || req[1] != 1 {
 		return
 	}
-	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(req[4:8])), uint16(req[8])<<8|uint16(req[9]))
+	var dst netip.AddrPort
+	var asked string
+	switch req[3] {
+	case 1: // IPv4
+		b := make([]byte, 6)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
+		}
+		dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[:4])), uint16(b[4])<<8|uint16(b[5]))
+		asked = dst.String()
+	case 3: // a name, resolved here in the test zone (remote DNS)
+		var l [1]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return
+		}
+		b := make([]byte, int(l[0])+2)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
+		}
+		name, port := string(b[:l[0]]), uint16(b[l[0]])<<8|uint16(b[l[0]+1])
+		in.mu.Lock()
+		addr, ok := in.zone[strings.ToLower(name)]
+		in.mu.Unlock()
+		if !ok {
+			c.Write([]byte{5, 4, 0, 1, 0, 0, 0, 0, 0, 0})
+			return
+		}
+		dst, asked = netip.AddrPortFrom(addr, port), fmt.Sprintf("%s:%d", name, port)
+	default:
+		return
+	}
 	in.mu.Lock()
-	in.socks = append(in.socks, dst.String())
+	in.socks = append(in.socks, asked)
 	in.mu.Unlock()
 	up, err := DialIn(context.Background(), in.Netns, "tcp", dst.String())
 	if err != nil {
