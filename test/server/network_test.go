@@ -355,3 +355,40 @@ func TestHeaderRuleSecretNeverEntersTheSandbox(t *testing.T) {
 		}
 	})
 }
+
+// TestNetworkOff: with --network=false every sandbox is loopback only and says so.
+func TestNetworkOff(t *testing.T) {
+	s := covetest.StartWith(t, "", "--network=false")
+	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	ctx := context.Background()
+	sb, err := c.Create(ctx, cove.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Kill(context.Background()) })
+	t.Run("a sandbox that asked for internet access reports it has none", func(t *testing.T) {
+		info, err := sb.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.AllowInternetAccess {
+			t.Fatal("allowInternetAccess is true on a server without networking")
+		}
+	})
+	t.Run("it has a loopback interface only", func(t *testing.T) {
+		res, err := sb.Commands.Run(ctx, "ip -o link | awk -F': ' '{print $2}'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(res.Stdout) != "lo" {
+			t.Fatalf("links: %q", res.Stdout)
+		}
+	})
+	t.Run("an update of its network is a 409 that says why", func(t *testing.T) {
+		err := sb.UpdateNetwork(ctx, cove.NetworkUpdate{DenyOut: []string{cove.AllTraffic}})
+		var e *cove.Error
+		if !errors.As(err, &e) || e.StatusCode != http.StatusConflict || !strings.Contains(err.Error(), "--network=false") {
+			t.Fatalf("%v, want a 409 naming --network=false", err)
+		}
+	})
+}
