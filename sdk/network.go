@@ -18,6 +18,10 @@ type NetworkRules struct {
 	// or "*.example.com"), on Cove's side: the values never enter the sandbox. Info shows
 	// the header names with "***" for the values.
 	Rules map[string][]Rule `json:"rules,omitempty"`
+	// AllowPublicTraffic false keeps the sandbox's ports (all but envd's) private: a request
+	// through the proxy needs Sandbox.TrafficAccessToken in the E2b-Traffic-Access-Token
+	// header. Nil is true.
+	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
 }
 
 // Rule is one transform of a host's requests.

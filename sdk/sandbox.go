@@ -20,6 +20,9 @@ type Sandbox struct {
 	EnvdVersion string
 	// Secure sandboxes have an access token; the SDK sends it on every envd call.
 	Secure bool
+	// TrafficAccessToken opens the sandbox's private ports (NetworkRules.AllowPublicTraffic
+	// false): send it in the E2b-Traffic-Access-Token header. "" when they are public.
+	TrafficAccessToken string
 
 	Commands *Commands
 	Files    *Files
@@ -80,12 +83,14 @@ type newSandboxJSON struct {
 	Alias           string `json:"alias"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
+	TrafficToken    string `json:"trafficAccessToken"`
 }
 
 func (c *Client) newSandbox(j newSandboxJSON, requestID string) *Sandbox {
 	s := &Sandbox{
 		ID: j.SandboxID, TemplateID: j.TemplateID, Alias: j.Alias, EnvdVersion: j.EnvdVersion,
 		Secure: j.EnvdAccessToken != "", client: c, accessToken: j.EnvdAccessToken, requestID: requestID,
+		TrafficAccessToken: j.TrafficToken,
 	}
 	e := newEnvd(c, s)
 	s.Commands = &Commands{e: e}

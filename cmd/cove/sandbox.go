@@ -34,6 +34,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var opts cove.SandboxOptions
 	var metadata, envs []string
 	var rules cove.NetworkRules
+	var privatePorts bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
@@ -46,7 +47,10 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			if opts.EnvVars, err = parsePairs("env", envs); err != nil {
 				return err
 			}
-			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil || rules.Rules != nil {
+			if privatePorts {
+				rules.AllowPublicTraffic = new(bool)
+			}
+			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil || rules.Rules != nil || privatePorts {
 				opts.Network = &rules
 			}
 			c, err := f.client()
@@ -61,6 +65,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				return printJSON(map[string]any{
 					"sandboxID": sb.ID, "templateID": sb.TemplateID, "alias": sb.Alias,
 					"envdVersion": sb.EnvdVersion, "secure": sb.Secure, "requestID": sb.RequestID(),
+					"trafficAccessToken": sb.TrafficAccessToken,
 				})
 			}
 			fmt.Println(sb.ID)
@@ -75,6 +80,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
+	fl.BoolVar(&privatePorts, "private-ports", false, "keep the sandbox's ports private: requests need its trafficAccessToken (printed with --json)")
 	networkRuleFlags(cmd, &opts.NoInternet, &rules.AllowOut, &rules.DenyOut, &rules.EgressProxy, &rules.Rules)
 	f.jsonFlag(cmd)
 	return cmd

@@ -14,6 +14,8 @@ import (
 type Networks interface {
 	NetworkPolicy(ctx context.Context, teamID, id string) (network.Policy, bool)
 	UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error
+	// TrafficToken is the token a sandbox's private ports require; "" when public.
+	TrafficToken(id string) string
 }
 
 // egressBody is the part of E2B's SandboxNetworkConfig and SandboxNetworkUpdateConfig that
@@ -86,10 +88,6 @@ func strict(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// unsupported refuses the parts of E2B's network API this server does not enforce yet,
-// naming the field, rather than accepting a rule it would not keep.
-func (b egressBody) unsupported(prefix string) error { return nil }
-
 // rules reads E2B's rules strictly: {"host": [{"transform": {"headers": {"K": "V"}}}]}.
 func (b egressBody) rules(field string) (map[string][]map[string]string, error) {
 	if len(b.Rules) == 0 || string(b.Rules) == "null" {
@@ -116,21 +114,24 @@ func (b egressBody) rules(field string) (map[string][]map[string]string, error) 
 	return out, nil
 }
 
-// parseCreateNetwork reads create's network object; nil when absent.
-func parseCreateNetwork(raw json.RawMessage) (*network.Policy, error) {
+// parseCreateNetwork reads create's network object; nil when absent. private is
+// allowPublicTraffic false.
+func parseCreateNetwork(raw json.RawMessage) (_ *network.Policy, private bool, _ error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
+		return nil, false, nil
 	}
 	var b networkBody
 	if err := strict("network", raw, &b); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if err := b.unsupported("network."); err != nil {
-		return nil, err
-	}
+	private = b.AllowPublicTraffic != nil && !*b.AllowPublicTraffic
+	p, err := b.policy()
+	return p, private, err
+}
+
+// policy checks the config's fields and parses its egress policy.
+func (b networkBody) policy() (*network.Policy, error) {
 	switch {
-	case b.AllowPublicTraffic != nil && !*b.AllowPublicTraffic:
-		return nil, fmt.Errorf("%w: network.allowPublicTraffic: false (ports behind a traffic token) is not supported by this Cove server", errBadRequest)
 	case b.MaskRequestHost != nil && *b.MaskRequestHost != "":
 		return nil, fmt.Errorf("%w: network.maskRequestHost is not supported by this Cove server", errBadRequest)
 	case len(b.HTTPSPorts) > 0:
@@ -165,9 +166,6 @@ func (a *api) updateNetwork(w http.ResponseWriter, r *http.Request, c caller) er
 			return err
 		}
 	}
-	if err := b.unsupported(""); err != nil {
-		return err
-	}
 	proxy, err := b.proxy("egressProxy")
 	if err != nil {
 		return err
@@ -193,10 +191,10 @@ func (a *api) networkOf(ctx context.Context, teamID, id string) *networkJSON {
 		return nil
 	}
 	p, ok := a.cfg.Networks.NetworkPolicy(ctx, teamID, id)
-	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut)+len(p.Transforms) == 0 && p.EgressProxy == nil {
+	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut)+len(p.Transforms) == 0 && p.EgressProxy == nil && a.cfg.Networks.TrafficToken(id) == "" {
 		return nil
 	}
-	out := &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: true}
+	out := &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: a.cfg.Networks.TrafficToken(id) == ""}
 	if p.EgressProxy != nil {
 		out.EgressProxy = &proxyJSON{Address: p.EgressProxy.Address, Username: p.EgressProxy.Username}
 	}

@@ -66,7 +66,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err := validCreate(body); err != nil {
 		return err
 	}
-	netPolicy, err := parseCreateNetwork(body.Network)
+	netPolicy, private, err := parseCreateNetwork(body.Network)
 	if err != nil {
 		return err
 	}
@@ -87,9 +87,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		AutoPause:  body.AutoPause,
 		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled,
 		// E2B allows internet access unless the client says false.
-		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
-		Network:       netPolicy,
-		CollectLogs:   body.CollectLogs,
+		AllowInternet:  body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+		Network:        netPolicy,
+		PrivateTraffic: private,
+		CollectLogs:    body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
 	}

@@ -135,3 +135,24 @@ func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
 		"network.protocol", d.Proto, "network.rule", d.Rule, "network.deny_kind", d.Kind.String(), "network.packets", d.Count)
 	o.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
 }
+
+// withTrafficToken gives a sandbox with private ports its traffic access token, masked in
+// everything collected from it like its other secrets.
+func withTrafficToken(e *entry, req CreateRequest) CreateRequest {
+	if req.PrivateTraffic {
+		e.trafficToken = randomHex(16)
+		req.Secrets = append(append([]string(nil), req.Secrets...), e.trafficToken)
+	}
+	return req
+}
+
+// TrafficToken is the token a live sandbox's ports require; "" when they are public (or
+// the sandbox is not live: the proxy answers for those anyway).
+func (o *Orchestrator) TrafficToken(id string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e := o.live[id]; e != nil {
+		return e.trafficToken
+	}
+	return ""
+}

@@ -132,6 +132,9 @@ type CreateRequest struct {
 	AutoResume, AllowInternet    bool
 	// Network holds the allowOut and denyOut rules (AllowInternet above is the flag).
 	Network *network.Policy
+	// PrivateTraffic keeps the sandbox's ports private (E2B's allowPublicTraffic false): the
+	// proxy requires its traffic access token.
+	PrivateTraffic bool
 	// Secrets are values to mask in everything collected from the sandbox (the caller's API
 	// key); env var values whose names look secret are added too.
 	Secrets []string
@@ -166,6 +169,8 @@ type entry struct {
 	collector *collect.Collector
 	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
 	stopOOM context.CancelFunc
+	// trafficToken guards the sandbox's ports when they are private; set at create.
+	trafficToken string
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -313,6 +318,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	}
 	ctx = sandboxLog(ctx, sb)
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+	req = withTrafficToken(e, req)
 
 	stage := "runtime"
 	defer func() {

@@ -40,6 +40,9 @@ func describe(err error, t target) (int, errorBody) {
 	case errors.Is(err, errNoSigned):
 		body.Code = http.StatusNotFound
 		body.Message = err.Error()
+	case errors.Is(err, errTrafficToken):
+		body.Code = http.StatusForbidden
+		body.Message = err.Error()
 	case errors.Is(err, errBadTarget):
 		body.Code = http.StatusBadRequest
 		body.Message = err.Error()

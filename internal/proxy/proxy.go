@@ -12,7 +12,9 @@ package proxy
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -51,6 +53,19 @@ const (
 
 // EnvdPort is envd's port inside every sandbox, the default target.
 const EnvdPort = 49983
+
+// TrafficGuard is a Backend that keeps some sandboxes' ports private (E2B's
+// allowPublicTraffic false): a request to a port other than envd's must carry the
+// sandbox's traffic access token.
+type TrafficGuard interface {
+	// TrafficToken is the token sandbox id's ports require; "" when they are public.
+	TrafficToken(id string) string
+}
+
+// HeaderTrafficToken carries a private sandbox's traffic access token.
+const HeaderTrafficToken = "E2b-Traffic-Access-Token"
+
+var errTrafficToken = errors.New("traffic access token required")
 
 // coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
 // token and E2B's traffic access token.
@@ -151,6 +166,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info.target = t
+	if g, ok := p.cfg.Backend.(TrafficGuard); ok && t.port != EnvdPort {
+		if want := g.TrafficToken(t.id); want != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
+			p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
+			return
+		}
+	}
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, "sandbox.port", t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has

@@ -103,6 +103,25 @@ test('a Secret named by a rule reaches the test host over HTTPS while the sandbo
   assert.equal(await Secret.exists(name, opts), false)
 })
 
+test('allowPublicTraffic: false keeps the sandbox\'s ports behind its trafficAccessToken; envd still answers the SDK', TIMEOUT, async () => {
+  const sbx = await create({ network: { allowPublicTraffic: false } })
+  assert.ok(sbx.trafficAccessToken, 'create returned no trafficAccessToken')
+  await sbx.commands.run('python3 -m http.server 8000 >/dev/null 2>&1', { background: true })
+  const port = (extra = {}) => fetch(opts.apiUrl + '/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000', ...extra } })
+  let open
+  for (let i = 0; i < 100; i++) { // the server inside takes a moment to listen
+    open = await port({ 'E2b-Traffic-Access-Token': sbx.trafficAccessToken })
+    if (open.status === 200) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.equal(open.status, 200)
+  const closed = await port()
+  assert.equal(closed.status, 403)
+  assert.match(await closed.text(), /trafficAccessToken/)
+  assert.equal((await port({ 'E2b-Traffic-Access-Token': 'wrong' })).status, 403)
+  assert.equal((await sbx.getInfo()).network?.allowPublicTraffic, false)
+})
+
 test('updateNetwork replaces the rules of a running sandbox', TIMEOUT, async () => {
   const sbx = await create()
   await sbx.updateNetwork({ denyOut: [host] })

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -183,6 +184,24 @@ func TestSandboxEgress(t *testing.T) {
 		}
 		if info := coveCLI(t, s, "sandbox", "info", id); !strings.Contains(info, "no rules") {
 			t.Errorf("info after clearing:\n%s", info)
+		}
+	})
+	t.Run("the CLI makes a sandbox with private ports and prints its traffic token", func(t *testing.T) {
+		var out struct {
+			SandboxID          string `json:"sandboxID"`
+			TrafficAccessToken string `json:"trafficAccessToken"`
+		}
+		if err := json.Unmarshal([]byte(coveCLI(t, s, "sandbox", "create", "--private-ports", "--json")), &out); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Kill(context.Background(), out.SandboxID) })
+		if len(out.TrafficAccessToken) < 16 {
+			t.Fatalf("create printed %+v", out)
+		}
+		cl := client{t: t, url: s.URL, key: s.Key}
+		code, body, _ := cl.do(http.MethodGet, "/", nil, "E2b-Sandbox-Id", out.SandboxID, "E2b-Sandbox-Port", "8000")
+		if code != http.StatusForbidden {
+			t.Fatalf("a port without the token: %d %v", code, body)
 		}
 	})
 	t.Run("bad network input is a 400 naming the field, and nothing is applied", func(t *testing.T) {
