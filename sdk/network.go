@@ -22,6 +22,10 @@ type NetworkRules struct {
 	// through the proxy needs Sandbox.TrafficAccessToken in the E2b-Traffic-Access-Token
 	// header. Nil is true.
 	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
+	// MaskRequestHost is the Host header the proxy sends the sandbox's ports (${PORT} is the
+	// port); HTTPSPorts are ports that serve HTTPS (their certificates are not verified).
+	MaskRequestHost string `json:"maskRequestHost,omitempty"`
+	HTTPSPorts      []int  `json:"httpsPorts,omitempty"`
 }
 
 // Rule is one transform of a host's requests.

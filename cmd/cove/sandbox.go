@@ -50,7 +50,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			if privatePorts {
 				rules.AllowPublicTraffic = new(bool)
 			}
-			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil || rules.Rules != nil || privatePorts {
+			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil || rules.Rules != nil || privatePorts ||
+				rules.HTTPSPorts != nil || rules.MaskRequestHost != "" {
 				opts.Network = &rules
 			}
 			c, err := f.client()
@@ -80,6 +81,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
+	fl.IntSliceVar(&rules.HTTPSPorts, "https-port", nil, "a port of the sandbox that serves HTTPS: the proxy speaks TLS to it (repeatable)")
+	fl.StringVar(&rules.MaskRequestHost, "mask-host", "", "the Host header the proxy sends the sandbox's ports (${PORT} is the port)")
 	fl.BoolVar(&privatePorts, "private-ports", false, "keep the sandbox's ports private: requests need its trafficAccessToken (printed with --json)")
 	networkRuleFlags(cmd, &opts.NoInternet, &rules.AllowOut, &rules.DenyOut, &rules.EgressProxy, &rules.Rules)
 	f.jsonFlag(cmd)

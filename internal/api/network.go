@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/orchestrator"
 )
 
 // Networks is what the API needs to read and replace sandboxes' egress policies.
@@ -16,6 +18,8 @@ type Networks interface {
 	UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error
 	// TrafficToken is the token a sandbox's private ports require; "" when public.
 	TrafficToken(id string) string
+	// PortOptions is the Host header the proxy sends a sandbox's ports and its HTTPS ports.
+	PortOptions(id string) (maskHost string, httpsPorts []int)
 }
 
 // egressBody is the part of E2B's SandboxNetworkConfig and SandboxNetworkUpdateConfig that
@@ -48,6 +52,8 @@ type networkJSON struct {
 	AllowPublicTraffic bool                  `json:"allowPublicTraffic"`
 	EgressProxy        *proxyJSON            `json:"egressProxy,omitempty"`
 	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
+	MaskRequestHost    string                `json:"maskRequestHost,omitempty"`
+	HTTPSPorts         []int                 `json:"httpsPorts,omitempty"`
 }
 
 type ruleJSON struct {
@@ -114,29 +120,42 @@ func (b egressBody) rules(field string) (map[string][]map[string]string, error) 
 	return out, nil
 }
 
-// parseCreateNetwork reads create's network object; nil when absent. private is
-// allowPublicTraffic false.
-func parseCreateNetwork(raw json.RawMessage) (_ *network.Policy, private bool, _ error) {
+// createNetwork is what create's network object asks for beside the egress policy.
+type createNetwork struct {
+	policy     *network.Policy
+	private    bool // allowPublicTraffic false
+	maskHost   string
+	httpsPorts []int
+}
+
+// parseCreateNetwork reads create's network object; a zero createNetwork when absent.
+func parseCreateNetwork(raw json.RawMessage) (createNetwork, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, false, nil
+		return createNetwork{}, nil
 	}
 	var b networkBody
 	if err := strict("network", raw, &b); err != nil {
-		return nil, false, err
+		return createNetwork{}, err
 	}
-	private = b.AllowPublicTraffic != nil && !*b.AllowPublicTraffic
-	p, err := b.policy()
-	return p, private, err
+	out := createNetwork{private: b.AllowPublicTraffic != nil && !*b.AllowPublicTraffic, httpsPorts: b.HTTPSPorts}
+	if b.MaskRequestHost != nil {
+		out.maskHost = *b.MaskRequestHost
+		if len(out.maskHost) > 253 || strings.ContainsAny(out.maskHost, " \t\r\n\x00/") {
+			return createNetwork{}, fmt.Errorf("%w: network.maskRequestHost %q: want a host, ${PORT} for the port", errBadRequest, out.maskHost)
+		}
+	}
+	for i, p := range b.HTTPSPorts {
+		if p < 1 || p > 65535 || p == orchestrator.EnvdPort {
+			return createNetwork{}, fmt.Errorf("%w: network.httpsPorts[%d] %d: want a port from 1 to 65535 but envd's (%d)", errBadRequest, i, p, orchestrator.EnvdPort)
+		}
+	}
+	var err error
+	out.policy, err = b.policy()
+	return out, err
 }
 
-// policy checks the config's fields and parses its egress policy.
+// policy parses the config's egress policy.
 func (b networkBody) policy() (*network.Policy, error) {
-	switch {
-	case b.MaskRequestHost != nil && *b.MaskRequestHost != "":
-		return nil, fmt.Errorf("%w: network.maskRequestHost is not supported by this Cove server", errBadRequest)
-	case len(b.HTTPSPorts) > 0:
-		return nil, fmt.Errorf("%w: network.httpsPorts is not supported by this Cove server", errBadRequest)
-	}
 	proxy, err := b.proxy("network.egressProxy")
 	if err != nil {
 		return nil, err
@@ -191,10 +210,13 @@ func (a *api) networkOf(ctx context.Context, teamID, id string) *networkJSON {
 		return nil
 	}
 	p, ok := a.cfg.Networks.NetworkPolicy(ctx, teamID, id)
-	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut)+len(p.Transforms) == 0 && p.EgressProxy == nil && a.cfg.Networks.TrafficToken(id) == "" {
+	mask, https := a.cfg.Networks.PortOptions(id)
+	if !ok || len(p.AllowOut)+len(p.AllowHosts)+len(p.DenyOut)+len(p.Transforms)+len(https) == 0 && p.EgressProxy == nil &&
+		a.cfg.Networks.TrafficToken(id) == "" && mask == "" {
 		return nil
 	}
 	out := &networkJSON{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: a.cfg.Networks.TrafficToken(id) == ""}
+	out.MaskRequestHost, out.HTTPSPorts = mask, https
 	if p.EgressProxy != nil {
 		out.EgressProxy = &proxyJSON{Address: p.EgressProxy.Address, Username: p.EgressProxy.Username}
 	}

@@ -66,7 +66,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err := validCreate(body); err != nil {
 		return err
 	}
-	netPolicy, private, err := parseCreateNetwork(body.Network)
+	netw, err := parseCreateNetwork(body.Network)
 	if err != nil {
 		return err
 	}
@@ -87,15 +87,17 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		AutoPause:  body.AutoPause,
 		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled,
 		// E2B allows internet access unless the client says false.
-		AllowInternet:  body.AllowInternetAccess == nil || *body.AllowInternetAccess,
-		Network:        netPolicy,
-		PrivateTraffic: private,
-		CollectLogs:    body.CollectLogs,
+		AllowInternet:   body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+		Network:         netw.policy,
+		PrivateTraffic:  netw.private,
+		MaskRequestHost: netw.maskHost,
+		HTTPSPorts:      netw.httpsPorts,
+		CollectLogs:     body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
 	}
-	if netPolicy != nil {
-		req.Secrets = append(req.Secrets, netPolicy.Secrets()...)
+	if netw.policy != nil {
+		req.Secrets = append(req.Secrets, netw.policy.Secrets()...)
 	}
 	ctx := r.Context()
 	if body.TemplateID != "" {

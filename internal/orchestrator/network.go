@@ -136,14 +136,27 @@ func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
 	o.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
 }
 
-// withTrafficToken gives a sandbox with private ports its traffic access token, masked in
-// everything collected from it like its other secrets.
-func withTrafficToken(e *entry, req CreateRequest) CreateRequest {
+// withPorts records how the proxy reaches the sandbox's ports, and gives a sandbox with
+// private ports its traffic access token, masked in everything collected from it like its
+// other secrets.
+func withPorts(e *entry, req CreateRequest) CreateRequest {
+	e.maskHost, e.httpsPorts = req.MaskRequestHost, req.HTTPSPorts
 	if req.PrivateTraffic {
 		e.trafficToken = randomHex(16)
 		req.Secrets = append(append([]string(nil), req.Secrets...), e.trafficToken)
 	}
 	return req
+}
+
+// PortOptions says how the proxy reaches a live sandbox's ports: the Host header to send
+// and the ports that serve HTTPS.
+func (o *Orchestrator) PortOptions(id string) (string, []int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e := o.live[id]; e != nil {
+		return e.maskHost, e.httpsPorts
+	}
+	return "", nil
 }
 
 // TrafficToken is the token a live sandbox's ports require; "" when they are public (or

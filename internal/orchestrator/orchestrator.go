@@ -135,6 +135,9 @@ type CreateRequest struct {
 	// PrivateTraffic keeps the sandbox's ports private (E2B's allowPublicTraffic false): the
 	// proxy requires its traffic access token.
 	PrivateTraffic bool
+	// MaskRequestHost and HTTPSPorts say how the proxy reaches the sandbox's ports.
+	MaskRequestHost string
+	HTTPSPorts      []int
 	// Secrets are values to mask in everything collected from the sandbox (the caller's API
 	// key); env var values whose names look secret are added too.
 	Secrets []string
@@ -169,8 +172,11 @@ type entry struct {
 	collector *collect.Collector
 	// stopOOM ends the OOM watch (its eventfd and goroutines) when the sandbox ends.
 	stopOOM context.CancelFunc
-	// trafficToken guards the sandbox's ports when they are private; set at create.
+	// trafficToken guards the sandbox's ports when they are private; set at create, as
+	// are maskHost and httpsPorts (how the proxy reaches its ports).
 	trafficToken string
+	maskHost     string
+	httpsPorts   []int
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -318,7 +324,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	}
 	ctx = sandboxLog(ctx, sb)
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
-	req = withTrafficToken(e, req)
+	req = withPorts(e, req)
 
 	stage := "runtime"
 	defer func() {

@@ -13,6 +13,7 @@ package proxy
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +65,14 @@ type TrafficGuard interface {
 	TrafficToken(id string) string
 }
 
+// PortOptions is a Backend that says how to reach a sandbox's ports (E2B's httpsPorts and
+// maskRequestHost).
+type PortOptions interface {
+	// PortOptions is the Host header to send ("" keeps the client's; ${PORT} is the port)
+	// and the ports that serve HTTPS (reached without verifying their certificates).
+	PortOptions(id string) (maskHost string, httpsPorts []int)
+}
+
 // HeaderTrafficToken carries a private sandbox's traffic access token.
 const HeaderTrafficToken = "E2b-Traffic-Access-Token"
 
@@ -99,6 +110,9 @@ func New(cfg Config) *Proxy {
 		MaxIdleConnsPerHost:   32,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		// Only a sandbox's httpsPorts are reached over TLS; like E2B, their certificates are
+		// not verified, so self-signed ones work.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}
 	base := cfg.Logger
 	if base == nil {
@@ -203,6 +217,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 	pr.SetXForwarded()
+	if o, ok := p.cfg.Backend.(PortOptions); ok && t.port != EnvdPort {
+		mask, https := o.PortOptions(t.id)
+		if slices.Contains(https, t.port) {
+			pr.Out.URL.Scheme = "https"
+		}
+		if mask != "" {
+			pr.Out.Host = strings.ReplaceAll(mask, "${PORT}", strconv.Itoa(t.port))
+		}
+	}
 	if t.port != EnvdPort {
 		// Cove's own credentials stop here: a user's server in the sandbox never sees them
 		// (envd needs its access token; nothing else does).

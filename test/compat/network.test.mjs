@@ -122,6 +122,39 @@ test('allowPublicTraffic: false keeps the sandbox\'s ports behind its trafficAcc
   assert.equal((await sbx.getInfo()).network?.allowPublicTraffic, false)
 })
 
+test('httpsPorts and maskRequestHost: the proxy speaks TLS to the port (self-signed) and sends the masked Host', TIMEOUT, async () => {
+  const sbx = await create({ network: { httpsPorts: [8443], maskRequestHost: 'masked.example:${PORT}' } })
+  const server = [
+    'import http.server, ssl',
+    'class H(http.server.BaseHTTPRequestHandler):',
+    '    def do_GET(self):',
+    '        b = ("host=" + self.headers["Host"]).encode()',
+    '        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)',
+    's = http.server.HTTPServer(("0.0.0.0", 8443), H)',
+    'c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain("/tmp/c.pem", "/tmp/k.pem")',
+    's.socket = c.wrap_socket(s.socket, server_side=True)',
+    's.serve_forever()',
+  ].join('\n')
+  await sbx.files.write('/tmp/s.py', server)
+  await sbx.commands.run('openssl req -x509 -newkey rsa:2048 -nodes -keyout /tmp/k.pem -out /tmp/c.pem -days 1 -subj /CN=sandbox 2>/dev/null')
+  await sbx.commands.run('python3 /tmp/s.py >/dev/null 2>&1', { background: true })
+  let res
+  for (let i = 0; i < 100; i++) {
+    res = await fetch(opts.apiUrl + '/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8443' } })
+    if (res.status === 200) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), 'host=masked.example:8443')
+  const info = await sbx.getInfo()
+  assert.deepEqual(info.network?.httpsPorts, [8443])
+  assert.equal(info.network?.maskRequestHost, 'masked.example:${PORT}')
+})
+
+test('httpsPorts may not name envd\'s port', TIMEOUT, async () => {
+  await assert.rejects(create({ network: { httpsPorts: [49983] } }), /network\.httpsPorts\[0\]/)
+})
+
 test('updateNetwork replaces the rules of a running sandbox', TIMEOUT, async () => {
   const sbx = await create()
   await sbx.updateNetwork({ denyOut: [host] })
