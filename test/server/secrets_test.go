@@ -52,19 +52,38 @@ func TestPlantedSecretsReachNoSink(t *testing.T) {
 
 	// The server's log is its JSON lines; its stdout banner shows the first key once, on
 	// purpose, to the operator who started it.
+	sinks := collected(t, s, id)
+	sinks["webhook bodies"] = hookMu.String()
+	if !strings.Contains(sinks["log store"], "pw=[REDACTED") || !strings.Contains(sinks["command records"], "pw=[REDACTED") {
+		t.Fatalf("the planted lines were not collected at all:\n%s", sinks["log store"])
+	}
+	for name, text := range sinks {
+		for _, secret := range []string{envSecret, "abcDEF0123456789xyzTOKEN", urlPass, s.Key, token} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s contains the secret %q", name, secret)
+			}
+		}
+	}
+}
+
+// collected is every text Cove keeps about sandbox id, by sink: the server's JSON log lines,
+// the envd log file, the log store, the command records and the events.
+func collected(t *testing.T, s *covetest.Server, id string) map[string]string {
+	t.Helper()
 	var jsonLines []string
 	for _, l := range strings.Split(s.Logs(), "\n") {
 		if strings.HasPrefix(l, "{") {
 			jsonLines = append(jsonLines, l)
 		}
 	}
-	var sinks = map[string]string{"server log": strings.Join(jsonLines, "\n"), "webhook bodies": hookMu.String()}
+	sinks := map[string]string{"server log": strings.Join(jsonLines, "\n")}
 	envdLog, _ := os.ReadFile(filepath.Join(s.DataDir, "logs", id+".log"))
 	sinks["envd log file"] = string(envdLog)
 	for name, path := range map[string]string{
 		"log store":       "/v2/sandboxes/" + id + "/logs?limit=1000",
 		"command records": "/sandboxes/" + id + "/commands",
 		"events":          "/events/sandboxes/" + id,
+		"info":            "/sandboxes/" + id,
 	} {
 		req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
 		req.Header.Set("X-API-Key", s.Key)
@@ -76,14 +95,5 @@ func TestPlantedSecretsReachNoSink(t *testing.T) {
 		res.Body.Close()
 		sinks[name] = string(b)
 	}
-	if !strings.Contains(sinks["log store"], "pw=[REDACTED") || !strings.Contains(sinks["command records"], "pw=[REDACTED") {
-		t.Fatalf("the planted lines were not collected at all:\n%s", sinks["log store"])
-	}
-	for name, text := range sinks {
-		for _, secret := range []string{envSecret, "abcDEF0123456789xyzTOKEN", urlPass, s.Key, token} {
-			if strings.Contains(text, secret) {
-				t.Errorf("%s contains the secret %q", name, secret)
-			}
-		}
-	}
+	return sinks
 }
