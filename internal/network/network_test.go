@@ -584,3 +584,43 @@ func TestHeaderTransforms(t *testing.T) {
 		}
 	})
 }
+
+func TestLinkLocalIsRefusedUnlessAllowed(t *testing.T) {
+	in := nettest.New(t)
+	if err := in.ServeMetadata(); err != nil {
+		t.Fatal(err)
+	}
+	denied := make(chan network.Denied, 100)
+	srv := nettest.ReserveServer(t)
+	// The limit lets the metadata address through, so the sandbox's own rules decide; its
+	// route leads to the fake internet either way.
+	m, err := network.New(context.Background(), network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
+		LogGroup: srv.LogGroup, DNS: []netip.AddrPort{in.DNS()}, Warm: -1, StateDir: t.TempDir(),
+		EgressLimit: []netip.Prefix{nettest.Range, netip.PrefixFrom(nettest.Metadata, 32)},
+		OnDenied:    func(_ context.Context, d network.Denied) { denied <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	url := "http://" + nettest.Metadata.String() + "/latest/meta-data/"
+	t.Run("a sandbox with internet access does not reach the metadata address", func(t *testing.T) {
+		a := attach(t, m, "sb-ll", network.Policy{AllowInternet: true})
+		if body, err := get(a.Netns, url); err == nil {
+			t.Fatalf("reached it: %q", body)
+		}
+		select {
+		case d := <-denied:
+			if d.Kind != network.DenyLinkLocal || d.Rule != "link-local 169.254.0.0/16" {
+				t.Fatalf("refused by %+v, want the link-local rule", d)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no denied connection reported")
+		}
+	})
+	t.Run("an allowOut entry for it opens it", func(t *testing.T) {
+		a := attach(t, m, "sb-ll-allowed", network.Policy{AllowInternet: true, AllowOut: []netip.Prefix{netip.PrefixFrom(nettest.Metadata, 32)}})
+		if body, err := get(a.Netns, url); err != nil || !strings.Contains(body, "metadata") {
+			t.Fatalf("%q, %v", body, err)
+		}
+	})
+}

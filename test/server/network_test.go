@@ -80,6 +80,20 @@ func TestSandboxEgress(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the listing reports internet access as it is", func(t *testing.T) {
+		var list []struct {
+			SandboxID           string `json:"sandboxID"`
+			AllowInternetAccess bool   `json:"allowInternetAccess"`
+		}
+		getJSON(t, s, "/v2/sandboxes", &list)
+		seen := map[string]bool{}
+		for _, l := range list {
+			seen[l.SandboxID] = l.AllowInternetAccess
+		}
+		if on, off := seen[open.ID], seen[closed.ID]; !on || off {
+			t.Fatalf("listing: %+v", list)
+		}
+	})
 	t.Run("a sandbox created without internet access reaches nothing", func(t *testing.T) {
 		if out, code := curl(t, closed, in.URL("http", "/")); code == 0 {
 			t.Fatalf("curl succeeded: %s", out)

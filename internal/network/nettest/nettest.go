@@ -624,3 +624,46 @@ func (in *Internet) serveSOCKS(c net.Conn) {
 	<-done
 	<-done
 }
+
+// Metadata is the cloud metadata address tests use to check link-local isolation.
+var Metadata = netip.MustParseAddr("169.254.169.254")
+
+// ServeMetadata puts Metadata on the internet's web host, serving the same HTTP, and routes
+// it from the host to the internet's veth, so a packet for it never leaves the machine even
+// if a rule failed to stop it. The route goes with the internet.
+func (in *Internet) ServeMetadata() error {
+	ns, err := netns.GetFromPath(in.Netns)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: prefixNet(Metadata, 32)}); err != nil {
+		return err
+	}
+	host, err := netlink.LinkByName(in.Link)
+	if err != nil {
+		return err
+	}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: host.Attrs().Index, Dst: prefixNet(Metadata, 32), Gw: in.Addr.AsSlice()}); err != nil {
+		return fmt.Errorf("route %s to the fake internet: %w", Metadata, err)
+	}
+	l, err := ListenIn(in.Netns, "tcp", net.JoinHostPort(Metadata.String(), "80"))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "metadata")
+	})}
+	go srv.Serve(l)
+	in.closers = append(in.closers, func() { srv.Close() })
+	return nil
+}
