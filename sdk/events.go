@@ -22,6 +22,9 @@ const (
 	// EventSandboxCheckpointed: a running sandbox was checkpointed in place (briefly paused,
 	// same id and TTL) for a fork or a snapshot.
 	EventSandboxCheckpointed = "sandbox.lifecycle.checkpointed"
+	// EventSandboxNetworkDenied: the network rules refused connections of the sandbox
+	// (sampled: at most a few per sandbox every two seconds).
+	EventSandboxNetworkDenied = "sandbox.network.denied"
 )
 
 // SandboxEvent is one lifecycle event, as GET /events/sandboxes[/{id}] lists it and every
@@ -57,14 +60,15 @@ func (e SandboxEvent) Data() (any, error) {
 
 // eventData registers each event type's payload: the one place a type and its shape meet.
 var eventData = map[string]func() any{
-	EventSandboxCreated:      func() any { return new(CreatedEventData) },
-	EventSandboxConnected:    func() any { return new(ConnectedEventData) },
-	EventSandboxPaused:       func() any { return new(PausedEventData) },
-	EventSandboxResumed:      func() any { return new(ResumedEventData) },
-	EventSandboxUpdated:      func() any { return new(UpdatedEventData) },
-	EventSandboxKilled:       func() any { return new(KilledEventData) },
-	EventSandboxOOM:          func() any { return new(OOMEventData) },
-	EventSandboxCheckpointed: func() any { return new(CheckpointedEventData) },
+	EventSandboxCreated:       func() any { return new(CreatedEventData) },
+	EventSandboxConnected:     func() any { return new(ConnectedEventData) },
+	EventSandboxPaused:        func() any { return new(PausedEventData) },
+	EventSandboxResumed:       func() any { return new(ResumedEventData) },
+	EventSandboxUpdated:       func() any { return new(UpdatedEventData) },
+	EventSandboxKilled:        func() any { return new(KilledEventData) },
+	EventSandboxOOM:           func() any { return new(OOMEventData) },
+	EventSandboxCheckpointed:  func() any { return new(CheckpointedEventData) },
+	EventSandboxNetworkDenied: func() any { return new(NetworkDeniedEventData) },
 }
 
 // EventDataFor returns a new, empty payload of the event type (a pointer), or an error for a
@@ -124,6 +128,20 @@ type PausedEventData struct {
 	// SnapshotBytes and SnapshotMS describe a snapshot pause's checkpoint.
 	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
 	SnapshotMS    int64 `json:"snapshot_ms,omitempty"`
+}
+
+// NetworkDeniedEventData is a network.denied event's payload: the destination, its port (0
+// without one), the protocol, the rule that refused it in the user's words and its kind,
+// and how many packets the sample saw since FirstAt.
+type NetworkDeniedEventData struct {
+	Caller
+	Destination string    `json:"destination"`
+	Port        int       `json:"port"`
+	Protocol    string    `json:"protocol"`
+	Rule        string    `json:"rule"`
+	DenyKind    string    `json:"deny_kind"`
+	Packets     int       `json:"packets"`
+	FirstAt     time.Time `json:"first_at"`
 }
 
 // CheckpointedEventData is a checkpointed event's payload: why (a fork or a snapshot), how

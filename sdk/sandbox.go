@@ -22,6 +22,9 @@ type Sandbox struct {
 	EnvdVersion string
 	// Secure sandboxes have an access token; the SDK sends it on every envd call.
 	Secure bool
+	// TrafficAccessToken opens the sandbox's private ports (NetworkRules.AllowPublicTraffic
+	// false): send it in the E2b-Traffic-Access-Token header. "" when they are public.
+	TrafficAccessToken string
 
 	Commands *Commands
 	Files    *Files
@@ -68,10 +71,13 @@ type SandboxOptions struct {
 	AutoPause bool
 	// AutoResume resumes a paused sandbox when traffic reaches it.
 	AutoResume bool
-	// NoInternet cuts the sandbox off from the internet.
+	// NoInternet cuts the sandbox off from the internet (as DenyOut 0.0.0.0/0 does:
+	// Network.AllowOut still wins).
 	NoInternet bool
 	// VolumeMounts mounts the team's volumes (CreateVolume) into the sandbox, read-write.
 	VolumeMounts []VolumeMount
+	// Network holds egress rules; nil leaves them empty.
+	Network *NetworkRules
 }
 
 // VolumeMount mounts a volume (by name) at an absolute path in a sandbox.
@@ -92,12 +98,15 @@ type CreatedSandbox struct {
 	// Domain is the sandboxes' base domain ({port}-{id}.{domain}); null keeps the SDK's
 	// configured sandbox URL.
 	Domain *string `json:"domain"`
+	// TrafficAccessToken opens the sandbox's private ports (allowPublicTraffic false).
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 func (c *Client) newSandbox(j CreatedSandbox, requestID string) *Sandbox {
 	s := &Sandbox{
 		ID: j.SandboxID, TemplateID: j.TemplateID, Alias: j.Alias, EnvdVersion: j.EnvdVersion,
 		Secure: j.EnvdAccessToken != "", client: c, accessToken: j.EnvdAccessToken, requestID: requestID,
+		TrafficAccessToken: j.TrafficAccessToken,
 	}
 	e := newEnvd(c, s)
 	s.Commands = &Commands{e: e}
@@ -128,6 +137,9 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	}
 	if len(opts.VolumeMounts) > 0 {
 		body["volumeMounts"] = opts.VolumeMounts
+	}
+	if opts.Network != nil {
+		body["network"] = opts.Network
 	}
 	var out CreatedSandbox
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
@@ -189,9 +201,13 @@ type SandboxInfo struct {
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
 	// EnvdAccessToken is sent by Info of a secure sandbox, never by a listing.
-	EnvdAccessToken     string  `json:"envdAccessToken,omitempty"`
-	Domain              *string `json:"domain"`
-	AllowInternetAccess bool    `json:"allowInternetAccess"`
+	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
+	Domain          *string `json:"domain"`
+	// AllowInternetAccess says whether the sandbox has a way out to the internet: false
+	// when it asked for none or the server gives sandboxes no network.
+	AllowInternetAccess bool `json:"allowInternetAccess"`
+	// Network holds the sandbox's egress rules (Info only; nil when it has none).
+	Network *NetworkRules `json:"network,omitempty"`
 
 	requestID string
 }

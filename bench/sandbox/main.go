@@ -51,6 +51,8 @@ import (
 
 	pb "github.com/cove-dev/cove/gen/process"
 	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/template"
 )
@@ -192,7 +194,20 @@ func (b *bench) startServer(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.cfg.cove, "server", "--data", b.cfg.data, "--addr", "127.0.0.1:0", "--log-level", "info")
+	// Sandboxes get networking as in production, on a reserved test pool that reaches only
+	// 198.18.0.0/15: nothing the bench does leaves the machine.
+	pool, release, err := nettest.ReservePool()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	cmd := exec.Command(b.cfg.cove, append([]string{"server", "--data", b.cfg.data, "--addr", "127.0.0.1:0", "--log-level", "info"},
+		covetest.NetworkArgs(pool)...)...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // dies with us, even on a crash
 	out, err := cmd.StdoutPipe()
@@ -224,6 +239,7 @@ func (b *bench) startServer(ctx context.Context) (stop func(), err error) {
 			<-exited
 		}
 		logf.Close()
+		release()
 	}
 	up := make(chan string, 1)
 	go func() {

@@ -113,6 +113,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))
 				}
 				printPauses(cmd.Context(), c, id)
+				explainNetwork(cmd.Context(), c, id)
 				return nil
 			case errors.As(err, &killed), errors.Is(err, cove.ErrNotFound):
 			default:
@@ -135,6 +136,7 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 			}
 			d := data.(*cove.KilledEventData)
 			fmt.Printf("sandbox %s was killed at %s: reason %s, by %s\n", id, k.Timestamp.Format(time.RFC3339), d.KillReason, who(k))
+			defer explainNetwork(cmd.Context(), c, id)
 			defer printPauses(cmd.Context(), c, id)
 			if d.KillReason == "timeout" {
 				fmt.Printf("its timeout ended at %s\n", d.EndAt.Format(time.RFC3339))

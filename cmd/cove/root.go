@@ -10,7 +10,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd(), newTeamCmd(), newAdminCmd(),
-		newSandboxCmd(), newExecCmd(), newFilesCmd(), newUsageCmd(), newSnapshotCmd(), newVolumeCmd())
+		newSandboxCmd(), newExecCmd(), newFilesCmd(), newUsageCmd(), newSnapshotCmd(), newVolumeCmd(), newSecretCmd())
 	root.AddCommand(newObserveCmds()...)
 	return root
 }

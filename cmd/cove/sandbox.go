@@ -23,6 +23,7 @@ func newSandboxCmd() *cobra.Command {
 		Short:   "Create, list, inspect, pause, resume and kill sandboxes (through the API, with the Go SDK)",
 	}
 	f.register(cmd)
+	cmd.AddCommand(sandboxNetworkCmd(&f))
 	cmd.AddCommand(
 		sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxInfoCmd(&f), sandboxKillCmd(&f),
 		sandboxPauseCmd(&f), sandboxResumeCmd(&f), sandboxTimeoutCmd(&f), sandboxRefreshCmd(&f),
@@ -35,6 +36,8 @@ func newSandboxCmd() *cobra.Command {
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var opts cove.SandboxOptions
 	var metadata, envs, volumes []string
+	var rules cove.NetworkRules
+	var privatePorts bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
@@ -54,6 +57,13 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				}
 				opts.VolumeMounts = append(opts.VolumeMounts, cove.VolumeMount{Name: name, Path: path})
 			}
+			if privatePorts {
+				rules.AllowPublicTraffic = new(bool)
+			}
+			if rules.AllowOut != nil || rules.DenyOut != nil || rules.EgressProxy != nil || rules.Rules != nil || privatePorts ||
+				rules.HTTPSPorts != nil || rules.MaskRequestHost != "" {
+				opts.Network = &rules
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
@@ -66,6 +76,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				return printJSON(map[string]any{
 					"sandboxID": sb.ID, "templateID": sb.TemplateID, "alias": sb.Alias,
 					"envdVersion": sb.EnvdVersion, "secure": sb.Secure, "requestID": sb.RequestID(),
+					"trafficAccessToken": sb.TrafficAccessToken,
 				})
 			}
 			fmt.Println(sb.ID)
@@ -81,6 +92,10 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
 	fl.StringArrayVar(&volumes, "volume", nil, "mount a volume NAME:PATH, read-write (repeatable; `cove volume create` makes one)")
+	fl.IntSliceVar(&rules.HTTPSPorts, "https-port", nil, "a port of the sandbox that serves HTTPS: the proxy speaks TLS to it (repeatable)")
+	fl.StringVar(&rules.MaskRequestHost, "mask-host", "", "the Host header the proxy sends the sandbox's ports (${PORT} is the port)")
+	fl.BoolVar(&privatePorts, "private-ports", false, "keep the sandbox's ports private: requests need its trafficAccessToken (printed with --json)")
+	networkRuleFlags(cmd, &opts.NoInternet, &rules.AllowOut, &rules.DenyOut, &rules.EgressProxy, &rules.Rules)
 	f.jsonFlag(cmd)
 	return cmd
 }
@@ -171,6 +186,7 @@ func sandboxInfoCmd(f *apiFlags) *cobra.Command {
 				{"started", i.StartedAt.Local().Format(time.RFC3339)}, {"ends", i.EndAt.Local().Format(time.RFC3339)},
 				{"cpus", fmt.Sprint(i.CPUCount)}, {"memory", fmt.Sprintf("%d MB", i.MemoryMB)},
 				{"disk", fmt.Sprintf("%d MB", i.DiskSizeMB)}, {"envd", i.EnvdVersion}, {"metadata", pairs(i.Metadata)},
+				{"internet", fmt.Sprint(i.AllowInternetAccess)}, {"network", networkSummary(i.Network)},
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 			}

@@ -50,6 +50,7 @@ func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var logLevel, otelEndpoint, budgetsFile, quotasFile, onStop, pauseKind string
 	var webhookAllow, retain []string
+	var netFlags networkFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
@@ -109,6 +110,10 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 				}
 				cfg.WebhookAllowNets = append(cfg.WebhookAllowNets, p)
 			}
+			if cfg.Network, err = netFlags.config(); err != nil {
+				return err
+			}
+			cfg.NoNetwork = !netFlags.on
 			return server.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 		},
 	}
@@ -140,5 +145,6 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.StringVar(&onStop, "on-stop", envOr("COVE_ON_STOP", "keep"), "what stopping the server (SIGTERM, SIGINT) does to sandboxes: keep them running for the next start to adopt, or kill them (reason server_shutdown) [$COVE_ON_STOP]")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)
+	netFlags.register(cmd)
 	return cmd
 }

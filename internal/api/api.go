@@ -65,6 +65,11 @@ type Config struct {
 	Activity store.Activity
 	// Builds serves E2B's template builder API; nil leaves those operations to the 501.
 	Builds *template.Builds
+	// Networks reads and replaces sandboxes' egress policies; nil leaves
+	// PUT /sandboxes/{id}/network to the 501 of operations this server does not serve.
+	Networks Networks
+	// Secrets serves /secrets; nil leaves those operations to the 501.
+	Secrets Secrets
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -113,6 +118,12 @@ func (a *api) routes() {
 		})
 	}
 	a.handle("GET /teams", a.teams)
+	if a.cfg.Networks != nil {
+		a.handle("PUT /sandboxes/{id}/network", a.updateNetwork)
+	}
+	if a.cfg.Secrets != nil {
+		a.secretRoutes()
+	}
 	if a.cfg.Activity != nil {
 		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)
 		a.handle("GET /teams/{teamID}/metrics/max", a.teamMetricsMax)

@@ -35,6 +35,8 @@ type createBody struct {
 	} `json:"autoResume"`
 	Secure              *bool `json:"secure"`
 	AllowInternetAccess *bool `json:"allow_internet_access"`
+	// Network is E2B's SandboxNetworkConfig, read strictly by parseCreateNetwork.
+	Network json.RawMessage `json:"network"`
 	// CollectLogs switches the collection of command output into the log store (Cove's
 	// extension; on when absent).
 	CollectLogs *bool `json:"collectLogs"`
@@ -113,6 +115,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err := validCreate(body); err != nil {
 		return err
 	}
+	netw, err := parseCreateNetwork(body.Network)
+	if err != nil {
+		return err
+	}
 	// E2B's v2 create has no secure field: every sandbox it makes is secured (an envd access
 	// token, signed file URLs). The v1 create secures only when asked. An explicit value wins.
 	secure := r.URL.Path == "/v2/sandboxes"
@@ -130,13 +136,20 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		AutoPause:  body.AutoPause,
 		AutoResume: body.AutoResume != nil && body.AutoResume.Enabled,
 		// E2B allows internet access unless the client says false.
-		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
-		CollectLogs:   body.CollectLogs,
+		AllowInternet:   body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+		Network:         netw.policy,
+		PrivateTraffic:  netw.private,
+		MaskRequestHost: netw.maskHost,
+		HTTPSPorts:      netw.httpsPorts,
+		CollectLogs:     body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
 		Secrets: []string{apiKeyFrom(r)},
 	}
 	for _, m := range body.VolumeMounts {
 		req.VolumeMounts = append(req.VolumeMounts, orchestrator.VolumeMount{Name: m.Name, Path: m.Path})
+	}
+	if netw.policy != nil {
+		req.Secrets = append(req.Secrets, netw.policy.Secrets()...)
 	}
 	ctx := r.Context()
 	if body.TemplateID != "" {
@@ -160,7 +173,9 @@ func (a *api) get(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err != nil {
 		return fmt.Errorf("get sandbox %s: %w", id, err)
 	}
-	writeJSON(w, http.StatusOK, a.detail(sb, true))
+	d := a.detail(sb, true)
+	d.Network = a.networkOf(r.Context(), c.team.ID, id)
+	writeJSON(w, http.StatusOK, d)
 	return nil
 }
 

@@ -15,14 +15,24 @@ type sandboxJSON = cove.SandboxInfo
 
 func (a *api) newSandbox(sb *store.Sandbox) newSandboxJSON {
 	return newSandboxJSON{
-		SandboxID:       sb.ID,
-		TemplateID:      sb.TemplateID,
-		Alias:           sb.Alias,
-		ClientID:        clientID,
-		EnvdVersion:     envdVersion(sb),
-		EnvdAccessToken: accessToken(sb),
-		Domain:          a.domain(),
+		SandboxID:          sb.ID,
+		TemplateID:         sb.TemplateID,
+		Alias:              sb.Alias,
+		ClientID:           clientID,
+		EnvdVersion:        envdVersion(sb),
+		EnvdAccessToken:    accessToken(sb),
+		Domain:             a.domain(),
+		TrafficAccessToken: a.trafficToken(sb.ID),
 	}
+}
+
+// trafficToken is the token of a sandbox's private ports, for its create, connect and
+// resume answers; "" when its ports are public.
+func (a *api) trafficToken(id string) string {
+	if a.cfg.Networks == nil {
+		return ""
+	}
+	return a.cfg.Networks.TrafficToken(id)
 }
 
 // detail renders a sandbox; withToken adds its envd access token (only GET of one sandbox

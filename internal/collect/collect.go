@@ -71,6 +71,10 @@ func (c *Collector) Redact(s string) string {
 	return out
 }
 
+// AddSecret masks v too, in everything collected from now on (a secret the sandbox's network
+// rules gained after its create).
+func (c *Collector) AddSecret(v string) { c.redactor.AddSecret(v) }
+
 // Recent returns the sandbox's last output lines, oldest first, redacted.
 func (c *Collector) Recent() []string {
 	c.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -112,6 +113,20 @@ func OwnTemplates(t testing.TB) string {
 	return dir
 }
 
+// NetworkArgs are the `cove server` flags that keep a test server's sandbox egress on this
+// machine: the reserved pool, table and link names, the 198.18.0.0/15 limit, no DNS
+// upstream, and no host-wide ip_forward.
+//
+// On a machine without the nft binary, test servers run with --network=false instead (the
+// network tests skip there, through nettest).
+func NetworkArgs(n nettest.Server) []string {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return []string{"--network=false"}
+	}
+	return []string{"--network-pool", n.Pool.String(), "--network-table", n.Table, "--network-link-prefix", n.LinkPrefix,
+		"--network-log-group", fmt.Sprint(n.LogGroup), "--network-egress-limit", nettest.Range.String(), "--network-dns", "none", "--network-ip-forward=false", "--network-warm", "2"}
+}
+
 // Server is a running `cove server`.
 type Server struct {
 	URL     string // http://127.0.0.1:PORT
@@ -124,7 +139,7 @@ type Server struct {
 
 	t         testing.TB
 	templates string
-	args      []string // extra `cove server` flags
+	args      []string // network flags and the caller's, kept across restarts
 	cmd       *exec.Cmd
 	logs      *Buffer
 	exited    chan struct{}
@@ -154,8 +169,14 @@ func StartWithTemplates(t testing.TB, dataDir, templates string) *Server {
 	return StartWith(t, dataDir, Options{OnStop: "kill", Templates: templates})
 }
 
-// StartWith starts a server as Start does, with o. At cleanup a server that keeps its
-// sandboxes is started once more with --on-stop kill and stopped, so nothing is left behind.
+// StartWith starts a server as Start does, with o.
+//
+// Every test server's sandboxes have egress, made safe: their addresses come from a /24 of
+// 198.19.0.0/16 reserved for this test, they may reach only 198.18.0.0/15 (the fake
+// internets of internal/network/nettest), and their DNS is answered REFUSED unless a test
+// names a resolver inside a fake internet (--network-dns). Nothing leaves the machine.
+// At cleanup a server that keeps its sandboxes is started once more with --on-stop kill and
+// stopped, so nothing is left behind.
 func StartWith(t testing.TB, dataDir string, o Options) *Server {
 	t.Helper()
 	Skip(t)
@@ -166,7 +187,7 @@ func StartWith(t testing.TB, dataDir string, o Options) *Server {
 	if templates == "" {
 		templates = Templates(t)
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: templates, OnStop: o.OnStop, args: o.Args}
+	s := &Server{t: t, DataDir: dataDir, templates: templates, OnStop: o.OnStop, args: append(NetworkArgs(nettest.ReserveServer(t)), o.Args...)}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()

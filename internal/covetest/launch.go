@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/runtime"
 )
 
@@ -46,18 +47,30 @@ type Process struct {
 	cmd     *exec.Cmd
 	exited  chan error
 	logFile *os.File
+	release func() // the network pool's reservation
 }
 
 // Launch starts cove on dataDir with the shared test templates, logging to logPath, and
 // returns once it serves. The first run on a new machine builds the base template.
 func Launch(cove, dataDir, logPath string) (*Process, error) {
+	return LaunchWith(cove, dataDir, logPath)
+}
+
+// LaunchWith is Launch with more `cove server` flags (they win over covetest's own).
+func LaunchWith(cove, dataDir, logPath string, args ...string) (*Process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	p := &Process{DataDir: dataDir, LogPath: logPath, logFile: logFile, exited: make(chan error, 1)}
+	pool, release, err := nettest.ReservePool()
+	if err != nil {
+		return nil, err
+	}
+	p.release = release
 	// --on-stop kill: a test run leaves no sandbox behind for the next to adopt.
-	p.cmd = exec.Command(cove, "server", "--data", dataDir, "--templates", TemplatesDir(), "--addr", "127.0.0.1:0", "--on-stop", "kill")
+	p.cmd = exec.Command(cove, append([]string{"server", "--data", dataDir, "--templates", TemplatesDir(), "--addr", "127.0.0.1:0", "--on-stop", "kill"},
+		append(NetworkArgs(pool), args...)...)...)
 	// Pdeathsig: a test binary killed by -timeout must not leave the server running. It fires
 	// when the starting thread exits, so TestMain's thread stays locked.
 	goruntime.LockOSThread()
@@ -105,6 +118,9 @@ func Launch(cove, dataDir, logPath string) (*Process, error) {
 // Stop sends SIGTERM, waits up to 30 s, then kills.
 func (p *Process) Stop() error {
 	defer p.logFile.Close()
+	if p.release != nil {
+		defer p.release()
+	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case err := <-p.exited:

@@ -86,6 +86,14 @@ func OOMData(count int) *cove.OOMEventData {
 	return &cove.OOMEventData{Count: count}
 }
 
+// NetworkDeniedData is a network.denied event's data: the destination, its port (0 without
+// one), the protocol, the rule that refused it in the user's words (rule) and its kind, and
+// how many packets the sample saw since first.
+func NetworkDeniedData(destination string, port int, protocol, rule, kind string, packets int, first time.Time) *cove.NetworkDeniedEventData {
+	return &cove.NetworkDeniedEventData{Destination: destination, Port: port, Protocol: protocol, Rule: rule,
+		DenyKind: kind, Packets: packets, FirstAt: first.UTC()}
+}
+
 // Backoff spaces a delivery's attempts: Initial, then doubling up to Max, for at most
 // Attempts attempts in all.
 type Backoff struct {

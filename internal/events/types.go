@@ -30,12 +30,15 @@ const (
 	// SandboxCheckpointed: a running sandbox was checkpointed in place (briefly paused, same
 	// id and TTL) for a fork or a snapshot.
 	SandboxCheckpointed EventType = cove.EventSandboxCheckpointed
+	// SandboxNetworkDenied: Cove's network rules refused connections of a sandbox (sampled:
+	// at most a few per sandbox every two seconds).
+	SandboxNetworkDenied EventType = cove.EventSandboxNetworkDenied
 )
 
 // EventTypes lists every EventType.
 var EventTypes = []EventType{
 	SandboxCreated, SandboxConnected, SandboxPaused, SandboxResumed, SandboxUpdated,
-	SandboxKilled, SandboxOOM, SandboxCheckpointed,
+	SandboxKilled, SandboxOOM, SandboxCheckpointed, SandboxNetworkDenied,
 }
 
 // unknownType is what String shows for the zero EventType.

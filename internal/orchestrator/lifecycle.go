@@ -110,6 +110,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 		pm.Detail = detail
 	}
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
+	o.detachNetwork(ctx, e.sb.ID)
 	e.stopWatching()
 	e.closeLog()
 

@@ -33,6 +33,7 @@ import (
 	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -82,6 +83,8 @@ type Config struct {
 	Commands store.CommandStore
 	// Redactor masks secrets in everything collected; each sandbox adds its own secrets.
 	Redactor *redact.Redactor
+	// Network gives sandboxes egress; nil leaves them loopback only.
+	Network Network
 
 	DefaultTimeout time.Duration // 300 s when 0
 	MaxTimeout     time.Duration // 24 h when 0
@@ -142,6 +145,14 @@ type CreateRequest struct {
 	Metadata, EnvVars            map[string]string
 	Secure, AutoPause            bool
 	AutoResume, AllowInternet    bool
+	// Network holds the allowOut and denyOut rules (AllowInternet above is the flag).
+	Network *network.Policy
+	// PrivateTraffic keeps the sandbox's ports private (E2B's allowPublicTraffic false): the
+	// proxy requires its traffic access token.
+	PrivateTraffic bool
+	// MaskRequestHost and HTTPSPorts say how the proxy reaches the sandbox's ports.
+	MaskRequestHost string
+	HTTPSPorts      []int
 	// Secrets are values to mask in everything collected from the sandbox (the caller's API
 	// key); env var values whose names look secret are added too.
 	Secrets []string
@@ -193,6 +204,11 @@ type entry struct {
 	onDisk bool
 	// volumes are the ids of the volumes mounted in the sandbox (as this server made it).
 	volumes []string
+	// trafficToken guards the sandbox's ports when they are private; set at create, as
+	// are maskHost and httpsPorts (how the proxy reaches its ports).
+	trafficToken string
+	maskHost     string
+	httpsPorts   []int
 }
 
 // stopWatching releases what watches the sandbox from the host; safe to call twice.
@@ -385,18 +401,20 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, err
 	}
 	binds, e.volumes = append(binds, vb...), vids
+	req = withPorts(e, req)
 
 	stage := "runtime"
 	defer func() {
 		if err != nil {
 			telemetry.SandboxCreateFailures.WithLabelValues(stage).Inc()
 			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			o.detachNetwork(ctx, sb.ID)
 			e.stopWatching()
 			e.closeLog()
 			o.logger(ctx).Error("sandbox create failed", "stage", stage, "error", err.Error())
 		}
 	}()
-	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
+	spec := runtime.Spec{
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
 		Layers: tmpl.LayerDirs,
@@ -405,7 +423,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:  binds,
 		Start:  true,
-	})
+	}
+	stage = "network"
+	if ctx, err = o.attachNetwork(ctx, sb, req, &spec); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	stage = "runtime"
+	rsb, err := o.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -470,12 +494,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
 	}
 	o.nudge()
-	if req.AllowInternet {
-		// The runtime gives every sandbox a loopback-only network: say so rather than pretend.
-		o.logger(ctx).Info("internet access requested; sandboxes have loopback-only networks", "allow_internet_access", false)
-	}
 	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
-		"timeout_s", timeout.Seconds(), "secure", out.Secure, "auto_pause", out.AutoPause, "env_names", out.EnvVarNames)
+		"timeout_s", timeout.Seconds(), "secure", out.Secure, "auto_pause", out.AutoPause, "env_names", out.EnvVarNames,
+		"allow_internet_access", out.AllowInternet)
 	return out, nil
 }
 

@@ -15,18 +15,24 @@ package proxy
 
 import (
 	"context"
+	"crypto/subtle"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -64,6 +70,31 @@ const (
 // EnvdPort is envd's port inside every sandbox, the default target.
 const EnvdPort = envdapi.Port
 
+// TrafficGuard is a Backend that keeps some sandboxes' ports private (E2B's
+// allowPublicTraffic false): a request to a port other than envd's must carry the
+// sandbox's traffic access token.
+type TrafficGuard interface {
+	// TrafficToken is the token sandbox id's ports require; "" when they are public.
+	TrafficToken(id string) string
+}
+
+// PortOptions is a Backend that says how to reach a sandbox's ports (E2B's httpsPorts and
+// maskRequestHost).
+type PortOptions interface {
+	// PortOptions is the Host header to send ("" keeps the client's; ${PORT} is the port)
+	// and the ports that serve HTTPS (reached without verifying their certificates).
+	PortOptions(id string) (maskHost string, httpsPorts []int)
+}
+
+// HeaderTrafficToken carries a private sandbox's traffic access token.
+const HeaderTrafficToken = "E2b-Traffic-Access-Token"
+
+var errTrafficToken = errdefs.New(errdefs.ErrPermissionDenied, "traffic access token required")
+
+// coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
+// token and E2B's traffic access token.
+var coveCredentials = []string{"X-API-Key", "X-Access-Token", "E2b-Traffic-Access-Token"}
+
 // Config is what New needs.
 type Config struct {
 	Backend Backend
@@ -92,6 +123,9 @@ func New(cfg Config) *Proxy {
 		MaxIdleConnsPerHost:   32,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		// Only a sandbox's httpsPorts are reached over TLS; like E2B, their certificates are
+		// not verified, so self-signed ones work.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}
 	base := cfg.Logger
 	if base == nil {
@@ -159,6 +193,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, r, t, err)
 		return
 	}
+	if g, ok := p.cfg.Backend.(TrafficGuard); ok && t.port != EnvdPort {
+		if want := g.TrafficToken(t.id); want != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
+			p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
+			return
+		}
+	}
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
@@ -190,6 +230,22 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 	pr.SetXForwarded()
+	if o, ok := p.cfg.Backend.(PortOptions); ok && t.port != EnvdPort {
+		mask, https := o.PortOptions(t.id)
+		if slices.Contains(https, t.port) {
+			pr.Out.URL.Scheme = "https"
+		}
+		if mask != "" {
+			pr.Out.Host = strings.ReplaceAll(mask, "${PORT}", strconv.Itoa(t.port))
+		}
+	}
+	if t.port != EnvdPort {
+		// Cove's own credentials stop here: a user's server in the sandbox never sees them
+		// (envd needs its access token; nothing else does).
+		for _, h := range coveCredentials {
+			pr.Out.Header.Del(h)
+		}
+	}
 	if id := telemetry.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(telemetry.HeaderRequestID, id)
 	}

@@ -159,6 +159,8 @@ func echo(label string) http.Handler {
 			"host":       r.Host,
 			"request_id": r.Header.Get("X-E2B-Request-Id"),
 			"token":      r.Header.Get("X-Access-Token"),
+			"api_key":    r.Header.Get("X-API-Key") + r.Header.Get("E2b-Traffic-Access-Token"),
+			"user_auth":  r.Header.Get("Authorization"),
 			"upgrade":    r.Header.Get("X-Hop"),
 			"forwarded":  r.Header.Get("X-Forwarded-For"),
 			"body":       string(body),
@@ -333,6 +335,15 @@ func TestRouting(t *testing.T) {
 			"Connection", "X-Hop", "X-Hop", "dropped")
 		got := decode(t, res)
 		if got["host"] != "49983-isb1.cove.test" || got["token"] != "tok" || got["upgrade"] != "" || got["forwarded"] == "" {
+			t.Errorf("upstream saw %v", got)
+		}
+	})
+	t.Run("Cove's credentials do not reach a user's port; the user's own Authorization does", func(t *testing.T) {
+		t.Parallel()
+		res := e.request(t, "GET", "/x", nil, "Host", "49999-isb1.cove.test", "X-Access-Token", "tok",
+			"X-API-Key", "cove-key", "E2b-Traffic-Access-Token", "traffic", "Authorization", "Bearer users-own")
+		got := decode(t, res)
+		if got["label"] != "jupyter" || got["token"] != "" || got["api_key"] != "" || got["user_auth"] != "Bearer users-own" {
 			t.Errorf("upstream saw %v", got)
 		}
 	})

@@ -12,6 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// CreateNetns makes a network namespace with its loopback up, pinned at path (see Spec.Netns).
+func CreateNetns(path string) error { return createNetns(path) }
+
+// RemoveNetns unpins and deletes a namespace made by CreateNetns; a missing one is fine.
+func RemoveNetns(path string) error { return removeNetns(path) }
+
 // createNetns makes a network namespace with its loopback up and pins it by bind-mounting its
 // nsfs file onto path (the way `ip netns add` does), so it outlives every process in it.
 func createNetns(path string) (err error) {

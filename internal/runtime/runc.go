@@ -64,6 +64,7 @@ type sandbox struct {
 	id      string
 	pid     int
 	network Network
+	netns   string        // the namespace it joined when the caller gave one (Spec.Netns)
 	exited  chan struct{} // closed once init has been reaped
 	exit    Exit
 	// checkpointing: a checkpoint is stopping init, so its exit is no death (Exit.Checkpointed).
@@ -126,8 +127,14 @@ func (r *Runc) dir(id string) string        { return filepath.Join(r.cfg.DataDir
 func (r *Runc) netnsPath(id string) string  { return filepath.Join(r.cfg.NetnsDir, id) }
 func (r *Runc) cgroupPath(id string) string { return filepath.Join(r.cfg.CgroupParent, id) }
 
-// NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`).
-func (r *Runc) NetnsPath(id string) string { return r.netnsPath(id) }
+// NetnsPath is where the sandbox's network namespace is pinned (for `nsenter --net=`): the
+// one it joined (Spec.Netns), or its own.
+func (r *Runc) NetnsPath(id string) string {
+	if sb := r.get(id); sb != nil && sb.netns != "" {
+		return sb.netns
+	}
+	return r.netnsPath(id)
+}
 
 // UpperDir is the overlay's upper directory: everything the sandbox wrote. It is on the
 // sandbox's own disk when it has a disk limit.
@@ -252,8 +259,8 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: prepare root: %w", s.ID, err)
 		}
 	}
-	netns := ""
-	if s.Network != NetworkHost {
+	netns := s.Netns
+	if s.Network != NetworkHost && netns == "" {
 		netns = r.netnsPath(s.ID)
 		if err := createNetns(netns); err != nil {
 			return nil, fmt.Errorf("create %s: netns: %w", s.ID, err)
@@ -312,7 +319,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		errR.Close()
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, exited: make(chan struct{})}
+	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
 	if err := r.reap(sb); err != nil {
 		outR.Close()
 		errR.Close()
@@ -543,11 +550,14 @@ func (r *Runc) Stats(ctx context.Context, id string) (Stats, error) {
 
 // Dial implements Runtime.
 func (r *Runc) Dial(ctx context.Context, id, network, address string) (net.Conn, error) {
+	netns := r.netnsPath(id)
 	if sb := r.get(id); sb != nil && sb.network == NetworkHost {
 		var d net.Dialer
 		return d.DialContext(ctx, network, address)
+	} else if sb != nil && sb.netns != "" {
+		netns = sb.netns
 	}
-	c, err := dialInNetns(ctx, r.netnsPath(id), network, address)
+	c, err := dialInNetns(ctx, netns, network, address)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s in %s: %w", address, id, err)
 	}

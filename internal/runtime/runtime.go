@@ -74,6 +74,9 @@ type Spec struct {
 	Binds []Bind
 	// Network chooses the sandbox's network; NetworkLoopback when empty.
 	Network Network
+	// Netns, when set, is a pinned network namespace the sandbox joins instead of making its
+	// own loopback-only one (internal/network makes it, with a veth, and removes it).
+	Netns string
 	// Direct mounts Rootfs itself, writable, as the root instead of an overlay on it. Template
 	// builds use it to change a rootfs in place; sandboxes never should.
 	Direct bool

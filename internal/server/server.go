@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,12 +32,14 @@ import (
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/sampler"
+	"github.com/cove-dev/cove/internal/secrets"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
@@ -87,7 +90,11 @@ type Config struct {
 	SandboxMemoryMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
-	Logger  *slog.Logger
+	// NoNetwork leaves every sandbox loopback only (allowInternetAccess is reported false);
+	// otherwise Network configures their egress (veth, address pool, NAT, DNS, nftables).
+	NoNetwork bool
+	Network   network.Config
+	Logger    *slog.Logger
 	// Ready, if set, is called with the listener's address once the server serves.
 	Ready func(addr string, apiKey string)
 }
@@ -159,8 +166,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if os.Geteuid() != 0 {
 		return errors.New("cove server runs sandboxes with runc and needs root")
 	}
-	say("checking host packages (runc, debootstrap, e2fsprogs)")
-	if err := template.EnsureHostPackages(ctx, "runc", "debootstrap", "e2fsprogs"); err != nil {
+	pkgs := []string{"runc", "debootstrap", "e2fsprogs"}
+	if !cfg.NoNetwork {
+		pkgs = append(pkgs, "nftables") // the nft binary: sandbox egress rules
+	}
+	say("checking host packages (%s)", strings.Join(pkgs, ", "))
+	if err := template.EnsureHostPackages(ctx, pkgs...); err != nil {
 		return fmt.Errorf("install host packages: %w", err)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -235,6 +246,27 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	defer bus.Close()
 	redactor := redact.New(redact.Options{Secrets: []string{admin}})
+	secretStore, err := secrets.Open(filepath.Join(cfg.DataDir, "secrets.json"))
+	if err != nil {
+		return err
+	}
+	var netw orchestrator.Network
+	var denials atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
+	if !cfg.NoNetwork {
+		cfg.Network.Logger = cfg.Logger
+		cfg.Network.SecretValue = secretStore.Value
+		cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+			if o := denials.Load(); o != nil {
+				o.NetworkDenied(ctx, d)
+			}
+		}
+		m, err := network.New(ctx, cfg.Network)
+		if err != nil {
+			return fmt.Errorf("%w (or run with --network=false: sandboxes get no egress)", err)
+		}
+		defer m.Close(context.Background()) // after the sandboxes are gone: removes the table
+		netw = m
+	}
 
 	snapshots, err := snapshot.Open(filepath.Join(cfg.DataDir, "snapshots"))
 	if err != nil {
@@ -248,11 +280,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes,
+		Snapshots: snapshots, Volumes: volumes, Network: netw,
 	})
 	if err != nil {
 		return err
 	}
+	denials.Store(orch)
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}
@@ -324,7 +357,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin, Builds: builds,
+	apiHandler := api.New(api.Config{Sandboxes: orch, Networks: orch, Secrets: secretStore, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin, Builds: builds,
 		Routes: map[string]http.Handler{
 			"/events/":                           bus.Handler(),
 			"GET /sandboxes/{id}/metrics":        metricsAPI,

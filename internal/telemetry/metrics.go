@@ -27,6 +27,9 @@ func Metrics() *prometheus.Registry {
 
 // Cove's metrics.
 var (
+	NetworkDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cove_network_denied_packets_total", Help: "Sandbox packets refused by Cove's network rules and logged (at most 10 a second per rule of a sandbox), by rule kind.",
+	}, []string{"kind"})
 	SandboxesCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cove_sandboxes_created_total", Help: "Sandboxes created, by template.",
 	}, []string{"template"})
@@ -137,6 +140,7 @@ func register() {
 		SandboxesKilled.WithLabelValues(r.String())
 	}
 	Registry.MustRegister(StoreRows, StoreBytes, StoreOldestAgeSeconds, StoreRetentionSeconds, StoreMaxRows, StorePruned)
+	Registry.MustRegister(NetworkDenied)
 }
 
 // What each store keeps (internal/retention), by dataset: a closed set of five.

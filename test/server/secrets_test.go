@@ -144,3 +144,35 @@ func body(t *testing.T, s *covetest.Server, path string) string {
 	getJSON(t, s, path, &raw)
 	return string(raw)
 }
+
+// collected is every text Cove keeps about sandbox id, by sink: the server's JSON log lines,
+// the envd log file, the log store, the command records and the events.
+func collected(t *testing.T, s *covetest.Server, id string) map[string]string {
+	t.Helper()
+	var jsonLines []string
+	for _, l := range strings.Split(s.Logs(), "\n") {
+		if strings.HasPrefix(l, "{") {
+			jsonLines = append(jsonLines, l)
+		}
+	}
+	sinks := map[string]string{"server log": strings.Join(jsonLines, "\n")}
+	envdLog, _ := os.ReadFile(filepath.Join(s.DataDir, "logs", id+".log"))
+	sinks["envd log file"] = string(envdLog)
+	for name, path := range map[string]string{
+		"log store":       "/v2/sandboxes/" + id + "/logs?limit=1000",
+		"command records": "/sandboxes/" + id + "/commands",
+		"events":          "/events/sandboxes/" + id,
+		"info":            "/sandboxes/" + id,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+		req.Header.Set("X-API-Key", s.Key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		sinks[name] = string(b)
+	}
+	return sinks
+}

@@ -1,0 +1,282 @@
+// Command network measures what sandbox networking costs and delivers, and prints figures and
+// ratios measured in one run. It never fails on a missed goal: it is a measuring tool.
+//
+//	go run ./bench/network             # about a minute
+//	go run ./bench/network -creates 50 -mib 1024
+//
+// It needs root and the shared test templates ($COVE_TEST_TEMPLATES). Every packet stays on
+// this machine: it builds a fake internet (internal/network/nettest, 198.18.0.0/15) and its
+// servers take a reserved 198.19.N.0/24 pool limited to that range. Phases:
+//
+//  1. attach: internal/network's Attach, cold (namespace, veth, addresses, route, nft chain)
+//     and from the ready pool;
+//  2. create: create -> `true` finished through the SDK, on a server with --network=false and
+//     on one with networking (ready namespaces on), p50 and p90 of each;
+//  3. throughput: TCP bytes to the fake internet's sink from the host (the veth's line rate)
+//     and from inside a sandbox (dd writing to bash's /dev/tcp: veth, forward, NAT, veth), and
+//     from a bare sandbox namespace with the same path but Go as the sender.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/cove-dev/cove/bench/internal/measure"
+	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/network/nettest"
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+func main() {
+	creates := flag.Int("creates", 30, "timed creates per server (after warm-up runs)")
+	attaches := flag.Int("attaches", 40, "timed attaches, cold and warm")
+	mib := flag.Int("mib", 512, "MiB sent per throughput run")
+	coveBin := flag.String("cove", "", "cove binary (built from this checkout when empty)")
+	flag.Parse()
+	if err := run(*creates, *attaches, *mib, *coveBin); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/network:", err)
+		os.Exit(1)
+	}
+}
+
+func run(creates, attaches, mib int, bin string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (network namespaces, veths, nftables)")
+	}
+	tmp, err := os.MkdirTemp("", "cove-bench-network-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if bin == "" {
+		if bin, err = covetest.BuildBinary(tmp); err != nil {
+			return err
+		}
+	}
+	in, err := nettest.Build()
+	if err != nil {
+		return fmt.Errorf("fake internet: %w", err)
+	}
+	defer in.Close()
+	fmt.Printf("fake internet %s (host %s), every packet stays on this machine\n\n", in.Subnet, in.Addr)
+
+	cold, warm, err := attachPhase(in, attaches, tmp)
+	if err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	fmt.Printf("%-70s %8.2f ms\n", "attach, cold (netns+veth+addr+route+nft), p50", measure.Ms(cold))
+	fmt.Printf("%-70s %8.2f ms\n", "attach, from the ready pool, p50", measure.Ms(warm))
+
+	off, on, err := createPhase(bin, tmp, creates, in)
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	fmt.Printf("%-70s %8.2f ms (p90 %.2f)\n", "create -> first command, networking off, p50", measure.Ms(measure.Pct(off, 50)), measure.Ms(measure.Pct(off, 90)))
+	fmt.Printf("%-70s %8.2f ms (p90 %.2f)  goal <= 50 ms\n", "create -> first command, networking on, p50", measure.Ms(measure.Pct(on, 50)), measure.Ms(measure.Pct(on, 90)))
+	fmt.Printf("%-70s %8.2f\n", "ratio on / off (p50)", float64(measure.Pct(on, 50))/float64(measure.Pct(off, 50)))
+
+	return throughputPhase(bin, in, tmp, mib)
+}
+
+// attachPhase times Attach with no ready namespaces and with them, and returns the p50s.
+func attachPhase(in *nettest.Internet, n int, tmp string) (cold, warm time.Duration, err error) {
+	for _, w := range []int{-1, 4} {
+		pool, release, err := nettest.ReservePool()
+		if err != nil {
+			return 0, 0, err
+		}
+		m, err := network.New(context.Background(), network.Config{Pool: pool.Pool, Table: pool.Table, LinkPrefix: pool.LinkPrefix,
+			LogGroup: pool.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: w, StateDir: filepath.Join(tmp, pool.Table)})
+		if err != nil {
+			release()
+			return 0, 0, err
+		}
+		ctx := context.Background()
+		i := 0
+		ds, err := measure.Runs(n, func() (time.Duration, error) {
+			i++
+			id := fmt.Sprint("bench-", i)
+			t0 := time.Now()
+			_, err := m.Attach(ctx, id, network.Policy{AllowInternet: true})
+			d := time.Since(t0)
+			if err != nil {
+				return 0, err
+			}
+			// Give the pool the moment a real create gives it (envd's start) to refill.
+			if w > 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return d, m.Detach(ctx, id)
+		})
+		cerr := m.Close(ctx)
+		release()
+		if err != nil {
+			return 0, 0, err
+		}
+		if cerr != nil {
+			return 0, 0, cerr
+		}
+		if w < 0 {
+			cold = measure.Pct(ds, 50)
+		} else {
+			warm = measure.Pct(ds, 50)
+		}
+	}
+	return cold, warm, nil
+}
+
+// createPhase starts a server with --network=false and one with networking, and times
+// create -> `true` finished on each, taking turns so both see the same load.
+func createPhase(bin, tmp string, n int, in *nettest.Internet) (off, on []time.Duration, err error) {
+	var clients []*cove.Client
+	for _, args := range [][]string{{"--network=false"}, {"--network-dns", in.DNS().String()}} {
+		data := filepath.Join(tmp, fmt.Sprint("server-", len(clients)))
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return nil, nil, err
+		}
+		p, err := covetest.LaunchWith(bin, data, filepath.Join(data, "server.log"), args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer p.Stop()
+		clients = append(clients, cove.NewClient(cove.Config{APIURL: p.URL, APIKey: p.Key}))
+	}
+	ctx := context.Background()
+	turn := 0
+	ds, err := measure.Runs(2*n, func() (time.Duration, error) {
+		c := clients[turn%2]
+		turn++
+		t0 := time.Now()
+		sb, err := c.Create(ctx, cove.SandboxOptions{})
+		if err != nil {
+			return 0, err
+		}
+		_, err = sb.Commands.Run(ctx, "true")
+		d := time.Since(t0)
+		if kerr := sb.Kill(ctx); err == nil {
+			err = kerr
+		}
+		// Let the ready pool refill between creates, as it does between real ones.
+		time.Sleep(20 * time.Millisecond)
+		return d, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// Runs drops the warm-up runs, an even number: the timed ones still alternate off, on.
+	for i, d := range ds {
+		if (measure.Warm(2*n)+i)%2 == 0 {
+			off = append(off, d)
+		} else {
+			on = append(on, d)
+		}
+	}
+	return off, on, nil
+}
+
+// throughputPhase sends mib MiB to the sink from the host, from a bare sandbox namespace and
+// from inside a real sandbox, in turns, and prints the median rates and their ratios to the
+// host's (the veth's line rate, measured in the same run).
+func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) error {
+	sink := net.JoinHostPort(in.Addr.String(), "9000")
+	size := int64(mib) << 20
+	send := func(c net.Conn, err error) (float64, error) {
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		t0 := time.Now()
+		if _, err := io.CopyBuffer(c, io.LimitReader(zeros{}, size), make([]byte, 256<<10)); err != nil {
+			return 0, err
+		}
+		return float64(size) / (1 << 20) / time.Since(t0).Seconds(), nil
+	}
+
+	pool, release, err := nettest.ReservePool()
+	if err != nil {
+		return err
+	}
+	defer release()
+	m, err := network.New(context.Background(), network.Config{Pool: pool.Pool, Table: pool.Table, LinkPrefix: pool.LinkPrefix,
+		LogGroup: pool.LogGroup, DNS: []netip.AddrPort{}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: filepath.Join(tmp, "tput")})
+	if err != nil {
+		return err
+	}
+	defer m.Close(context.Background())
+	att, err := m.Attach(context.Background(), "tput", network.Policy{AllowInternet: true})
+	if err != nil {
+		return err
+	}
+	defer m.Detach(context.Background(), "tput")
+
+	data := filepath.Join(tmp, "tput-server")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return err
+	}
+	p, err := covetest.LaunchWith(bin, data, filepath.Join(data, "server.log"))
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	c := cove.NewClient(cove.Config{APIURL: p.URL, APIKey: p.Key})
+	sb, err := c.Create(context.Background(), cove.SandboxOptions{})
+	if err != nil {
+		return err
+	}
+	defer sb.Kill(context.Background())
+	script := fmt.Sprintf("dd if=/dev/zero bs=1M count=%d status=none > /dev/tcp/%s/9000", mib, in.Addr)
+
+	senders := []struct {
+		name string
+		one  func() (float64, error)
+	}{
+		{"TCP host -> test host (veth line rate)", func() (float64, error) { return send(net.Dial("tcp", sink)) }},
+		{"TCP sandbox netns (Go) -> test host, via forward+NAT", func() (float64, error) {
+			return send(nettest.DialIn(context.Background(), att.Netns, "tcp", sink))
+		}},
+		{"TCP inside a sandbox (dd to bash /dev/tcp) -> test host", func() (float64, error) {
+			t0 := time.Now()
+			if _, err := sb.Commands.Run(context.Background(), "bash -c '"+script+"'"); err != nil {
+				return 0, err
+			}
+			return float64(size) / (1 << 20) / time.Since(t0).Seconds(), nil
+		}},
+	}
+	rates := make([][]float64, len(senders))
+	for range 5 {
+		for i, s := range senders {
+			r, err := s.one()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			rates[i] = append(rates[i], r)
+		}
+	}
+	median := func(rs []float64) float64 { slices.Sort(rs); return rs[len(rs)/2] }
+	line := median(rates[0])
+	for i, s := range senders {
+		r := median(rates[i])
+		suffix := ""
+		if i > 0 {
+			suffix = fmt.Sprintf("  %.0f%% of line rate", 100*r/line)
+		}
+		if i == 2 {
+			suffix += ", goal >= 80%"
+		}
+		fmt.Printf("%-70s %8.0f MiB/s%s\n", s.name+", median of 5", r, suffix)
+	}
+	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

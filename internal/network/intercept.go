@@ -1,0 +1,311 @@
+package network
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Transform is E2B's network rule for one host pattern: headers set on every outbound HTTP
+// and HTTPS request to a matching host, on the host side. The values never enter the
+// sandbox. Rules do not grant access: allowOut decides that.
+type Transform struct {
+	Pattern string            // "api.example.com" or "*.example.com" (subdomains, not the apex)
+	Headers map[string]string // name -> value; an existing header of that name is replaced
+}
+
+// transformFor is the transform of host: an exact pattern first, else the longest matching
+// wildcard; rule sets are not merged.
+func (p Policy) transformFor(host string) *Transform {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	var best *Transform
+	for i := range p.Transforms {
+		t := &p.Transforms[i]
+		if t.Pattern == host {
+			return t
+		}
+		if suffix, ok := strings.CutPrefix(t.Pattern, "*"); ok && strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
+			if best == nil || len(t.Pattern) > len(best.Pattern) {
+				best = t
+			}
+		}
+	}
+	return best
+}
+
+// ca is the Cove CA that signs the certificates the intercepting proxy shows sandboxes; the
+// sandboxes trust it (TrustBundle).
+type ca struct {
+	cert  *x509.Certificate
+	key   *ecdsa.PrivateKey
+	pem   []byte
+	mu    sync.Mutex
+	leafs map[string]*tls.Certificate
+}
+
+func newCA() (*ca, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "Cove egress CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leafs: map[string]*tls.Certificate{}}, nil
+}
+
+// leaf returns a certificate for host signed by the CA, cached.
+func (c *ca) leaf(host string) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.leafs[host]; l != nil {
+		return l, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if a, err := netip.ParseAddr(host); err == nil {
+		tmpl.IPAddresses = []net.IP{a.AsSlice()}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		return nil, err
+	}
+	l := &tls.Certificate{Certificate: [][]byte{der, c.cert.Raw}, PrivateKey: key}
+	c.leafs[host] = l
+	return l, nil
+}
+
+// TrustBundle writes the sandbox's CA bundle: the template's (templateBundle, may be nil)
+// with Cove's CA added, to bind-mount over /etc/ssl/certs/ca-certificates.crt.
+func (m *Manager) TrustBundle(id string, templateBundle []byte) (string, error) {
+	path := filepath.Join(m.cfg.StateDir, "ca-"+id+".crt")
+	b := append(append(bytes.TrimRight(templateBundle, "\n"), '\n'), m.ca.pem...)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", fmt.Errorf("trust bundle: %w", err)
+	}
+	return path, nil
+}
+
+// removeTrustBundle removes what TrustBundle wrote for id.
+func (m *Manager) removeTrustBundle(id string) {
+	_ = os.Remove(filepath.Join(m.cfg.StateDir, "ca-"+id+".crt"))
+}
+
+// CAPEM is the Cove CA certificate sandboxes trust.
+func (m *Manager) CAPEM() []byte { return m.ca.pem }
+
+// intercept serves one HTTP (port 80) or TLS (port 443) connection of a sandbox with
+// transforms: a request to a host with a transform gets its headers set, HTTPS terminated
+// with the Cove CA and re-encrypted upstream; anything else passes through untouched.
+func (m *Manager) intercept(c net.Conn, h *held, p Policy, dst netip.AddrPort) {
+	if dst.Port() == 443 {
+		sni, replay, err := peekSNI(c)
+		if err != nil {
+			return
+		}
+		t := p.transformFor(sni)
+		if t == nil || sni == "" {
+			m.passThrough(replay, dst)
+			return
+		}
+		tc := tls.Server(replay, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return m.ca.leaf(sni) }})
+		m.serveHTTP(tc, p, dst, "https", sni)
+		return
+	}
+	m.serveHTTP(c, p, dst, "http", "")
+}
+
+// serveHTTP reads the sandbox's requests on c and forwards them to dst, with the headers of
+// the transform of each request's host.
+func (m *Manager) serveHTTP(c net.Conn, p Policy, dst netip.AddrPort, scheme, sni string) {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", dst.String())
+		},
+		TLSClientConfig:   &tls.Config{ServerName: sni, RootCAs: m.upstreamRoots},
+		ForceAttemptHTTP2: false,
+	}
+	defer tr.CloseIdleConnections()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host = scheme, r.In.Host
+			r.Out.Host = r.In.Host
+			headers, _ := r.In.Context().Value(headersKey{}).(map[string]string)
+			for k, v := range headers {
+				r.Out.Header.Set(k, v)
+			}
+		},
+		Transport: tr,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, "cove egress: upstream failed", http.StatusBadGateway)
+		},
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		var headers map[string]string
+		if t := p.transformFor(host); t != nil && (scheme == "http" || strings.EqualFold(host, sni)) {
+			var err error
+			if headers, err = m.resolveHeaders(p.Team, t.Headers); err != nil {
+				http.Error(w, "cove egress: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+		}
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), headersKey{}, headers)))
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
+	_ = srv.Serve(&oneConn{c: c, done: make(chan struct{})})
+}
+
+type headersKey struct{}
+
+// placeholder is how a rule's header value names a team secret (the SDKs' Secret.fill).
+var placeholder = regexp.MustCompile(`\$\{e2b\.secrets\.([A-Za-z0-9._-]+)\}`)
+
+// resolveHeaders replaces the placeholders of a rule's headers with the team's secrets; a
+// secret that does not exist fails the request rather than send the placeholder.
+func (m *Manager) resolveHeaders(team string, in map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(in))
+	var missing []string
+	for k, v := range in {
+		out[k] = placeholder.ReplaceAllStringFunc(v, func(ph string) string {
+			name := placeholder.FindStringSubmatch(ph)[1]
+			if m.cfg.SecretValue != nil {
+				if val, ok := m.cfg.SecretValue(team, strings.ToLower(name)); ok {
+					return val
+				}
+			}
+			missing = append(missing, name)
+			return ""
+		})
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the header rule names secrets that do not exist: %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// passThrough splices c to dst unchanged.
+func (m *Manager) passThrough(c net.Conn, dst netip.AddrPort) {
+	up, err := net.DialTimeout("tcp", dst.String(), 10*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+// peekSNI reads the TLS ClientHello's server name and returns a conn that replays it.
+func peekSNI(c net.Conn) (string, net.Conn, error) {
+	var buf bytes.Buffer
+	var sni string
+	errStop := errors.New("stop")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	err := tls.Server(readOnly{io.TeeReader(c, &buf)}, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni = h.ServerName
+		return nil, errStop
+	}}).Handshake()
+	_ = c.SetReadDeadline(time.Time{})
+	if !errors.Is(err, errStop) && sni == "" {
+		return "", nil, fmt.Errorf("not a TLS client hello: %w", err)
+	}
+	return sni, &replayConn{Conn: c, r: io.MultiReader(&buf, c)}, nil
+}
+
+// readOnly is a net.Conn over a reader whose writes go nowhere (the peek never answers).
+type readOnly struct{ r io.Reader }
+
+func (c readOnly) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (readOnly) Write(p []byte) (int, error)        { return 0, errors.New("peek only") }
+func (readOnly) Close() error                       { return nil }
+func (readOnly) LocalAddr() net.Addr                { return &net.TCPAddr{} }
+func (readOnly) RemoteAddr() net.Addr               { return &net.TCPAddr{} }
+func (readOnly) SetDeadline(t time.Time) error      { return nil }
+func (readOnly) SetReadDeadline(t time.Time) error  { return nil }
+func (readOnly) SetWriteDeadline(t time.Time) error { return nil }
+
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *replayConn) CloseWrite() error {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return nil
+}
+
+// oneConn is a listener that yields one connection, then blocks until it is closed.
+type oneConn struct {
+	c    net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (l *oneConn) Accept() (net.Conn, error) {
+	var c net.Conn
+	l.once.Do(func() { c = &closeNotify{Conn: l.c, done: l.done} })
+	if c != nil {
+		return c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+func (l *oneConn) Close() error   { return nil }
+func (l *oneConn) Addr() net.Addr { return l.c.LocalAddr() }
+
+type closeNotify struct {
+	net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *closeNotify) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}

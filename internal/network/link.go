@@ -1,0 +1,204 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/cove-dev/cove/internal/runtime"
+)
+
+// slot is one sandbox's network: a pinned namespace, a veth pair (the host end named
+// <prefix>-<index>, the sandbox's end eth0) and a /30 of the pool: .1 the host end (the
+// sandbox's gateway and resolver), .2 the sandbox.
+type slot struct {
+	index      int
+	link       string
+	host, addr netip.Addr
+	netns      string
+	resolv     string
+	// ruled is set once the slot's chain and map entry exist, with the open policy (a
+	// warm slot gets them ahead, so a create with no rules runs no nft at all).
+	ruled bool
+}
+
+func (s *slot) chain() string { return fmt.Sprintf("sb_%d", s.index) }
+func (s *slot) set() string   { return fmt.Sprintf("hosts_%d", s.index) }
+
+// blockSize is the addresses each sandbox takes from the pool: a /30.
+const blockSize = 4
+
+// makeSlot builds slot index: namespace, veth, addresses, routes, forwarding and resolv.conf.
+// On error it removes what it made.
+func (m *Manager) makeSlot(index int) (_ *slot, err error) {
+	base := m.cfg.Pool.Addr().As4()
+	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	n += uint32(index * blockSize)
+	s := &slot{
+		index:  index,
+		link:   fmt.Sprintf("%s-%d", m.cfg.LinkPrefix, index),
+		host:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
+		addr:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
+		netns:  filepath.Join(m.cfg.StateDir, fmt.Sprintf("ns-%d", index)),
+		resolv: filepath.Join(m.cfg.StateDir, fmt.Sprintf("resolv-%d.conf", index)),
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.removeSlot(s))
+		}
+	}()
+	if err := runtime.CreateNetns(s.netns); err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
+	}
+	ns, err := netns.GetFromPath(s.netns)
+	if err != nil {
+		return nil, fmt.Errorf("open netns: %w", err)
+	}
+	defer ns.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.link, MTU: 1500}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("add veth %s: %w", s.link, err)
+	}
+	hostLink, err := netlink.LinkByName(s.link)
+	if err != nil {
+		return nil, fmt.Errorf("find %s: %w", s.link, err)
+	}
+	// No IPv6 on the host end (a sandbox has none); forwarding on for this link only.
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+s.link+"/disable_ipv6", []byte("1"), 0)
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+s.link+"/forwarding", []byte("1"), 0); err != nil {
+		return nil, fmt.Errorf("forwarding on %s: %w", s.link, err)
+	}
+	if err := netlink.AddrAdd(hostLink, &netlink.Addr{IPNet: ipnet(s.host, 30)}); err != nil {
+		return nil, fmt.Errorf("address %s on %s: %w", s.host, s.link, err)
+	}
+	if err := netlink.LinkSetUp(hostLink); err != nil {
+		return nil, fmt.Errorf("up %s: %w", s.link, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in netns: %w", err)
+	}
+	defer h.Close()
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return nil, fmt.Errorf("find eth0 in netns: %w", err)
+	}
+	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: ipnet(s.addr, 30)}); err != nil {
+		return nil, fmt.Errorf("address %s on eth0: %w", s.addr, err)
+	}
+	if err := h.LinkSetUp(eth0); err != nil {
+		return nil, fmt.Errorf("up eth0: %w", err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: s.host.AsSlice()}); err != nil {
+		return nil, fmt.Errorf("default route: %w", err)
+	}
+	if err := os.WriteFile(s.resolv, []byte("nameserver "+s.host.String()+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("resolv.conf: %w", err)
+	}
+	return s, nil
+}
+
+// removeSlot deletes the host end of the veth (the kernel takes the pair), unpins the
+// namespace and removes the resolv.conf; each part may be gone already.
+func (m *Manager) removeSlot(s *slot) error {
+	var errs []error
+	if l, err := netlink.LinkByName(s.link); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", s.link, err))
+		}
+	}
+	if err := runtime.RemoveNetns(s.netns); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(s.resolv); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// sweep removes what a previous server with this configuration left: links with the prefix,
+// pinned namespaces and resolv.conf files in the state dir.
+func (m *Manager) sweep() error {
+	var errs []error
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		name := l.Attrs().Name
+		if rest, ok := strings.CutPrefix(name, m.cfg.LinkPrefix+"-"); ok && isDigits(rest) {
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			}
+		}
+	}
+	entries, err := os.ReadDir(m.cfg.StateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		p := filepath.Join(m.cfg.StateDir, e.Name())
+		if strings.HasPrefix(e.Name(), "ns-") {
+			if err := runtime.RemoveNetns(p); err != nil {
+				errs = append(errs, err)
+			}
+		} else if strings.HasPrefix(e.Name(), "resolv-") {
+			_ = os.Remove(p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func ipnet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// checkPoolFree refuses a pool that overlaps a route this server did not make: another
+// server's pool, or a network the host is on.
+func (m *Manager) checkPoolFree() error {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		p, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		dst := netip.PrefixFrom(p.Unmap(), ones)
+		if ones == 0 {
+			continue // the default route
+		}
+		if dst.Overlaps(m.cfg.Pool) {
+			name := fmt.Sprint(r.LinkIndex)
+			if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+				name = l.Attrs().Name
+			}
+			return fmt.Errorf("address pool %s overlaps the route to %s on %s: choose another pool (--network-pool)", m.cfg.Pool, dst, name)
+		}
+	}
+	return nil
+}

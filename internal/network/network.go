@@ -1,0 +1,499 @@
+// Package network gives sandboxes a way out: a network namespace with a veth to the host, an
+// address from a pool, a default route, DNS through a resolver Cove runs, and NAT, with each
+// sandbox's egress policy (E2B's allowInternetAccess, allowOut, denyOut) enforced on the host
+// where the sandbox cannot touch it.
+//
+// The one idea: every rule lives in ONE nftables table the server owns (`inet cove` by
+// default). The server builds it from scratch at start and deletes it at shutdown; each
+// sandbox adds one chain (sb_N) and one entry mapping its link to that chain, and an update
+// replaces that chain in one nft transaction, so a policy is never half applied.
+package network
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotAttached: the sandbox has no network of this manager's.
+	ErrNotAttached = errors.New("sandbox has no network")
+	// ErrExhausted: every address of the pool is in use.
+	ErrExhausted = errors.New("address pool exhausted")
+)
+
+// Config configures a Manager. Zero fields take the defaults shown.
+type Config struct {
+	// Pool is where sandbox addresses come from, a /30 per sandbox; 10.201.0.0/16 by default
+	// (16384 sandboxes). It must not overlap a network the host is on or another server's pool.
+	Pool netip.Prefix
+	// Table names the nftables table (family inet) the server owns; "cove" by default.
+	Table string
+	// LinkPrefix starts the name of each sandbox's host-side veth (<prefix>-<index>); 1 to 6
+	// of [a-z0-9]; "cove" by default. Two servers on one host need different ones.
+	LinkPrefix string
+	// DNS are the upstream resolvers Cove's resolver forwards sandbox queries to. Nil reads
+	// the host's /etc/resolv.conf; an empty, non-nil slice forwards nowhere (REFUSED).
+	DNS []netip.AddrPort
+	// EgressLimit, when set, is all a sandbox may ever reach, whatever its policy
+	// (tests: 198.18.0.0/15, so nothing leaves the machine).
+	EgressLimit []netip.Prefix
+	// IPForward turns on net.ipv4.ip_forward at start, which routing sandbox traffic out of
+	// the host's uplink needs. Without it only the sandboxes' own links forward (tests).
+	IPForward bool
+	// Warm is how many namespaces with their veth are kept ready (4 by default; -1: none).
+	Warm int
+	// StateDir holds the pinned namespaces and resolv.conf files; /run/cove/net/<table>.
+	StateDir string
+	// NFT is the nft binary; "nft" in PATH by default.
+	NFT    string
+	Logger *slog.Logger
+	// LogGroup is the netlink log group refused packets are sampled to (nflog); derived from
+	// Table when 0. Two servers on one host need different ones.
+	LogGroup uint16
+	// ForbidPrivateProxies refuses egress proxies at private, loopback or link-local
+	// addresses (an operator's choice: such a proxy reaches inside the operator's network).
+	ForbidPrivateProxies bool
+	// UpstreamCAs (PEM) are trusted, beside the host's roots, for the servers HTTPS requests
+	// with header transforms are re-encrypted to (tests: the fake internet's CA).
+	UpstreamCAs []byte
+	// SecretValue resolves a ${e2b.secrets.NAME} placeholder of a team's header rule, at
+	// egress, on the host; nil resolves none.
+	SecretValue func(team, name string) (string, bool)
+	// OnDenied receives samples of the connections the rules refused (network.denied).
+	OnDenied func(ctx context.Context, d Denied)
+}
+
+// DefaultPool is the address pool of a server that names none.
+var DefaultPool = netip.MustParsePrefix("10.201.0.0/16")
+
+var validPrefix = regexp.MustCompile(`^[a-z0-9]{1,6}$`)
+var validTable = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,31}$`)
+
+// Manager gives sandboxes their network. Safe for concurrent use.
+type Manager struct {
+	cfg      Config
+	resolver *resolver
+	dnsPort  int
+	proxy    *transparent // where sandboxes' TCP goes when they have an egress proxy or transforms
+	ca       *ca          // signs what the intercepting proxy shows sandboxes
+	// upstreamRoots verify the servers the intercepting proxy re-encrypts to.
+	upstreamRoots *x509.CertPool
+
+	dmu    sync.Mutex // guards window
+	window map[deniedKey]*Denied
+
+	mu       sync.Mutex
+	used     map[int]bool     // slot indexes in use or warming
+	next     int              // where the search for a free index starts (delays reuse)
+	attached map[string]*held // by sandbox id
+	byAddr   map[netip.Addr]*held
+	warm     chan *slot
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
+}
+
+// learnedAddr is an address the resolver answered a sandbox for an allowed name.
+type learnedAddr struct {
+	name  string
+	until time.Time
+}
+
+type held struct {
+	id     string
+	slot   *slot
+	policy Policy
+	// learned mirrors the addresses the resolver allowed (hosts_N), with the name they were
+	// answered for and their expiry, for the egress proxy. Guarded by m.mu.
+	learned map[netip.Addr]learnedAddr
+}
+
+// Attachment is what the runtime needs to put a sandbox on its network.
+type Attachment struct {
+	Netns      string     // the pinned namespace the sandbox joins (runtime.Spec.Netns)
+	ResolvConf string     // a file to bind-mount read-only on the sandbox's /etc/resolv.conf
+	Addr       netip.Addr // the sandbox's address
+	Gateway    netip.Addr // its gateway and resolver, on the host
+}
+
+// New checks the host, removes what a previous server of this configuration left, builds
+// the table afresh and starts the resolver and the pool of ready namespaces.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if !cfg.Pool.IsValid() {
+		cfg.Pool = DefaultPool
+	}
+	cfg.Pool = cfg.Pool.Masked()
+	if !cfg.Pool.Addr().Is4() || cfg.Pool.Bits() > 30 {
+		return nil, fmt.Errorf("network: address pool %s must be an IPv4 prefix of /30 or larger", cfg.Pool)
+	}
+	if cfg.Table == "" {
+		cfg.Table = "cove"
+	}
+	if !validTable.MatchString(cfg.Table) {
+		return nil, fmt.Errorf("network: table name %q must be a letter then up to 31 of [A-Za-z0-9_]", cfg.Table)
+	}
+	if cfg.LinkPrefix == "" {
+		cfg.LinkPrefix = "cove"
+	}
+	if !validPrefix.MatchString(cfg.LinkPrefix) {
+		return nil, fmt.Errorf("network: link prefix %q must be 1 to 6 of [a-z0-9]", cfg.LinkPrefix)
+	}
+	if cfg.Warm == 0 {
+		cfg.Warm = 4
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = "/run/cove/net/" + cfg.Table
+	}
+	if cfg.NFT == "" {
+		cfg.NFT = "nft"
+	}
+	if cfg.LogGroup == 0 {
+		f := fnv.New32a()
+		f.Write([]byte(cfg.Table))
+		cfg.LogGroup = uint16(1000 + f.Sum32()%60000)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = telemetry.Logger(ctx)
+	}
+	nft, err := exec.LookPath(cfg.NFT)
+	if err != nil {
+		return nil, fmt.Errorf("network: the nft binary (Debian package nftables) is needed for sandbox egress: %w", err)
+	}
+	cfg.NFT = nft
+	if cfg.DNS == nil {
+		conf, err := os.ReadFile("/etc/resolv.conf")
+		if err != nil {
+			return nil, fmt.Errorf("network: read the host's resolvers: %w", err)
+		}
+		cfg.DNS = hostResolvers(conf)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	m := &Manager{cfg: cfg, used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
+	if err := m.sweep(); err != nil {
+		return nil, fmt.Errorf("network: remove leftovers: %w", err)
+	}
+	if err := m.checkPoolFree(); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	if cfg.IPForward {
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
+			return nil, fmt.Errorf("network: turn on ip_forward: %w", err)
+		}
+	}
+	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	m.dnsPort = m.resolver.port()
+	if m.ca, err = newCA(); err != nil {
+		m.resolver.close()
+		return nil, fmt.Errorf("network: CA: %w", err)
+	}
+	if m.upstreamRoots, err = x509.SystemCertPool(); err != nil || m.upstreamRoots == nil {
+		m.upstreamRoots = x509.NewCertPool()
+	}
+	if len(cfg.UpstreamCAs) > 0 && !m.upstreamRoots.AppendCertsFromPEM(cfg.UpstreamCAs) {
+		m.resolver.close()
+		return nil, errors.New("network: no certificate in the upstream CAs")
+	}
+	if m.proxy, err = m.listenTransparent(); err != nil {
+		m.resolver.close()
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	logs, err := openNFLog(cfg.LogGroup)
+	if err != nil {
+		m.resolver.close()
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	if err := m.nft(ctx, m.tableScript()); err != nil {
+		m.resolver.close()
+		logs.close()
+		return nil, fmt.Errorf("network: build table %s: %w", cfg.Table, err)
+	}
+	m.wg.Add(1)
+	go m.collectDenied(context.WithoutCancel(ctx), logs)
+	if cfg.Warm > 0 {
+		m.warm = make(chan *slot, cfg.Warm)
+		m.wg.Add(1)
+		go m.fill()
+	}
+	cfg.Logger.Info("network ready", "network.pool", cfg.Pool.String(), "network.table", cfg.Table,
+		"network.dns_upstreams", len(cfg.DNS), "network.egress_limit", join(cfg.EgressLimit), "network.warm", cfg.Warm)
+	return m, nil
+}
+
+// Pool is the manager's address pool.
+func (m *Manager) Pool() netip.Prefix { return m.cfg.Pool }
+
+// Table is the name of the nftables table (family inet) the manager owns.
+func (m *Manager) Table() string { return m.cfg.Table }
+
+// fill keeps the pool of ready slots full.
+func (m *Manager) fill() {
+	defer m.wg.Done()
+	for {
+		s, err := m.newSlot()
+		if err == nil {
+			if err = m.nft(context.Background(), m.sandboxScript(s, openPolicy, false)); err != nil {
+				err = errors.Join(err, m.release(s))
+			}
+			s.ruled = err == nil
+		}
+		if err != nil {
+			m.cfg.Logger.Warn("network: warm namespace failed", "error", err.Error())
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case m.warm <- s:
+		case <-m.stop:
+			_ = m.dropSlot(context.Background(), s)
+			return
+		}
+	}
+}
+
+// newSlot reserves a free index and builds its slot.
+func (m *Manager) newSlot() (*slot, error) {
+	m.mu.Lock()
+	n := 1 << (32 - m.cfg.Pool.Bits()) / blockSize
+	index := -1
+	for i := range n {
+		if j := (m.next + i) % n; !m.used[j] {
+			index = j
+			break
+		}
+	}
+	if index < 0 {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s holds %d sandboxes", ErrExhausted, m.cfg.Pool, n)
+	}
+	m.used[index], m.next = true, index+1
+	m.mu.Unlock()
+	s, err := m.makeSlot(index)
+	if err != nil {
+		m.mu.Lock()
+		delete(m.used, index)
+		m.mu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+// release removes slot s and frees its index.
+func (m *Manager) release(s *slot) error {
+	err := m.removeSlot(s)
+	m.mu.Lock()
+	delete(m.used, s.index)
+	m.mu.Unlock()
+	return err
+}
+
+// Attach gives sandbox id a network under policy p: a ready namespace when one is waiting,
+// else a new one.
+func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment, error) {
+	if err := m.checkProxy(p); err != nil {
+		return nil, err
+	}
+	var s *slot
+	select {
+	case s = <-m.warm:
+	default:
+		var err error
+		if s, err = m.newSlot(); err != nil {
+			return nil, fmt.Errorf("network for %s: %w", id, err)
+		}
+	}
+	if !s.ruled || !p.open() {
+		if err := m.nft(ctx, m.sandboxScript(s, p, s.ruled)); err != nil {
+			return nil, errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.dropSlot(ctx, s))
+		}
+		s.ruled = true
+	}
+	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]learnedAddr{}}
+	m.mu.Lock()
+	m.attached[id], m.byAddr[s.addr] = h, h
+	m.mu.Unlock()
+	return &Attachment{Netns: s.netns, ResolvConf: s.resolv, Addr: s.addr, Gateway: s.host}, nil
+}
+
+// Update replaces sandbox id's policy, atomically.
+func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
+	m.mu.Lock()
+	h := m.attached[id]
+	m.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: %s", ErrNotAttached, id)
+	}
+	if err := m.checkProxy(p); err != nil {
+		return err
+	}
+	if err := m.nft(ctx, m.sandboxScript(h.slot, p, true)); err != nil {
+		return fmt.Errorf("network rules for %s: %w", id, err)
+	}
+	m.mu.Lock()
+	h.policy, h.learned = p, map[netip.Addr]learnedAddr{} // the table's set starts afresh too
+	m.mu.Unlock()
+	return nil
+}
+
+// Policy is sandbox id's policy now.
+func (m *Manager) Policy(id string) (Policy, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.attached[id]; h != nil {
+		return h.policy, true
+	}
+	return Policy{}, false
+}
+
+// Detach removes sandbox id's network; call it after the sandbox's processes are gone.
+// Detaching a sandbox without one is not an error.
+func (m *Manager) Detach(ctx context.Context, id string) error {
+	m.mu.Lock()
+	h := m.attached[id]
+	delete(m.attached, id)
+	if h != nil {
+		delete(m.byAddr, h.slot.addr)
+	}
+	m.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	m.removeTrustBundle(id)
+	if err := m.dropSlot(ctx, h.slot); err != nil {
+		return fmt.Errorf("network of %s: %w", id, err)
+	}
+	return nil
+}
+
+// dropSlot removes slot s's rules, if it has them, and the slot.
+func (m *Manager) dropSlot(ctx context.Context, s *slot) error {
+	var err error
+	if s.ruled {
+		err = m.nft(context.WithoutCancel(ctx), m.dropSandboxScript(s))
+	}
+	return errors.Join(err, m.release(s))
+}
+
+// Close removes the ready namespaces, the table and the resolver. Sandboxes still attached
+// lose their network; detach them first.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+	var errs []error
+	if m.warm != nil {
+	drain:
+		for {
+			select {
+			case s := <-m.warm:
+				errs = append(errs, m.dropSlot(ctx, s))
+			default:
+				break drain
+			}
+		}
+	}
+	m.mu.Lock()
+	for id, h := range m.attached {
+		errs = append(errs, m.removeSlot(h.slot))
+		delete(m.attached, id)
+		delete(m.byAddr, h.slot.addr)
+	}
+	m.mu.Unlock()
+	t := m.cfg.Table
+	errs = append(errs, m.nft(context.WithoutCancel(ctx), fmt.Sprintf("table inet %s\ndelete table inet %s\n", t, t)))
+	m.resolver.close()
+	m.proxy.close()
+	_ = os.Remove(m.cfg.StateDir)
+	return errors.Join(errs...)
+}
+
+// minHostTTL and maxHostTTL bound how long an answered address stays allowed: at least long
+// enough to connect after a short-TTL answer, at most a day.
+const (
+	minHostTTL = 60 * time.Second
+	maxHostTTL = 24 * time.Hour
+)
+
+// learn adds to a sandbox's allowed set the addresses of an answer whose records' own names
+// match its hostname rules, before the sandbox sees the answer. An A record reached through
+// a CNAME counts only if its own name is allowed too.
+func (m *Manager) learn(from netip.Addr, answer []byte) {
+	m.mu.Lock()
+	h := m.byAddr[from]
+	var p Policy
+	var s *slot
+	if h != nil {
+		p, s = h.policy, h.slot
+	}
+	m.mu.Unlock()
+	if h == nil || len(p.AllowHosts) == 0 {
+		return
+	}
+	var parser dnsmessage.Parser
+	if _, err := parser.Start(answer); err != nil {
+		return
+	}
+	if err := parser.SkipAllQuestions(); err != nil {
+		return
+	}
+	rrs, err := parser.AllAnswers()
+	if err != nil {
+		return
+	}
+	var elems []string
+	m.mu.Lock()
+	for _, rr := range rrs {
+		a, ok := rr.Body.(*dnsmessage.AResource)
+		if !ok || !p.AllowsHost(rr.Header.Name.String()) {
+			continue
+		}
+		ttl := min(max(time.Duration(rr.Header.TTL)*time.Second, minHostTTL), maxHostTTL)
+		elems = append(elems, fmt.Sprintf("%s timeout %ds", netip.AddrFrom4(a.A), int(ttl.Seconds())))
+		h.learned[netip.AddrFrom4(a.A)] = learnedAddr{name: strings.TrimSuffix(rr.Header.Name.String(), "."), until: time.Now().Add(ttl)}
+	}
+	m.mu.Unlock()
+	if len(elems) == 0 {
+		return
+	}
+	script := fmt.Sprintf("add element inet %s %s { %s }\n", m.cfg.Table, s.set(), strings.Join(elems, ", "))
+	if err := m.nft(context.Background(), script); err != nil {
+		m.cfg.Logger.Debug("network: allow answered addresses", "error", err.Error())
+	}
+}
+
+// checkProxy applies the operator's rule on proxy addresses.
+func (m *Manager) checkProxy(p Policy) error {
+	if p.EgressProxy == nil {
+		return nil
+	}
+	return parseEgressProxy("network.egressProxy", p.EgressProxy, m.cfg.ForbidPrivateProxies)
+}

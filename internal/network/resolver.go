@@ -1,0 +1,198 @@
+package network
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// resolver is the DNS server every sandbox's queries are redirected to (whatever address
+// they were sent to). It forwards them to the configured upstreams, and answers REFUSED when
+// there are none, so a sandbox's names never resolve through anything the operator did not
+// choose.
+type resolver struct {
+	upstreams []netip.AddrPort
+	udp       net.PacketConn
+	tcp       net.Listener
+	logger    *slog.Logger
+	// learn sees every upstream answer before the asker does (hostname rules).
+	learn func(from netip.Addr, answer []byte)
+	wg    sync.WaitGroup
+}
+
+// listenResolver binds UDP and TCP on one free port of every host address.
+func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(netip.Addr, []byte)) (*resolver, error) {
+	var lastErr error
+	for range 20 {
+		udp, err := net.ListenPacket("udp4", "0.0.0.0:0")
+		if err != nil {
+			return nil, fmt.Errorf("resolver: %w", err)
+		}
+		port := udp.LocalAddr().(*net.UDPAddr).Port
+		tcp, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		if err != nil {
+			udp.Close()
+			lastErr = err
+			continue
+		}
+		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger, learn: learn}
+		r.wg.Add(2)
+		go r.serveUDP()
+		go r.serveTCP()
+		return r, nil
+	}
+	return nil, fmt.Errorf("resolver: no port free for both UDP and TCP: %w", lastErr)
+}
+
+func (r *resolver) port() int { return r.udp.LocalAddr().(*net.UDPAddr).Port }
+
+func (r *resolver) close() {
+	r.udp.Close()
+	r.tcp.Close()
+	r.wg.Wait()
+}
+
+func (r *resolver) serveUDP() {
+	defer r.wg.Done()
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := r.udp.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		q := append([]byte(nil), buf[:n]...)
+		go func() {
+			if ans := r.answer(q, "udp", from.(*net.UDPAddr).AddrPort().Addr().Unmap()); ans != nil {
+				_, _ = r.udp.WriteTo(ans, from)
+			}
+		}()
+	}
+}
+
+func (r *resolver) serveTCP() {
+	defer r.wg.Done()
+	for {
+		c, err := r.tcp.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			for {
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				q, err := readTCPMessage(c)
+				if err != nil {
+					return
+				}
+				ans := r.answer(q, "tcp", c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+				if ans == nil || writeTCPMessage(c, ans) != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// answer forwards query q to the upstreams in turn; nil drops a query that is not DNS.
+func (r *resolver) answer(q []byte, network string, from netip.Addr) []byte {
+	var p dnsmessage.Parser
+	h, err := p.Start(q)
+	if err != nil || h.Response {
+		return nil
+	}
+	question, err := p.Question()
+	if err != nil {
+		return nil
+	}
+	for _, up := range r.upstreams {
+		ans, err := exchange(up, q, network)
+		if err == nil {
+			r.learn(from, ans)
+			return ans
+		}
+		r.logger.Debug("resolver upstream failed", "dns.upstream", up.String(), "error", err.Error())
+	}
+	rcode := dnsmessage.RCodeServerFailure
+	if len(r.upstreams) == 0 {
+		rcode = dnsmessage.RCodeRefused
+	}
+	return reply(h, question, rcode)
+}
+
+func reply(h dnsmessage.Header, q dnsmessage.Question, rcode dnsmessage.RCode) []byte {
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, OpCode: h.OpCode,
+		RecursionDesired: h.RecursionDesired, RecursionAvailable: true, RCode: rcode})
+	_ = b.StartQuestions()
+	_ = b.Question(q)
+	out, _ := b.Finish()
+	return out
+}
+
+func exchange(up netip.AddrPort, q []byte, network string) ([]byte, error) {
+	c, err := net.DialTimeout(network, up.String(), 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if network == "tcp" {
+		if err := writeTCPMessage(c, q); err != nil {
+			return nil, err
+		}
+		return readTCPMessage(c)
+	}
+	if _, err := c.Write(q); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 65535)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil, err
+	}
+	if n < 2 || buf[0] != q[0] || buf[1] != q[1] {
+		return nil, errors.New("answer id does not match")
+	}
+	return buf[:n], nil
+}
+
+func readTCPMessage(c io.Reader) ([]byte, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint16(l[:]))
+	_, err := io.ReadFull(c, b)
+	return b, err
+}
+
+func writeTCPMessage(c io.Writer, m []byte) error {
+	b := make([]byte, 2+len(m))
+	binary.BigEndian.PutUint16(b, uint16(len(m)))
+	copy(b[2:], m)
+	_, err := c.Write(b)
+	return err
+}
+
+// hostResolvers reads the nameservers of a resolv.conf (IPv4, port 53). A loopback one
+// (a local caching resolver) works: the resolver runs on the host.
+func hostResolvers(conf []byte) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, line := range strings.Split(string(conf), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() {
+				out = append(out, netip.AddrPortFrom(a, 53))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,166 @@
+package network
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+)
+
+// linkLocal is never reachable unless an allowOut entry names it: cloud metadata lives there.
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// refuse is the two rules that refuse what match selects at once, instead of leaving the
+// program inside to time out: a TCP reset ("connection refused"; ICMP errors are rate
+// limited by the kernel, so a burst of connects would hang), else an ICMP admin-prohibited.
+func refuse(match string) string {
+	return fmt.Sprintf("%s meta l4proto tcp counter reject with tcp reset\n%s counter reject with icmpx type admin-prohibited", match, match)
+}
+
+// nft runs one nft script as one transaction: all of it applies, or none.
+func (m *Manager) nft(ctx context.Context, script string) error {
+	cmd := exec.CommandContext(ctx, m.cfg.NFT, "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// tableScript replaces Cove's table with a fresh one holding no sandbox: the base chains
+// (DNS redirect, NAT, the host's and the sandboxes' guards) and an empty map from a
+// sandbox's link to its own chain.
+//
+//	prerouting  DNS from a sandbox, to any address, goes to Cove's resolver
+//	postrouting sandbox addresses leaving by another link are masqueraded
+//	input       a sandbox reaches nothing on the host but the resolver
+//	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress
+//	egress      IPv6 dropped; the server's limit; then the sandbox's own chain (sb_N)
+func (m *Manager) tableScript() string {
+	t, p := m.cfg.Table, m.cfg.LinkPrefix+"-*"
+	var b strings.Builder
+	// Declaring the table first makes the delete succeed whether or not it existed.
+	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", t, t, t)
+	b.WriteString("\tmap links { type ifname : verdict; }\n")
+	b.WriteString("\tset proxied { type ifname; }\n")     // links whose TCP goes to the egress proxy
+	b.WriteString("\tset intercepted { type ifname; }\n") // links whose HTTP(S) gets header transforms
+	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
+		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
+		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n"+
+		"\t\tiifname @intercepted tcp dport { 80, 443 } redirect to :%d\n\t}\n", p, m.dnsPort, m.proxy.port(), m.proxy.port())
+	fmt.Fprintf(&b, "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept;\n"+
+		"\t\tip saddr %s oifname != %q masquerade\n\t}\n", m.cfg.Pool, p)
+	fmt.Fprintf(&b, "\tchain input { type filter hook input priority filter; policy accept;\n"+
+		"\t\tiifname %q meta l4proto { tcp, udp } th dport %d accept\n"+
+		"\t\tiifname @proxied tcp dport %d accept\n"+
+		"\t\tiifname @intercepted tcp dport %d accept\n"+
+		"\t\tiifname %q %s\n"+
+		"\t\t%s\n"+
+		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport { %d, %d } drop\n\t}\n", p, m.dnsPort, m.proxy.port(), m.proxy.port(), p, m.logRule(DenyHost), indent(refuse(fmt.Sprintf("iifname %q", p))), m.dnsPort, m.proxy.port())
+	fmt.Fprintf(&b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"+
+		"\t\toifname %q ct state established,related accept\n"+
+		"\t\toifname %q counter drop\n"+
+		"\t\tiifname %q jump egress\n\t}\n", p, p, p)
+	b.WriteString("\tchain egress {\n\t\tmeta nfproto ipv6 counter drop\n")
+	if len(m.cfg.EgressLimit) > 0 {
+		fmt.Fprintf(&b, "\t\tip daddr != { %s } %s\n", join(m.cfg.EgressLimit), m.logRule(DenyLimit))
+		fmt.Fprintf(&b, "\t\t%s\n", indent(refuse(fmt.Sprintf("ip daddr != { %s }", join(m.cfg.EgressLimit)))))
+	}
+	b.WriteString("\t\tiifname vmap @links\n\t\t" + indent(refuse("meta nfproto ipv4")) + "\n\t}\n}\n")
+	return b.String()
+}
+
+// sandboxScript (re)writes slot s's chain for policy p and maps its link to it, in one
+// transaction: an update replaces the old rules atomically.
+func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
+	t, c := m.cfg.Table, s.chain()
+	var b strings.Builder
+	// The addresses the resolver answered for allowed hostnames; an update starts it afresh.
+	fmt.Fprintf(&b, "add set inet %s %s { type ipv4_addr; flags timeout; }\nflush set inet %s %s\n", t, s.set(), t, s.set())
+	fmt.Fprintf(&b, "add chain inet %s %s\nflush chain inet %s %s\n", t, c, t, c)
+	rule := func(format string, args ...any) {
+		fmt.Fprintf(&b, "add rule inet %s %s ", t, c)
+		fmt.Fprintf(&b, format, args...)
+		b.WriteByte('\n')
+	}
+	refuseRule := func(match string) {
+		for _, line := range strings.Split(refuse(match), "\n") {
+			rule("%s", line)
+		}
+	}
+	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
+	// With an egress proxy, TCP never gets here (it is redirected to the proxy, which applies
+	// the same rules): the rest is refused, so nothing leaves but through the proxy.
+	fmt.Fprintf(&b, "add element inet %s intercepted { %q }\n", t, s.link)
+	if len(p.Transforms) == 0 || p.EgressProxy != nil {
+		fmt.Fprintf(&b, "delete element inet %s intercepted { %q }\n", t, s.link)
+	}
+	fmt.Fprintf(&b, "add element inet %s proxied { %q }\n", t, s.link)
+	if p.EgressProxy != nil {
+		refuseRule("meta nfproto ipv4")
+	} else {
+		fmt.Fprintf(&b, "delete element inet %s proxied { %q }\n", t, s.link)
+	}
+	if len(p.AllowOut) > 0 {
+		rule("ip daddr { %s } counter accept", join(p.AllowOut))
+	}
+	if len(p.AllowHosts) > 0 {
+		rule("ip daddr @%s counter accept", s.set())
+	}
+	if len(p.DenyOut) > 0 {
+		rule("ip daddr { %s } %s", join(p.DenyOut), m.logRule(DenyOut))
+		refuseRule(fmt.Sprintf("ip daddr { %s }", join(p.DenyOut)))
+	}
+	rule("ip daddr { %s, %s } %s", linkLocal, m.cfg.Pool, m.logRule(DenyLinkLocal))
+	refuseRule(fmt.Sprintf("ip daddr { %s, %s }", linkLocal, m.cfg.Pool))
+	if p.AllowInternet {
+		rule("counter accept")
+	} else {
+		rule("%s", m.logRule(DenyNoNet))
+		refuseRule("meta nfproto ipv4")
+	}
+	if !existed {
+		fmt.Fprintf(&b, "add element inet %s links { %q : jump %s }\n", t, s.link, c)
+	}
+	return b.String()
+}
+
+// dropSandboxScript removes slot s's map entry and chain.
+func (m *Manager) dropSandboxScript(s *slot) string {
+	t := m.cfg.Table
+	return fmt.Sprintf("add element inet %s proxied { %q }\ndelete element inet %s proxied { %q }\n", t, s.link, t, s.link) +
+		fmt.Sprintf("add element inet %s intercepted { %q }\ndelete element inet %s intercepted { %q }\n", t, s.link, t, s.link) +
+		fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
+}
+
+// indent puts the lines of a multi-line rule at the table's rule depth.
+func indent(rules string) string { return strings.ReplaceAll(rules, "\n", "\n\t\t") }
+
+func join(ps []netip.Prefix) string {
+	// nft rejects overlapping intervals in one anonymous set; merge what overlaps.
+	ps = mergePrefixes(ps)
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// mergePrefixes drops every prefix another one of the list contains.
+func mergePrefixes(in []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(in))
+outer:
+	for i, p := range in {
+		for j, q := range in {
+			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
+				continue outer
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}

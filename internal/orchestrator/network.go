@@ -1,0 +1,171 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+)
+
+// Network gives sandboxes a way out (network.Manager in cove server). Without one every
+// sandbox has a loopback-only network and reports allowInternetAccess false.
+type Network interface {
+	Attach(ctx context.Context, id string, p network.Policy) (*network.Attachment, error)
+	Update(ctx context.Context, id string, p network.Policy) error
+	Policy(id string) (network.Policy, bool)
+	Detach(ctx context.Context, id string) error
+	// TrustBundle writes the sandbox's CA bundle: the template's with Cove's egress CA.
+	TrustBundle(id string, templateBundle []byte) (string, error)
+}
+
+// caBundle is where Debian-based templates keep the trusted CAs (OpenSSL's default file).
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// attachNetwork puts the sandbox on its network before the runtime creates it: the spec
+// joins the namespace the network made and gets its resolv.conf. It records whether the
+// sandbox really has internet access, so getInfo tells the truth.
+func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req CreateRequest, spec *runtime.Spec) (context.Context, error) {
+	sb.AllowInternet = false
+	if o.cfg.Network == nil {
+		return ctx, nil
+	}
+	p := network.Policy{}
+	if req.Network != nil {
+		p = *req.Network
+	}
+	p.AllowInternet, p.Team = req.AllowInternet, sb.TeamID
+	att, err := o.cfg.Network.Attach(ctx, sb.ID, p)
+	if err != nil {
+		return ctx, err
+	}
+	spec.Netns = att.Netns
+	spec.Binds = append(spec.Binds, runtime.Bind{Source: att.ResolvConf, Target: "/etc/resolv.conf", ReadOnly: true})
+	// Cove's egress CA is trusted in every sandbox, so header rules work on HTTPS (also
+	// when an update adds them later).
+	tmplBundle, _ := os.ReadFile(filepath.Join(spec.Rootfs, caBundle))
+	bundle, err := o.cfg.Network.TrustBundle(sb.ID, tmplBundle)
+	if err != nil {
+		return ctx, err
+	}
+	spec.Binds = append(spec.Binds, runtime.Bind{Source: bundle, Target: caBundle, ReadOnly: true})
+	sb.AllowInternet = p.AllowInternet
+	return telemetry.With(ctx, "network.addr", att.Addr.String()), nil
+}
+
+// detachNetwork removes the sandbox's network once its processes are gone; a failure is
+// logged (the next server start sweeps what is left).
+func (o *Orchestrator) detachNetwork(ctx context.Context, id string) {
+	if o.cfg.Network == nil {
+		return
+	}
+	if err := o.cfg.Network.Detach(context.WithoutCancel(ctx), id); err != nil {
+		o.logger(ctx).Error("network detach failed", "error", err.Error())
+	}
+}
+
+// NetworkPolicy is the egress policy of a live sandbox of the team; false when the server
+// gives sandboxes no network or the sandbox is not live.
+func (o *Orchestrator) NetworkPolicy(ctx context.Context, teamID, id string) (network.Policy, bool) {
+	if o.cfg.Network == nil {
+		return network.Policy{}, false
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return network.Policy{}, false
+	}
+	return o.cfg.Network.Policy(e.sb.ID)
+}
+
+// UpdateNetwork replaces a live sandbox's egress policy, atomically: E2B's
+// PUT /sandboxes/{id}/network. It takes effect on open connections' next packets.
+func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error {
+	begun := time.Now()
+	if o.cfg.Network == nil {
+		return fmt.Errorf("%w: this server gives sandboxes no network (cove server --network=false)", ErrConflict)
+	}
+	e, err := o.entryFor(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.killed {
+		return gone(e.sb)
+	}
+	ctx = sandboxLog(ctx, e.sb)
+	p.Team = e.sb.TeamID
+	if err := o.cfg.Network.Update(ctx, e.sb.ID, p); err != nil {
+		return fmt.Errorf("update network of %s: %w", id, err)
+	}
+	if e.collector != nil {
+		for _, v := range p.Secrets() {
+			e.collector.AddSecret(v)
+		}
+	}
+	e.sb.AllowInternet, e.sb.UpdatedAt = p.AllowInternet, time.Now()
+	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+		return fmt.Errorf("update network of %s: %w", id, err)
+	}
+	o.logger(ctx).Info("sandbox network updated", "allow_internet_access", p.AllowInternet,
+		"network.allow_out", len(p.AllowOut)+len(p.AllowHosts), "network.deny_out", len(p.DenyOut), "duration_ms", time.Since(begun).Milliseconds())
+	return nil
+}
+
+// NetworkDenied records a sample of the connections the network refused a live sandbox: a
+// log line and a network.denied event naming the destination, the port and the rule.
+func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
+	o.mu.Lock()
+	e := o.live[d.SandboxID]
+	o.mu.Unlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	sb := copySandbox(e.sb)
+	e.mu.Unlock()
+	ctx = sandboxLog(telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID), sb)
+	o.logger(ctx).Info("network connection denied", "network.destination", d.Dst.Addr().String(), "network.port", d.Dst.Port(),
+		"network.protocol", d.Proto, "network.rule", d.Rule, "network.deny_kind", d.Kind.String(), "network.packets", d.Count)
+	o.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
+}
+
+// withPorts records how the proxy reaches the sandbox's ports, and gives a sandbox with
+// private ports its traffic access token, masked in everything collected from it like its
+// other secrets.
+func withPorts(e *entry, req CreateRequest) CreateRequest {
+	e.maskHost, e.httpsPorts = req.MaskRequestHost, req.HTTPSPorts
+	if req.PrivateTraffic {
+		e.trafficToken = randomHex(16)
+		req.Secrets = append(append([]string(nil), req.Secrets...), e.trafficToken)
+	}
+	return req
+}
+
+// PortOptions says how the proxy reaches a live sandbox's ports: the Host header to send
+// and the ports that serve HTTPS.
+func (o *Orchestrator) PortOptions(id string) (string, []int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e := o.live[id]; e != nil {
+		return e.maskHost, e.httpsPorts
+	}
+	return "", nil
+}
+
+// TrafficToken is the token a live sandbox's ports require; "" when they are public (or
+// the sandbox is not live: the proxy answers for those anyway).
+func (o *Orchestrator) TrafficToken(id string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e := o.live[id]; e != nil {
+		return e.trafficToken
+	}
+	return ""
+}
