@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/buildctx"
 )
 
 // TemplateStep is one step of a template definition, in E2B's shape: RUN [cmd, user?],
@@ -108,7 +108,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 			continue
 		}
 		var tar bytes.Buffer
-		hash, err := template.ArchiveContext(dir, st.Args[0], st.Args[1], &tar)
+		hash, err := buildctx.ArchiveContext(dir, st.Args[0], st.Args[1], &tar)
 		if err != nil {
 			return nil, &Error{Op: op, Message: err.Error(), Err: err}
 		}

@@ -126,11 +126,8 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 		stdout.Close()
 		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
 	}
-	network := NetworkHost
-	if _, err := os.Stat(r.netnsPath(id)); err == nil {
-		network = NetworkLoopback
-	}
-	sb := &sandbox{id: id, pid: st.Pid, network: network, exited: make(chan struct{})}
+	network, joined := r.networkOf(id, st.Pid, "")
+	sb := &sandbox{id: id, pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
 	if err := r.watchExit(sb, watch); err != nil {
 		stdout.Close()
 		stderr.Close()
@@ -172,4 +169,23 @@ func (r *Runc) watchExit(sb *sandbox, pidfd *os.File) error {
 		}
 	}()
 	return nil
+}
+
+// networkOf says how to reach sandbox id whose init is pid: in its own pinned namespace, in
+// joined (the namespace it was given, Spec.Netns), through its init's namespace when it is
+// not the host's (a namespace a previous server made and this one does not pin), or on the
+// host.
+func (r *Runc) networkOf(id string, pid int, joined string) (Network, string) {
+	if joined != "" {
+		return NetworkLoopback, joined
+	}
+	if _, err := os.Stat(r.netnsPath(id)); err == nil {
+		return NetworkLoopback, ""
+	}
+	own, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	host, err2 := os.Readlink("/proc/self/ns/net")
+	if err1 == nil && err2 == nil && own != host {
+		return NetworkLoopback, fmt.Sprintf("/proc/%d/ns/net", pid)
+	}
+	return NetworkHost, ""
 }

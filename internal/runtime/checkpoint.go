@@ -136,12 +136,14 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	}
 	unlock := r.lock(id)
 	defer unlock()
+	joined := "" // the network namespace the sandbox joined (Spec.Netns): the restore is in it again
 	if old := r.get(id); old != nil {
 		select {
 		case <-old.exited:
 		default:
 			return nil, fmt.Errorf("restore %s: %w", id, ErrExists)
 		}
+		joined = old.netns
 	}
 	img, work, dir := r.checkpointDir(id), r.criuWorkDir(id), r.dir(id)
 	if _, err := os.Stat(filepath.Join(img, "inventory.img")); err != nil {
@@ -181,11 +183,8 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
-	network := NetworkHost
-	if _, err := os.Stat(r.netnsPath(id)); err == nil {
-		network = NetworkLoopback
-	}
-	sb := &sandbox{id: id, pid: pid, network: network, exited: make(chan struct{})}
+	network, joined := r.networkOf(id, pid, joined)
+	sb := &sandbox{id: id, pid: pid, network: network, netns: joined, exited: make(chan struct{})}
 	if err := r.reap(sb); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}

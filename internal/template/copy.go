@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,9 +13,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/cove-dev/cove/internal/template/buildctx"
 )
 
 // FileSource opens the archive a COPY step uploaded under its files hash: a tar stream,
@@ -50,79 +49,10 @@ func validHash(h string) bool {
 	return err == nil
 }
 
-// ArchiveContext writes a tar of src (a file or directory, relative to the context dir ctxDir)
-// to w, the way E2B's SDKs pack a COPY, and returns the files hash of "COPY src dest": the
-// sha256 of the step text and every file's path, mode, size and content. Owners and times
-// do not count, so the hash is the same on every machine.
+// ArchiveContext writes a tar of src to w, the way E2B's SDKs pack a COPY, and returns
+// its files hash (see buildctx.ArchiveContext, which the Go SDK shares).
 func ArchiveContext(ctxDir, src, dest string, w io.Writer) (string, error) {
-	src = path.Clean(filepath.ToSlash(src))
-	if src == ".." || strings.HasPrefix(src, "../") || path.IsAbs(src) {
-		return "", fmt.Errorf("%w: copy source %q must be inside the context directory", ErrInvalid, src)
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "COPY %s %s", src, dest)
-	tw := tar.NewWriter(w)
-	var paths []string
-	root := filepath.Join(ctxDir, filepath.FromSlash(src))
-	if _, err := os.Lstat(root); err != nil {
-		return "", fmt.Errorf("%w: copy source %s: %v", ErrInvalid, src, err)
-	}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(ctxDir, p)
-		if err != nil {
-			return err
-		}
-		paths = append(paths, filepath.ToSlash(rel))
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("copy source %s: %w", src, err)
-	}
-	sort.Strings(paths)
-	for _, rel := range paths {
-		full := filepath.Join(ctxDir, filepath.FromSlash(rel))
-		fi, err := os.Lstat(full)
-		if err != nil {
-			return "", err
-		}
-		link := ""
-		if fi.Mode()&os.ModeSymlink != 0 {
-			if link, err = os.Readlink(full); err != nil {
-				return "", err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return "", err
-		}
-		hdr.Name = rel
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		h.Write([]byte(rel))
-		h.Write([]byte(strconv.FormatUint(uint64(fi.Mode().Perm()), 8) + strconv.FormatInt(fi.Size(), 10) + link))
-		if err := tw.WriteHeader(hdr); err != nil {
-			return "", err
-		}
-		if fi.Mode().IsRegular() {
-			f, err := os.Open(full)
-			if err != nil {
-				return "", err
-			}
-			_, err = io.Copy(io.MultiWriter(tw, h), f)
-			f.Close()
-			if err != nil {
-				return "", err
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return buildctx.ArchiveContext(ctxDir, src, dest, w)
 }
 
 // copyFiles unpacks a COPY's archive into root (the build's merged view), Docker's way:

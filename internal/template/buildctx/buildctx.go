@@ -1,0 +1,99 @@
+// Package buildctx packs a template build's COPY sources the way E2B's SDKs upload them,
+// and names them by their files hash. It is shared by the builder and the Go SDK, so the
+// two can never hash a context differently; it imports nothing of Cove's but errdefs.
+package buildctx
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cove-dev/cove/internal/errdefs"
+)
+
+// ErrInvalid is a template spec that cannot be built: the builder's template.ErrInvalid.
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid template spec")
+
+// ArchiveContext writes a tar of src (a file or directory, relative to the context dir ctxDir)
+// to w, the way E2B's SDKs pack a COPY, and returns the files hash of "COPY src dest": the
+// sha256 of the step text and every file's path, mode, size and content. Owners and times
+// do not count, so the hash is the same on every machine.
+func ArchiveContext(ctxDir, src, dest string, w io.Writer) (string, error) {
+	src = path.Clean(filepath.ToSlash(src))
+	if src == ".." || strings.HasPrefix(src, "../") || path.IsAbs(src) {
+		return "", fmt.Errorf("%w: copy source %q must be inside the context directory", ErrInvalid, src)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "COPY %s %s", src, dest)
+	tw := tar.NewWriter(w)
+	var paths []string
+	root := filepath.Join(ctxDir, filepath.FromSlash(src))
+	if _, err := os.Lstat(root); err != nil {
+		return "", fmt.Errorf("%w: copy source %s: %v", ErrInvalid, src, err)
+	}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(ctxDir, p)
+		if err != nil {
+			return err
+		}
+		paths = append(paths, filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("copy source %s: %w", src, err)
+	}
+	sort.Strings(paths)
+	for _, rel := range paths {
+		full := filepath.Join(ctxDir, filepath.FromSlash(rel))
+		fi, err := os.Lstat(full)
+		if err != nil {
+			return "", err
+		}
+		link := ""
+		if fi.Mode()&os.ModeSymlink != 0 {
+			if link, err = os.Readlink(full); err != nil {
+				return "", err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return "", err
+		}
+		hdr.Name = rel
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		h.Write([]byte(rel))
+		h.Write([]byte(strconv.FormatUint(uint64(fi.Mode().Perm()), 8) + strconv.FormatInt(fi.Size(), 10) + link))
+		if err := tw.WriteHeader(hdr); err != nil {
+			return "", err
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(full)
+			if err != nil {
+				return "", err
+			}
+			_, err = io.Copy(io.MultiWriter(tw, h), f)
+			f.Close()
+			if err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
