@@ -37,17 +37,9 @@ func secretError(op string, err error) error {
 	switch {
 	case errors.Is(err, secrets.ErrInvalid):
 		return fmt.Errorf("%w: %s: %v", errBadRequest, op, err)
-	case errors.Is(err, secrets.ErrConflict):
-		return fmt.Errorf("%s: %w", op, &conflictError{err})
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
-
-// conflictError marks a 409 from the secret store.
-type conflictError struct{ err error }
-
-func (e *conflictError) Error() string { return e.err.Error() }
-func (e *conflictError) Unwrap() error { return e.err }
 
 func (a *api) listSecrets(w http.ResponseWriter, r *http.Request, c caller) error {
 	limit := 100

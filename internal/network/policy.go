@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // ErrInvalid marks a policy a caller must fix: the message names the field.
-var ErrInvalid = errors.New("invalid network policy")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid network policy")
 
 // MaxRules bounds allowOut plus denyOut of one sandbox.
 const MaxRules = 1000

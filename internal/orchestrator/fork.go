@@ -52,7 +52,7 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
-	from := origin{team: src.TeamID, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
+	from := origin{team: src.TeamID, allowInternet: src.AllowInternet, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
 		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id}
 	out := make([]ForkResult, count)
 	for i := range out {
@@ -169,6 +169,7 @@ type origin struct {
 	metadata               map[string]string
 	secure                 bool
 	autoPause, autoResume  bool
+	allowInternet          bool   // the copy's egress (its rules are not copied: E2B's defaults)
 	forkedFrom, snapshotID string // where the copy came from, for the created event
 }
 
@@ -194,7 +195,7 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 		o.logger(ctx).Info("envVars ignored: a sandbox from a snapshot keeps the snapshot's environment", "env_names", len(req.EnvVars))
 	}
 	return o.createFrom(ctx, origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
-		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID},
+		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet},
 		o.cfg.Snapshots.Dir(sn.ID), timeout)
 }
 
@@ -224,18 +225,25 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	defer func() {
 		if err != nil {
 			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
+			o.detachNetwork(ctx, sb.ID)
 			e.stopWatching()
 			e.closeLog()
 			o.logger(ctx).Error("sandbox create from a checkpoint failed", "error", err.Error())
 		}
 	}()
-	rsb, err := o.cfg.Runtime.Create(ctx, runtime.Spec{
+	spec := runtime.Spec{
 		ID: sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs,
 			DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Restore: dir,
-	})
+	}
+	// The copy's processes come back in a network of its own, with the same mounts
+	// (resolv.conf, the CA bundle) as the sandbox they were checkpointed in.
+	if ctx, err = o.attachNetwork(ctx, sb, CreateRequest{AllowInternet: from.allowInternet}, &spec); err != nil {
+		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
+	}
+	rsb, err := o.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
 	}

@@ -20,13 +20,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // Errors callers branch on.
 var (
-	ErrNotFound = errors.New("secret not found")
-	ErrConflict = errors.New("secret exists")
-	ErrInvalid  = errors.New("invalid secret")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "secret not found")
+	ErrConflict = errdefs.New(errdefs.ErrConflict, "secret exists")
+	ErrInvalid  = errdefs.New(errdefs.ErrInvalidArgument, "invalid secret")
 )
 
 // Info is a secret's metadata: what every read returns.
