@@ -497,6 +497,11 @@ func (a *api) updateTemplate(w http.ResponseWriter, r *http.Request, c caller) e
 }
 
 func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
+	if h := a.unroutedDurable(r); h != nil {
+		// A snapshot id: E2B keeps snapshots as templates, and its deleteSnapshot says so.
+		h(w, r)
+		return nil
+	}
 	name, _ := templateName(r.PathValue("templateID"))
 	if _, err := a.cfg.Builds.Store().Get(name); err != nil {
 		return err

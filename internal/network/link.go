@@ -46,8 +46,8 @@ func (m *Manager) makeSlot(index int) (_ *slot, err error) {
 		link:   fmt.Sprintf("%s-%d", m.cfg.LinkPrefix, index),
 		host:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
 		addr:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
-		netns:  filepath.Join(m.cfg.StateDir, fmt.Sprintf("ns-%d", index)),
-		resolv: filepath.Join(m.cfg.StateDir, fmt.Sprintf("resolv-%d.conf", index)),
+		netns:  filepath.Join(m.cfg.StateDir, fmt.Sprintf("ns-%s-%d", m.gen, index)),
+		resolv: filepath.Join(m.cfg.StateDir, fmt.Sprintf("resolv-%s-%d.conf", m.gen, index)),
 	}
 	defer func() {
 		if err != nil {

@@ -11,7 +11,9 @@ package network
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -87,7 +89,11 @@ var validTable = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,31}$`)
 
 // Manager gives sandboxes their network. Safe for concurrent use.
 type Manager struct {
-	cfg      Config
+	cfg Config
+	// gen names this manager's namespaces and resolv.conf files apart from an earlier
+	// server's: a checkpoint that names an earlier server's namespace (swept at start) must
+	// fail to restore, never join a namespace this server gave another sandbox.
+	gen      string
 	resolver *resolver
 	dnsPort  int
 	proxy    *transparent // where sandboxes' TCP goes when they have an egress proxy or transforms
@@ -186,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	m := &Manager{cfg: cfg, used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, gen: newGen(), used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
 	if err := m.sweep(); err != nil {
 		return nil, fmt.Errorf("network: remove leftovers: %w", err)
 	}
@@ -496,4 +502,11 @@ func (m *Manager) checkProxy(p Policy) error {
 		return nil
 	}
 	return parseEgressProxy("network.egressProxy", p.EgressProxy, m.cfg.ForbidPrivateProxies)
+}
+
+// newGen is a short random name for one manager's lifetime.
+func newGen() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

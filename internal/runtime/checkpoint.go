@@ -143,7 +143,9 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 		default:
 			return nil, fmt.Errorf("restore %s: %w", id, ErrExists)
 		}
-		joined = old.netns
+		if !strings.HasPrefix(old.netns, "/proc/") { // an init's namespace dies with the init
+			joined = old.netns
+		}
 	}
 	img, work, dir := r.checkpointDir(id), r.criuWorkDir(id), r.dir(id)
 	if _, err := os.Stat(filepath.Join(img, "inventory.img")); err != nil {
