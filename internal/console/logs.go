@@ -215,6 +215,11 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
+	c.tailLogs(w, r, sb.TeamID, sb.ID)
+}
+
+// tailLogs streams the new log lines of id (a sandbox, or a template build) of team.
+func (c *Console) tailLogs(w http.ResponseWriter, r *http.Request, team, id string) {
 	v := r.URL.Query()
 	// A browser that reconnects names the last event it got: continue after its lines,
 	// not after the page's, so no line shows twice.
@@ -229,11 +234,11 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	q.TeamID, q.SandboxID, q.Limit = sb.TeamID, sb.ID, pageLogLines
+	q.TeamID, q.SandboxID, q.Limit = team, id, pageLogLines
 	c.stream(w, r, func(ctx context.Context) (sse, error) {
 		page, err := c.cfg.Records.QueryLogs(ctx, q)
 		if err != nil {
-			return sse{}, fmt.Errorf("tail logs of %s: %w", sb.ID, err)
+			return sse{}, fmt.Errorf("tail logs of %s: %w", id, err)
 		}
 		if len(page.Lines) == 0 {
 			return sse{}, nil
