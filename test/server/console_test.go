@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // viewer is a browser-like client of the console: a cookie jar, no redirects followed
@@ -382,6 +383,63 @@ func TestConsoleSessionsSurviveARestart(t *testing.T) {
 		cli(t, s, "apikey", "revoke", row[1], "--team", team)
 		if _, page := v.get("/dashboard/"); !strings.Contains(page, `action="/dashboard/login"`) {
 			t.Fatalf("still signed in with a revoked key:\n%s", page)
+		}
+	})
+}
+
+func TestConsoleShowsTemplateBuilds(t *testing.T) {
+	s := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	st, err := client.BuildTemplate(ctx, "console-tpl", cove.TemplateDefinition{FromTemplate: "base", Steps: []cove.TemplateStep{
+		{Type: "ENV", Args: []string{"WHO", "console"}},
+		{Type: "RUN", Args: []string{"echo built-for-the-console-$WHO"}},
+	}}, cove.TemplateBuildOptions{})
+	if err != nil || st.Status != "ready" {
+		t.Fatalf("build: %+v, %v", st, err)
+	}
+	v := newViewer(t, s.URL)
+	v.signIn(s.Key)
+
+	t.Run("the build made through the API is listed on the Templates page", func(t *testing.T) {
+		_, page := v.get("/dashboard/templates")
+		for _, want := range []string{`<tr data-build="` + st.BuildID + `">`, `<td>console-tpl</td><td class="st-ready">ready</td>`, "<td>0/2</td>", `href="/dashboard/trace?id=`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %q:\n%s", want, section(page, `id="builds"`))
+			}
+		}
+	})
+
+	t.Run("its build page shows its steps and its log lines", func(t *testing.T) {
+		deadline := time.Now().Add(time.Minute) // the log store takes lines in batches
+		for {
+			code, page := v.get("/dashboard/builds/" + st.BuildID)
+			ok := code == http.StatusOK && strings.Contains(page, "built-for-the-console-console") &&
+				strings.Contains(page, "ENV WHO") && strings.Contains(page, "RUN echo built-for-the-console-$WHO")
+			if ok {
+				writeArtifact(t, "console-build.html", page)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("build page (%d) lacks the steps or the RUN step's output:\n%s", code, page)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
+	t.Run("another team's key gets a 404 and sees none of the builds", func(t *testing.T) {
+		team := strings.TrimSpace(cli(t, s, "team", "create", "console-builds-other"))
+		b := newViewer(t, s.URL)
+		b.signIn(strings.Fields(cli(t, s, "apikey", "create", "b", "--team", team))[0])
+		if code, _ := b.get("/dashboard/builds/" + st.BuildID); code != http.StatusNotFound {
+			t.Fatalf("other team's build page: %d, want 404", code)
+		}
+		if code, _ := b.get("/dashboard/builds/" + st.BuildID + "/tail"); code != http.StatusNotFound {
+			t.Fatalf("other team's build tail: %d, want 404", code)
+		}
+		if _, page := b.get("/dashboard/templates"); strings.Contains(page, st.BuildID) {
+			t.Fatalf("other team's templates page lists build %s", st.BuildID)
 		}
 	})
 }
