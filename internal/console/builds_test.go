@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"html"
@@ -44,7 +43,7 @@ func TestBuildPages(t *testing.T) {
 	end := start.Add(2500 * time.Millisecond)
 	records := map[string]*template.BuildRecord{
 		doneBuild: {ID: doneBuild, Template: "web", Status: template.BuildReady, RequestID: "req-build-1", TeamID: f.team,
-			Steps: []template.StepResult{{Step: "RUN apt-get install -y nginx", Cached: true, Seconds: 0.01}, {Step: "ENV PORT=80", Seconds: 1.25}},
+			Steps:     []template.StepResult{{Step: "RUN apt-get install -y nginx", Cached: true, Seconds: 0.01}, {Step: "ENV PORT=80", Seconds: 1.25}},
 			CreatedAt: start, StartedAt: &start, FinishedAt: &end},
 		otherBuild: {ID: otherBuild, Template: "web", Status: template.BuildBuilding, RequestID: "req-other", TeamID: "other-team",
 			Steps: nil, CreatedAt: start.Add(time.Minute), StartedAt: &start},
@@ -130,15 +129,7 @@ func TestBuildPages(t *testing.T) {
 			TemplateID: "web", Level: "info", Source: store.SourceBuild, Message: "step 2 output"}}); err != nil {
 			t.Fatal(err)
 		}
-		sc := bufio.NewScanner(res.Body)
-		var got []string
-		for sc.Scan() {
-			if sc.Text() == "" && got != nil {
-				break
-			}
-			got = append(got, sc.Text())
-		}
-		ev := strings.Join(got, "\n")
+		ev := firstEvent(res.Body)
 		if !strings.HasPrefix(ev, "event: lines\n") || !strings.Contains(ev, "step 2 output") || strings.Contains(ev, "secret step") {
 			t.Errorf("tail event: %q", ev)
 		}

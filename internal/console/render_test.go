@@ -230,15 +230,7 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 		if err := f.db.InsertLogs(ctx, []store.LogLine{line}); err != nil {
 			t.Fatal(err)
 		}
-		sc := bufio.NewScanner(res.Body)
-		var got []string
-		for sc.Scan() {
-			if sc.Text() == "" && got != nil {
-				break
-			}
-			got = append(got, sc.Text())
-		}
-		return strings.Join(got, "\n")
+		return firstEvent(res.Body)
 	}
 	first := tail(t, "", "tailed line", 20)
 	if !strings.HasPrefix(first, "event: lines\nid: ") || !strings.Contains(first, "tailed line") || strings.Contains(first, "line 9999 of") {
@@ -251,6 +243,19 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 			t.Errorf("after reconnecting: %q", again)
 		}
 	})
+}
+
+// firstEvent reads the first Server-Sent Event of body, its lines joined.
+func firstEvent(body io.Reader) string {
+	sc := bufio.NewScanner(body)
+	var got []string
+	for sc.Scan() {
+		if sc.Text() == "" && got != nil {
+			break
+		}
+		got = append(got, sc.Text())
+	}
+	return strings.Join(got, "\n")
 }
 
 // BenchmarkRender prints the server time of one render of each page, in ms.
