@@ -104,12 +104,23 @@ func (c *Console) buildPage(w http.ResponseWriter, r *http.Request) {
 		"Running": running, "Tail": tailQuery(logView{}, logs.First)})
 }
 
-// buildTail streams a running build's new log lines, as a sandbox page's tail does.
+// buildTail streams a running build's new log lines, as a sandbox page's tail does, and a
+// "done" event once the build finished (the page reloads, to show its steps and status).
 func (c *Console) buildTail(w http.ResponseWriter, r *http.Request) {
 	rec, err := c.findBuild(sessionOf(r), r.PathValue("id"))
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
-	c.tailLogs(w, r, rec.TeamID, rec.ID)
+	c.tailLogs(w, r, rec.TeamID, rec.ID, func() (bool, error) {
+		now, err := c.cfg.Builds.Get(rec.ID)
+		if err != nil {
+			return false, err
+		}
+		return now.FinishedAt != nil && c.now().Sub(*now.FinishedAt) > buildLogGrace, nil
+	})
 }
+
+// buildLogGrace is how long after a build finished its tail still waits for lines the log
+// store has not written yet (it writes every 200 ms) before it says the build is done.
+const buildLogGrace = 2 * time.Second

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"html"
@@ -129,17 +130,38 @@ func TestBuildPages(t *testing.T) {
 			TemplateID: "web", Level: "info", Source: store.SourceBuild, Message: "step 2 output"}}); err != nil {
 			t.Fatal(err)
 		}
-		ev := firstEvent(res.Body)
+		sc := bufio.NewScanner(res.Body)
+		ev := nextEvent(sc)
 		if !strings.HasPrefix(ev, "event: lines\n") || !strings.Contains(ev, "step 2 output") || strings.Contains(ev, "secret step") {
 			t.Errorf("tail event: %q", ev)
 		}
+		t.Run("once the build finished, the tail says it is done and ends", func(t *testing.T) {
+			r := records[otherBuild]
+			finished := time.Now().Add(-2 * buildLogGrace)
+			r.Status, r.FinishedAt = template.BuildReady, &finished
+			if err := writeJSON(filepath.Join(dir, "builds", otherBuild+".json"), r); err != nil {
+				t.Fatal(err)
+			}
+			if ev := nextEvent(sc); ev != "event: done\ndata: "+otherBuild {
+				t.Errorf("after the build finished: %q", ev)
+			}
+			if sc.Scan() {
+				t.Errorf("the stream goes on after done: %q", sc.Text())
+			}
+		})
 	})
 }
 
+// writeJSON writes v to name as the builds do, by renaming a whole file in place: a tail
+// reading it meanwhile never sees half a record.
 func writeJSON(name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(name, b, 0o644)
+	tmp := filepath.Join(filepath.Dir(name), "."+filepath.Base(name)+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
 }

@@ -230,7 +230,7 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 		if err := f.db.InsertLogs(ctx, []store.LogLine{line}); err != nil {
 			t.Fatal(err)
 		}
-		return firstEvent(res.Body)
+		return nextEvent(bufio.NewScanner(res.Body))
 	}
 	first := tail(t, "", "tailed line", 20)
 	if !strings.HasPrefix(first, "event: lines\nid: ") || !strings.Contains(first, "tailed line") || strings.Contains(first, "line 9999 of") {
@@ -245,9 +245,8 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 	})
 }
 
-// firstEvent reads the first Server-Sent Event of body, its lines joined.
-func firstEvent(body io.Reader) string {
-	sc := bufio.NewScanner(body)
+// nextEvent reads the next Server-Sent Event of a stream, its lines joined.
+func nextEvent(sc *bufio.Scanner) string {
 	var got []string
 	for sc.Scan() {
 		if sc.Text() == "" && got != nil {
