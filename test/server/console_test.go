@@ -419,6 +419,13 @@ func TestConsoleShowsTemplateBuilds(t *testing.T) {
 			}
 		}
 		writeArtifact(t, "console-build.html", page)
+		m := regexp.MustCompile(`href="/dashboard/trace\?id=([^"]+)"`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("build page has no request link")
+		}
+		if _, trace := v.get("/dashboard/trace?id=" + m[1]); !strings.Contains(trace, "built-for-the-console-console") {
+			t.Errorf("the trace of the build's request lacks its log line:\n%s", section(trace, `id="timeline"`))
+		}
 	})
 
 	t.Run("another team's key gets a 404 and sees none of the builds", func(t *testing.T) {
