@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -425,6 +426,24 @@ func TestConsoleShowsTemplateBuilds(t *testing.T) {
 		}
 		if _, trace := v.get("/dashboard/trace?id=" + m[1]); !strings.Contains(trace, "built-for-the-console-console") {
 			t.Errorf("the trace of the build's request lacks its log line:\n%s", section(trace, `id="timeline"`))
+		}
+	})
+
+	t.Run("a failed build's page names the step and the error", func(t *testing.T) {
+		_, err := client.BuildTemplate(ctx, "console-bad", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo going-down; exit 4"}}}}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) {
+			t.Fatalf("build: %v, want a BuildError", err)
+		}
+		page := waitBuildPage(t, v, be.BuildID, "going-down")
+		for _, want := range []string{`class="st-error">error`, "Failed at step 1", "exit status 4"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("failed build's page lacks %q:\n%s", want, section(page, "<h1>"))
+			}
+		}
+		if _, list := v.get("/dashboard/templates"); !strings.Contains(list, `<tr data-build="`+be.BuildID+`">`) {
+			t.Errorf("the Templates page does not list the failed build %s", be.BuildID)
 		}
 	})
 
