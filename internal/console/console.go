@@ -77,6 +77,7 @@ type Config struct {
 	Records    Records
 	AdminToken string    // "" disables admin sign-in
 	Templates  Templates // nil: the templates page says there is no store
+	Builds     Builds    // nil: the templates page lists no builds
 	// Metrics is read by the health page; telemetry.Metrics() when nil.
 	Metrics prometheus.Gatherer
 }
@@ -130,6 +131,7 @@ func New(cfg Config) *Console {
 		"ms":    func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
 		"size":  func(n int64) string { return bytesText(float64(n)) },
 		"deref": func(b *bool) bool { return b != nil && *b },
+		"inc":   func(i int) int { return i + 1 },
 		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
 			if len(as) == 0 {
 				return nil
@@ -163,6 +165,8 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
 	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
 	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
+	c.mux.HandleFunc("GET /dashboard/builds/{id}", c.signedIn(c.buildPage))
+	c.mux.HandleFunc("GET /dashboard/builds/{id}/tail", c.signedIn(c.buildTail))
 	// Anything else under the prefix is a console page with the request id, not Go's bare
 	// 404 or 405.
 	c.mux.HandleFunc("/dashboard/", func(w http.ResponseWriter, r *http.Request) {

@@ -215,6 +215,12 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), err)
 		return
 	}
+	c.tailLogs(w, r, sb.TeamID, sb.ID, nil)
+}
+
+// tailLogs streams the new log lines of id (a sandbox, or a template build) of team. When
+// done is set and says so at a round without new lines, a last "done" event ends the stream.
+func (c *Console) tailLogs(w http.ResponseWriter, r *http.Request, team, id string, done func() (bool, error)) {
 	v := r.URL.Query()
 	// A browser that reconnects names the last event it got: continue after its lines,
 	// not after the page's, so no line shows twice.
@@ -229,14 +235,21 @@ func (c *Console) tail(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	q.TeamID, q.SandboxID, q.Limit = sb.TeamID, sb.ID, pageLogLines
+	q.TeamID, q.SandboxID, q.Limit = team, id, pageLogLines
 	c.stream(w, r, func(ctx context.Context) (sse, error) {
 		page, err := c.cfg.Records.QueryLogs(ctx, q)
 		if err != nil {
-			return sse{}, fmt.Errorf("tail logs of %s: %w", sb.ID, err)
+			return sse{}, fmt.Errorf("tail logs of %s: %w", id, err)
 		}
 		if len(page.Lines) == 0 {
-			return sse{}, nil
+			if done == nil {
+				return sse{}, nil
+			}
+			end, err := done()
+			if err != nil || !end {
+				return sse{}, err
+			}
+			return sse{Event: "done", Data: id, Last: true}, nil
 		}
 		q.After, q.Cursor = page.Last, time.Time{}
 		rows := make([]store.LogLine, len(page.Lines))
@@ -256,6 +269,7 @@ type sse struct {
 	Event string
 	ID    string // when set, the browser sends it back as Last-Event-ID on reconnecting
 	Data  string
+	Last  bool // the stream ends after it
 }
 
 // stream answers with Server-Sent Events: next is called at once and then every liveEvery
@@ -292,6 +306,9 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request, next func(ctx c
 			}
 			fmt.Fprint(w, "\n")
 			flusher.Flush()
+			if ev.Last {
+				return
+			}
 		}
 		select {
 		case <-r.Context().Done():

@@ -230,15 +230,7 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 		if err := f.db.InsertLogs(ctx, []store.LogLine{line}); err != nil {
 			t.Fatal(err)
 		}
-		sc := bufio.NewScanner(res.Body)
-		var got []string
-		for sc.Scan() {
-			if sc.Text() == "" && got != nil {
-				break
-			}
-			got = append(got, sc.Text())
-		}
-		return strings.Join(got, "\n")
+		return nextEvent(bufio.NewScanner(res.Body))
 	}
 	first := tail(t, "", "tailed line", 20)
 	if !strings.HasPrefix(first, "event: lines\nid: ") || !strings.Contains(first, "tailed line") || strings.Contains(first, "line 9999 of") {
@@ -251,6 +243,18 @@ func TestTailSendsOnlyNewLines(t *testing.T) {
 			t.Errorf("after reconnecting: %q", again)
 		}
 	})
+}
+
+// nextEvent reads the next Server-Sent Event of a stream, its lines joined.
+func nextEvent(sc *bufio.Scanner) string {
+	var got []string
+	for sc.Scan() {
+		if sc.Text() == "" && got != nil {
+			break
+		}
+		got = append(got, sc.Text())
+	}
+	return strings.Join(got, "\n")
 }
 
 // BenchmarkRender prints the server time of one render of each page, in ms.

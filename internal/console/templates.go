@@ -21,15 +21,18 @@ type Templates interface {
 // failure is.
 const buildLogTail = 64 << 10
 
-// templateRow is a template with the viewer's live sandboxes of it.
+// templateRow is a template with the viewer's live sandboxes of it and its newest builds
+// the viewer may see.
 type templateRow struct {
 	*template.Template
-	Live int
+	Live   int
+	Builds []buildRow
 }
 
 // templatesPage lists the ready templates (they are shared by every team) with how many
-// live sandboxes of each the viewer's team has. Builds stream here once template builds
-// have an API; until then the admin sees each template's steps and its last build's log.
+// live sandboxes of each the viewer's team has and their newest builds, then the newest
+// builds of the viewer's team (the admin's: all) of any template, failed ones included.
+// The admin also sees each template's steps and its last host build's log.
 func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
 	if c.cfg.Templates == nil {
@@ -41,6 +44,11 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	builds, err := c.visibleBuilds(s)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	rows := make([]templateRow, 0, len(ts))
 	for _, t := range ts {
 		page, err := c.cfg.Records.ListSandboxes(r.Context(), store.SandboxFilter{TeamID: s.TeamID, Template: t.Name, Limit: 1})
@@ -48,9 +56,16 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sandboxes of template %s: %w", t.Name, err))
 			return
 		}
-		rows = append(rows, templateRow{Template: t, Live: page.Total})
+		row := templateRow{Template: t, Live: page.Total}
+		for _, b := range builds {
+			if b.Template == t.Name && len(row.Builds) < templateBuilds {
+				row.Builds = append(row.Builds, b)
+			}
+		}
+		rows = append(rows, row)
 	}
-	c.render(w, r, "templates.html", map[string]any{"Title": "Templates", "Templates": rows, "Admin": s.admin()})
+	c.render(w, r, "templates.html", map[string]any{"Title": "Templates", "Templates": rows, "Admin": s.admin(),
+		"Builds": builds[:min(len(builds), pageBuilds)]})
 }
 
 // buildLog shows the end of a template's last build log, to the admin: build steps and

@@ -372,7 +372,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
-	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Sessions: db, Records: db, AdminToken: admin, Templates: templates})
+	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Sessions: db, Records: db, AdminToken: admin, Templates: templates, Builds: builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case px.Match(r):

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 const chromium = "/usr/bin/chromium"
@@ -25,7 +26,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skip("chromium not installed at " + chromium + " (Debian package chromium; scripts/deps.sh installs it)")
 	}
-	s := covetest.Start(t, "")
+	// Its own template store, so a template built through the API shows on the build page.
+	s := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
 	a := client{t: t, url: s.URL, key: s.Key}
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
@@ -125,8 +127,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("kill reason %q, want request", text)
 	}
 	killedWith(t, a, id, "request")
+	st, err := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key}).BuildTemplate(ctx, "browser-tpl", cove.TemplateDefinition{FromTemplate: "base",
+		Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo browser-build-output"}}}}, cove.TemplateBuildOptions{})
+	if err != nil {
+		t.Fatalf("build a template: %v", err)
+	}
+	v := newViewer(t, s.URL)
+	v.signIn(s.Key)
+	waitBuildPage(t, v, st.BuildID, "browser-build-output")
 	run("the templates page", chromedp.Click(`a[href="/dashboard/templates"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`tr[data-template="base"]`, chromedp.ByQuery), shot("templates"))
+	run("open the build", chromedp.Click(`tr[data-build="`+st.BuildID+`"] a`, chromedp.ByQuery), chromedp.WaitVisible(`#steps`, chromedp.ByID),
+		chromedp.WaitVisible(`//table[@id="logs"]//td[text()="browser-build-output"]`, chromedp.BySearch), shot("build"))
 	run("the events page", chromedp.Click(`a[href="/dashboard/events"]`, chromedp.ByQuery), chromedp.WaitVisible(`#events`, chromedp.ByID),
 		chromedp.Text(`#events`, &text, chromedp.ByID), shot("events"))
 	if !strings.Contains(text, "sandbox.lifecycle.killed") {

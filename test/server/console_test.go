@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // viewer is a browser-like client of the console: a cookie jar, no redirects followed
@@ -384,4 +386,96 @@ func TestConsoleSessionsSurviveARestart(t *testing.T) {
 			t.Fatalf("still signed in with a revoked key:\n%s", page)
 		}
 	})
+}
+
+func TestConsoleShowsTemplateBuilds(t *testing.T) {
+	s := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	st, err := client.BuildTemplate(ctx, "console-tpl", cove.TemplateDefinition{FromTemplate: "base", Steps: []cove.TemplateStep{
+		{Type: "ENV", Args: []string{"WHO", "console"}},
+		{Type: "RUN", Args: []string{"echo built-for-the-console-$WHO"}},
+	}}, cove.TemplateBuildOptions{})
+	if err != nil || st.Status != "ready" {
+		t.Fatalf("build: %+v, %v", st, err)
+	}
+	v := newViewer(t, s.URL)
+	v.signIn(s.Key)
+
+	t.Run("the build made through the API is listed on the Templates page", func(t *testing.T) {
+		_, page := v.get("/dashboard/templates")
+		for _, want := range []string{`<tr data-build="` + st.BuildID + `">`, `<td>console-tpl</td><td class="st-ready">ready</td>`, "<td>0/2</td>", `href="/dashboard/trace?id=`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %q:\n%s", want, section(page, `id="builds"`))
+			}
+		}
+	})
+
+	t.Run("its build page shows its steps and its log lines", func(t *testing.T) {
+		page := waitBuildPage(t, v, st.BuildID, "built-for-the-console-console")
+		for _, want := range []string{"ENV WHO=console", "RUN echo built-for-the-console-$WHO", "<td>built</td>"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("build page lacks %q:\n%s", want, section(page, `id="steps"`))
+			}
+		}
+		writeArtifact(t, "console-build.html", page)
+		m := regexp.MustCompile(`href="/dashboard/trace\?id=([^"]+)"`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("build page has no request link")
+		}
+		if _, trace := v.get("/dashboard/trace?id=" + m[1]); !strings.Contains(trace, "built-for-the-console-console") {
+			t.Errorf("the trace of the build's request lacks its log line:\n%s", section(trace, `id="timeline"`))
+		}
+	})
+
+	t.Run("a failed build's page names the step and the error", func(t *testing.T) {
+		_, err := client.BuildTemplate(ctx, "console-bad", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo going-down; exit 4"}}}}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) {
+			t.Fatalf("build: %v, want a BuildError", err)
+		}
+		page := waitBuildPage(t, v, be.BuildID, "going-down")
+		for _, want := range []string{`class="st-error">error`, "Failed at step 1", "exit status 4"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("failed build's page lacks %q:\n%s", want, section(page, "<h1>"))
+			}
+		}
+		if _, list := v.get("/dashboard/templates"); !strings.Contains(list, `<tr data-build="`+be.BuildID+`">`) {
+			t.Errorf("the Templates page does not list the failed build %s", be.BuildID)
+		}
+	})
+
+	t.Run("another team's key gets a 404 and sees none of the builds", func(t *testing.T) {
+		team := strings.TrimSpace(cli(t, s, "team", "create", "console-builds-other"))
+		b := newViewer(t, s.URL)
+		b.signIn(strings.Fields(cli(t, s, "apikey", "create", "b", "--team", team))[0])
+		if code, _ := b.get("/dashboard/builds/" + st.BuildID); code != http.StatusNotFound {
+			t.Fatalf("other team's build page: %d, want 404", code)
+		}
+		if code, _ := b.get("/dashboard/builds/" + st.BuildID + "/tail"); code != http.StatusNotFound {
+			t.Fatalf("other team's build tail: %d, want 404", code)
+		}
+		if _, page := b.get("/dashboard/templates"); strings.Contains(page, st.BuildID) {
+			t.Fatalf("other team's templates page lists build %s", st.BuildID)
+		}
+	})
+}
+
+// waitBuildPage returns build id's console page once it shows the log line line: the log
+// store takes lines in batches, after the build is ready.
+func waitBuildPage(t *testing.T, v *viewer, id, line string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, page := v.get("/dashboard/builds/" + id)
+		if code == http.StatusOK && strings.Contains(page, line) {
+			return page
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("build page (%d) lacks the log line %q after a minute:\n%s", code, line, page)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

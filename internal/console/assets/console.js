@@ -74,6 +74,7 @@ document.addEventListener("DOMContentLoaded", () => {
       body.prepend(t.content);
     });
     src.addEventListener("failure", (e) => { src.close(); state.textContent = "live tail stopped: " + e.data; state.className = "error"; });
+    src.addEventListener("done", () => { src.close(); location.reload(); });
   }
   const table = document.querySelector("table[data-live]");
   if (table && window.EventSource) {
