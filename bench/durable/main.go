@@ -221,7 +221,7 @@ func run(rounds int) error {
 					}
 				}
 			}
-			fmt.Printf("%-44s %10s %10s   %s\n", fmt.Sprintf("fork count 1 (parent checkpointed), 64 MB"), ms(pct(forks, .5)), ms(pct(forks, .99)), "-")
+			fmt.Printf("%-44s %10s %10s   %s\n", "fork count 1 (parent checkpointed), 64 MB", ms(pct(forks, .5)), ms(pct(forks, .99)), "-")
 		}
 		_, _ = s.call(http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil)
 	}

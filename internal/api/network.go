@@ -46,25 +46,6 @@ type networkUpdateBody struct {
 	AllowInternetAccess *bool `json:"allow_internet_access"`
 }
 
-// networkJSON is the network getInfo echoes.
-type networkJSON struct {
-	AllowOut           []string              `json:"allowOut,omitempty"`
-	DenyOut            []string              `json:"denyOut,omitempty"`
-	AllowPublicTraffic bool                  `json:"allowPublicTraffic"`
-	EgressProxy        *proxyJSON            `json:"egressProxy,omitempty"`
-	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
-	MaskRequestHost    string                `json:"maskRequestHost,omitempty"`
-	HTTPSPorts         []int                 `json:"httpsPorts,omitempty"`
-}
-
-type ruleJSON struct {
-	Transform transformJSON `json:"transform"`
-}
-
-type transformJSON struct {
-	Headers map[string]string `json:"headers"`
-}
-
 // proxyJSON is E2B's SandboxEgressProxyConfig; the password is never echoed.
 type proxyJSON struct {
 	Address  string `json:"address"`

@@ -107,7 +107,7 @@ func ApplyLayer(dst string, r io.Reader) error {
 				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 			dirs = append(dirs, dirTime{target, hdr.ModTime})
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader reports the old TypeRegA as TypeReg
 			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 			if err != nil {
 				return fmt.Errorf("%s: %w", hdr.Name, err)
