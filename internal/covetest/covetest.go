@@ -318,21 +318,3 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
-
-// NodeSDK returns node and test/compat, where the official npm e2b SDK is installed, or
-// skips the test saying what is missing. dir is test/compat relative to the test's package.
-func NodeSDK(t testing.TB, dir string) (node, compat string) {
-	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
-	}
-	compat, err = filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
-	}
-	return node, compat
-}

@@ -16,15 +16,7 @@ import (
 // scenario fails.
 func RunSDKScenarios(t testing.TB, file, url, key string, env ...string) {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
-	}
-	_, self, _, _ := runtime.Caller(0)
-	compat := filepath.Join(filepath.Dir(self), "..", "..", "test", "compat")
-	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
-		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
-	}
+	node, compat := NodeSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
 		if deadline, ok := d.Deadline(); ok {
@@ -38,9 +30,25 @@ func RunSDKScenarios(t testing.TB, file, url, key string, env ...string) {
 	cmd.WaitDelay = 5 * time.Second
 	out := NewLineLogger(t, "node: ")
 	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Run()
+	err := cmd.Run()
 	out.Flush()
 	if err != nil {
 		t.Fatalf("node --test %s: %v (the SDK scenarios above name what failed)", file, err)
 	}
+}
+
+// NodeSDK returns node and the directory test/compat, where the official npm e2b SDK is
+// installed, or skips the test saying what is missing.
+func NodeSDK(t testing.TB) (node, compat string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found on PATH: install Node.js 20+, then run scripts/deps.sh")
+	}
+	_, self, _, _ := runtime.Caller(0)
+	compat = filepath.Join(filepath.Dir(self), "..", "..", "test", "compat")
+	if _, err := os.Stat(filepath.Join(compat, "node_modules", "e2b", "package.json")); err != nil {
+		t.Skip("the e2b npm SDK is not installed in test/compat: run scripts/deps.sh (or npm ci there)")
+	}
+	return node, compat
 }

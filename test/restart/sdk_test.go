@@ -21,7 +21,7 @@ import (
 func TestOfficialSDKAcrossACrash(t *testing.T) {
 	covetest.Skip(t)
 	skipWithoutCRIU(t)
-	node, compat := covetest.NodeSDK(t, "../compat")
+	node, compat := covetest.NodeSDK(t)
 	// Without egress: a sandbox paused to disk does not get its network back after a restart
 	// yet (README, Known limits).
 	s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep", Args: []string{"--network=false"}})

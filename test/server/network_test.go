@@ -270,7 +270,7 @@ func TestOfficialSDKNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--network-dns", in.DNS().String(), "--network-upstream-ca", caFile}})
-	covetest.RunNode(t, "../compat", "network.test.mjs", "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key,
+	covetest.RunSDKScenarios(t, "network.test.mjs", s.URL, s.Key,
 		"COVE_TEST_HOST="+in.Addr.String(), "COVE_TEST_OTHER="+in.Other.String(), "COVE_TEST_NAME=web.test",
 		"COVE_TEST_SOCKS="+socks.String(), "COVE_TEST_SOCKS_USER="+nettest.SOCKSUser, "COVE_TEST_SOCKS_PASSWORD="+nettest.SOCKSPassword)
 	if c := in.SOCKSConnects(); len(c) == 0 {
