@@ -1,0 +1,72 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
+)
+
+// This file: what the kernel says about a sandbox: its init exiting and its OOM kills.
+
+// watchInit kills the sandbox, with the reason, if its envd exits on its own or is OOM-killed.
+func (o *Orchestrator) watchInit(e *entry) {
+	id := e.sb.ID
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		ex, err := o.cfg.Runtime.Wait(context.Background(), id)
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		detached := e.detached
+		e.mu.Unlock()
+		if detached || ex.Checkpointed {
+			return // let go of, or on disk: a restore watches the new init
+		}
+		why := reason.KillEnvdExited
+		if ex.OOMKilled {
+			why = reason.KillOOM
+		}
+		ctx := o.systemContext()
+		if err := o.kill(ctx, e, why, "", fmt.Sprintf("envd exited: code %d signal %q", ex.Code, ex.Signal)); err == nil {
+			o.logger(ctx).Warn("sandbox init exited", telemetry.KeySandboxID, id, "exit_code", ex.Code, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
+		}
+	}()
+}
+
+// watchOOM logs every OOM kill inside the sandbox. envd raises its children's OOM score, so
+// the kernel kills the runaway command and the sandbox lives on; if envd itself dies of it,
+// watchInit kills the sandbox with reason oom.
+func (o *Orchestrator) watchOOM(ctx context.Context, e *entry) {
+	id := e.sb.ID
+	logger := o.logger(ctx)
+	watch, stop := context.WithCancel(context.Background())
+	e.stopOOM = stop
+	oom, err := o.cfg.Runtime.OOMEvents(watch, id)
+	if err != nil {
+		logger.Warn("oom events unavailable", "error", err.Error())
+		return
+	}
+	go func() {
+		for n := range oom {
+			attrs := []any{"oom_kills", n}
+			if st, err := o.cfg.Runtime.Stats(context.Background(), id); err == nil {
+				attrs = append(attrs, "memory.limit_bytes", st.MemoryLimit, "memory.max_usage_bytes", st.MemoryMaxUsage)
+			}
+			logger.Warn("sandbox oom kill", attrs...)
+			o.mu.Lock()
+			e := o.live[id]
+			o.mu.Unlock()
+			if e != nil {
+				e.mu.Lock()
+				sb := copySandbox(e.sb)
+				e.mu.Unlock()
+				o.emit(o.systemContext(), events.SandboxOOM, sb, events.OOMData(int(n)))
+			}
+		}
+	}()
+}
