@@ -12,12 +12,15 @@ import (
 
 // gate is a writer that blocks until opened, like a FIFO nobody reads.
 type gate struct {
-	open chan struct{}
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	open    chan struct{}
+	entered chan struct{} // closed at the first write: the writer is stuck from then on
+	once    sync.Once
+	mu      sync.Mutex
+	buf     bytes.Buffer
 }
 
 func (g *gate) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.entered) })
 	<-g.open
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -32,8 +35,16 @@ func (g *gate) String() string {
 
 func TestHostLog(t *testing.T) {
 	t.Run("writes never wait on a host that does not read, and the gap is announced", func(t *testing.T) {
-		g := &gate{open: make(chan struct{})}
+		g := &gate{open: make(chan struct{}), entered: make(chan struct{})}
 		h := envd.NewHostLog(g, 4)
+		// The first line gets the writer stuck; only then is the count of drops the test's
+		// own (the writer resets it as it announces a gap, which it cannot do while stuck).
+		_, _ = h.Write([]byte("first\n"))
+		select {
+		case <-g.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the host log never wrote its first line")
+		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
