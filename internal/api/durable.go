@@ -104,18 +104,31 @@ func (a *api) routeDurable() {
 // It is a fallback, not a route, so that a templates API may own DELETE /templates/{id};
 // that handler should then pass snapshot ids (snapshot.IsID) here.
 func (a *api) unroutedDurable(r *http.Request) http.HandlerFunc {
-	d, ok := a.cfg.Sandboxes.(durable)
 	id, isTemplate := strings.CutPrefix(r.URL.Path, "/templates/")
-	if !ok || r.Method != http.MethodDelete || !isTemplate || !snapshot.IsID(id) {
+	if r.Method != http.MethodDelete || !isTemplate {
 		return nil
 	}
-	return a.authenticated(func(w http.ResponseWriter, r *http.Request, c caller) error {
+	del := a.snapshotDelete(id)
+	if del == nil {
+		return nil
+	}
+	return a.authenticated(del)
+}
+
+// snapshotDelete is the handler that deletes snapshot id, or nil when id is no snapshot's
+// (or the server keeps none).
+func (a *api) snapshotDelete(id string) handlerFunc {
+	d, ok := a.cfg.Sandboxes.(durable)
+	if !ok || !snapshot.IsID(id) {
+		return nil
+	}
+	return func(w http.ResponseWriter, r *http.Request, c caller) error {
 		if err := d.DeleteSnapshot(r.Context(), c.team.ID, id); err != nil {
 			return fmt.Errorf("delete snapshot %s: %w", id, err)
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
-	})
+	}
 }
 
 // forkResult is E2B's SandboxForkResult: the sandbox, or the error that kept it from starting.

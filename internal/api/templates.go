@@ -497,10 +497,10 @@ func (a *api) updateTemplate(w http.ResponseWriter, r *http.Request, c caller) e
 }
 
 func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
-	if h := a.unroutedDurable(r); h != nil {
+	if del := a.snapshotDelete(r.PathValue("templateID")); del != nil {
 		// A snapshot id: E2B keeps snapshots as templates, and its deleteSnapshot says so.
-		h(w, r)
-		return nil
+		// The caller is authenticated already.
+		return del(w, r, c)
 	}
 	name, _ := templateName(r.PathValue("templateID"))
 	if _, err := a.cfg.Builds.Store().Get(name); err != nil {
