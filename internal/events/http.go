@@ -51,7 +51,7 @@ type api struct {
 // (RFC 3339 or unix milliseconds; since inclusive, until exclusive), limit (1..1000, 100),
 // order (asc or desc, the default) and nextToken; they answer a JSON array and, when more
 // follow, the X-Next-Token header.
-func NewAPI(cfg Config) http.Handler {
+func NewAPI(cfg Config) *teamapi.Mux {
 	a := &api{cfg: cfg, mux: teamapi.New("events api", cfg.Team)}
 	a.mux.Handle("GET /events/sandboxes", a.listEvents)
 	a.mux.Handle("GET /events/sandboxes/{id}", a.listEvents)
@@ -361,7 +361,7 @@ func (a *api) listDeliveries(w http.ResponseWriter, r *http.Request, teamID stri
 }
 
 // Handler returns NewAPI on the Bus's configuration.
-func (b *Bus) Handler() http.Handler { return NewAPI(b.cfg) }
+func (b *Bus) Handler() *teamapi.Mux { return NewAPI(b.cfg) }
 
 // EncodeCursor is the page token of an event listing's position, as GET /events gives it,
 // for other views of the same listing (the console).

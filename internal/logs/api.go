@@ -69,7 +69,7 @@ func (a *api) sandboxed(h teamapi.HandlerFunc) teamapi.HandlerFunc {
 // direction (forward, the default, or backward), level (the lowest kept), search, any
 // number of fields.<key>=<value>, request_id, source, stream and pid. The legacy one takes
 // start (unix ms) and limit. The command listing takes limit (1..1000, 100) and cursor.
-func NewAPI(cfg APIConfig) http.Handler {
+func NewAPI(cfg APIConfig) *teamapi.Mux {
 	a := &api{cfg: cfg, mux: teamapi.New("logs api", cfg.Team)}
 	a.mux.Handle("GET /v2/sandboxes/{id}/logs", a.sandboxed(a.logsV2))
 	a.mux.Handle("GET /sandboxes/{id}/logs", a.sandboxed(a.logsLegacy))

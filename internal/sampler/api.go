@@ -40,7 +40,7 @@ type api struct {
 // comma-separated or repeated, 1 to 100 ids; ids the team does not own, or without
 // samples, are left out. A sample is E2B's SandboxMetric plus netRxBytes, netTxBytes,
 // netRxPackets and netTxPackets, counters since the sandbox started.
-func NewAPI(cfg APIConfig) http.Handler {
+func NewAPI(cfg APIConfig) *teamapi.Mux {
 	a := &api{cfg: cfg, mux: teamapi.New("metrics api", cfg.Team)}
 	a.mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
 	a.mux.Handle("GET /sandboxes/metrics", a.latestMetrics)

@@ -43,6 +43,7 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
@@ -146,8 +147,61 @@ func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Sto
 	return ts, rt, err
 }
 
-// Run brings Cove up and serves until ctx ends; progress lines go to progress.
+// Run brings Cove up and serves until ctx ends; progress lines go to progress. It is the
+// list of steps below, each a small function; what a step opens, it also closes (in
+// reverse order, once Run returns).
 func Run(ctx context.Context, cfg Config, progress io.Writer) error {
+	s := newInstance(cfg, progress)
+	defer s.close()
+	ctx = telemetry.WithLogger(ctx, s.cfg.Logger)
+	for _, step := range []func(context.Context) error{
+		s.checkHost,
+		s.lockDataDir,
+		s.openTemplates,
+		s.openStore,
+		s.startLogs,
+		s.startEvents,
+		s.startNetwork,
+		s.startOrchestrator, // and recover the sandboxes of the last run
+		s.startBackground,
+		s.listen,
+		s.buildHandlers,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	s.announce()
+	return s.serve(ctx)
+}
+
+// instance is one run of the server: what its steps opened, for the steps after them.
+type instance struct {
+	cfg      Config
+	progress io.Writer
+	say      func(format string, args ...any)
+	closers  []func() error // run in reverse by close; their errors are of no use by then
+
+	templates *template.Store
+	rt        *runtime.Runc
+	db        *sqlite.DB
+	apiKey    string // the first run's key, in clear; "" after the first run
+	admin     string
+	ingester  *logs.Ingester
+	bus       *events.Bus
+	secrets   *secrets.Store
+	netw      orchestrator.Network
+	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
+	orch      *orchestrator.Orchestrator
+	retainer  *retention.Retainer
+	builds    *template.Builds
+	ln        net.Listener
+	dashboard *console.Console
+	srv       *http.Server
+}
+
+// newInstance fills cfg's defaults.
+func newInstance(cfg Config, progress io.Writer) *instance {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:3000"
 	}
@@ -160,270 +214,351 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	say := func(format string, args ...any) { fmt.Fprintf(progress, "==> "+format+"\n", args...) }
-	ctx = telemetry.WithLogger(ctx, cfg.Logger)
+	return &instance{cfg: cfg, progress: progress, say: func(format string, args ...any) { fmt.Fprintf(progress, "==> "+format+"\n", args...) }}
+}
 
+// onClose runs f when Run returns, before what earlier steps opened is closed.
+func (s *instance) onClose(f func() error) { s.closers = append(s.closers, f) }
+
+func (s *instance) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i]()
+	}
+}
+
+// checkHost needs root and installs the Debian packages sandboxes need.
+func (s *instance) checkHost(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		return errors.New("cove server runs sandboxes with runc and needs root")
 	}
 	pkgs := []string{"runc", "debootstrap", "e2fsprogs"}
-	if !cfg.NoNetwork {
+	if !s.cfg.NoNetwork {
 		pkgs = append(pkgs, "nftables") // the nft binary: sandbox egress rules
 	}
-	say("checking host packages (%s)", strings.Join(pkgs, ", "))
+	s.say("checking host packages (%s)", strings.Join(pkgs, ", "))
 	if err := template.EnsureHostPackages(ctx, pkgs...); err != nil {
 		return fmt.Errorf("install host packages: %w", err)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	return nil
+}
+
+// lockDataDir makes the data dir, owner only, and takes it for this server alone.
+func (s *instance) lockDataDir(context.Context) error {
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return err
 	}
 	// The data dir holds envd tokens and webhook secrets: only its owner may look inside,
 	// also when it existed before with looser modes.
-	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	if err := os.Chmod(s.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir %s: %w", s.cfg.DataDir, err)
 	}
-	lock, err := LockDataDir(cfg.DataDir)
+	lock, err := LockDataDir(s.cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	defer lock.Release()
-	templates, rt, err := OpenTemplates(ctx, cfg.DataDir, cfg.TemplateDir)
+	s.onClose(lock.Release)
+	return nil
+}
+
+// openTemplates opens the runtime and the template store, building the base template on
+// first run.
+func (s *instance) openTemplates(ctx context.Context) error {
+	templates, rt, err := OpenTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	telemetry.WatchDisk("data", cfg.DataDir)
+	s.templates, s.rt = templates, rt
+	telemetry.WatchDisk("data", s.cfg.DataDir)
 	telemetry.WatchDisk("templates", templates.Dir())
 	base, err := templates.Get("base")
 	if err == nil && base.From == "" && base.Key != template.BaseKey(base.Suite) {
-		say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
+		s.say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
 			"`cove template rm base` and restart to build the current one (with user's passwordless sudo, pip, iproute2)",
 			base.Key, template.BaseKey(base.Suite))
 	}
-	if errors.Is(err, template.ErrNotFound) && !cfg.NoBuild {
-		say("building the base template (Debian bookworm, about a minute, first run only)")
+	if errors.Is(err, template.ErrNotFound) && !s.cfg.NoBuild {
+		s.say("building the base template (Debian bookworm, about a minute, first run only)")
 		begun := time.Now()
-		if _, err := templates.Build(ctx, template.Spec{Name: "base"}, progress); err != nil {
+		if _, err := templates.Build(ctx, template.Spec{Name: "base"}, s.progress); err != nil {
 			return fmt.Errorf("build base template: %w", err)
 		}
-		say("base template ready in %s", time.Since(begun).Round(time.Second))
+		s.say("base template ready in %s", time.Since(begun).Round(time.Second))
 	}
+	return nil
+}
 
-	db, err := OpenStore(ctx, cfg.DataDir)
+// openStore opens the SQLite store, making the first team, API key and admin token on
+// first run.
+func (s *instance) openStore(ctx context.Context) error {
+	db, err := OpenStore(ctx, s.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	defer db.Close()
-	apiKey, err := firstRunKey(ctx, db, cfg.DataDir)
-	if err != nil {
+	s.db = db
+	s.onClose(db.Close)
+	if s.apiKey, err = firstRunKey(ctx, db, s.cfg.DataDir); err != nil {
 		return err
 	}
+	s.admin, err = adminToken(s.cfg.DataDir)
+	return err
+}
 
-	admin, err := adminToken(cfg.DataDir)
-	if err != nil {
-		return err
-	}
-
-	ingester := logs.NewIngester(db, logs.Config{Logger: cfg.Logger})
-	defer ingester.Close()
+// startLogs starts the log ingester and tees the server's own logger into it.
+func (s *instance) startLogs(context.Context) error {
+	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger})
+	s.onClose(s.ingester.Close)
 	// From here on, the server's own lines about a sandbox also go to the log store, so a
 	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
-	cfg.Logger = slog.New(trace.Tee(cfg.Logger.Handler(), ingester.Add, func(id string) string {
+	db := s.db
+	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), s.ingester.Add, func(id string) string {
 		if sb, err := db.GetSandbox(context.Background(), id); err == nil {
 			return sb.TeamID
 		}
 		return ""
 	}))
+	return nil
+}
+
+// callerTeam is the authenticated caller's team, for the team APIs.
+func callerTeam(ctx context.Context) (string, bool) {
+	team, _ := telemetry.Caller(ctx)
+	return team, team != ""
+}
+
+// startEvents starts the lifecycle event bus and its webhook deliveries.
+func (s *instance) startEvents(ctx context.Context) error {
 	// Built after the tee so webhook delivery lines about a sandbox reach `cove trace`.
 	bus, err := events.New(ctx, events.Config{
-		Store: db, Logger: cfg.Logger, AllowNets: cfg.WebhookAllowNets,
-		Team: func(ctx context.Context) (string, bool) {
-			team, _ := telemetry.Caller(ctx)
-			return team, team != ""
-		},
+		Store: s.db, Logger: s.cfg.Logger, AllowNets: s.cfg.WebhookAllowNets, Team: callerTeam,
 	})
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
-	defer bus.Close()
-	redactor := redact.New(redact.Options{Secrets: []string{admin}})
-	secretStore, err := secrets.Open(filepath.Join(cfg.DataDir, "secrets.json"))
-	if err != nil {
-		return err
-	}
-	var netw orchestrator.Network
-	var denials atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
-	if !cfg.NoNetwork {
-		cfg.Network.Logger = cfg.Logger
-		cfg.Network.SecretValue = secretStore.Value
-		cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
-			if o := denials.Load(); o != nil {
-				o.NetworkDenied(ctx, d)
-			}
-		}
-		m, err := network.New(ctx, cfg.Network)
-		if err != nil {
-			return fmt.Errorf("%w (or run with --network=false: sandboxes get no egress)", err)
-		}
-		defer m.Close(context.Background()) // after the sandboxes are gone: removes the table
-		netw = m
-	}
+	s.bus = bus
+	s.onClose(func() error { bus.Close(); return nil })
+	return nil
+}
 
-	snapshots, err := snapshot.Open(filepath.Join(cfg.DataDir, "snapshots"))
+// startNetwork opens the secret store and, unless NoNetwork, sets up sandbox egress.
+func (s *instance) startNetwork(ctx context.Context) error {
+	secretStore, err := secrets.Open(filepath.Join(s.cfg.DataDir, "secrets.json"))
 	if err != nil {
 		return err
 	}
-	volumes, err := snapshot.OpenVolumes(filepath.Join(cfg.DataDir, "volumes"))
+	s.secrets = secretStore
+	if s.cfg.NoNetwork {
+		return nil
+	}
+	s.cfg.Network.Logger = s.cfg.Logger
+	s.cfg.Network.SecretValue = secretStore.Value
+	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+		if o := s.denials.Load(); o != nil {
+			o.NetworkDenied(ctx, d)
+		}
+	}
+	m, err := network.New(ctx, s.cfg.Network)
+	if err != nil {
+		return fmt.Errorf("%w (or run with --network=false: sandboxes get no egress)", err)
+	}
+	s.onClose(func() error { return m.Close(context.Background()) }) // after the sandboxes are gone: removes the table
+	s.netw = m
+	return nil
+}
+
+// startOrchestrator opens the snapshot and volume stores, builds the orchestrator and
+// adopts (or cleans up after) the sandboxes of the last run.
+func (s *instance) startOrchestrator(ctx context.Context) error {
+	snapshots, err := snapshot.Open(filepath.Join(s.cfg.DataDir, "snapshots"))
 	if err != nil {
 		return err
 	}
+	volumes, err := snapshot.OpenVolumes(filepath.Join(s.cfg.DataDir, "volumes"))
+	if err != nil {
+		return err
+	}
+	cfg := s.cfg
 	orch, err := orchestrator.New(orchestrator.Config{
-		Store: db, Runtime: rt, Templates: templates, Events: bus,
-		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
+		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
+		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, Network: netw,
+		Snapshots: snapshots, Volumes: volumes, Network: s.netw,
 	})
 	if err != nil {
 		return err
 	}
-	denials.Store(orch)
-	if err := orch.Recover(ctx); err != nil {
-		return err
-	}
-	samplesTTL := policies(cfg)[store.DatasetSamples].TTL // the sampler prunes too: the same TTL
+	s.orch = orch
+	s.denials.Store(orch)
+	return orch.Recover(ctx)
+}
+
+// startBackground starts the resource sampler, the retention sweeps and the template
+// builds.
+func (s *instance) startBackground(ctx context.Context) error {
+	samplesTTL := policies(s.cfg)[store.DatasetSamples].TTL // the sampler prunes too: the same TTL
 	if samplesTTL <= 0 {
 		samplesTTL = 100 * 365 * 24 * time.Hour
 	}
-	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: orch, rt: rt}, Store: db, Logger: cfg.Logger, Interval: cfg.SampleInterval, Retention: samplesTTL})
+	smp, err := sampler.New(sampler.Config{Source: sampleSource{orch: s.orch, rt: s.rt}, Store: s.db, Logger: s.cfg.Logger, Interval: s.cfg.SampleInterval, Retention: samplesTTL})
 	if err != nil {
 		return err
 	}
 	go func() { _ = smp.Run(ctx) }()
-	defer smp.Close()
-	retainer := retention.New(retention.Config{Store: db, Policies: policies(cfg), Logger: cfg.Logger})
-	go retainer.Run(ctx)
-	builds, err := template.OpenBuilds(templates, cfg.DataDir)
+	s.onClose(smp.Close)
+	s.retainer = retention.New(retention.Config{Store: s.db, Policies: policies(s.cfg), Logger: s.cfg.Logger})
+	go s.retainer.Run(ctx)
+	builds, err := template.OpenBuilds(s.templates, s.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}
-	defer builds.Close()
-	builds.SetLogStore(buildLogSink(ingester), buildLogReader(db))
-	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
-		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
-		Sandbox: func(ctx context.Context, team, id string) (string, error) {
-			// A killed sandbox's logs and commands stay readable; another team's are not found.
-			sb, err := orch.Get(ctx, team, id)
-			var gone *orchestrator.GoneError
-			switch {
-			case err == nil:
-				return sb.TemplateID, nil
-			case errors.As(err, &gone):
-				return "", nil
-			case errors.Is(err, orchestrator.ErrNotFound):
-				// A template build's log reads like a sandbox's, by the build id.
-				if rec, berr := builds.Get(id); berr == nil && rec.TeamID == team {
-					return rec.Template, nil
-				}
-				return "", store.ErrNotFound
-			}
-			return "", err
-		},
-		Labels: func(ctx context.Context, team, id string) (map[string]string, error) {
-			sb, err := db.GetSandbox(ctx, id)
-			if errors.Is(err, store.ErrNotFound) || (err == nil && sb.TeamID != team) {
-				return nil, nil // checked by Sandbox: a sandbox without a record has no labels
-			}
-			if err != nil {
-				return nil, err
-			}
-			return sb.Metadata, nil
-		}})
-	metricsAPI := sampler.NewAPI(sampler.APIConfig{Store: db,
-		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
-		Sandbox: func(ctx context.Context, team, id string) error {
-			// A killed sandbox's samples stay readable; another team's sandbox is not found.
-			_, err := orch.Get(ctx, team, id)
-			var gone *orchestrator.GoneError
-			switch {
-			case err == nil, errors.As(err, &gone):
-				return nil
-			case errors.Is(err, orchestrator.ErrNotFound):
-				return store.ErrNotFound
-			}
-			return err
-		}})
+	s.onClose(func() error { builds.Close(); return nil })
+	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
+	s.builds = builds
+	return nil
+}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+// listen opens the one port every edge serves on.
+func (s *instance) listen(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+		return fmt.Errorf("listen %s: %w", s.cfg.Addr, err)
 	}
-	proxyDomain, sandboxDomain := SandboxDomains(cfg.Domain, ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: orch, Networks: orch, Secrets: secretStore, Keys: db, Activity: db, Domain: sandboxDomain, Logger: cfg.Logger, AdminToken: admin, Builds: builds,
-		Routes: map[string]http.Handler{
-			"/events/":                           bus.Handler(),
-			"GET /sandboxes/{id}/metrics":        metricsAPI,
-			"GET /sandboxes/metrics":             metricsAPI,
-			"GET /v2/sandboxes/{id}/logs":        logsAPI,
-			"GET /sandboxes/{id}/logs":           logsAPI,
-			"GET /sandboxes/{id}/commands":       logsAPI,
-			"GET /sandboxes/{id}/commands/{pid}": logsAPI,
-			"GET /traces/{requestId}": trace.NewAPI(trace.APIConfig{Store: db,
-				Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" }}),
-		},
-		AdminRoutes: map[string]http.Handler{"GET /admin/status": retainer.Handler()}})
-	px := proxy.New(proxy.Config{Backend: orch, Domain: proxyDomain, Logger: cfg.Logger})
+	s.ln = ln
+	return nil
+}
+
+// buildHandlers builds the edges (the API with its team APIs, the proxy, /metrics and the
+// console) and the HTTP server over them.
+func (s *instance) buildHandlers(context.Context) error {
+	proxyDomain, sandboxDomain := SandboxDomains(s.cfg.Domain, s.ln.Addr())
+	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
+		Routes:      s.teamRoutes(),
+		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
+	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
-	dashboard := console.New(console.Config{Sandboxes: orch, Keys: db, Sessions: db, Records: db, AdminToken: admin, Templates: templates, Builds: builds})
+	s.dashboard = console.New(console.Config{Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case px.Match(r):
 			px.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, console.Prefix):
-			dashboard.ServeHTTP(w, r)
+			s.dashboard.ServeHTTP(w, r)
 		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
 			metrics.ServeHTTP(w, r)
 		default:
 			apiHandler.ServeHTTP(w, r)
 		}
 	})
-	handler := httpx.RequestIDs(cfg.Logger, httpx.Recover(telemetry.TraceHTTP(root)))
+	handler := httpx.RequestIDs(s.cfg.Logger, httpx.Recover(telemetry.TraceHTTP(root)))
+	s.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	s.srv.Protocols = new(http.Protocols)
+	s.srv.Protocols.SetHTTP1(true)
+	s.srv.Protocols.SetUnencryptedHTTP2(true)
+	return nil
+}
 
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
-
-	url := "http://" + ln.Addr().String()
-	say("Cove is up at %s", url)
-	if apiKey != "" {
-		say("point the E2B SDK at it:\n    export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=%s", url, url, apiKey)
-	} else {
-		say("point the E2B SDK at it: export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=<a key from `cove apikey create`, or %s>", url, url, KeyFile(cfg.DataDir))
+// teamRoutes is the route table of the team APIs served behind the API's authentication
+// (events and webhooks, metrics, logs and commands, traces): each API declares its own
+// routes once, and the API serves them.
+func (s *instance) teamRoutes() map[string]http.Handler {
+	routes := map[string]http.Handler{}
+	for _, m := range []*teamapi.Mux{
+		s.bus.Handler(),
+		sampler.NewAPI(sampler.APIConfig{Store: s.db, Team: callerTeam, Sandbox: s.sandboxMetricsReadable}),
+		logs.NewAPI(logs.APIConfig{Logs: s.db, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
+		trace.NewAPI(trace.APIConfig{Store: s.db, Team: callerTeam}),
+	} {
+		for pattern, h := range m.Routes() {
+			routes[pattern] = h
+		}
 	}
-	cfg.Logger.Info("cove server listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
-	if cfg.Ready != nil {
-		key := apiKey
+	return routes
+}
+
+// sandboxLogsReadable returns the template of sandbox (or template build) id when team may
+// read its logs and commands.
+func (s *instance) sandboxLogsReadable(ctx context.Context, team, id string) (string, error) {
+	// A killed sandbox's logs and commands stay readable; another team's are not found.
+	sb, err := s.orch.Get(ctx, team, id)
+	var gone *orchestrator.GoneError
+	switch {
+	case err == nil:
+		return sb.TemplateID, nil
+	case errors.As(err, &gone):
+		return "", nil
+	case errors.Is(err, orchestrator.ErrNotFound):
+		// A template build's log reads like a sandbox's, by the build id.
+		if rec, berr := s.builds.Get(id); berr == nil && rec.TeamID == team {
+			return rec.Template, nil
+		}
+		return "", store.ErrNotFound
+	}
+	return "", err
+}
+
+// sandboxLabels is sandbox id's metadata, joined onto its log lines.
+func (s *instance) sandboxLabels(ctx context.Context, team, id string) (map[string]string, error) {
+	sb, err := s.db.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sb.TeamID != team) {
+		return nil, nil // checked by Sandbox: a sandbox without a record has no labels
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sb.Metadata, nil
+}
+
+// sandboxMetricsReadable returns nil when team may read sandbox id's samples.
+func (s *instance) sandboxMetricsReadable(ctx context.Context, team, id string) error {
+	// A killed sandbox's samples stay readable; another team's sandbox is not found.
+	_, err := s.orch.Get(ctx, team, id)
+	var gone *orchestrator.GoneError
+	switch {
+	case err == nil, errors.As(err, &gone):
+		return nil
+	case errors.Is(err, orchestrator.ErrNotFound):
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// announce prints where Cove is and how the SDK reaches it, and calls cfg.Ready.
+func (s *instance) announce() {
+	url := "http://" + s.ln.Addr().String()
+	s.say("Cove is up at %s", url)
+	if s.apiKey != "" {
+		s.say("point the E2B SDK at it:\n    export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=%s", url, url, s.apiKey)
+	} else {
+		s.say("point the E2B SDK at it: export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=<a key from `cove apikey create`, or %s>", url, url, KeyFile(s.cfg.DataDir))
+	}
+	s.cfg.Logger.Info("cove server listening", "addr", s.ln.Addr().String(), "data_dir", s.cfg.DataDir)
+	if s.cfg.Ready != nil {
+		key := s.apiKey
 		if key == "" {
-			if b, err := os.ReadFile(KeyFile(cfg.DataDir)); err == nil {
+			if b, err := os.ReadFile(KeyFile(s.cfg.DataDir)); err == nil {
 				key = string(trimNL(b))
 			}
 		}
-		cfg.Ready(ln.Addr().String(), key)
+		s.cfg.Ready(s.ln.Addr().String(), key)
 	}
+}
 
+// serve serves until ctx ends or the server fails, then stops the sandboxes (OnStop) and
+// the server.
+func (s *instance) serve(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- s.srv.Serve(s.ln) }()
 	select {
 	case err := <-errc:
-		stop(context.Background(), orch, cfg.OnStop)
+		stop(context.Background(), s.orch, s.cfg.OnStop)
 		return err
 	case <-ctx.Done():
 	}
-	cfg.Logger.Info("cove server stopping", "on_stop", cfg.OnStop.String())
+	s.cfg.Logger.Info("cove server stopping", "on_stop", s.cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stop(sctx, orch, cfg.OnStop) // either way, the sandboxes' streams through the proxy end
-	dashboard.Close()            // ends the console's live streams
-	_ = srv.Shutdown(sctx)
+	stop(sctx, s.orch, s.cfg.OnStop) // either way, the sandboxes' streams through the proxy end
+	s.dashboard.Close()              // ends the console's live streams
+	_ = s.srv.Shutdown(sctx)
 	return nil
 }
 

@@ -8,6 +8,7 @@ package teamapi
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -34,20 +35,21 @@ type HandlerFunc func(w http.ResponseWriter, r *http.Request, teamID string) err
 
 // Mux routes a team API's requests to handlers that know the caller's team.
 type Mux struct {
-	name string
-	team func(context.Context) (string, bool)
-	mux  *http.ServeMux
+	name   string
+	team   func(context.Context) (string, bool)
+	mux    *http.ServeMux
+	routes map[string]http.Handler
 }
 
 // New returns a mux for the API called name (in its error log lines), taking each
 // request's team from team (nil answers 401 to every request).
 func New(name string, team func(context.Context) (string, bool)) *Mux {
-	return &Mux{name: name, team: team, mux: http.NewServeMux()}
+	return &Mux{name: name, team: team, mux: http.NewServeMux(), routes: map[string]http.Handler{}}
 }
 
 // Handle registers h for pattern; requests without a team get 401.
 func (m *Mux) Handle(pattern string, h HandlerFunc) {
-	m.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	route := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		team, ok := "", false
 		if m.team != nil {
 			team, ok = m.team(r.Context())
@@ -62,7 +64,14 @@ func (m *Mux) Handle(pattern string, h HandlerFunc) {
 			m.Fail(w, r, err)
 		}
 	})
+	m.mux.Handle(pattern, route)
+	m.routes[pattern] = route
 }
+
+// Routes is the API's route table, pattern to handler, for an edge that serves the API on
+// its own mux (Cove's API, behind its authentication): the routes are declared once, by
+// Handle.
+func (m *Mux) Routes() map[string]http.Handler { return maps.Clone(m.routes) }
 
 // ServeHTTP serves the routes. Behind Cove's API the request id is in the context already;
 // standalone, the client's is taken or one is minted, the same way.

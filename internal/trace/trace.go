@@ -91,7 +91,7 @@ type APIConfig struct {
 }
 
 // NewAPI serves GET /traces/{requestId}: the caller's team's timeline for that id.
-func NewAPI(cfg APIConfig) http.Handler {
+func NewAPI(cfg APIConfig) *teamapi.Mux {
 	mux := teamapi.New("trace api", cfg.Team)
 	mux.Handle("GET /traces/{requestId}", func(w http.ResponseWriter, r *http.Request, team string) error {
 		tl, err := Build(r.Context(), cfg.Store, team, r.PathValue("requestId"))
