@@ -59,24 +59,24 @@ func (s *streamRun) cancelled(streamErr error) error {
 		phase = reason.PhaseStreaming
 	}
 	attrs := []slog.Attr{
-		slog.String("request_id", h.requestID),
-		slog.String("sandbox.id", h.e.sandboxID),
-		slog.Int("process.pid", int(h.PID())),
-		slog.String("rpc.method", h.method),
-		slog.String("stream.phase", phase.String()),
-		slog.String("cancel.cause", cause.String()),
+		slog.String(keyRequestID, h.requestID),
+		slog.String(keySandboxID, h.e.sandboxID),
+		slog.Int(keyPID, int(h.PID())),
+		slog.String(keyRPCMethod, h.method),
+		slog.String(keyStreamPhase, phase.String()),
+		slog.String(keyCancelCause, cause.String()),
 	}
 	if detail != "" {
-		attrs = append(attrs, slog.String("cancel.detail", detail))
+		attrs = append(attrs, slog.String(keyCancelDetail, detail))
 	}
 	if code != "" {
-		attrs = append(attrs, slog.String("rpc.connect.code", code))
+		attrs = append(attrs, slog.String(keyConnectCode, code))
 	}
 	var killed *SandboxKilledError
 	if errors.As(err, &killed) {
-		attrs = append(attrs, slog.String("kill_reason", killed.Reason.String()))
+		attrs = append(attrs, slog.String(keyKillReason, killed.Reason.String()))
 	}
-	attrs = append(attrs, slog.Int64("stream.bytes_received", s.bytes))
+	attrs = append(attrs, slog.Int64(keyStreamBytesReceived, s.bytes))
 	level := slog.LevelWarn
 	if cause == reason.CancelDisconnect || cause == reason.CancelCallerExit {
 		level = slog.LevelInfo

@@ -96,17 +96,17 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	begun := time.Now()
 	resp, err := t.roundTrip(r)
-	attrs := []any{"request_id", ci.id(), "http.request.method", r.Method, "url.path", r.URL.Path}
+	attrs := []any{keyRequestID, ci.id(), keyHTTPMethod, r.Method, keyURLPath, r.URL.Path}
 	if t.sandboxID != "" {
-		attrs = append(attrs, "sandbox.id", t.sandboxID)
+		attrs = append(attrs, keySandboxID, t.sandboxID)
 	}
 	if err != nil {
-		t.logger.DebugContext(ctx, "http request failed", append(attrs, "error", err.Error())...)
+		t.logger.DebugContext(ctx, "http request failed", append(attrs, keyError, err.Error())...)
 		return nil, err
 	}
 	if echoed := resp.Header.Get(HeaderRequestID); ci != nil && echoed != "" && echoed != ci.requestID {
 		t.logger.WarnContext(ctx, "request id mismatch: the server logged this call under another id",
-			append(attrs, "server.request_id", echoed)...)
+			append(attrs, keyServerRequestID, echoed)...)
 	}
 	if t.sandboxID != "" && resp.StatusCode == http.StatusBadGateway && ci != nil &&
 		strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
@@ -121,8 +121,8 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	t.logger.DebugContext(ctx, "http request", append(attrs,
-		"http.response.status_code", resp.StatusCode,
-		"duration_ms", float64(time.Since(begun).Microseconds())/1000)...)
+		keyHTTPStatus, resp.StatusCode,
+		keyDurationMS, float64(time.Since(begun).Microseconds())/1000)...)
 	return resp, nil
 }
 
@@ -138,7 +138,7 @@ func (t *transport) roundTrip(r *http.Request) (*http.Response, error) {
 		if r.Body != nil && r.GetBody == nil || time.Now().Add(wait).After(deadline) {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		t.logger.DebugContext(r.Context(), "server refused the connection; trying again", "retry_in_ms", wait.Milliseconds(), "error", err.Error())
+		t.logger.DebugContext(r.Context(), "server refused the connection; trying again", keyRetryInMS, wait.Milliseconds(), keyError, err.Error())
 		select {
 		case <-r.Context().Done():
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)

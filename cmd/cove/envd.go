@@ -51,7 +51,7 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 				envd.HoldHostPipes()
 				logOut = envd.NewHostLog(os.Stderr, 4096)
 			}
-			logger := telemetry.NewLogger(logOut, level).With("service", "envd")
+			logger := telemetry.NewLogger(logOut, level).With(telemetry.KeyService, "envd")
 			stopOTel, err := startOTel(cmd.Context(), otelURL, "cove-envd")
 			if err != nil {
 				return fmt.Errorf("--otel-endpoint: %w", err)
@@ -95,7 +95,7 @@ Run as PID 1 (or with --subreaper) it reaps orphaned processes.`,
 				sink.HeadBytes, sink.TailBytes, sink.CommandBytes = head, tail, cmdBytes
 			}
 			srv := envd.New(envd.Config{Logger: logger, MaxMessageBytes: maxMsg, KeepEnded: keepEnded, Reap: reap, Sink: sink})
-			logger.Info("envd listening", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid(), "reap", reap)
+			logger.Info("envd listening", telemetry.KeyAddr, ln.Addr().String(), telemetry.KeyVersion, envd.Version, telemetry.KeySelfPID, os.Getpid(), telemetry.KeyReap, reap)
 			return srv.Serve(cmd.Context(), ln)
 		},
 	}

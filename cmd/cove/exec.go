@@ -15,6 +15,8 @@ import (
 
 	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 func newExecCmd() *cobra.Command {
@@ -68,9 +70,9 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 				if ctx.Err() == nil || !errors.Is(context.Cause(ctx), cove.ErrCallerExit) {
 					return cliError(err)
 				}
-				log.Warn("exec interrupted", slog.String("cancel.cause", reason.CancelCallerExit.String()),
-					slog.String("sandbox.id", args[0]), slog.String("request_id", cove.RequestIDOf(err)),
-					slog.String("hint", "interrupted before the start event arrived: the command may be running in the sandbox"))
+				log.Warn("exec interrupted", slog.String(telemetry.KeyCancelCause, reason.CancelCallerExit.String()),
+					slog.String(telemetry.KeySandboxID, args[0]), slog.String(telemetry.KeyRequestID, cove.RequestIDOf(err)),
+					slog.String(telemetry.KeyHint, "interrupted before the start event arrived: the command may be running in the sandbox"))
 				os.Exit(130)
 				return nil
 			}
@@ -111,8 +113,8 @@ With --background cove prints the pid and detaches at once; the command keeps ru
 						select {
 						case <-h.Done():
 						default:
-							log.Warn("stdin not forwarded", slog.String("sandbox.id", sb.ID), slog.Int("process.pid", int(h.PID())),
-								slog.String("request_id", cove.RequestIDOf(err)), slog.String("error", err.Error()))
+							log.Warn("stdin not forwarded", slog.String(telemetry.KeySandboxID, sb.ID), slog.Int(telemetry.KeyPID, int(h.PID())),
+								slog.String(telemetry.KeyRequestID, cove.RequestIDOf(err)), slog.String(telemetry.KeyError, err.Error()))
 						}
 					}
 				}()
@@ -146,11 +148,11 @@ func finishExec(sb *cove.Sandbox, h *cove.CommandHandle, log *slog.Logger) error
 		os.Exit(exitCode(exit))
 	case errors.Is(err, cove.ErrCallerExit):
 		log.Warn("exec interrupted",
-			slog.String("cancel.cause", reason.CancelCallerExit.String()),
-			slog.String("sandbox.id", sb.ID),
-			slog.Int("process.pid", int(h.PID())),
-			slog.String("request_id", h.RequestID()),
-			slog.String("hint", "the command keeps running in the sandbox"))
+			slog.String(telemetry.KeyCancelCause, reason.CancelCallerExit.String()),
+			slog.String(telemetry.KeySandboxID, sb.ID),
+			slog.Int(telemetry.KeyPID, int(h.PID())),
+			slog.String(telemetry.KeyRequestID, h.RequestID()),
+			slog.String(telemetry.KeyHint, "the command keeps running in the sandbox"))
 		os.Exit(130)
 	}
 	return cliError(err)

@@ -73,7 +73,7 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 					return fmt.Errorf("--pause: %w (want snapshot or freeze)", err)
 				}
 			}
-			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With("service", "server")
+			cfg.Logger = telemetry.NewLogger(os.Stderr, level).With(telemetry.KeyService, "server")
 			stopOTel, err := startOTel(cmd.Context(), otelEndpoint, "cove-server")
 			if err != nil {
 				return fmt.Errorf("--otel-endpoint: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -89,14 +90,14 @@ func clientEntries(path, requestID string) ([]cove.TraceEntry, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m["request_id"] != requestID {
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m[telemetry.KeyRequestID] != requestID {
 			continue
 		}
 		e := cove.TraceEntry{Source: "client", Fields: m}
-		if t, ok := m["time"].(string); ok {
+		if t, ok := m[slog.TimeKey].(string); ok {
 			e.Time, _ = time.Parse(time.RFC3339Nano, t)
 		}
-		e.Message, _ = m["msg"].(string)
+		e.Message, _ = m[slog.MessageKey].(string)
 		out = append(out, e)
 	}
 	return out, sc.Err()

@@ -26,7 +26,7 @@ func (a *api) handleAdmin(pattern string, h func(w http.ResponseWriter, r *http.
 			a.fail(w, r, fmt.Errorf("%w: admin routes need the %s header", errUnauthorized, HeaderAdminToken))
 			return
 		}
-		ctx := telemetry.With(r.Context(), "caller", "admin")
+		ctx := telemetry.With(r.Context(), telemetry.KeyCaller, "admin")
 		if id := r.PathValue("id"); id != "" {
 			httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, id)
 			ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)

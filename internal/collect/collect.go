@@ -143,7 +143,7 @@ func (c *Collector) outputLine(rec envdapi.OutputLine) {
 		var fields map[string]any
 		if json.Unmarshal([]byte(rec.Line), &fields) == nil {
 			line.Fields = fields
-			if lvl, ok := level(fields["level"]); ok {
+			if lvl, ok := level(fields[slog.LevelKey]); ok {
 				line.Level = lvl
 			}
 		}
@@ -159,24 +159,24 @@ func (c *Collector) envdLine(b []byte) {
 	line := store.LogLine{Time: time.Now(), Level: "info", Source: store.SourceEnvd, Message: string(b)}
 	var fields map[string]any
 	if json.Unmarshal(b, &fields) == nil {
-		if t, ok := fields["time"].(string); ok {
+		if t, ok := fields[slog.TimeKey].(string); ok {
 			if ts, err := time.Parse(time.RFC3339Nano, t); err == nil {
 				line.Time = ts
 			}
 		}
-		if lvl, ok := level(fields["level"]); ok {
+		if lvl, ok := level(fields[slog.LevelKey]); ok {
 			line.Level = lvl
 		}
-		if msg, ok := fields["msg"].(string); ok {
+		if msg, ok := fields[slog.MessageKey].(string); ok {
 			line.Message = msg
 		}
-		if id, ok := fields["request_id"].(string); ok {
+		if id, ok := fields[telemetry.KeyRequestID].(string); ok {
 			line.RequestID = id
 		}
-		if pid, ok := fields["process.pid"].(float64); ok {
+		if pid, ok := fields[telemetry.KeyPID].(float64); ok {
 			line.PID = int(pid)
 		}
-		for _, k := range []string{"time", "level", "msg", "request_id"} {
+		for _, k := range []string{slog.TimeKey, slog.LevelKey, slog.MessageKey, telemetry.KeyRequestID} {
 			delete(fields, k)
 		}
 		line.Fields = fields
@@ -361,7 +361,7 @@ func (c *Collector) upsert(ctx context.Context, cr *store.CommandRecord) {
 		return
 	}
 	if err := c.commands.UpsertCommand(ctx, cr); err != nil {
-		telemetry.Warnings.Warn(ctx, c.logger, "", "command record not stored", telemetry.KeyPID, cr.PID, "error", err.Error())
+		telemetry.Warnings.Warn(ctx, c.logger, "", "command record not stored", telemetry.KeyPID, cr.PID, telemetry.KeyError, err.Error())
 	}
 }
 

@@ -272,7 +272,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	id := token()
 	s.TokenHash = tokenHash(id)
 	if err := c.cfg.Sessions.PruneConsoleSessions(r.Context(), now); err != nil {
-		telemetry.Logger(r.Context()).Warn("prune console sessions", "error", err)
+		telemetry.Logger(r.Context()).Warn("prune console sessions", telemetry.KeyError, err)
 	}
 	if err := c.cfg.Sessions.InsertConsoleSession(r.Context(), s); err != nil {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sign in: %w", err))
@@ -585,7 +585,7 @@ func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, code int,
 	}
 	var b strings.Builder
 	if err := c.pages.ExecuteTemplate(&b, name, data); err != nil {
-		telemetry.Logger(r.Context()).Error("console render", "page", name, "err", err)
+		telemetry.Logger(r.Context()).Error("console render", telemetry.KeyPage, name, telemetry.KeyError, err)
 		http.Error(w, "render "+name+": "+err.Error()+" (request "+telemetry.RequestID(r.Context())+")", http.StatusInternalServerError)
 		return
 	}

@@ -156,7 +156,7 @@ func (c *Console) createKey(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), fmt.Errorf("create api key: %w", err))
 		return
 	}
-	telemetry.Logger(r.Context()).Info("api key created", "api_key.id", rec.ID, telemetry.KeyTeamID, team, "actor", s.KeyID)
+	telemetry.Logger(r.Context()).Info("api key created", telemetry.KeyAPIKeyID, rec.ID, telemetry.KeyTeamID, team, telemetry.KeyActor, s.KeyID)
 	c.renderKeys(w, r, http.StatusOK, team, key, nil)
 }
 
@@ -174,10 +174,10 @@ func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, statusOf(err), fmt.Errorf("revoke api key %s: %w", id, err))
 		return
 	}
-	telemetry.Logger(r.Context()).Info("api key revoked", "api_key.id", id, telemetry.KeyTeamID, team, "actor", s.KeyID)
+	telemetry.Logger(r.Context()).Info("api key revoked", telemetry.KeyAPIKeyID, id, telemetry.KeyTeamID, team, telemetry.KeyActor, s.KeyID)
 	// The store no longer finds a revoked key's sessions; deleting them keeps the table small.
 	if err := c.cfg.Sessions.DeleteConsoleSessionsOfKey(r.Context(), id); err != nil {
-		telemetry.Logger(r.Context()).Warn("end sessions of revoked key", "api_key.id", id, "error", err)
+		telemetry.Logger(r.Context()).Warn("end sessions of revoked key", telemetry.KeyAPIKeyID, id, telemetry.KeyError, err)
 	}
 	if id == s.KeyID {
 		http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)

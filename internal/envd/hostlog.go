@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // HostLog is envd's log output when it runs as a sandbox's init: a FIFO the host reads, and
@@ -45,9 +48,9 @@ func (h *HostLog) Dropped() uint64 { return h.dropped.Load() }
 func (h *HostLog) run(w io.Writer) {
 	for line := range h.queue {
 		if n := h.dropped.Swap(0); n > 0 {
-			notice, _ := json.Marshal(map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "level": "WARN",
-				"msg": "envd log lines dropped", "service": "envd", "log.dropped": n,
-				"detail": "the host did not read envd's log (a server restart?)"})
+			notice, _ := json.Marshal(map[string]any{slog.TimeKey: time.Now().UTC().Format(time.RFC3339Nano), slog.LevelKey: "WARN",
+				slog.MessageKey: "envd log lines dropped", telemetry.KeyService: "envd", telemetry.KeyLogDropped: n,
+				telemetry.KeyDetail: "the host did not read envd's log (a server restart?)"})
 			_, _ = w.Write(append(notice, '\n'))
 		}
 		if _, err := w.Write(line); err != nil {

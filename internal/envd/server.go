@@ -275,8 +275,8 @@ func logRPC(ctx context.Context, method string, begun time.Time, err error) {
 		}
 		attrs = append(attrs, telemetry.KeyError, err.Error())
 	}
-	attrs = append(attrs, telemetry.KeyRPCMethod, method, "rpc.connect.code", code,
-		"duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	attrs = append(attrs, telemetry.KeyRPCMethod, method, telemetry.KeyConnectCode, code,
+		telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)
 	telemetry.Logger(ctx).Log(ctx, level, "rpc", attrs...)
 }
 
@@ -310,8 +310,8 @@ func (s *Server) serveInit(w http.ResponseWriter, r *http.Request) {
 	for k := range req.EnvVars {
 		names = append(names, k)
 	}
-	telemetry.Logger(ctx).Info("init", "env_names", names, "access_token_set", req.AccessToken != nil && *req.AccessToken != "",
-		"default_user", deref(req.DefaultUser), "default_workdir", deref(req.DefaultWorkdir))
+	telemetry.Logger(ctx).Info("init", telemetry.KeyEnvNames, names, telemetry.KeyAccessTokenSet, req.AccessToken != nil && *req.AccessToken != "",
+		telemetry.KeyDefaultUser, deref(req.DefaultUser), telemetry.KeyDefaultWorkdir, deref(req.DefaultWorkdir))
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -58,7 +58,7 @@ func (b *Bus) dispatch(ctx context.Context) {
 			now := time.Now()
 			due, err := b.cfg.Store.ClaimDeliveries(ctx, now, now.Add(b.cfg.AttemptTimeout+leaseMargin), slots)
 			if err != nil && ctx.Err() == nil {
-				log.Error("webhook deliveries not claimed", "error", err)
+				log.Error("webhook deliveries not claimed", telemetry.KeyError, err)
 				wait = storeRetry
 			}
 			for _, d := range due {
@@ -73,7 +73,7 @@ func (b *Bus) dispatch(ctx context.Context) {
 				at, ok, err := b.cfg.Store.NextDeliveryAt(ctx)
 				switch {
 				case err != nil && ctx.Err() == nil:
-					log.Error("next webhook delivery not found", "error", err)
+					log.Error("next webhook delivery not found", telemetry.KeyError, err)
 					wait = storeRetry
 				case ok:
 					wait = max(time.Until(at), time.Millisecond)
@@ -99,9 +99,9 @@ func (b *Bus) dispatch(ctx context.Context) {
 // attempt makes one HTTP attempt of d and records it.
 func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 	n := d.Delivery.Attempts + 1
-	ctx = telemetry.With(ctx, "webhook.id", d.Webhook.ID, "webhook.delivery.id", d.Delivery.ID,
-		"event.id", d.Event.ID, "event.type", d.Event.Type, telemetry.KeyRequestID, d.Event.RequestID,
-		telemetry.KeySandboxID, d.Event.SandboxID, telemetry.KeyTeamID, d.Event.TeamID, "attempt", n)
+	ctx = telemetry.With(ctx, telemetry.KeyWebhookID, d.Webhook.ID, telemetry.KeyWebhookDeliveryID, d.Delivery.ID,
+		telemetry.KeyEventID, d.Event.ID, telemetry.KeyEventType, d.Event.Type, telemetry.KeyRequestID, d.Event.RequestID,
+		telemetry.KeySandboxID, d.Event.SandboxID, telemetry.KeyTeamID, d.Event.TeamID, telemetry.KeyAttempt, n)
 	log := telemetry.Logger(ctx)
 	rec := &store.DeliveryAttempt{DeliveryID: d.Delivery.ID, Attempt: n, StartedAt: time.Now()}
 
@@ -112,7 +112,7 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := b.cfg.Store.ReleaseLeases(release, d.Delivery.ID); err != nil {
-			log.Warn("webhook delivery lease not released", "error", err)
+			log.Warn("webhook delivery lease not released", telemetry.KeyError, err)
 		}
 		return
 	}
@@ -142,7 +142,7 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 		log.Info("webhook deleted during delivery")
 		return
 	case err != nil:
-		log.Error("webhook attempt not recorded", "error", err)
+		log.Error("webhook attempt not recorded", telemetry.KeyError, err)
 		return
 	}
 	switch state {
@@ -153,16 +153,16 @@ func (b *Bus) attempt(ctx context.Context, d *store.DueDelivery) {
 	default:
 		telemetry.WebhookAttempts.WithLabelValues(telemetry.WebhookFailed).Inc()
 	}
-	attrs := []any{"http.response.status_code", status, "duration_ms", rec.Latency.Milliseconds(),
-		"webhook.delivery.state", string(state)}
+	attrs := []any{telemetry.KeyHTTPStatus, status, telemetry.KeyDurationMS, rec.Latency.Milliseconds(),
+		telemetry.KeyWebhookDeliveryState, string(state)}
 	switch {
 	case state == store.DeliveryDelivered:
 		log.Debug("webhook delivered", attrs...)
 	case state == store.DeliveryPending:
 		log.Info("webhook attempt failed", append(attrs, telemetry.KeyErrorType, rec.ErrorClass,
-			"error", rec.Error, "next_retry_at", rec.NextRetryAt.UTC())...)
+			telemetry.KeyError, rec.Error, telemetry.KeyNextRetryAt, rec.NextRetryAt.UTC())...)
 	default:
-		log.Warn("webhook delivery failed", append(attrs, telemetry.KeyErrorType, rec.ErrorClass, "error", rec.Error)...)
+		log.Warn("webhook delivery failed", append(attrs, telemetry.KeyErrorType, rec.ErrorClass, telemetry.KeyError, rec.Error)...)
 	}
 }
 

@@ -278,7 +278,7 @@ func (a *api) createWebhook(w http.ResponseWriter, r *http.Request, teamID strin
 	if err := a.cfg.Store.InsertWebhook(r.Context(), h); err != nil {
 		return err
 	}
-	telemetry.Logger(r.Context()).Info("webhook created", "webhook.id", h.ID, telemetry.KeyTeamID, teamID)
+	telemetry.Logger(r.Context()).Info("webhook created", telemetry.KeyWebhookID, h.ID, telemetry.KeyTeamID, teamID)
 	out := toWireWebhook(h)
 	out.Secret = h.Secret
 	teamapi.WriteJSON(w, http.StatusCreated, out)
@@ -319,7 +319,7 @@ func (a *api) deleteWebhook(w http.ResponseWriter, r *http.Request, teamID strin
 	if err := a.cfg.Store.DeleteWebhook(r.Context(), teamID, id); err != nil {
 		return err
 	}
-	telemetry.Logger(r.Context()).Info("webhook deleted", "webhook.id", id, telemetry.KeyTeamID, teamID)
+	telemetry.Logger(r.Context()).Info("webhook deleted", telemetry.KeyWebhookID, id, telemetry.KeyTeamID, teamID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -315,7 +315,7 @@ func (in *Ingester) write(batch []store.LogLine) {
 		cancel()
 		if err != nil {
 			in.err = err
-			in.cfg.Logger.Error("log write failed", "lines", n, telemetry.KeyError, err)
+			in.cfg.Logger.Error("log write failed", telemetry.KeyLines, n, telemetry.KeyError, err)
 			in.mu.Lock()
 			for _, l := range batch[:n] {
 				if st := in.sandboxes[l.SandboxID]; st != nil {

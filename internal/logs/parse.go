@@ -2,6 +2,7 @@ package logs
 
 import (
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
@@ -19,19 +20,19 @@ func ParseJSONLine(b []byte) (l store.LogLine, ok bool) {
 	if err := json.Unmarshal(b, &m); err != nil || m == nil {
 		return l, false
 	}
-	if s, ok := m["time"].(string); ok {
+	if s, ok := m[slog.TimeKey].(string); ok {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			l.Time = t.UTC()
-			delete(m, "time")
+			delete(m, slog.TimeKey)
 		}
 	}
-	if s, ok := m["level"].(string); ok {
+	if s, ok := m[slog.LevelKey].(string); ok {
 		l.Level = NormalizeLevel(s)
-		delete(m, "level")
+		delete(m, slog.LevelKey)
 	}
-	if s, ok := m["msg"].(string); ok {
+	if s, ok := m[slog.MessageKey].(string); ok {
 		l.Message = s
-		delete(m, "msg")
+		delete(m, slog.MessageKey)
 	}
 	if s, ok := m[telemetry.KeyRequestID].(string); ok {
 		l.RequestID = s

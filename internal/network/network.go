@@ -240,8 +240,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.wg.Add(1)
 		go m.fill()
 	}
-	cfg.Logger.Info("network ready", "network.pool", cfg.Pool.String(), "network.table", cfg.Table,
-		"network.dns_upstreams", len(cfg.DNS), "network.egress_limit", join(cfg.EgressLimit), "network.warm", cfg.Warm)
+	cfg.Logger.Info("network ready", telemetry.KeyNetworkPool, cfg.Pool.String(), telemetry.KeyNetworkTable, cfg.Table,
+		telemetry.KeyNetworkDNSUpstreams, len(cfg.DNS), telemetry.KeyNetworkEgressLimit, join(cfg.EgressLimit), telemetry.KeyNetworkWarm, cfg.Warm)
 	return m, nil
 }
 
@@ -263,7 +263,7 @@ func (m *Manager) fill() {
 			s.ruled = err == nil
 		}
 		if err != nil {
-			m.cfg.Logger.Warn("network: warm namespace failed", "error", err.Error())
+			m.cfg.Logger.Warn("network: warm namespace failed", telemetry.KeyError, err.Error())
 			select {
 			case <-m.stop:
 				return
@@ -492,7 +492,7 @@ func (m *Manager) learn(from netip.Addr, answer []byte) {
 	}
 	script := fmt.Sprintf("add element inet %s %s { %s }\n", m.cfg.Table, s.set(), strings.Join(elems, ", "))
 	if err := m.nft(context.Background(), script); err != nil {
-		m.cfg.Logger.Debug("network: allow answered addresses", "error", err.Error())
+		m.cfg.Logger.Debug("network: allow answered addresses", telemetry.KeyError, err.Error())
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // resolver is the DNS server every sandbox's queries are redirected to (whatever address
@@ -119,7 +121,7 @@ func (r *resolver) answer(q []byte, network string, from netip.Addr) []byte {
 			r.learn(from, ans)
 			return ans
 		}
-		r.logger.Debug("resolver upstream failed", "dns.upstream", up.String(), "error", err.Error())
+		r.logger.Debug("resolver upstream failed", telemetry.KeyDNSUpstream, up.String(), telemetry.KeyError, err.Error())
 	}
 	rcode := dnsmessage.RCodeServerFailure
 	if len(r.upstreams) == 0 {

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // EgressProxy is a SOCKS5 proxy a sandbox's outbound TCP is tunneled through, after its
@@ -133,8 +135,8 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 	up, err := dialSOCKS5(ctx, *p.EgressProxy, dst, name)
 	cancel()
 	if err != nil {
-		m.cfg.Logger.Warn("egress proxy: connection refused (fail closed)", "sandbox.id", h.id,
-			"network.destination", dst.String(), "network.proxy", p.EgressProxy.Address, "error", err.Error())
+		m.cfg.Logger.Warn("egress proxy: connection refused (fail closed)", telemetry.KeySandboxID, h.id,
+			telemetry.KeyNetworkDestination, dst.String(), telemetry.KeyNetworkProxy, p.EgressProxy.Address, telemetry.KeyError, err.Error())
 		_ = c.SetLinger(0)
 		return
 	}

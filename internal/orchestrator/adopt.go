@@ -70,8 +70,8 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 	o.mu.Unlock()
 	o.watchInit(e)
 	o.nudge()
-	o.logger(ctx).Info("sandbox adopted", "state", string(sb.State), "runtime.state", state.String(), "process.pid", rsb.Pid,
-		"end_at", sb.EndAt.UTC(), "duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	o.logger(ctx).Info("sandbox adopted", telemetry.KeyState, string(sb.State), telemetry.KeyRuntimeState, state.String(), telemetry.KeyPID, rsb.Pid,
+		telemetry.KeyEndAt, sb.EndAt.UTC(), telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)
 	return nil
 }
 
@@ -97,8 +97,8 @@ func (o *Orchestrator) adoptSnapshot(ctx context.Context, sb *store.Sandbox, beg
 	o.live[sb.ID] = e
 	o.mu.Unlock()
 	o.nudge()
-	o.logger(ctx).Info("sandbox adopted", "state", string(sb.State), "runtime.state", runtime.StateCheckpointed.String(),
-		"end_at", sb.EndAt.UTC(), "duration_ms", float64(time.Since(begun).Microseconds())/1000)
+	o.logger(ctx).Info("sandbox adopted", telemetry.KeyState, string(sb.State), telemetry.KeyRuntimeState, runtime.StateCheckpointed.String(),
+		telemetry.KeyEndAt, sb.EndAt.UTC(), telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)
 	return nil
 }
 
@@ -123,5 +123,5 @@ func (o *Orchestrator) Detach(ctx context.Context) {
 		}
 		e.mu.Unlock()
 	}
-	o.logger(ctx).Info("server let go of its sandboxes; the next start adopts them", "sandboxes", n)
+	o.logger(ctx).Info("server let go of its sandboxes; the next start adopts them", telemetry.KeySandboxes, n)
 }

@@ -205,9 +205,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
 	}
 	o.nudge()
-	o.logger(ctx).Info("sandbox created", "duration_ms", time.Since(begun).Milliseconds(),
-		"timeout_s", timeout.Seconds(), "secure", out.Secure, "auto_pause", out.AutoPause, "env_names", out.EnvVarNames,
-		"allow_internet_access", out.AllowInternet)
+	o.logger(ctx).Info("sandbox created", telemetry.KeyDurationMS, time.Since(begun).Milliseconds(),
+		telemetry.KeyTimeoutS, timeout.Seconds(), telemetry.KeySecure, out.Secure, telemetry.KeyAutoPause, out.AutoPause, telemetry.KeyEnvNames, out.EnvVarNames,
+		telemetry.KeyAllowInternetAccess, out.AllowInternet)
 	return out, nil
 }
 

@@ -85,7 +85,7 @@ func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name stri
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	o.logger(ctx).Info("snapshot created", "snapshot.id", sn.ID, "snapshot.bytes", n)
+	o.logger(ctx).Info("snapshot created", telemetry.KeySnapshotID, sn.ID, telemetry.KeySnapshotBytes, n)
 	return sn, nil
 }
 
@@ -109,7 +109,7 @@ func (o *Orchestrator) DeleteSnapshot(ctx context.Context, teamID, id string) er
 	if err := o.cfg.Snapshots.Delete(id); err != nil {
 		return err
 	}
-	o.logger(ctx).Info("snapshot deleted", "snapshot.id", id, "snapshot.bytes", sn.Bytes)
+	o.logger(ctx).Info("snapshot deleted", telemetry.KeySnapshotID, id, telemetry.KeySnapshotBytes, sn.Bytes)
 	return nil
 }
 
@@ -159,7 +159,7 @@ func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose
 	}
 	took := time.Since(begun)
 	o.emit(ctx, events.SandboxCheckpointed, e.sb, &cove.CheckpointedEventData{Purpose: purpose, SnapshotBytes: n, DurationMS: took.Milliseconds()})
-	o.logger(ctx).Info("sandbox checkpointed", "purpose", purpose, "snapshot.bytes", n, "duration_ms", took.Milliseconds())
+	o.logger(ctx).Info("sandbox checkpointed", telemetry.KeyPurpose, purpose, telemetry.KeySnapshotBytes, n, telemetry.KeyDurationMS, took.Milliseconds())
 	return copySandbox(e.sb), n, nil
 }
 
@@ -192,7 +192,7 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 	}
 	if len(req.EnvVars) > 0 {
 		// envd comes back with the snapshot's memory, and its environment with it.
-		o.logger(ctx).Info("envVars ignored: a sandbox from a snapshot keeps the snapshot's environment", "env_names", len(req.EnvVars))
+		o.logger(ctx).Info("envVars ignored: a sandbox from a snapshot keeps the snapshot's environment", telemetry.KeyEnvNames, len(req.EnvVars))
 	}
 	return o.createFrom(ctx, origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
 		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet},
@@ -261,12 +261,12 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.RestoreSeconds.Observe(time.Since(begun).Seconds())
-	attrs := []any{"duration_ms", time.Since(begun).Milliseconds(), "timeout_s", timeout.Seconds()}
+	attrs := []any{telemetry.KeyDurationMS, time.Since(begun).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds()}
 	if from.forkedFrom != "" {
-		attrs = append(attrs, "forked_from", from.forkedFrom)
+		attrs = append(attrs, telemetry.KeyForkedFrom, from.forkedFrom)
 	}
 	if from.snapshotID != "" {
-		attrs = append(attrs, "snapshot_id", from.snapshotID)
+		attrs = append(attrs, telemetry.KeySnapshotID, from.snapshotID)
 	}
 	o.logger(ctx).Info("sandbox created", attrs...)
 	return copySandbox(sb), nil

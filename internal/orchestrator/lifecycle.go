@@ -129,7 +129,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	}
 	if parsed, err := reason.ParseKillReason(string(why)); err != nil {
 		// Not a closed-set reason: record it as unknown rather than as "", and say so.
-		telemetry.Logger(ctx).Warn("kill: reason not in the closed set, recorded as unknown", "error", err.Error())
+		telemetry.Logger(ctx).Warn("kill: reason not in the closed set, recorded as unknown", telemetry.KeyError, err.Error())
 		why = reason.KillUnknown
 	} else {
 		why = parsed
@@ -151,15 +151,15 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 
 	ctx = telemetry.With(ctx, telemetry.KeyKillReason, why.String())
 	if apiKeyID != "" {
-		ctx = telemetry.With(ctx, "api_key.id", apiKeyID)
+		ctx = telemetry.With(ctx, telemetry.KeyAPIKeyID, apiKeyID)
 	}
-	attrs := []any{"state_before", string(wasState),
-		"execution_ms", now.Sub(e.sb.StartedAt).Milliseconds(), "duration_ms", time.Since(begun).Milliseconds()}
+	attrs := []any{telemetry.KeyStateBefore, string(wasState),
+		telemetry.KeyExecutionMS, now.Sub(e.sb.StartedAt).Milliseconds(), telemetry.KeyDurationMS, time.Since(begun).Milliseconds()}
 	if detail != "" {
-		attrs = append(attrs, "detail", detail)
+		attrs = append(attrs, telemetry.KeyDetail, detail)
 	}
 	if err := errors.Join(destroyErr, storeErr); err != nil {
-		attrs = append(attrs, "error", err.Error())
+		attrs = append(attrs, telemetry.KeyError, err.Error())
 		o.logger(ctx).Error("sandbox killed", attrs...)
 		return fmt.Errorf("kill %s: %w", e.sb.ID, err)
 	}
@@ -242,7 +242,7 @@ func (o *Orchestrator) setTTL(ctx context.Context, teamID, id string, d time.Dur
 	}
 	o.nudge()
 	o.emit(ctx, events.SandboxUpdated, e.sb, events.UpdatedData(end, d))
-	o.logger(sandboxLog(ctx, e.sb)).Info("sandbox timeout set", "end_at", end.UTC(), "previous_end_at", old.UTC(), "timeout_s", d.Seconds())
+	o.logger(sandboxLog(ctx, e.sb)).Info("sandbox timeout set", telemetry.KeyEndAt, end.UTC(), telemetry.KeyPreviousEndAt, old.UTC(), telemetry.KeyTimeoutS, d.Seconds())
 	return nil
 }
 
@@ -336,9 +336,9 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("pause").Observe(took.Seconds())
 	o.nudge()
-	attrs := []any{"pause.kind", kind.String(), "duration_ms", float64(took.Microseconds()) / 1000}
+	attrs := []any{telemetry.KeyPauseKind, kind.String(), telemetry.KeyDurationMS, float64(took.Microseconds()) / 1000}
 	if ev.SnapshotBytes > 0 {
-		attrs = append(attrs, "snapshot.bytes", ev.SnapshotBytes)
+		attrs = append(attrs, telemetry.KeySnapshotBytes, ev.SnapshotBytes)
 	}
 	o.logger(ctx).Info("sandbox paused", attrs...)
 	return nil
@@ -456,7 +456,7 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())
 	o.nudge()
-	o.logger(ctx).Info("sandbox resumed", "pause.kind", kind.String(), "duration_ms", float64(time.Since(begun).Microseconds())/1000, "timeout_s", timeout.Seconds())
+	o.logger(ctx).Info("sandbox resumed", telemetry.KeyPauseKind, kind.String(), telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000, telemetry.KeyTimeoutS, timeout.Seconds())
 	return true, nil
 }
 
@@ -658,7 +658,7 @@ func (o *Orchestrator) closeOpenCommands(ctx context.Context, id string, why rea
 		return
 	}
 	if n > 0 {
-		o.logger(ctx).Info("recover: closed open command records", telemetry.KeySandboxID, id, "commands", n, telemetry.KeyKillReason, why.String())
+		o.logger(ctx).Info("recover: closed open command records", telemetry.KeySandboxID, id, telemetry.KeyCommands, n, telemetry.KeyKillReason, why.String())
 	}
 }
 

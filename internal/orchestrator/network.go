@@ -56,7 +56,7 @@ func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req
 	}
 	spec.Binds = append(spec.Binds, runtime.Bind{Source: bundle, Target: caBundle, ReadOnly: true})
 	sb.AllowInternet = p.AllowInternet
-	return telemetry.With(ctx, "network.addr", att.Addr.String()), nil
+	return telemetry.With(ctx, telemetry.KeyNetworkAddr, att.Addr.String()), nil
 }
 
 // detachNetwork removes the sandbox's network once its processes are gone; a failure is
@@ -113,8 +113,8 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p n
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return fmt.Errorf("update network of %s: %w", id, err)
 	}
-	o.logger(ctx).Info("sandbox network updated", "allow_internet_access", p.AllowInternet,
-		"network.allow_out", len(p.AllowOut)+len(p.AllowHosts), "network.deny_out", len(p.DenyOut), "duration_ms", time.Since(begun).Milliseconds())
+	o.logger(ctx).Info("sandbox network updated", telemetry.KeyAllowInternetAccess, p.AllowInternet,
+		telemetry.KeyNetworkAllowOut, len(p.AllowOut)+len(p.AllowHosts), telemetry.KeyNetworkDenyOut, len(p.DenyOut), telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
 	return nil
 }
 
@@ -131,8 +131,8 @@ func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
 	sb := copySandbox(e.sb)
 	e.mu.Unlock()
 	ctx = sandboxLog(telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID), sb)
-	o.logger(ctx).Info("network connection denied", "network.destination", d.Dst.Addr().String(), "network.port", d.Dst.Port(),
-		"network.protocol", d.Proto, "network.rule", d.Rule, "network.deny_kind", d.Kind.String(), "network.packets", d.Count)
+	o.logger(ctx).Info("network connection denied", telemetry.KeyNetworkDestination, d.Dst.Addr().String(), telemetry.KeyNetworkPort, d.Dst.Port(),
+		telemetry.KeyNetworkProtocol, d.Proto, telemetry.KeyNetworkRule, d.Rule, telemetry.KeyNetworkDenyKind, d.Kind.String(), telemetry.KeyNetworkPackets, d.Count)
 	o.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
 }
 

@@ -118,7 +118,7 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 		data.SetAPIKeyName(name)
 	}
 	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
-		telemetry.Warnings.Warn(ctx, o.logger(ctx), t.String(), "event not recorded", "event.type", t.String(), "error", err.Error())
+		telemetry.Warnings.Warn(ctx, o.logger(ctx), t.String(), "event not recorded", telemetry.KeyEventType, t.String(), telemetry.KeyError, err.Error())
 	}
 }
 
@@ -212,7 +212,7 @@ func New(cfg Config) (*Orchestrator, error) {
 			if err := ck.CanCheckpoint(); err == nil {
 				cfg.PauseKind = reason.PauseSnapshot
 			} else {
-				cfg.Logger.Warn("pause freezes sandboxes in RAM: snapshots unavailable", "error", err.Error())
+				cfg.Logger.Warn("pause freezes sandboxes in RAM: snapshots unavailable", telemetry.KeyError, err.Error())
 			}
 		}
 	}

@@ -33,7 +33,7 @@ func (o *Orchestrator) watchInit(e *entry) {
 		}
 		ctx := o.systemContext()
 		if err := o.kill(ctx, e, why, "", fmt.Sprintf("envd exited: code %d signal %q", ex.Code, ex.Signal)); err == nil {
-			o.logger(ctx).Warn("sandbox init exited", telemetry.KeySandboxID, id, "exit_code", ex.Code, "signal", ex.Signal, "oom_killed", ex.OOMKilled)
+			o.logger(ctx).Warn("sandbox init exited", telemetry.KeySandboxID, id, telemetry.KeySandboxExitCode, ex.Code, telemetry.KeySandboxSignal, ex.Signal, telemetry.KeyOOMKilled, ex.OOMKilled)
 		}
 	}()
 }
@@ -48,14 +48,14 @@ func (o *Orchestrator) watchOOM(ctx context.Context, e *entry) {
 	e.stopOOM = stop
 	oom, err := o.cfg.Runtime.OOMEvents(watch, id)
 	if err != nil {
-		logger.Warn("oom events unavailable", "error", err.Error())
+		logger.Warn("oom events unavailable", telemetry.KeyError, err.Error())
 		return
 	}
 	go func() {
 		for n := range oom {
-			attrs := []any{"oom_kills", n}
+			attrs := []any{telemetry.KeyOOMKills, n}
 			if st, err := o.cfg.Runtime.Stats(context.Background(), id); err == nil {
-				attrs = append(attrs, "memory.limit_bytes", st.MemoryLimit, "memory.max_usage_bytes", st.MemoryMaxUsage)
+				attrs = append(attrs, telemetry.KeyMemoryLimitBytes, st.MemoryLimit, telemetry.KeyMemoryMaxUsageBytes, st.MemoryMaxUsage)
 			}
 			logger.Warn("sandbox oom kill", attrs...)
 			o.mu.Lock()

@@ -353,7 +353,7 @@ func (s slogWriter) Write(b []byte) (int, error) {
 	if n := len(msg); n > 0 && msg[n-1] == '\n' {
 		msg = msg[:n-1]
 	}
-	s.l.Debug("reverse proxy", "detail", msg)
+	s.l.Debug("reverse proxy", telemetry.KeyDetail, msg)
 	return len(b), nil
 }
 

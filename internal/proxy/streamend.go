@@ -78,7 +78,7 @@ func (p *Proxy) explainCut(ctx context.Context, r *http.Request, upstreamErr err
 	err := p.cutReason(ctx, t.id, r)
 	httpx.NoteFrom(ctx).Err = err
 	message = requestid.Annotate(err.Error(), telemetry.RequestID(ctx))
-	telemetry.Logger(ctx).Debug("proxy: stream ended with an error", "error", err.Error(), "upstream_error", upstreamErr.Error())
+	telemetry.Logger(ctx).Debug("proxy: stream ended with an error", telemetry.KeyError, err.Error(), telemetry.KeyUpstreamError, upstreamErr.Error())
 	code, grpcStatus, _ = rpcCode(err, 0)
 	return code, grpcStatus, message, true
 }

@@ -121,7 +121,7 @@ func (r *Retainer) Pass(ctx context.Context) {
 		p := r.cfg.Policies[d]
 		ttl, capped := r.prune(ctx, d, p, now)
 		if ttl+capped > 0 {
-			r.cfg.Logger.Info("retention: pruned", "dataset", d.String(), "ttl_rows", ttl, "cap_rows", capped)
+			r.cfg.Logger.Info("retention: pruned", telemetry.KeyDataset, d.String(), telemetry.KeyTTLRows, ttl, telemetry.KeyCapRows, capped)
 		}
 		if u, err := r.cfg.Store.Usage(ctx, d, false); err == nil {
 			r.gauges(d, u, now, false)
@@ -145,7 +145,7 @@ func (r *Retainer) prune(ctx context.Context, d store.Dataset, p Policy, now tim
 			if err != nil {
 				if ctx.Err() == nil {
 					telemetry.Warnings.Warn(ctx, r.cfg.Logger, "retention "+d.String(), "retention: prune failed",
-						"dataset", d.String(), "error", err.Error())
+						telemetry.KeyDataset, d.String(), telemetry.KeyError, err.Error())
 				}
 				break
 			}

@@ -452,7 +452,7 @@ func (r *Runc) Freeze(ctx context.Context, id string) error {
 			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, err)
 		}
 		telemetry.Logger(ctx).WarnContext(ctx, "freeze did not take; trying again",
-			"try", try+1, "retry_in_ms", freezeRetries[try].Milliseconds(), "error", err.Error())
+			telemetry.KeyTry, try+1, telemetry.KeyRetryInMS, freezeRetries[try].Milliseconds(), telemetry.KeyError, err.Error())
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("freeze %s (try %d): %w", id, try+1, errors.Join(err, context.Cause(ctx)))
@@ -482,7 +482,7 @@ func freezeV1(ctx context.Context, dir string, patience time.Duration) error {
 		state := strings.TrimSpace(string(b))
 		if state == "FROZEN" {
 			if waited := time.Since(begun); waited > 100*time.Millisecond {
-				telemetry.Logger(ctx).InfoContext(ctx, "freeze took long", "waited_ms", waited.Milliseconds())
+				telemetry.Logger(ctx).InfoContext(ctx, "freeze took long", telemetry.KeyWaitedMS, waited.Milliseconds())
 			}
 			return nil
 		}

@@ -530,7 +530,7 @@ func (s *instance) announce() {
 	} else {
 		s.say("point the E2B SDK at it: export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=<a key from `cove apikey create`, or %s>", url, url, KeyFile(s.cfg.DataDir))
 	}
-	s.cfg.Logger.Info("cove server listening", "addr", s.ln.Addr().String(), "data_dir", s.cfg.DataDir)
+	s.cfg.Logger.Info("cove server listening", telemetry.KeyAddr, s.ln.Addr().String(), telemetry.KeyDataDir, s.cfg.DataDir)
 	if s.cfg.Ready != nil {
 		key := s.apiKey
 		if key == "" {
@@ -553,7 +553,7 @@ func (s *instance) serve(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.cfg.Logger.Info("cove server stopping", "on_stop", s.cfg.OnStop.String())
+	s.cfg.Logger.Info("cove server stopping", telemetry.KeyOnStop, s.cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stop(sctx, s.orch, s.cfg.OnStop) // either way, the sandboxes' streams through the proxy end

@@ -261,5 +261,5 @@ type exportErrors struct{}
 var exportErrorLog = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
 func (exportErrors) Handle(err error) {
-	Warnings.Warn(context.Background(), exportErrorLog, "", "otel export", "error", err.Error())
+	Warnings.Warn(context.Background(), exportErrorLog, "", "otel export", KeyError, err.Error())
 }

@@ -141,7 +141,7 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		}
 		zw := gzip.NewWriter(w)
 		if _, err := politeCopy(zw, content); err != nil {
-			telemetry.Logger(ctx).Warn("download failed", "path", p, "error", err.Error())
+			telemetry.Logger(ctx).Warn("download failed", telemetry.KeyPath, p, telemetry.KeyError, err.Error())
 			return
 		}
 		_ = zw.Close()
@@ -256,7 +256,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		fault.WriteHTTP(ctx, w, err)
 		return
 	}
-	telemetry.Logger(ctx).Info("files uploaded", "files", len(written), "bytes", size, "user", u.Name)
+	telemetry.Logger(ctx).Info("files uploaded", telemetry.KeyFiles, len(written), telemetry.KeyBytes, size, telemetry.KeyUser, u.Name)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(written)
 }

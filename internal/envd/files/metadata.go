@@ -86,7 +86,7 @@ func (up *uploader) write(target string, r io.Reader) (Entry, int64, error) {
 		e.Metadata = up.metadata
 	} else if len(up.metadata) > 0 && !up.warned {
 		up.warned = true
-		telemetry.Logger(up.ctx).Warn("file metadata not stored", "path", target, "error", filesystem.ErrXattrUnsupported.Error())
+		telemetry.Logger(up.ctx).Warn("file metadata not stored", telemetry.KeyPath, target, telemetry.KeyError, filesystem.ErrXattrUnsupported.Error())
 	}
 	return e, n, nil
 }

@@ -247,7 +247,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[rpc.WatchDi
 	if err := stream.Send(&rpc.WatchDirResponse{Event: &rpc.WatchDirResponse_Start{Start: &rpc.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	log.Debug("watch start", "path", p, "recursive", req.Msg.GetRecursive())
+	log.Debug("watch start", telemetry.KeyPath, p, telemetry.KeyRecursive, req.Msg.GetRecursive())
 
 	ticker := time.NewTicker(keepalive(req.Header().Get(KeepaliveHeader)))
 	defer ticker.Stop()
@@ -267,7 +267,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[rpc.WatchDi
 		case <-w.ready:
 			evs, dropped := w.drain()
 			if dropped > 0 {
-				log.Warn("watch events dropped", "path", p, "dropped", dropped)
+				log.Warn("watch events dropped", telemetry.KeyPath, p, telemetry.KeyDropped, dropped)
 			}
 			for _, ev := range evs {
 				if err := stream.Send(&rpc.WatchDirResponse{Event: &rpc.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
@@ -299,7 +299,7 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[rpc.Cr
 	}
 	s.watchers[id] = w
 	s.mu.Unlock()
-	log.Info("watcher created", "watcher.id", id, "path", p, "recursive", req.Msg.GetRecursive())
+	log.Info("watcher created", telemetry.KeyWatcherID, id, telemetry.KeyPath, p, telemetry.KeyRecursive, req.Msg.GetRecursive())
 	return connect.NewResponse(&rpc.CreateWatcherResponse{WatcherId: id}), nil
 }
 
@@ -311,7 +311,7 @@ func (s *Service) GetWatcherEvents(ctx context.Context, req *connect.Request[rpc
 	}
 	evs, dropped := w.drain()
 	if dropped > 0 {
-		telemetry.Logger(ctx).Warn("watch events dropped", "watcher.id", req.Msg.GetWatcherId(), "path", w.root, "dropped", dropped)
+		telemetry.Logger(ctx).Warn("watch events dropped", telemetry.KeyWatcherID, req.Msg.GetWatcherId(), telemetry.KeyPath, w.root, telemetry.KeyDropped, dropped)
 	}
 	return connect.NewResponse(&rpc.GetWatcherEventsResponse{Events: evs}), nil
 }
@@ -327,7 +327,7 @@ func (s *Service) RemoveWatcher(ctx context.Context, req *connect.Request[rpc.Re
 		return nil, fault.Connect(ctx, fmt.Errorf("watcher %q: %w", id, fault.ErrNotFound))
 	}
 	w.close()
-	telemetry.Logger(ctx).Info("watcher removed", "watcher.id", id, "path", w.root)
+	telemetry.Logger(ctx).Info("watcher removed", telemetry.KeyWatcherID, id, telemetry.KeyPath, w.root)
 	return connect.NewResponse(&rpc.RemoveWatcherResponse{}), nil
 }
 

@@ -14,6 +14,8 @@ import (
 
 	rpc "github.com/cove-dev/cove/gen/filesystem"
 	"github.com/cove-dev/cove/internal/envd/fault"
+
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // maxBufferedEvents bounds the events a watcher holds for a slow stream or an unpolled
@@ -62,7 +64,7 @@ func newWatcher(log *slog.Logger, root string, recursive, includeEntry, allowNet
 		root:         root,
 		recursive:    recursive,
 		includeEntry: includeEntry,
-		log:          log.With("path", root),
+		log:          log.With(telemetry.KeyPath, root),
 		fsw:          fsw,
 		ready:        make(chan struct{}, 1),
 		done:         make(chan struct{}),
@@ -95,7 +97,7 @@ func (w *watcher) run() {
 				w.dropped++
 				w.mu.Unlock()
 			}
-			w.log.Warn("watch error", "error", err.Error())
+			w.log.Warn("watch error", telemetry.KeyError, err.Error())
 		}
 	}
 }
@@ -138,7 +140,7 @@ func (w *watcher) addTree(dir string, announce bool) {
 		if d.IsDir() && p != w.root {
 			if err := w.fsw.Add(p); err != nil && !w.addFailed {
 				w.addFailed = true // only touched from run() and newWatcher, never concurrently
-				w.log.Warn("watch subdirectory failed", "dir", p, "error", err.Error())
+				w.log.Warn("watch subdirectory failed", telemetry.KeyDir, p, telemetry.KeyError, err.Error())
 			}
 		}
 		return nil

@@ -438,12 +438,12 @@ func (st *streamLog) write(ctx context.Context) {
 		slog.Int(telemetry.KeyPID, st.pid),
 		slog.String(telemetry.KeyStreamEnd, st.end.String()),
 		slog.String(telemetry.KeyStreamPhase, st.phase().String()),
-		slog.String("rpc.connect.code", code),
-		slog.Int64("stream.bytes_sent", st.bytes),
-		slog.Float64("duration_ms", float64(time.Since(st.begun).Microseconds())/1000),
+		slog.String(telemetry.KeyConnectCode, code),
+		slog.Int64(telemetry.KeyStreamBytesSent, st.bytes),
+		slog.Float64(telemetry.KeyDurationMS, float64(time.Since(st.begun).Microseconds())/1000),
 	}
 	if st.err != nil {
-		attrs = append(attrs, slog.String("error", st.err.Error()))
+		attrs = append(attrs, slog.String(telemetry.KeyError, st.err.Error()))
 	}
 	logger.LogAttrs(ctx, level, "stream end", attrs...)
 }

@@ -249,9 +249,9 @@ func logStart(logger *slog.Logger, p *proc, cfg *pb.ProcessConfig, u *identity.U
 	}
 	sort.Strings(envNames)
 	logger.Info("process start",
-		telemetry.KeyPID, p.pid, "process.command", cfg.GetCmd(), "process.args_count", len(cfg.GetArgs()),
-		"process.tag", p.tag, "process.user", u.Name, "process.cwd", cwd, "process.pty", p.pty != nil,
-		"process.env_names", envNames)
+		telemetry.KeyPID, p.pid, telemetry.KeyProcessCommand, cfg.GetCmd(), telemetry.KeyProcessArgsCount, len(cfg.GetArgs()),
+		telemetry.KeyProcessTag, p.tag, telemetry.KeyProcessUser, u.Name, telemetry.KeyProcessCwd, cwd, telemetry.KeyProcessPTY, p.pty != nil,
+		telemetry.KeyProcessEnvNames, envNames)
 }
 
 func (s *Service) unreserve(p *proc, err error) error {
@@ -265,13 +265,13 @@ func (s *Service) logProcessEnd(logger interface {
 	Info(string, ...any)
 }, p *proc, ex exit) {
 	attrs := []any{
-		telemetry.KeyPID, p.pid, "process.tag", p.tag,
-		"process.exited", ex.Exited, "process.status", ex.Text,
-		"duration_ms", time.Since(p.started).Milliseconds(),
-		"process.stdout_bytes", p.stdoutBytes.Load(), "process.stderr_bytes", p.stderrBytes.Load(),
-		"process.cpu_user_ms", time.Duration(ex.Rusage.Utime.Nano()).Milliseconds(),
-		"process.cpu_system_ms", time.Duration(ex.Rusage.Stime.Nano()).Milliseconds(),
-		"process.max_rss_kib", ex.Rusage.Maxrss,
+		telemetry.KeyPID, p.pid, telemetry.KeyProcessTag, p.tag,
+		telemetry.KeyProcessExited, ex.Exited, telemetry.KeyProcessStatus, ex.Text,
+		telemetry.KeyDurationMS, time.Since(p.started).Milliseconds(),
+		telemetry.KeyProcessStdoutBytes, p.stdoutBytes.Load(), telemetry.KeyProcessStderrBytes, p.stderrBytes.Load(),
+		telemetry.KeyProcessCPUUserMS, time.Duration(ex.Rusage.Utime.Nano()).Milliseconds(),
+		telemetry.KeyProcessCPUSystemMS, time.Duration(ex.Rusage.Stime.Nano()).Milliseconds(),
+		telemetry.KeyProcessMaxRSSKiB, ex.Rusage.Maxrss,
 	}
 	if ex.Exited {
 		attrs = append(attrs, telemetry.KeyExitCode, ex.Code)
@@ -279,7 +279,7 @@ func (s *Service) logProcessEnd(logger interface {
 		attrs = append(attrs, telemetry.KeySignal, unix.SignalName(ex.Signal))
 		p.mu.Lock()
 		if p.signal.requestID != "" {
-			attrs = append(attrs, telemetry.KeySignalRequestID, p.signal.requestID, "signal.sent", p.signal.name)
+			attrs = append(attrs, telemetry.KeySignalRequestID, p.signal.requestID, telemetry.KeySignalSent, p.signal.name)
 		}
 		p.mu.Unlock()
 	}

@@ -144,7 +144,7 @@ func (db *DB) Authenticate(ctx context.Context, key string) (*store.APIKey, *sto
 			`UPDATE api_keys SET last_used = ? WHERE id = ? AND (last_used IS NULL OR last_used <= ?)`,
 			toMicros(at), k.ID, toMicros(at.Add(-lastUsedEvery))); err != nil {
 			telemetry.Warnings.Warn(ctx, telemetry.Logger(ctx), "", "api key use not recorded",
-				telemetry.KeyTeamID, t.ID, "api_key.id", k.ID, "error", err)
+				telemetry.KeyTeamID, t.ID, telemetry.KeyAPIKeyID, k.ID, telemetry.KeyError, err)
 		} else {
 			k.LastUsed = &at
 		}

@@ -365,11 +365,11 @@ func (db *DB) startFillingLogFilters(ctx context.Context) {
 		defer close(done)
 		start := time.Now()
 		if err := db.fillLogFilters(ctx); err != nil && ctx.Err() == nil {
-			telemetry.Logger(ctx).Warn("log chunk filters not built", "error", err.Error())
+			telemetry.Logger(ctx).Warn("log chunk filters not built", telemetry.KeyError, err.Error())
 			return
 		}
 		if took := time.Since(start); took > time.Second {
-			telemetry.Logger(ctx).Info("log chunk filters built", "duration_ms", took.Milliseconds())
+			telemetry.Logger(ctx).Info("log chunk filters built", telemetry.KeyDurationMS, took.Milliseconds())
 		}
 	}()
 }
