@@ -27,7 +27,14 @@ func TestClosedSetsRoundTripAndRejectUnknownValues(t *testing.T) {
 	check(t, "stream end", strs(StreamEnds), func(s string) (string, error) { v, err := ParseStreamEnd(s); return string(v), err })
 	check(t, "stream phase", strs(StreamPhases), func(s string) (string, error) { v, err := ParseStreamPhase(s); return string(v), err })
 	check(t, "log level", strs(LogLevels), func(s string) (string, error) { v, err := ParseLogLevel(s); return string(v), err })
+	check(t, "end cause", strs(EndCauses), func(s string) (string, error) { v, err := ParseEndCause(s); return string(v), err })
 	check(t, "list order", []string{"asc", "desc"}, func(s string) (string, error) { v, err := ParseListOrder(s); return string(v), err })
+}
+
+func TestARunningCommandHasNoEndCause(t *testing.T) {
+	if c, err := ParseEndCause(""); err != nil || c != "" || c.String() != "running" {
+		t.Errorf("ParseEndCause(\"\") = %q (%s), %v; want the empty cause, read as running", c, c, err)
+	}
 }
 
 func TestRejectedIsAStreamEnd(t *testing.T) {

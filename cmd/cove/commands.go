@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -18,14 +19,14 @@ func outcome(c cove.CommandRecord) string {
 	switch {
 	case c.EndCause == "":
 		return "running"
-	case c.EndCause == "sandbox_killed":
+	case c.EndCause == reason.EndSandboxKilled:
 		return "sandbox killed (" + c.KillReason + ")"
 	case c.ExitCode != nil:
 		return fmt.Sprintf("exit %d", *c.ExitCode)
 	case c.SignalRequestID != "":
 		return fmt.Sprintf("%s %s by %s", c.EndCause, c.Signal, c.SignalRequestID)
 	}
-	return c.EndCause + " " + c.Signal
+	return c.EndCause.String() + " " + c.Signal
 }
 
 func newCommandsCmd(f *apiFlags) *cobra.Command {

@@ -299,7 +299,7 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 		code := int(*rec.ExitCode)
 		cr.ExitCode = &code
 	}
-	cr.Signal, cr.EndCause, cr.SignalRequestID = rec.Signal, rec.EndCause.String(), rec.SignalRequestID
+	cr.Signal, cr.EndCause, cr.SignalRequestID = rec.Signal, rec.EndCause, rec.SignalRequestID
 	cr.StdoutBytes, cr.StderrBytes = rec.StdoutBytes, rec.StderrBytes
 	counts := redact.Counts{}
 	keep := func(head, tail string, total int64, binary bool) (string, string, bool) {
@@ -351,7 +351,7 @@ func (c *Collector) SandboxKilled(ctx context.Context, why reason.KillReason, at
 	c.running = map[int]*store.CommandRecord{}
 	c.mu.Unlock()
 	for _, cr := range running {
-		cr.EndedAt, cr.Duration, cr.EndCause, cr.KillReason = at, at.Sub(cr.StartedAt), store.EndSandboxKilled, why
+		cr.EndedAt, cr.Duration, cr.EndCause, cr.KillReason = at, at.Sub(cr.StartedAt), reason.EndSandboxKilled, why
 		c.upsert(ctx, cr)
 	}
 }

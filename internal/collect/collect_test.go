@@ -16,6 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/reason"
 )
 
 type lines struct {
@@ -138,7 +139,7 @@ func TestCommandsStillRunningAtTheKillEndAsSandboxKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.EndCause != store.EndSandboxKilled || rec.KillReason != "timeout" || rec.EndedAt.IsZero() {
+	if rec.EndCause != reason.EndSandboxKilled || rec.KillReason != "timeout" || rec.EndedAt.IsZero() {
 		t.Errorf("record: %+v", rec)
 	}
 }

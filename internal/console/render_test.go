@@ -16,6 +16,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/reason"
 )
 
 // fixture is a real SQLite store holding 1,000 sandboxes of one team; the first has
@@ -67,7 +68,7 @@ func newFixture(tb testing.TB) *fixture {
 		code := i % 3
 		c := &store.CommandRecord{SandboxID: first, TeamID: team.ID, TemplateID: "base", PID: 1 + i, RequestID: fmt.Sprintf("req%04d", i),
 			User: "user", Command: "/bin/bash", Args: []string{"-c", "make test"}, StartedAt: start.Add(time.Duration(i) * time.Second),
-			EndedAt: start.Add(time.Duration(i)*time.Second + 300*time.Millisecond), ExitCode: &code, EndCause: store.EndExited,
+			EndedAt: start.Add(time.Duration(i)*time.Second + 300*time.Millisecond), ExitCode: &code, EndCause: reason.EndExited,
 			StdoutHead: "building…", StdoutTail: "done", StdoutBytes: 1 << 10}
 		if err := db.UpsertCommand(ctx, c); err != nil {
 			tb.Fatal(err)

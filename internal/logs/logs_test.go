@@ -21,6 +21,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 func newDB(t testing.TB) *sqlite.DB {
@@ -297,7 +298,7 @@ func TestAPI(t *testing.T) {
 	code := 0
 	if err := db.UpsertCommand(ctx, &store.CommandRecord{SandboxID: "sb_a", TeamID: "team_a", PID: 9, Tag: "t",
 		RequestID: "req_1", User: "user", Command: "/bin/bash", Args: []string{"-c", "ls"}, Cwd: "/",
-		StartedAt: base, EndedAt: base.Add(1500 * time.Microsecond), ExitCode: &code, EndCause: store.EndExited,
+		StartedAt: base, EndedAt: base.Add(1500 * time.Microsecond), ExitCode: &code, EndCause: reason.EndExited,
 		StdoutBytes: 3, StdoutHead: "ls\n"}); err != nil {
 		t.Fatal(err)
 	}

@@ -371,8 +371,8 @@ func TestACommandRunningAtTheKillEndsWithItsSandbox(t *testing.T) {
 		rec, err = h.db.GetCommand(context.Background(), sb.ID, int(pid), time.Time{})
 		return err == nil && !rec.EndedAt.IsZero()
 	})
-	if rec.EndCause != store.EndSandboxKilled || rec.KillReason != reason.KillAdmin || rec.RequestID != "req-run" {
-		t.Errorf("record: end cause %q, kill reason %q, request %q; want %q, admin, req-run", rec.EndCause, rec.KillReason, rec.RequestID, store.EndSandboxKilled)
+	if rec.EndCause != reason.EndSandboxKilled || rec.KillReason != reason.KillAdmin || rec.RequestID != "req-run" {
+		t.Errorf("record: end cause %q, kill reason %q, request %q; want %q, admin, req-run", rec.EndCause, rec.KillReason, rec.RequestID, reason.EndSandboxKilled)
 	}
 }
 
@@ -434,7 +434,7 @@ func TestRecoverAfterARestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.EndedAt.IsZero() || c.EndCause != store.EndSandboxKilled || c.KillReason != reason.KillOrphaned {
+		if c.EndedAt.IsZero() || c.EndCause != reason.EndSandboxKilled || c.KillReason != reason.KillOrphaned {
 			t.Errorf("command record %+v", c)
 		}
 	})

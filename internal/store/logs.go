@@ -109,15 +109,6 @@ type LogStore interface {
 	PruneLogs(ctx context.Context, olderThan time.Time) (int64, error)
 }
 
-// Ways a command ends.
-const (
-	EndExited        = "exited"         // it exited by itself, or was signalled by nobody Cove knows
-	EndKilled        = "killed"         // a client's SendSignal
-	EndTimeout       = "timeout"        // its Connect-Timeout-Ms deadline
-	EndOOMKilled     = "oom_killed"     // the kernel's OOM killer, at the sandbox's memory limit
-	EndSandboxKilled = "sandbox_killed" // its sandbox was killed or died
-)
-
 // CommandRecord is what Cove remembers of one command a sandbox ran: who started it, how it
 // ended, and the head and tail of its output, redacted.
 type CommandRecord struct {
@@ -136,10 +127,10 @@ type CommandRecord struct {
 	Duration   time.Duration // EndedAt-StartedAt when zero and EndedAt is set
 	ExitCode   *int
 	Signal     string
-	EndCause   string // EndExited, EndKilled, EndTimeout, EndOOMKilled or EndSandboxKilled; "" while it runs
+	EndCause   reason.EndCause // "" while it runs
 	// SignalRequestID is the request that sent the fatal signal (killed, timeout).
 	SignalRequestID string
-	// KillReason is the sandbox's kill reason when EndCause is EndSandboxKilled.
+	// KillReason is the sandbox's kill reason when EndCause is reason.EndSandboxKilled.
 	KillReason  reason.KillReason
 	StdoutBytes int64
 	StderrBytes int64

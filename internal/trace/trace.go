@@ -72,16 +72,16 @@ func Build(ctx context.Context, st store.TraceStore, teamID, requestID string) (
 
 func ended(c *store.CommandRecord) string {
 	switch {
-	case c.EndCause == store.EndSandboxKilled:
+	case c.EndCause == reason.EndSandboxKilled:
 		return "ended with its sandbox (" + c.KillReason.String() + ")"
 	case c.ExitCode != nil:
 		return fmt.Sprintf("exited %d", *c.ExitCode)
-	case c.EndCause == store.EndTimeout:
+	case c.EndCause == reason.EndTimeout:
 		return "was killed at its deadline"
 	case c.Signal != "":
 		return "was killed by " + c.Signal
 	}
-	return c.EndCause
+	return c.EndCause.String()
 }
 
 // APIConfig configures NewAPI.

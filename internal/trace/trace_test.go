@@ -17,6 +17,7 @@ import (
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/reason"
 )
 
 func openDB(t *testing.T) *sqlite.DB {
@@ -79,14 +80,14 @@ func TestTheTimelineJoinsLinesEventsAndCommandsOfOneRequest(t *testing.T) {
 	for _, c := range []*store.CommandRecord{
 		// Started by r1, exited 0.
 		{SandboxID: "s1", TeamID: team, PID: 6, RequestID: "r1", Command: "echo hi", User: "user", Cwd: "/home/user",
-			StartedAt: at(20), EndedAt: at(25), ExitCode: &zero, EndCause: store.EndExited},
+			StartedAt: at(20), EndedAt: at(25), ExitCode: &zero, EndCause: reason.EndExited},
 		// Started by r0, killed by r1's signal: only its end belongs to r1.
 		{SandboxID: "s1", TeamID: team, PID: 5, RequestID: "r0", SignalRequestID: "r1", Command: "sleep 60",
-			StartedAt: at(1), EndedAt: at(30), Signal: "SIGKILL", EndCause: store.EndKilled},
+			StartedAt: at(1), EndedAt: at(30), Signal: "SIGKILL", EndCause: reason.EndKilled},
 		// Started by r1, still running.
 		{SandboxID: "s1", TeamID: team, PID: 7, RequestID: "r1", Command: "tail -f log", StartedAt: at(40)},
 		// Another team's command under the same id.
-		{SandboxID: "s9", TeamID: other, PID: 8, RequestID: "r1", Command: "ls", StartedAt: at(41), EndedAt: at(42), ExitCode: &one, EndCause: store.EndExited},
+		{SandboxID: "s9", TeamID: other, PID: 8, RequestID: "r1", Command: "ls", StartedAt: at(41), EndedAt: at(42), ExitCode: &one, EndCause: reason.EndExited},
 	} {
 		if err := db.UpsertCommand(ctx, c); err != nil {
 			t.Fatal(err)
@@ -154,11 +155,11 @@ func TestACommandsEndReadsAsASentence(t *testing.T) {
 		rec  store.CommandRecord
 		want string
 	}{
-		{"an exit says its code", store.CommandRecord{ExitCode: &three, EndCause: store.EndExited}, "process 1 exited 3 after 1s"},
-		{"a deadline says so", store.CommandRecord{Signal: "SIGKILL", EndCause: store.EndTimeout}, "process 2 was killed at its deadline after 1s"},
-		{"a signal names it", store.CommandRecord{Signal: "SIGTERM", EndCause: store.EndKilled}, "process 3 was killed by SIGTERM after 1s"},
-		{"a sandbox kill names its reason", store.CommandRecord{EndCause: store.EndSandboxKilled, KillReason: "timeout"}, "process 4 ended with its sandbox (timeout) after 1s"},
-		{"anything else gives the end cause", store.CommandRecord{EndCause: "vanished"}, "process 5 vanished after 1s"},
+		{"an exit says its code", store.CommandRecord{ExitCode: &three, EndCause: reason.EndExited}, "process 1 exited 3 after 1s"},
+		{"a deadline says so", store.CommandRecord{Signal: "SIGKILL", EndCause: reason.EndTimeout}, "process 2 was killed at its deadline after 1s"},
+		{"a signal names it", store.CommandRecord{Signal: "SIGTERM", EndCause: reason.EndKilled}, "process 3 was killed by SIGTERM after 1s"},
+		{"a sandbox kill names its reason", store.CommandRecord{EndCause: reason.EndSandboxKilled, KillReason: "timeout"}, "process 4 ended with its sandbox (timeout) after 1s"},
+		{"another end gives its cause", store.CommandRecord{EndCause: reason.EndOOMKilled}, "process 5 oom_killed after 1s"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

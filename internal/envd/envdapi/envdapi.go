@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/cove-dev/cove/reason"
 )
 
 // Kind is what a record is.
@@ -31,24 +33,15 @@ func ParseKind(s string) (Kind, error) {
 	return "", fmt.Errorf("envdapi: unknown record kind %q", s)
 }
 
-// EndCause is why a command ended, as envd saw it.
-type EndCause string
+// EndCause is why a command ended: the one vocabulary of reason, from envd's record to the
+// SDK's.
+type EndCause = reason.EndCause
 
-// The causes envd reports.
-const (
-	EndExited  EndCause = "exited"
-	EndKilled  EndCause = "killed"
-	EndTimeout EndCause = "timeout"
-	// EndOOMKilled: the kernel's OOM killer ended it at the sandbox's memory limit.
-	EndOOMKilled EndCause = "oom_killed"
-)
-
-func (c EndCause) String() string { return string(c) }
-
-// ParseEndCause returns the cause named s, or an error for any other name.
+// ParseEndCause returns the cause named s among those envd reports (reason's, but for
+// EndSandboxKilled, which only the host can know), or an error for any other name.
 func ParseEndCause(s string) (EndCause, error) {
 	switch c := EndCause(s); c {
-	case EndExited, EndKilled, EndTimeout, EndOOMKilled:
+	case reason.EndExited, reason.EndKilled, reason.EndTimeout, reason.EndOOMKilled:
 		return c, nil
 	}
 	return "", fmt.Errorf("envdapi: unknown end cause %q", s)

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/cove-dev/cove/reason"
 )
 
 func TestRecordsRoundTrip(t *testing.T) {
@@ -23,9 +25,9 @@ func TestRecordsRoundTrip(t *testing.T) {
 			Record{Kind: KindCommandStart, Start: &CommandStart{Kind: KindCommandStart, PID: 7, Tag: "t", RequestID: "req-2", User: "user", Command: "/bin/sh", Args: []string{"-c", "echo hi"}, Cwd: "/home/user", StartedAt: ts}}},
 		{"a command end keeps every field, binary flags and drop counts included",
 			mustJSON(t, CommandEnd{Kind: KindCommandEnd, PID: 7, RequestID: "req-2", StartedAt: ts, EndedAt: ts.Add(time.Second), DurationMS: 1000, ExitCode: &code,
-				EndCause: EndExited, StdoutBytes: 10, StderrBytes: 2, StdoutHead: "AAEC", StdoutBinary: true, StderrHead: "e\n", HeadBytes: 4096, TailBytes: 4096, LinesDropped: 5, BytesDropped: 99}),
+				EndCause: reason.EndExited, StdoutBytes: 10, StderrBytes: 2, StdoutHead: "AAEC", StdoutBinary: true, StderrHead: "e\n", HeadBytes: 4096, TailBytes: 4096, LinesDropped: 5, BytesDropped: 99}),
 			Record{Kind: KindCommandEnd, End: &CommandEnd{Kind: KindCommandEnd, PID: 7, RequestID: "req-2", StartedAt: ts, EndedAt: ts.Add(time.Second), DurationMS: 1000, ExitCode: &code,
-				EndCause: EndExited, StdoutBytes: 10, StderrBytes: 2, StdoutHead: "AAEC", StdoutBinary: true, StderrHead: "e\n", HeadBytes: 4096, TailBytes: 4096, LinesDropped: 5, BytesDropped: 99}}},
+				EndCause: reason.EndExited, StdoutBytes: 10, StderrBytes: 2, StdoutHead: "AAEC", StdoutBinary: true, StderrHead: "e\n", HeadBytes: 4096, TailBytes: 4096, LinesDropped: 5, BytesDropped: 99}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +63,7 @@ func TestKindsAndCausesParseOnlyTheirNames(t *testing.T) {
 			t.Errorf("ParseKind(%q) = %q, %v", k, got, err)
 		}
 	}
-	for _, c := range []EndCause{EndExited, EndKilled, EndTimeout} {
+	for _, c := range []EndCause{reason.EndExited, reason.EndKilled, reason.EndTimeout, reason.EndOOMKilled} {
 		if got, err := ParseEndCause(c.String()); err != nil || got != c {
 			t.Errorf("ParseEndCause(%q) = %q, %v", c, got, err)
 		}

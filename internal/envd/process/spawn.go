@@ -24,6 +24,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -191,19 +192,19 @@ func (p *proc) commandEnd(ex exit, sink *Sink) envdapi.CommandEnd {
 	rec := envdapi.CommandEnd{Kind: envdapi.KindCommandEnd, PID: p.pid, Tag: p.tag, RequestID: p.requestID,
 		StartedAt: p.started, EndedAt: now, DurationMS: now.Sub(p.started).Milliseconds(),
 		StdoutBytes: p.stdoutBytes.Load(), StderrBytes: p.stderrBytes.Load(),
-		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: envdapi.EndExited}
+		HeadBytes: sink.headBytes(), TailBytes: sink.tailBytes(), EndCause: reason.EndExited}
 	if ex.Exited {
 		code := ex.Code
 		rec.ExitCode = &code
 	} else {
 		rec.Signal = unix.SignalName(ex.Signal)
 		p.mu.Lock()
-		rec.EndCause, rec.SignalRequestID = envdapi.EndKilled, p.signal.requestID
+		rec.EndCause, rec.SignalRequestID = reason.EndKilled, p.signal.requestID
 		switch {
 		case p.signal.cause == "timeout":
-			rec.EndCause = envdapi.EndTimeout
+			rec.EndCause = reason.EndTimeout
 		case ex.OOMKilled:
-			rec.EndCause = envdapi.EndOOMKilled
+			rec.EndCause = reason.EndOOMKilled
 		}
 		p.mu.Unlock()
 	}

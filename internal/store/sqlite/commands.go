@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/reason"
 )
 
 const commandColumns = `sandbox_id, pid, started_at, team_id, template_id, tag, request_id, user, command,
@@ -23,6 +24,9 @@ const commandColumns = `sandbox_id, pid, started_at, team_id, template_id, tag, 
 func (db *DB) UpsertCommand(ctx context.Context, c *store.CommandRecord) error {
 	if c.SandboxID == "" || c.PID <= 0 || c.StartedAt.IsZero() {
 		return errors.New("upsert command: sandbox, pid and start time are required")
+	}
+	if _, err := reason.ParseEndCause(string(c.EndCause)); err != nil {
+		return fmt.Errorf("upsert command %s/%d: %w", c.SandboxID, c.PID, err)
 	}
 	args, err := jsonOrNull(c.Args, c.Args == nil)
 	if err != nil {
@@ -61,7 +65,7 @@ func (db *DB) UpsertCommand(ctx context.Context, c *store.CommandRecord) error {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (sandbox_id, pid, started_at) DO UPDATE SET `+strings.Join(set, ", "),
 		c.SandboxID, c.PID, toMicros(c.StartedAt), c.TeamID, c.TemplateID, c.Tag, c.RequestID, c.User,
-		c.Command, args, c.Cwd, ended, duration.Microseconds(), exit, c.Signal, c.EndCause,
+		c.Command, args, c.Cwd, ended, duration.Microseconds(), exit, c.Signal, string(c.EndCause),
 		c.SignalRequestID, c.KillReason, c.StdoutBytes, c.StderrBytes, c.StdoutHead, c.StdoutTail,
 		c.StderrHead, c.StderrTail, c.Truncated, redactions)
 	if err != nil {
@@ -75,13 +79,18 @@ func scanCommand(row scanner) (*store.CommandRecord, error) {
 	var started, duration int64
 	var ended, exit sql.NullInt64
 	var args, redactions sql.NullString
+	var endCause string
 	if err := row.Scan(&c.SandboxID, &c.PID, &started, &c.TeamID, &c.TemplateID, &c.Tag, &c.RequestID,
-		&c.User, &c.Command, &args, &c.Cwd, &ended, &duration, &exit, &c.Signal, &c.EndCause,
+		&c.User, &c.Command, &args, &c.Cwd, &ended, &duration, &exit, &c.Signal, &endCause,
 		&c.SignalRequestID, &c.KillReason, &c.StdoutBytes, &c.StderrBytes, &c.StdoutHead, &c.StdoutTail,
 		&c.StderrHead, &c.StderrTail, &c.Truncated, &redactions); err != nil {
 		return nil, err
 	}
 	c.StartedAt = fromMicros(started)
+	var err error
+	if c.EndCause, err = reason.ParseEndCause(endCause); err != nil {
+		return nil, fmt.Errorf("command %s/%d: %w", c.SandboxID, c.PID, err)
+	}
 	if ended.Valid {
 		c.EndedAt = fromMicros(ended.Int64)
 	}
@@ -187,13 +196,13 @@ func (db *DB) PruneCommands(ctx context.Context, olderThan time.Time) (int64, er
 	return res.RowsAffected()
 }
 
-// CloseOpenCommands ends the sandbox's records still open, with EndSandboxKilled and
+// CloseOpenCommands ends the sandbox's records still open, with reason.EndSandboxKilled and
 // killReason: after a crash nobody else will.
 func (db *DB) CloseOpenCommands(ctx context.Context, sandboxID string, at time.Time, killReason string) (int64, error) {
 	end := toMicros(at)
 	res, err := db.write.ExecContext(ctx, `UPDATE commands SET ended_at = ?, duration_us = MAX(0, ? - started_at),
 		end_cause = ?, kill_reason = ? WHERE sandbox_id = ? AND ended_at IS NULL`,
-		end, end, store.EndSandboxKilled, killReason, sandboxID)
+		end, end, string(reason.EndSandboxKilled), killReason, sandboxID)
 	if err != nil {
 		return 0, fmt.Errorf("close open commands of %s: %w", sandboxID, err)
 	}

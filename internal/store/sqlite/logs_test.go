@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/reason"
 )
 
 func logLine(team, sandbox string, at time.Time, level, msg string) store.LogLine {
@@ -438,7 +440,7 @@ func TestCommands(t *testing.T) {
 	t.Run("the end record merges into the start record", func(t *testing.T) {
 		code := 137
 		end := &store.CommandRecord{SandboxID: "sb", PID: 42, StartedAt: base, EndedAt: base.Add(1500 * time.Millisecond),
-			ExitCode: &code, Signal: "SIGKILL", EndCause: store.EndKilled, SignalRequestID: "req_kill",
+			ExitCode: &code, Signal: "SIGKILL", EndCause: reason.EndKilled, SignalRequestID: "req_kill",
 			StdoutBytes: 10, StdoutHead: "head", StdoutTail: "tail", Truncated: true,
 			Redactions: map[string]int{"api_key": 1}}
 		if err := db.UpsertCommand(ctx, end); err != nil {
@@ -449,11 +451,22 @@ func TestCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := *start
-		want.EndedAt, want.Duration, want.ExitCode, want.Signal, want.EndCause = end.EndedAt, 1500*time.Millisecond, &code, "SIGKILL", store.EndKilled
+		want.EndedAt, want.Duration, want.ExitCode, want.Signal, want.EndCause = end.EndedAt, 1500*time.Millisecond, &code, "SIGKILL", reason.EndKilled
 		want.SignalRequestID, want.StdoutBytes, want.StdoutHead, want.StdoutTail = "req_kill", 10, "head", "tail"
 		want.Truncated, want.Redactions = true, map[string]int{"api_key": 1}
 		if !reflect.DeepEqual(got, &want) {
 			t.Errorf("got %+v\nwant %+v", got, &want)
+		}
+	})
+
+	t.Run("an end cause outside the closed set is refused", func(t *testing.T) {
+		odd := *start
+		odd.PID, odd.EndedAt, odd.EndCause = 77, base.Add(time.Second), "vanished"
+		if err := db.UpsertCommand(ctx, &odd); err == nil || !strings.Contains(err.Error(), `unknown end cause "vanished"`) {
+			t.Errorf("UpsertCommand = %v, want the unknown end cause named", err)
+		}
+		if _, err := db.GetCommand(ctx, "sb", 77, time.Time{}); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the refused record was stored: %v", err)
 		}
 	})
 

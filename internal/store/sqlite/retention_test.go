@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/reason"
 )
 
 // drain prunes in batches until a call deletes fewer than asked, as retention does.
@@ -45,7 +46,7 @@ func TestRetentionPrunesEveryDatasetByAgeAndCapInBatches(t *testing.T) {
 		samples = append(samples, store.MetricSample{SandboxID: "isb", TeamID: team.ID, Time: at(i)})
 		end := at(i)
 		if err := db.UpsertCommand(ctx, &store.CommandRecord{SandboxID: "isb", TeamID: team.ID, PID: i + 1, StartedAt: at(i),
-			EndedAt: end, EndCause: store.EndExited}); err != nil {
+			EndedAt: end, EndCause: reason.EndExited}); err != nil {
 			t.Fatal(err)
 		}
 		lines = append(lines, store.LogLine{SandboxID: "isb", TeamID: team.ID, Time: at(i), Level: "info", Message: "line"})
