@@ -74,6 +74,9 @@ type Config struct {
 	Quotas orchestrator.Quotas
 	// DiskSizeMB is each sandbox's disk: writes past it get ENOSPC; 1024 when 0.
 	DiskSizeMB int
+	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes
+	// volumes plain directories without one.
+	VolumeSizeMB int
 	// WebhookAllowNets are ranges webhook deliveries may reach although they are loopback,
 	// link-local, private or the server's own (refused otherwise).
 	WebhookAllowNets []netip.Prefix
@@ -280,7 +283,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, Network: netw,
+		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, Network: netw,
 	})
 	if err != nil {
 		return err
