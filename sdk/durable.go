@@ -128,17 +128,39 @@ func (c *Client) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	return err
 }
 
-// Volume is a team's named, persistent directory that outlives sandboxes.
+// Volume is a team's named, persistent directory that outlives sandboxes: E2B's Volume
+// (VolumeAndToken from Create and Get), with Cove's size and usage beside it. The server
+// emits this very type.
 type Volume struct {
 	ID    string `json:"volumeID"`
 	Name  string `json:"name"`
 	Token string `json:"token,omitempty"` // for E2B's volume content API (Create and Get)
+	// SizeBytes is the volume's quota (writes past it get ENOSPC, uploads 507); 0: none.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// UsedBytes is what its files take (0 for a volume without a size).
+	UsedBytes int64 `json:"usedBytes,omitempty"`
 }
 
-// CreateVolume makes a volume named name (1-63 of [A-Za-z0-9._-]).
+// VolumeOptions are a new volume's settings beyond its name.
+type VolumeOptions struct {
+	// SizeMB is the volume's size quota in MiB; 0 takes the server's default
+	// (cove server --volume-size-mb).
+	SizeMB int `json:"sizeMB,omitempty"`
+}
+
+// CreateVolume makes a volume named name (1-63 of [A-Za-z0-9._-]) of the server's default size.
 func (c *Client) CreateVolume(ctx context.Context, name string) (*Volume, error) {
+	return c.CreateVolumeWith(ctx, name, VolumeOptions{})
+}
+
+// CreateVolumeWith makes a volume named name with opts.
+func (c *Client) CreateVolumeWith(ctx context.Context, name string, opts VolumeOptions) (*Volume, error) {
 	var out Volume
-	if _, err := c.do(ctx, "create volume", "", http.MethodPost, "/volumes", map[string]any{"name": name}, &out); err != nil {
+	body := struct {
+		Name string `json:"name"`
+		VolumeOptions
+	}{name, opts}
+	if _, err := c.do(ctx, "create volume", "", http.MethodPost, "/volumes", body, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

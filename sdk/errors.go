@@ -29,6 +29,8 @@ var (
 	// ErrRateLimit: the team is over a quota (concurrent sandboxes, vCPUs, memory, create
 	// rate); the message names the limit. E2B's SDKs raise RateLimitError.
 	ErrRateLimit = errors.New("rate limited")
+	// ErrNoSpace: a write past a size quota (a sandbox's disk, a volume's size); HTTP 507.
+	ErrNoSpace = errors.New("no space left")
 	// ErrTimeout: the call's own timeout passed (Config.RequestTimeout, or a command's
 	// Timeout). It also matches context.DeadlineExceeded.
 	ErrTimeout error = timeoutError{}
@@ -230,6 +232,8 @@ func sentinelForStatus(status int) error {
 		return ErrConflict
 	case http.StatusTooManyRequests:
 		return ErrRateLimit
+	case http.StatusInsufficientStorage:
+		return ErrNoSpace
 	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
 		return ErrTimeout
 	}

@@ -74,16 +74,21 @@ type SandboxOptions struct {
 	// NoInternet cuts the sandbox off from the internet (as DenyOut 0.0.0.0/0 does:
 	// Network.AllowOut still wins).
 	NoInternet bool
-	// VolumeMounts mounts the team's volumes (CreateVolume) into the sandbox, read-write.
+	// VolumeMounts mounts the team's volumes (CreateVolume) into the sandbox, read-write
+	// (in one live sandbox at a time) or read-only (in any number).
 	VolumeMounts []VolumeMount
 	// Network holds egress rules; nil leaves them empty.
 	Network *NetworkRules
 }
 
-// VolumeMount mounts a volume (by name) at an absolute path in a sandbox.
+// VolumeMount mounts a volume (by name) at an absolute path in a sandbox. The server reads
+// this very type from create's volumeMounts.
 type VolumeMount struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
+	// ReadOnly mounts it read-only: writes inside get EROFS. A volume is mounted read-write
+	// by one live sandbox at a time (a second one is ErrConflict), read-only by any number.
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // CreatedSandbox is E2B's Sandbox, the answer to create, connect and resume: the server

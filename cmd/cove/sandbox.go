@@ -51,11 +51,11 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				return err
 			}
 			for _, v := range volumes {
-				name, path, ok := strings.Cut(v, ":")
-				if !ok || name == "" || path == "" {
-					return fmt.Errorf("--volume %q: want NAME:PATH", v)
+				m, err := parseVolumeMount(v)
+				if err != nil {
+					return err
 				}
-				opts.VolumeMounts = append(opts.VolumeMounts, cove.VolumeMount{Name: name, Path: path})
+				opts.VolumeMounts = append(opts.VolumeMounts, m)
 			}
 			if privatePorts {
 				rules.AllowPublicTraffic = new(bool)
@@ -91,7 +91,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&opts.Insecure, "insecure", false, "make the sandbox without an access token: its envd answers anyone who knows its id")
 	fl.BoolVar(&opts.AutoPause, "auto-pause", false, "pause instead of kill when the timeout passes")
 	fl.BoolVar(&opts.AutoResume, "auto-resume", false, "resume when traffic reaches the paused sandbox")
-	fl.StringArrayVar(&volumes, "volume", nil, "mount a volume NAME:PATH, read-write (repeatable; `cove volume create` makes one)")
+	fl.StringArrayVar(&volumes, "volume", nil, "mount a volume NAME:PATH, read-write (in one live sandbox at a time), or NAME:PATH:ro read-only (in any number); repeatable (`cove volume create` makes one)")
 	fl.IntSliceVar(&rules.HTTPSPorts, "https-port", nil, "a port of the sandbox that serves HTTPS: the proxy speaks TLS to it (repeatable)")
 	fl.StringVar(&rules.MaskRequestHost, "mask-host", "", "the Host header the proxy sends the sandbox's ports (${PORT} is the port)")
 	fl.BoolVar(&privatePorts, "private-ports", false, "keep the sandbox's ports private: requests need its trafficAccessToken (printed with --json)")

@@ -124,6 +124,7 @@ func newVolumeCmd() *cobra.Command {
 		Short: "Named, persistent directories that outlive sandboxes: cove sandbox create --volume NAME:PATH mounts one",
 	}
 	f.register(cmd)
+	var vopts cove.VolumeOptions
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Make a volume and print its id",
@@ -133,7 +134,7 @@ func newVolumeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := c.CreateVolume(cmd.Context(), args[0])
+			v, err := c.CreateVolumeWith(cmd.Context(), args[0], vopts)
 			if err != nil {
 				return cliError(err)
 			}
@@ -141,41 +142,17 @@ func newVolumeCmd() *cobra.Command {
 			return nil
 		},
 	}
+	create.Flags().IntVar(&vopts.SizeMB, "size-mb", 0, "the volume's size in MiB: writes past it get ENOSPC (0: the server's --volume-size-mb)")
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the team's volumes",
+		Short: "List the team's volumes with their size and what they use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			all, err := c.ListVolumes(cmd.Context())
-			if err != nil {
-				return cliError(err)
-			}
-			if f.asJSON {
-				return printJSON(all)
-			}
-			for _, v := range all {
-				fmt.Printf("%s\t%s\n", v.ID, v.Name)
-			}
-			return nil
+			return listVolumes(cmd, &f)
 		},
 	}
 	f.jsonFlag(list)
-	rm := &cobra.Command{
-		Use:   "rm VOLUME",
-		Short: "Delete a volume (by id or name) and its files",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return cliError(c.DeleteVolume(cmd.Context(), args[0]))
-		},
-	}
-	cmd.AddCommand(create, list, rm)
+	cmd.AddCommand(create, list)
+	cmd.AddCommand(volumeContentCmds(&f)...)
 	return cmd
 }

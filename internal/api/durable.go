@@ -12,6 +12,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // durable is a Sandboxes that forks sandboxes and keeps snapshots (the orchestrator).
@@ -24,17 +25,30 @@ type durable interface {
 
 // volumes is a Sandboxes that keeps volumes (the orchestrator).
 type volumes interface {
-	CreateVolume(ctx context.Context, teamID, name string) (*snapshot.Volume, error)
+	CreateVolume(ctx context.Context, teamID, name string, sizeMB int) (*snapshot.Volume, error)
 	Volume(ctx context.Context, teamID, id string) (*snapshot.Volume, error)
 	ListVolumes(ctx context.Context, teamID string) ([]*snapshot.Volume, error)
 	DeleteVolume(ctx context.Context, teamID, id string) error
+	VolumeByID(ctx context.Context, id string) (*snapshot.Volume, error)
+	VolumeFiles(ctx context.Context, vol *snapshot.Volume) (*snapshot.Files, error)
+	VolumeUsage(ctx context.Context, vol *snapshot.Volume) (int64, error)
 }
 
-// volumeJSON is E2B's Volume; with the token it is VolumeAndToken.
-type volumeJSON struct {
-	VolumeID string `json:"volumeID"`
-	Name     string `json:"name"`
-	Token    string `json:"token,omitempty"`
+// volumeJSON is E2B's Volume; with the token it is VolumeAndToken. It is the SDK's type.
+type volumeJSON = cove.Volume
+
+// volumeOf renders vol, with its token when withToken, and its usage.
+func volumeOf(ctx context.Context, v volumes, vol *snapshot.Volume, withToken bool) (volumeJSON, error) {
+	out := volumeJSON{ID: vol.ID, Name: vol.Name, SizeBytes: vol.SizeBytes}
+	if withToken {
+		out.Token = vol.Token
+	}
+	used, err := v.VolumeUsage(ctx, vol)
+	if err != nil {
+		return out, fmt.Errorf("volume %s: %w", vol.Name, err)
+	}
+	out.UsedBytes = used
+	return out, nil
 }
 
 // routeVolumes registers the volume routes when the sandboxes keep volumes.
@@ -46,15 +60,23 @@ func (a *api) routeVolumes() {
 	a.handle("POST /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
 		var body struct {
 			Name string `json:"name"`
+			cove.VolumeOptions
 		}
 		if err := decode(r, &body); err != nil {
 			return err
 		}
-		vol, err := v.CreateVolume(r.Context(), c.team.ID, body.Name)
+		if body.SizeMB < 0 || int64(body.SizeMB) > snapshot.MaxVolumeBytes>>20 {
+			return fmt.Errorf("%w: sizeMB must be 1..%d MiB (0 or absent: the server's default), not %d", errBadRequest, snapshot.MaxVolumeBytes>>20, body.SizeMB)
+		}
+		vol, err := v.CreateVolume(r.Context(), c.team.ID, body.Name, body.SizeMB)
 		if err != nil {
 			return fmt.Errorf("create volume %q: %w", body.Name, err)
 		}
-		writeJSON(w, http.StatusCreated, volumeJSON{VolumeID: vol.ID, Name: vol.Name, Token: vol.Token})
+		out, err := volumeOf(r.Context(), v, vol, true)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, out)
 		return nil
 	})
 	a.handle("GET /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -64,7 +86,11 @@ func (a *api) routeVolumes() {
 		}
 		out := []volumeJSON{}
 		for _, vol := range all {
-			out = append(out, volumeJSON{VolumeID: vol.ID, Name: vol.Name})
+			one, err := volumeOf(r.Context(), v, vol, false)
+			if err != nil {
+				return fmt.Errorf("list volumes: %w", err)
+			}
+			out = append(out, one)
 		}
 		writeJSON(w, http.StatusOK, out)
 		return nil
@@ -74,7 +100,11 @@ func (a *api) routeVolumes() {
 		if err != nil {
 			return fmt.Errorf("get volume: %w", err)
 		}
-		writeJSON(w, http.StatusOK, volumeJSON{VolumeID: vol.ID, Name: vol.Name, Token: vol.Token})
+		out, err := volumeOf(r.Context(), v, vol, true)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	})
 	a.handle("DELETE /volumes/{volumeID}", func(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -84,6 +114,7 @@ func (a *api) routeVolumes() {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	})
+	a.routeVolumeContent(v)
 }
 
 // routeDurable registers fork and snapshot routes when the sandboxes can.

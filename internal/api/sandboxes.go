@@ -18,6 +18,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // createBody is E2B's NewSandbox (POST /sandboxes and /v2/sandboxes).
@@ -40,11 +41,9 @@ type createBody struct {
 	// CollectLogs switches the collection of command output into the log store (Cove's
 	// extension; on when absent).
 	CollectLogs *bool `json:"collectLogs"`
-	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox.
-	VolumeMounts []struct {
-		Name string `json:"name"`
-		Path string `json:"path"`
-	} `json:"volumeMounts"`
+	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox; readOnly is
+	// Cove's extension.
+	VolumeMounts []cove.VolumeMount `json:"volumeMounts"`
 }
 
 // Metadata limits. Metadata is stored with the sandbox, listed, filtered on and sent with
@@ -146,7 +145,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		Secrets: []string{apiKeyFrom(r)},
 	}
 	for _, m := range body.VolumeMounts {
-		req.VolumeMounts = append(req.VolumeMounts, orchestrator.VolumeMount{Name: m.Name, Path: m.Path})
+		req.VolumeMounts = append(req.VolumeMounts, orchestrator.VolumeMount{Name: m.Name, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	if netw.policy != nil {
 		req.Secrets = append(req.Secrets, netw.policy.Secrets()...)

@@ -47,7 +47,7 @@ type CreateRequest struct {
 	Secrets []string
 	// CollectLogs switches the collection of command output lines (default on).
 	CollectLogs *bool
-	// VolumeMounts mounts the team's volumes into the sandbox, read-write.
+	// VolumeMounts mounts the team's volumes into the sandbox, read-write or read-only.
 	VolumeMounts []VolumeMount
 }
 
@@ -107,7 +107,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)
 	binds := []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}}
-	vb, vids, err := o.volumeBinds(req.TeamID, req.VolumeMounts)
+	vb, vids, err := o.volumeBinds(req.TeamID, sb.ID, req.VolumeMounts)
 	if err != nil {
 		return nil, err
 	}

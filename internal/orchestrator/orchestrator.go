@@ -87,6 +87,9 @@ type Config struct {
 	Snapshots *snapshot.Store
 	// Volumes keeps the teams' volumes; nil turns volumes off.
 	Volumes *snapshot.Volumes
+	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes
+	// volumes plain directories without one.
+	VolumeSizeMB int
 	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
 	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
 	PauseKind reason.PauseKind

@@ -14,13 +14,15 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// VolumeMount mounts a team's volume (by name or id) at an absolute path in a sandbox.
+// VolumeMount mounts a team's volume (by name or id) at an absolute path in a sandbox,
+// read-only when asked (a volume is mounted read-write by one live sandbox at a time).
 type VolumeMount struct {
 	Name, Path string
+	ReadOnly   bool
 }
 
 // volumeBinds resolves a create's volume mounts to bind mounts and the volumes' ids.
-func (o *Orchestrator) volumeBinds(teamID string, mounts []VolumeMount) ([]runtime.Bind, []string, error) {
+func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMount) ([]runtime.Bind, []string, error) {
 	if len(mounts) == 0 {
 		return nil, nil, nil
 	}
@@ -38,27 +40,62 @@ func (o *Orchestrator) volumeBinds(teamID string, mounts []VolumeMount) ([]runti
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
 		}
-		binds = append(binds, runtime.Bind{Source: o.cfg.Volumes.DataDir(vol.ID), Target: p})
+		if err := o.cfg.Volumes.Mount(vol); err != nil {
+			return nil, nil, err
+		}
+		// The lease lasts while the sandbox does: a failed create leaves one that no live
+		// sandbox holds, which the next claim sweeps.
+		if err := o.cfg.Volumes.Claim(vol, sandboxID, m.ReadOnly, o.holdsVolumes); err != nil {
+			if errors.Is(err, snapshot.ErrVolumeBusy) {
+				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrConflict, err)
+			}
+			return nil, nil, err
+		}
+		binds = append(binds, runtime.Bind{Source: o.cfg.Volumes.DataDir(vol.ID), Target: p, ReadOnly: m.ReadOnly})
 		ids, paths = append(ids, vol.ID), append(paths, p)
 	}
 	return binds, ids, nil
 }
 
-// CreateVolume makes a team's volume.
-func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string) (*snapshot.Volume, error) {
+// holdsVolumes reports whether sandbox id, in creation or live and not killed, still holds
+// the volumes it mounts.
+func (o *Orchestrator) holdsVolumes(id string) bool {
+	o.mu.Lock()
+	_, creating := o.creating[id]
+	e := o.live[id]
+	o.mu.Unlock()
+	if creating {
+		return true
+	}
+	if e == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.killed
+}
+
+// CreateVolume makes a team's volume of sizeMB MiB (0: the server's default size; a server
+// whose default is 0 makes plain directories without a quota).
+func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string, sizeMB int) (*snapshot.Volume, error) {
 	if o.cfg.Volumes == nil {
 		return nil, fmt.Errorf("%w: this server keeps no volumes", ErrInvalid)
 	}
-	vol, err := o.cfg.Volumes.Create(teamID, name)
+	if sizeMB == 0 {
+		sizeMB = o.cfg.VolumeSizeMB
+	}
+	vol, err := o.cfg.Volumes.Create(teamID, name, int64(sizeMB)<<20)
 	switch {
 	case errors.Is(err, snapshot.ErrVolumeName):
 		return nil, fmt.Errorf("%w: name: %v", ErrInvalid, err)
+	case errors.Is(err, snapshot.ErrVolumeSize):
+		return nil, fmt.Errorf("%w: sizeMB: %v", ErrInvalid, err)
 	case errors.Is(err, snapshot.ErrVolumeExists):
 		return nil, fmt.Errorf("%w: %v", ErrConflict, err)
 	case err != nil:
 		return nil, err
 	}
-	o.logger(ctx).Info("volume created", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name)
+	o.logger(ctx).Info("volume created", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name, telemetry.KeyVolumeSizeBytes, vol.SizeBytes)
 	return vol, nil
 }
 
@@ -82,23 +119,41 @@ func (o *Orchestrator) ListVolumes(ctx context.Context, teamID string) ([]*snaps
 	return o.cfg.Volumes.List(teamID)
 }
 
-// DeleteVolume deletes a team's volume and its files; ErrConflict while a live sandbox of
-// this server mounts it.
+// VolumeByID returns a volume by id, of whichever team: the content API authenticates by
+// the volume's own token.
+func (o *Orchestrator) VolumeByID(ctx context.Context, id string) (*snapshot.Volume, error) {
+	if o.cfg.Volumes == nil {
+		return nil, fmt.Errorf("%w: volume %s", ErrNotFound, id)
+	}
+	vol, err := o.cfg.Volumes.ByID(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	return vol, nil
+}
+
+// VolumeFiles opens a volume's content; close it after use.
+func (o *Orchestrator) VolumeFiles(ctx context.Context, vol *snapshot.Volume) (*snapshot.Files, error) {
+	return o.cfg.Volumes.Files(vol)
+}
+
+// VolumeUsage returns the bytes a volume's files take (0 for a volume without a size).
+func (o *Orchestrator) VolumeUsage(ctx context.Context, vol *snapshot.Volume) (int64, error) {
+	return o.cfg.Volumes.Usage(vol)
+}
+
+// DeleteVolume deletes a team's volume and its files; ErrConflict while a live sandbox
+// mounts it (one adopted after a restart included: mounts are leases on disk).
 func (o *Orchestrator) DeleteVolume(ctx context.Context, teamID, id string) error {
 	vol, err := o.Volume(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
-	for _, e := range o.entries() {
-		e.mu.Lock()
-		using := !e.killed && slices.Contains(e.volumes, vol.ID)
-		sid := e.sb.ID
-		e.mu.Unlock()
-		if using {
-			return fmt.Errorf("%w: volume %s is mounted in sandbox %s: kill it first", ErrConflict, vol.Name, sid)
-		}
-	}
-	if err := o.cfg.Volumes.Delete(teamID, vol.ID); err != nil {
+	err = o.cfg.Volumes.Delete(teamID, vol.ID, o.holdsVolumes)
+	switch {
+	case errors.Is(err, snapshot.ErrVolumeInUse):
+		return fmt.Errorf("%w: %v", ErrConflict, err)
+	case err != nil:
 		return err
 	}
 	o.logger(ctx).Info("volume deleted", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name)

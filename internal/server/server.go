@@ -75,6 +75,9 @@ type Config struct {
 	Quotas orchestrator.Quotas
 	// DiskSizeMB is each sandbox's disk: writes past it get ENOSPC; 1024 when 0.
 	DiskSizeMB int
+	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes
+	// volumes plain directories without one.
+	VolumeSizeMB int
 	// WebhookAllowNets are ranges webhook deliveries may reach although they are loopback,
 	// link-local, private or the server's own (refused otherwise).
 	WebhookAllowNets []netip.Prefix
@@ -381,7 +384,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, Network: s.netw,
+		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, Network: s.netw,
 	})
 	if err != nil {
 		return err

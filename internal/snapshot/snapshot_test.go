@@ -73,21 +73,21 @@ func TestVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := vs.Create("t1", "data")
+	a, err := vs.Create("t1", "data", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("a name is unique per team, and another team may use it", func(t *testing.T) {
-		if _, err := vs.Create("t1", "data"); !errors.Is(err, snapshot.ErrVolumeExists) {
+		if _, err := vs.Create("t1", "data", 0); !errors.Is(err, snapshot.ErrVolumeExists) {
 			t.Errorf("a second t1 volume named data: %v", err)
 		}
-		if _, err := vs.Create("t2", "data"); err != nil {
+		if _, err := vs.Create("t2", "data", 0); err != nil {
 			t.Errorf("t2's volume named data: %v", err)
 		}
 	})
 	t.Run("bad names are refused", func(t *testing.T) {
 		for _, name := range []string{"", "../x", "a/b", ".hidden"} {
-			if _, err := vs.Create("t1", name); !errors.Is(err, snapshot.ErrVolumeName) {
+			if _, err := vs.Create("t1", name, 0); !errors.Is(err, snapshot.ErrVolumeName) {
 				t.Errorf("create %q: %v", name, err)
 			}
 		}
@@ -106,7 +106,7 @@ func TestVolumes(t *testing.T) {
 		if err := os.WriteFile(vs.DataDir(a.ID)+"/f", []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := vs.Delete("t1", a.ID); err != nil {
+		if err := vs.Delete("t1", a.ID, func(string) bool { return false }); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(vs.DataDir(a.ID)); !errors.Is(err, os.ErrNotExist) {

@@ -10,8 +10,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // Volume is a named, persistent directory of a team that outlives sandboxes: mounted into
@@ -22,6 +27,9 @@ type Volume struct {
 	TeamID    string    `json:"teamId"`
 	Token     string    `json:"token"` // for E2B's volume content API
 	CreatedAt time.Time `json:"createdAt"`
+	// SizeBytes is the volume's quota: its files live in an ext4 image of this size, so a
+	// write past it gets ENOSPC. 0 (volumes made before quotas) is a plain directory.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
 }
 
 // Errors of the volume store.
@@ -29,9 +37,18 @@ var (
 	ErrVolumeNotFound = errors.New("volume not found")
 	ErrVolumeExists   = errors.New("a volume with that name exists")
 	ErrVolumeName     = errors.New("bad volume name")
+	ErrVolumeSize     = errors.New("bad volume size")
 )
 
-// Volumes is the volumes under one directory: <dir>/<id>/volume.json and <dir>/<id>/data.
+// MaxVolumeBytes bounds a volume's size (1 TiB); its image is sparse, so only what is
+// written costs the host's disk.
+const MaxVolumeBytes = 1 << 40
+
+// minVolumeBytes is the smallest ext4 image worth making.
+const minVolumeBytes = 1 << 20
+
+// Volumes is the volumes under one directory: <dir>/<id>/volume.json and <dir>/<id>/data,
+// where a volume with a size mounts its <dir>/<id>/volume.img.
 type Volumes struct {
 	dir string
 	mu  sync.Mutex // serialises create and delete, so names stay unique per team
@@ -45,6 +62,35 @@ func OpenVolumes(dir string) (*Volumes, error) {
 	return &Volumes{dir: dir}, nil
 }
 
+// Mount makes vol's files reachable at DataDir: a sized volume's image is loop-mounted there
+// unless it is already (a mount outlives the server that made it).
+func (v *Volumes) Mount(vol *Volume) error {
+	if vol.SizeBytes == 0 {
+		return nil
+	}
+	if err := runtime.MountDisk(v.image(vol.ID), v.DataDir(vol.ID)); err != nil {
+		return fmt.Errorf("mount volume %s: %w", vol.Name, err)
+	}
+	return nil
+}
+
+func (v *Volumes) image(id string) string { return filepath.Join(v.dir, id, "volume.img") }
+
+// Usage returns the bytes vol's files take; a volume without a size reports 0.
+func (v *Volumes) Usage(vol *Volume) (int64, error) {
+	if vol.SizeBytes == 0 {
+		return 0, nil
+	}
+	if err := v.Mount(vol); err != nil {
+		return 0, err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(v.DataDir(vol.ID), &st); err != nil {
+		return 0, fmt.Errorf("volume %s usage: %w", vol.Name, err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize, nil
+}
+
 var (
 	volumeID   = regexp.MustCompile(`^vol-[0-9a-f]{16}$`)
 	volumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -53,10 +99,13 @@ var (
 // DataDir is the directory sandboxes see of volume id.
 func (v *Volumes) DataDir(id string) string { return filepath.Join(v.dir, id, "data") }
 
-// Create makes a team's volume named name.
-func (v *Volumes) Create(teamID, name string) (*Volume, error) {
+// Create makes a team's volume named name, of size bytes (0: a plain directory, no quota).
+func (v *Volumes) Create(teamID, name string, size int64) (_ *Volume, err error) {
 	if !volumeName.MatchString(name) {
 		return nil, fmt.Errorf("%w: %q must be 1-63 of [A-Za-z0-9._-] starting with a letter or digit", ErrVolumeName, name)
+	}
+	if size != 0 && (size < minVolumeBytes || size > MaxVolumeBytes) {
+		return nil, fmt.Errorf("%w: %d bytes: want 1 MiB to 1 TiB", ErrVolumeSize, size)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -65,9 +114,25 @@ func (v *Volumes) Create(teamID, name string) (*Volume, error) {
 	}
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
-	vol := &Volume{ID: "vol-" + hex.EncodeToString(b[:8]), Name: name, TeamID: teamID, Token: hex.EncodeToString(b[8:]), CreatedAt: time.Now().UTC()}
+	vol := &Volume{ID: "vol-" + hex.EncodeToString(b[:8]), Name: name, TeamID: teamID, Token: hex.EncodeToString(b[8:]), CreatedAt: time.Now().UTC(), SizeBytes: size}
 	if err := os.MkdirAll(v.DataDir(vol.ID), 0o777); err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil { // nothing half made stays
+			_ = runtime.UnmountDisk(v.DataDir(vol.ID))
+			_ = os.RemoveAll(filepath.Join(v.dir, vol.ID))
+		}
+	}()
+	if size > 0 {
+		if err := runtime.NewDisk(v.dir, v.image(vol.ID), size); err != nil {
+			return nil, fmt.Errorf("create volume %s: %w", name, err)
+		}
+		if err := v.Mount(vol); err != nil {
+			return nil, err
+		}
+		// mke2fs's lost+found is no file of the user's; e2fsck makes it again if it must.
+		_ = os.Remove(filepath.Join(v.DataDir(vol.ID), "lost+found"))
 	}
 	// Sandboxes run commands as uid 1000 by default: the volume is theirs to write.
 	if err := os.Chmod(v.DataDir(vol.ID), 0o777|os.ModeSticky); err != nil {
@@ -75,7 +140,6 @@ func (v *Volumes) Create(teamID, name string) (*Volume, error) {
 	}
 	js, _ := json.MarshalIndent(vol, "", "  ")
 	if err := os.WriteFile(filepath.Join(v.dir, vol.ID, "volume.json"), js, 0o600); err != nil {
-		_ = os.RemoveAll(filepath.Join(v.dir, vol.ID))
 		return nil, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	return vol, nil
@@ -91,6 +155,14 @@ func (v *Volumes) Get(teamID, idOrName string) (*Volume, error) {
 		return vol, nil
 	}
 	return v.byName(teamID, idOrName)
+}
+
+// ByID returns a volume by id, of whichever team.
+func (v *Volumes) ByID(id string) (*Volume, error) {
+	if !volumeID.MatchString(id) {
+		return nil, fmt.Errorf("%w: %s", ErrVolumeNotFound, id)
+	}
+	return v.read(id)
 }
 
 func (v *Volumes) read(id string) (*Volume, error) {
@@ -137,16 +209,94 @@ func (v *Volumes) List(teamID string) ([]*Volume, error) {
 	return out, nil
 }
 
-// Delete removes a team's volume and its files.
-func (v *Volumes) Delete(teamID, id string) error {
+// Delete removes a team's volume and its files; ErrVolumeInUse while a live sandbox mounts it.
+func (v *Volumes) Delete(teamID, id string, alive func(sandboxID string) bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	vol, err := v.Get(teamID, id)
 	if err != nil {
 		return err
 	}
+	if h := v.holders(vol.ID, alive); len(h) > 0 {
+		ids := make([]string, 0, len(h))
+		for sid := range h {
+			ids = append(ids, sid)
+		}
+		sort.Strings(ids)
+		return fmt.Errorf("%w: volume %s is mounted in sandbox %s: kill it first", ErrVolumeInUse, vol.Name, strings.Join(ids, ", "))
+	}
 	if err := os.Remove(filepath.Join(v.dir, vol.ID, "volume.json")); err != nil {
 		return fmt.Errorf("delete volume %s: %w", vol.Name, err)
 	}
+	if err := runtime.UnmountDisk(v.DataDir(vol.ID)); err != nil {
+		return fmt.Errorf("delete volume %s: %w", vol.Name, err)
+	}
 	return os.RemoveAll(filepath.Join(v.dir, vol.ID))
+}
+
+// A volume's mounts are leases, one file per sandbox under <dir>/<id>/mounts holding "rw" or
+// "ro", so they outlive the server as its sandboxes do. A lease counts while its sandbox is
+// alive (the orchestrator says); the others are swept by the next claim.
+
+// ErrVolumeBusy: a read-write mount of a volume another live sandbox mounts read-write.
+var ErrVolumeBusy = errors.New("volume is mounted read-write")
+
+// ErrVolumeInUse: deleting a volume a live sandbox mounts.
+var ErrVolumeInUse = errors.New("volume is in use")
+
+func (v *Volumes) leases(id string) string { return filepath.Join(v.dir, id, "mounts") }
+
+// holders returns the live sandboxes mounting volume id, by sandbox id: true if read-write.
+// It removes the leases of sandboxes no longer alive. Call with v.mu held.
+func (v *Volumes) holders(id string, alive func(sandboxID string) bool) map[string]bool {
+	out := map[string]bool{}
+	entries, _ := os.ReadDir(v.leases(id))
+	for _, e := range entries {
+		p := filepath.Join(v.leases(id), e.Name())
+		if !alive(e.Name()) {
+			_ = os.Remove(p)
+			continue
+		}
+		b, _ := os.ReadFile(p)
+		out[e.Name()] = string(b) != "ro"
+	}
+	return out
+}
+
+// Claim records that sandbox sandboxID mounts vol, read-only or not. A read-write mount is
+// ErrVolumeBusy (naming the holder) while another live sandbox mounts vol read-write;
+// read-only mounts are never refused.
+func (v *Volumes) Claim(vol *Volume, sandboxID string, readOnly bool, alive func(sandboxID string) bool) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !readOnly {
+		for holder, rw := range v.holders(vol.ID, alive) {
+			if rw && holder != sandboxID {
+				return fmt.Errorf("%w: volume %s is mounted read-write in sandbox %s (mount it with readOnly: true, or kill that sandbox first)", ErrVolumeBusy, vol.Name, holder)
+			}
+		}
+	}
+	if err := os.MkdirAll(v.leases(vol.ID), 0o700); err != nil {
+		return fmt.Errorf("claim volume %s: %w", vol.Name, err)
+	}
+	mode := "rw"
+	if readOnly {
+		mode = "ro"
+	}
+	if err := os.WriteFile(filepath.Join(v.leases(vol.ID), sandboxID), []byte(mode), 0o600); err != nil {
+		return fmt.Errorf("claim volume %s: %w", vol.Name, err)
+	}
+	return nil
+}
+
+// Holders returns the live sandboxes that mount vol, sorted.
+func (v *Volumes) Holders(vol *Volume, alive func(sandboxID string) bool) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for id := range v.holders(vol.ID, alive) {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -104,6 +104,7 @@ const (
 	KeySnapshotBytes       = "snapshot.bytes"
 	KeyVolumeID            = "volume.id"
 	KeyVolumeName          = "volume.name"
+	KeyVolumeSizeBytes     = "volume.size_bytes"
 
 	// envd's processes, files and streams.
 	KeyProcessCommand      = "process.command"
