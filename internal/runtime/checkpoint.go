@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Checkpointer is a Runtime that can write a sandbox's processes, memory and open files to
@@ -36,8 +38,11 @@ type Checkpointer interface {
 
 // CheckpointInfo is what a checkpoint cost.
 type CheckpointInfo struct {
-	Bytes    int64 // on disk
-	Duration time.Duration
+	Bytes int64 // on disk
+	// ZeroBytes are the zero pages the images hold as holes: memory the sandbox touched
+	// that takes no disk (Bytes + ZeroBytes is what the images would take without them).
+	ZeroBytes int64
+	Duration  time.Duration
 }
 
 // ErrNoCheckpoint: the sandbox has no checkpoint to restore.
@@ -123,8 +128,13 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	case <-time.After(10 * time.Second):
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: init %d still runs after its checkpoint", id, sb.pid)
 	}
-	// sb stays, exited, so Wait reports the checkpoint; Restore replaces it.
-	return CheckpointInfo{Bytes: diskBytes(img), Duration: time.Since(begun)}, nil
+	// sb stays, exited, so Wait reports the checkpoint; Restore replaces it. The processes
+	// are on disk now: a failure to punch holes only leaves the images bigger.
+	freed, err := sparsify(img)
+	if err != nil {
+		telemetry.Logger(ctx).Warn("checkpoint kept its zero pages on disk", "error", err.Error())
+	}
+	return CheckpointInfo{Bytes: diskBytes(img), ZeroBytes: freed, Duration: time.Since(begun)}, nil
 }
 
 // Restore implements Checkpointer with `runc restore --detach` (CRIU). The restored init
@@ -203,18 +213,27 @@ func (r *Runc) checkpointed(id string) bool {
 	return err == nil
 }
 
-// diskBytes is what the files under dir take on disk (sparse files count their blocks).
+// diskBytes is what the files under dir take on disk: sparse files count their allocated
+// blocks, not their length.
 func diskBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
+				n += allocated(fi)
 			}
 		}
 		return nil
 	})
 	return n
+}
+
+// allocated is the bytes fi's blocks take on disk (its length where the system does not say).
+func allocated(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
 }
 
 // criuLogErrors returns the Error lines of a CRIU log, prefixed for an error message.
