@@ -34,6 +34,8 @@ type Checkpointer interface {
 	// Export copies a checkpointed sandbox's checkpoint and files to dir, for new sandboxes
 	// started from it (Spec.Restore): forks and snapshots.
 	Export(ctx context.Context, id, dir string) (int64, error)
+	// CheckpointBytes is what sandbox id's checkpoint takes on disk now; 0 without one.
+	CheckpointBytes(id string) int64
 }
 
 // CheckpointInfo is what a checkpoint cost.
@@ -205,6 +207,14 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	r.mu.Unlock()
 	_ = os.RemoveAll(img)
 	return &Sandbox{ID: id, Pid: pid, Stdout: outR, Stderr: errR}, nil
+}
+
+// CheckpointBytes implements Checkpointer.
+func (r *Runc) CheckpointBytes(id string) int64 {
+	if ValidID(id) != nil || !r.checkpointed(id) {
+		return 0
+	}
+	return diskBytes(r.checkpointDir(id))
 }
 
 // checkpointed reports whether sandbox id has a checkpoint on disk.
