@@ -27,3 +27,23 @@ func (c *Client) AdminStatus(ctx context.Context) ([]StoreStatus, error) {
 	_, err := c.do(ctx, "admin status", "", http.MethodGet, "/admin/status", nil, &out)
 	return out, err
 }
+
+// DiskUsage is what one team's sandboxes paused as snapshots and its snapshots take on the
+// server's disk (AdminDisk): the images on disk, zero pages not counted (they are holes).
+type DiskUsage struct {
+	TeamID string `json:"teamID"`
+	// PausedSandboxes are the team's sandboxes paused as a snapshot; PausedBytes their images.
+	PausedSandboxes int   `json:"pausedSandboxes"`
+	PausedBytes     int64 `json:"pausedBytes"`
+	// Snapshots are the team's snapshots (CreateSnapshot); SnapshotBytes their files.
+	Snapshots     int   `json:"snapshots"`
+	SnapshotBytes int64 `json:"snapshotBytes"`
+}
+
+// AdminDisk returns each team's snapshot disk usage, teams with none left out (GET
+// /admin/disk). It needs Config.AdminToken; without it the call is ErrAuth.
+func (c *Client) AdminDisk(ctx context.Context) ([]DiskUsage, error) {
+	var out []DiskUsage
+	_, err := c.do(ctx, "admin disk", "", http.MethodGet, "/admin/disk", nil, &out)
+	return out, err
+}

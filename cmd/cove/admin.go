@@ -393,10 +393,50 @@ func newAdminCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%.1f MiB\t%s\t%s\t%s\t%d\n", s.Dataset, s.Rows, float64(s.Bytes)/(1<<20), oldest, keeps, capRows, s.PrunedTotal)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			usage, err := c.AdminDisk(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Println()
+			return printDiskUsage(usage)
 		},
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(kill, status)
+	var diskJSON bool
+	disk := &cobra.Command{
+		Use: "disk", Short: "What each team's paused sandboxes and snapshots take on disk", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token, err := adminToken(data)
+			if err != nil {
+				return err
+			}
+			usage, err := cove.NewClient(cove.Config{APIURL: apiURL, AdminToken: token}).AdminDisk(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if diskJSON {
+				return printJSON(usage)
+			}
+			return printDiskUsage(usage)
+		},
+	}
+	disk.Flags().BoolVar(&diskJSON, "json", false, "print JSON")
+	cmd.AddCommand(kill, status, disk)
 	return cmd
+}
+
+// printDiskUsage prints each team's snapshot disk usage as a table.
+func printDiskUsage(usage []cove.DiskUsage) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TEAM\tPAUSED\tPAUSED SIZE\tSNAPSHOTS\tSNAPSHOT SIZE")
+	for _, u := range usage {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f MiB\t%d\t%.1f MiB\n", u.TeamID, u.PausedSandboxes, float64(u.PausedBytes)/(1<<20), u.Snapshots, float64(u.SnapshotBytes)/(1<<20))
+	}
+	if len(usage) == 0 {
+		fmt.Fprintln(tw, "(no team has a paused sandbox or a snapshot on disk)")
+	}
+	return tw.Flush()
 }

@@ -21,6 +21,7 @@ type durable interface {
 	CreateSnapshot(ctx context.Context, teamID, id, name string) (*snapshot.Snapshot, error)
 	ListSnapshots(ctx context.Context, teamID, sandboxID, name string) ([]*snapshot.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, teamID, id string) error
+	DiskUsage(ctx context.Context) ([]cove.DiskUsage, error)
 }
 
 // volumes is a Sandboxes that keeps volumes (the orchestrator).
@@ -128,6 +129,14 @@ func (a *api) routeDurable() {
 	a.handle("POST /sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.createSnapshot(w, r, c, d) })
 	a.handle("GET /snapshots", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.listSnapshots(w, r, c, d) })
 	a.handle("DELETE /snapshots/{snapshotID}", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.deleteSnapshot(w, r, c, d) })
+	a.handleAdmin("GET /admin/disk", func(w http.ResponseWriter, r *http.Request) error {
+		usage, err := d.DiskUsage(r.Context())
+		if err != nil {
+			return fmt.Errorf("snapshot disk usage: %w", err)
+		}
+		writeJSON(w, http.StatusOK, usage)
+		return nil
+	})
 }
 
 // unroutedDurable serves what no route claimed but is a snapshot's: the npm SDK's

@@ -298,6 +298,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 		return fmt.Errorf("%w: sandbox %s is already paused", ErrConflict, e.sb.ID)
 	}
 	ev := events.PausedData(events.Execution{})
+	var zeroBytes int64 // touched zero pages the snapshot holds as holes
 	switch kind {
 	case reason.PauseSnapshot:
 		ck, err := o.checkpointer()
@@ -315,7 +316,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 			return fmt.Errorf("pause %s: snapshot failed, the sandbox runs on: %w", e.sb.ID, err)
 		}
 		e.onDisk = true
-		ev.SnapshotBytes, ev.SnapshotMS = info.Bytes, info.Duration.Milliseconds()
+		ev.SnapshotBytes, ev.SnapshotMS, zeroBytes = info.Bytes, info.Duration.Milliseconds(), info.ZeroBytes
 		telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
 		telemetry.SnapshotBytes.Observe(float64(info.Bytes))
 	default:
@@ -338,7 +339,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 	o.nudge()
 	attrs := []any{telemetry.KeyPauseKind, kind.String(), telemetry.KeyDurationMS, float64(took.Microseconds()) / 1000}
 	if ev.SnapshotBytes > 0 {
-		attrs = append(attrs, telemetry.KeySnapshotBytes, ev.SnapshotBytes)
+		attrs = append(attrs, telemetry.KeySnapshotBytes, ev.SnapshotBytes, telemetry.KeySnapshotZeroBytes, zeroBytes)
 	}
 	o.logger(ctx).Info("sandbox paused", attrs...)
 	return nil

@@ -233,6 +233,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	telemetry.Metrics()
 	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	o.watchDisk()
 	o.wg.Add(1)
 	go o.evictor()
 	return o, nil

@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Checkpointer is a Runtime that can write a sandbox's processes, memory and open files to
@@ -32,12 +34,17 @@ type Checkpointer interface {
 	// Export copies a checkpointed sandbox's checkpoint and files to dir, for new sandboxes
 	// started from it (Spec.Restore): forks and snapshots.
 	Export(ctx context.Context, id, dir string) (int64, error)
+	// CheckpointBytes is what sandbox id's checkpoint takes on disk now; 0 without one.
+	CheckpointBytes(id string) int64
 }
 
 // CheckpointInfo is what a checkpoint cost.
 type CheckpointInfo struct {
-	Bytes    int64 // on disk
-	Duration time.Duration
+	Bytes int64 // on disk
+	// ZeroBytes are the zero pages the images hold as holes: memory the sandbox touched
+	// that takes no disk (Bytes + ZeroBytes is what the images would take without them).
+	ZeroBytes int64
+	Duration  time.Duration
 }
 
 // ErrNoCheckpoint: the sandbox has no checkpoint to restore.
@@ -123,8 +130,13 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	case <-time.After(10 * time.Second):
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: init %d still runs after its checkpoint", id, sb.pid)
 	}
-	// sb stays, exited, so Wait reports the checkpoint; Restore replaces it.
-	return CheckpointInfo{Bytes: diskBytes(img), Duration: time.Since(begun)}, nil
+	// sb stays, exited, so Wait reports the checkpoint; Restore replaces it. The processes
+	// are on disk now: a failure to punch holes only leaves the images bigger.
+	freed, err := sparsify(img)
+	if err != nil {
+		telemetry.Logger(ctx).Warn("checkpoint kept its zero pages on disk", telemetry.KeyError, err.Error())
+	}
+	return CheckpointInfo{Bytes: diskBytes(img), ZeroBytes: freed, Duration: time.Since(begun)}, nil
 }
 
 // Restore implements Checkpointer with `runc restore --detach` (CRIU). The restored init
@@ -197,24 +209,41 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	return &Sandbox{ID: id, Pid: pid, Stdout: outR, Stderr: errR}, nil
 }
 
+// CheckpointBytes implements Checkpointer.
+func (r *Runc) CheckpointBytes(id string) int64 {
+	if ValidID(id) != nil || !r.checkpointed(id) {
+		return 0
+	}
+	return diskBytes(r.checkpointDir(id))
+}
+
 // checkpointed reports whether sandbox id has a checkpoint on disk.
 func (r *Runc) checkpointed(id string) bool {
 	_, err := os.Stat(filepath.Join(r.checkpointDir(id), "inventory.img"))
 	return err == nil
 }
 
-// diskBytes is what the files under dir take on disk (sparse files count their blocks).
+// diskBytes is what the files under dir take on disk: sparse files count their allocated
+// blocks, not their length.
 func diskBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
+				n += allocated(fi)
 			}
 		}
 		return nil
 	})
 	return n
+}
+
+// allocated is the bytes fi's blocks take on disk (its length where the system does not say).
+func allocated(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
 }
 
 // criuLogErrors returns the Error lines of a CRIU log, prefixed for an error message.

@@ -912,6 +912,41 @@ func TestCheckpointAndRestore(t *testing.T) {
 		}
 		child.stdout.waitFor(t, "answer-"+value+"-"+value, 10*time.Second)
 	})
+	t.Run("touched zero pages take no disk and random ones do, and the sandbox restores", func(t *testing.T) {
+		// dd holds its buffer full of what it read, blocked writing into a pipe nobody reads.
+		for _, c := range []struct {
+			source   string
+			mb       int64
+			wantDisk func(bytes, mb int64) bool
+		}{
+			{"/dev/zero", 64, func(bytes, mb int64) bool { return bytes < 8<<20 }},
+			{"/dev/urandom", 16, func(bytes, mb int64) bool { return bytes >= mb<<20 }},
+		} {
+			s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(fmt.Sprintf(
+				`dd if=%s bs=%dM count=2 iflag=fullblock 2>/dev/null | sleep 100000 &
+				while :; do kb=$(awk '/VmRSS/{print $2}' /proc/$(pidof dd)/status 2>/dev/null); [ "${kb:-0}" -ge %d ] && break; sleep 0.05; done
+				echo ready; trap 'echo answer' USR1; while :; do sleep 0.05; done`, c.source, c.mb, c.mb<<10))})
+			s.stdout.waitFor(t, "ready", 30*time.Second)
+			info, err := r.Checkpoint(context.Background(), s.id)
+			if err != nil {
+				t.Fatalf("checkpoint: %v", err)
+			}
+			t.Logf("%d MB of %s touched: %.1f MiB on disk, %.1f MiB of zero pages as holes", c.mb, c.source, float64(info.Bytes)/(1<<20), float64(info.ZeroBytes)/(1<<20))
+			if info.Bytes+info.ZeroBytes < c.mb<<20 || !c.wantDisk(info.Bytes, c.mb) {
+				t.Errorf("%d MB of %s touched: checkpoint %+v", c.mb, c.source, info)
+			}
+			sb, err := r.Restore(context.Background(), s.id)
+			if err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			out := collect(sb.Stdout)
+			collect(sb.Stderr)
+			if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			out.waitFor(t, "answer", 10*time.Second)
+		}
+	})
 	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {
 		if _, err := r.Restore(context.Background(), newID(t)); !errors.Is(err, runtime.ErrNoCheckpoint) {
 			t.Errorf("restore without a checkpoint: %v, want ErrNoCheckpoint", err)

@@ -124,6 +124,45 @@ func (d *diskCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Snapshot disk by team, read at every scrape.
+var (
+	snapshotDisk = prometheus.NewDesc("cove_snapshot_disk_bytes",
+		"Bytes on the data dir's disk held by a team's sandboxes paused as snapshots (kind=paused) and by its snapshots (kind=snapshot).", []string{"team", "kind"}, nil)
+	snapshotDisks = &snapshotDiskCollector{}
+)
+
+// Snapshot disk kinds, the values of cove_snapshot_disk_bytes' kind label.
+const (
+	SnapshotDiskPaused   = "paused"
+	SnapshotDiskSnapshot = "snapshot"
+)
+
+// WatchSnapshotDisk reports, at every scrape, what read says each team's snapshots take:
+// read calls emit once per team and kind (SnapshotDiskPaused, SnapshotDiskSnapshot).
+func WatchSnapshotDisk(read func(emit func(team, kind string, bytes int64))) {
+	snapshotDisks.mu.Lock()
+	defer snapshotDisks.mu.Unlock()
+	snapshotDisks.read = read
+}
+
+type snapshotDiskCollector struct {
+	mu   sync.Mutex
+	read func(emit func(team, kind string, bytes int64))
+}
+
+func (d *snapshotDiskCollector) Describe(ch chan<- *prometheus.Desc) { ch <- snapshotDisk }
+
+func (d *snapshotDiskCollector) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.read == nil {
+		return
+	}
+	d.read(func(team, kind string, bytes int64) {
+		ch <- prometheus.MustNewConstMetric(snapshotDisk, prometheus.GaugeValue, float64(bytes), team, kind)
+	})
+}
+
 func register() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -131,7 +170,7 @@ func register() {
 		SandboxesCreated, SandboxesKilled, SandboxCreateFailures, SandboxesLive,
 		SandboxCreateSeconds, SandboxTransitionSeconds, ProxyRequests, APIRequests,
 		SnapshotSeconds, SnapshotBytes, RestoreSeconds,
-		LogLinesDropped, LogBytesDropped, WebhookAttempts, disks,
+		LogLinesDropped, LogBytesDropped, WebhookAttempts, disks, snapshotDisks,
 	)
 	for _, o := range []string{WebhookDelivered, WebhookRetry, WebhookFailed} {
 		WebhookAttempts.WithLabelValues(o)

@@ -102,6 +102,7 @@ const (
 	KeyForkedFrom          = "forked_from"
 	KeySnapshotID          = "snapshot.id"
 	KeySnapshotBytes       = "snapshot.bytes"
+	KeySnapshotZeroBytes   = "snapshot.zero_bytes"
 	KeyVolumeID            = "volume.id"
 	KeyVolumeName          = "volume.name"
 	KeyVolumeSizeBytes     = "volume.size_bytes"

@@ -3,17 +3,20 @@ package restart
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // skipWithoutCRIU skips a test of snapshot pause where CRIU 4 is not installed.
@@ -277,4 +280,146 @@ func TestASnapshotThatDoesNotFitFailsThePauseAndTheSandboxRunsOn(t *testing.T) {
 	if onDisk(s, id) {
 		t.Errorf("the failed snapshot's images were left on the disk")
 	}
+}
+
+// adminDisk runs `cove admin disk --json` and returns the team's line (zero when it has none).
+func adminDisk(t *testing.T, s *covetest.Server, team string) cove.DiskUsage {
+	t.Helper()
+	out, err := osexec.Command(covetest.Binary(t), "admin", "disk", "--json", "--data", s.DataDir, "--api-url", s.URL).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cove admin disk: %v\n%s", err, out)
+	}
+	var all []cove.DiskUsage
+	if err := json.Unmarshal(out, &all); err != nil {
+		t.Fatalf("cove admin disk --json: %v\n%s", err, out)
+	}
+	for _, u := range all {
+		if u.TeamID == team {
+			return u
+		}
+	}
+	return cove.DiskUsage{TeamID: team}
+}
+
+// metricLine returns the value of the /metrics sample whose line starts with prefix, or "".
+func metricLine(t *testing.T, s *covetest.Server, prefix string) string {
+	t.Helper()
+	_, b := callRaw(t, s, "/metrics")
+	for _, l := range strings.Split(b, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return strings.TrimSpace(strings.TrimPrefix(l, prefix))
+		}
+	}
+	return ""
+}
+
+func parseFloat(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
+
+func TestSnapshotDiskIsCountedPerTeamAndGoesWithItsSandboxOrSnapshot(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	s := covetest.Start(t, "")
+	var teams []struct {
+		TeamID string `json:"teamID"`
+	}
+	if _, raw := callRaw(t, s, "/teams"); json.Unmarshal([]byte(raw), &teams) != nil || len(teams) != 1 {
+		t.Fatalf("GET /teams: %s", raw)
+	}
+	team := teams[0].TeamID
+	id := create(t, s)
+	// 32 MB of touched zeros and 8 MB of random bytes in a process's memory.
+	background(t, s, id, `python3 -c 'import os,time; z=bytearray(32<<20); z[::4096]=b"\0"*len(z[::4096]); r=os.urandom(8<<20); open("/tmp/ready","w").write("1"); time.sleep(100000)'`)
+	waitFor(t, 30*time.Second, "the holder touched its memory", func() bool {
+		_, err := os.Stat(filepath.Join(merged(s, id), "tmp/ready"))
+		return err == nil
+	})
+	sandboxDir := filepath.Join(s.DataDir, "sandboxes", id)
+
+	t.Run("a snapshot pause is counted for its team at its size on disk, zero pages not counted", func(t *testing.T) {
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{}); code != http.StatusNoContent {
+			t.Fatalf("pause: %d %v", code, body)
+		}
+		var evs []struct {
+			Data struct {
+				SnapshotBytes int64 `json:"snapshot_bytes"`
+			} `json:"eventData"`
+		}
+		if _, raw := callRaw(t, s, "/events/sandboxes/"+id+"?type=sandbox.lifecycle.paused"); json.Unmarshal([]byte(raw), &evs) != nil || len(evs) == 0 {
+			t.Fatalf("paused events: %s", raw)
+		}
+		u := adminDisk(t, s, team)
+		t.Logf("paused with 32 MB of zeros and 8 MB random touched: %.1f MiB on disk", float64(u.PausedBytes)/(1<<20))
+		if u.PausedSandboxes != 1 || u.PausedBytes != evs[0].Data.SnapshotBytes {
+			t.Errorf("admin disk %+v, want 1 paused sandbox of %d bytes (the paused event's)", u, evs[0].Data.SnapshotBytes)
+		}
+		if u.PausedBytes < 8<<20 || u.PausedBytes > 32<<20 {
+			t.Errorf("the pause takes %d bytes: want the 8 MB of random memory on disk and not the 32 MB of zeros", u.PausedBytes)
+		}
+		if got := metricLine(t, s, `cove_snapshot_disk_bytes{kind="paused",team="`+team+`"} `); got == "" || parseFloat(got) != float64(u.PausedBytes) {
+			t.Errorf("cove_snapshot_disk_bytes for the team's paused sandboxes: %q, want %d", got, u.PausedBytes)
+		}
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"timeout": 120}); code != http.StatusCreated {
+			t.Fatalf("connect: %d %v", code, body)
+		}
+		if u := adminDisk(t, s, team); u.PausedSandboxes != 0 || u.PausedBytes != 0 {
+			t.Errorf("after the resume: %+v, want nothing paused", u)
+		}
+	})
+
+	t.Run("a snapshot is counted and listed at its size and its files go with it", func(t *testing.T) {
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+id+"/snapshots", map[string]any{"name": "disk"})
+		var info struct {
+			SnapshotID string `json:"snapshotID"`
+			SizeBytes  int64  `json:"sizeBytes"`
+		}
+		if code != http.StatusCreated || json.Unmarshal([]byte(raw), &info) != nil {
+			t.Fatalf("create snapshot: %d %s", code, raw)
+		}
+		out, err := osexec.Command(covetest.Binary(t), "snapshot", "list", "--api-url", s.URL, "--api-key", s.Key).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), info.SnapshotID) || !strings.Contains(string(out), fmt.Sprintf("%.1f MiB", float64(info.SizeBytes)/(1<<20))) {
+			t.Errorf("cove snapshot list does not show %s at %d bytes: %v\n%s", info.SnapshotID, info.SizeBytes, err, out)
+		}
+		if u := adminDisk(t, s, team); u.Snapshots != 1 || u.SnapshotBytes != info.SizeBytes {
+			t.Errorf("admin disk %+v, want 1 snapshot of %d bytes", u, info.SizeBytes)
+		}
+		dir := filepath.Join(s.DataDir, "snapshots", info.SnapshotID)
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("the snapshot's files: %v", err)
+		}
+		if code, _ := callJSON(t, s, http.MethodDelete, "/snapshots/"+info.SnapshotID, nil); code != http.StatusNoContent {
+			t.Fatalf("delete snapshot: %d", code)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the deleted snapshot's files are still there: %v", err)
+		}
+		if u := adminDisk(t, s, team); u.Snapshots != 0 || u.SnapshotBytes != 0 {
+			t.Errorf("after the delete: %+v, want no snapshot", u)
+		}
+	})
+
+	t.Run("a paused sandbox's snapshot goes with its kill and no files are left", func(t *testing.T) {
+		if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{}); code != http.StatusNoContent {
+			t.Fatalf("pause: %d %v", code, body)
+		}
+		if !onDisk(s, id) {
+			t.Fatalf("the paused sandbox is not on disk")
+		}
+		if code, _ := call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+			t.Fatalf("kill: %d", code)
+		}
+		waitGone(t, id)
+		if _, err := os.Stat(sandboxDir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the killed sandbox's directory is still there: %v", err)
+		}
+		left, _ := os.ReadDir(filepath.Join(s.DataDir, "snapshots"))
+		for _, e := range left {
+			t.Errorf("left in the snapshots directory: %s", e.Name())
+		}
+		if u := adminDisk(t, s, team); u.PausedSandboxes != 0 || u.PausedBytes != 0 || u.Snapshots != 0 {
+			t.Errorf("after the kill: %+v, want nothing", u)
+		}
+	})
 }
