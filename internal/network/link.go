@@ -27,6 +27,9 @@ type slot struct {
 	// ruled is set once the slot's chain and map entry exist, with the open policy (a
 	// warm slot gets them ahead, so a create with no rules runs no nft at all).
 	ruled bool
+	// mark is what the connections its current policy accepted carry (0: none yet); see
+	// sandboxScript.
+	mark uint32
 }
 
 func (s *slot) chain() string { return fmt.Sprintf("sb_%d", s.index) }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -100,6 +102,12 @@ type Manager struct {
 	ca       *ca          // signs what the intercepting proxy shows sandboxes
 	// upstreamRoots verify the servers the intercepting proxy re-encrypts to.
 	upstreamRoots *x509.CertPool
+
+	// pmu serialises the writes of sandboxes' rules, which read and set their slot's mark.
+	pmu sync.Mutex
+	// marks hands out connection marks (see sandboxScript); it starts at a random value so
+	// that connections an earlier server marked are not taken for this one's.
+	marks atomic.Uint32
 
 	dmu    sync.Mutex // guards window
 	window map[deniedKey]*Denied
@@ -193,6 +201,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m := &Manager{cfg: cfg, gen: newGen(), used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
+	var seed [4]byte
+	_, _ = rand.Read(seed[:])
+	m.marks.Store(binary.BigEndian.Uint32(seed[:]))
 	if err := m.sweep(); err != nil {
 		return nil, fmt.Errorf("network: remove leftovers: %w", err)
 	}
@@ -257,7 +268,7 @@ func (m *Manager) fill() {
 	for {
 		s, err := m.newSlot()
 		if err == nil {
-			if err = m.nft(context.Background(), m.sandboxScript(s, openPolicy, false)); err != nil {
+			if err = m.applyPolicy(context.Background(), s, openPolicy, false); err != nil {
 				err = errors.Join(err, m.release(s))
 			}
 			s.ruled = err == nil
@@ -332,7 +343,7 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 	}
 	if !s.ruled || !p.open() {
-		if err := m.nft(ctx, m.sandboxScript(s, p, s.ruled)); err != nil {
+		if err := m.applyPolicy(ctx, s, p, s.ruled); err != nil {
 			return nil, errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.dropSlot(ctx, s))
 		}
 		s.ruled = true
@@ -355,7 +366,7 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 	if err := m.checkProxy(p); err != nil {
 		return err
 	}
-	if err := m.nft(ctx, m.sandboxScript(h.slot, p, true)); err != nil {
+	if err := m.applyPolicy(ctx, h.slot, p, true); err != nil {
 		return fmt.Errorf("network rules for %s: %w", id, err)
 	}
 	m.mu.Lock()
@@ -394,11 +405,29 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	return nil
 }
 
+// applyPolicy writes slot s's rules for p with a new mark (see sandboxScript), and keeps the
+// mark once the table has it.
+func (m *Manager) applyPolicy(ctx context.Context, s *slot, p Policy, existed bool) error {
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	mark := m.marks.Add(1)
+	if mark == 0 { // 0 is "no mark", which every connection starts with
+		mark = m.marks.Add(1)
+	}
+	if err := m.nft(ctx, m.sandboxScript(s, p, existed, mark)); err != nil {
+		return err
+	}
+	s.mark = mark
+	return nil
+}
+
 // dropSlot removes slot s's rules, if it has them, and the slot.
 func (m *Manager) dropSlot(ctx context.Context, s *slot) error {
 	var err error
 	if s.ruled {
+		m.pmu.Lock()
 		err = m.nft(context.WithoutCancel(ctx), m.dropSandboxScript(s))
+		m.pmu.Unlock()
 	}
 	return errors.Join(err, m.release(s))
 }

@@ -38,7 +38,8 @@ func (m *Manager) nft(ctx context.Context, script string) error {
 //	prerouting  DNS from a sandbox, to any address, goes to Cove's resolver
 //	postrouting sandbox addresses leaving by another link are masqueraded
 //	input       a sandbox reaches nothing on the host but the resolver
-//	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress
+//	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress,
+//	            but for packets of a connection its current policy accepted (the fast path)
 //	egress      IPv6 dropped; the server's limit; then the sandbox's own chain (sb_N)
 func (m *Manager) tableScript() string {
 	t, p := m.cfg.Table, m.cfg.LinkPrefix+"-*"
@@ -48,6 +49,7 @@ func (m *Manager) tableScript() string {
 	b.WriteString("\tmap links { type ifname : verdict; }\n")
 	b.WriteString("\tset proxied { type ifname; }\n")     // links whose TCP goes to the egress proxy
 	b.WriteString("\tset intercepted { type ifname; }\n") // links whose HTTP(S) gets header transforms
+	b.WriteString("\tset fast { type mark; }\n")          // the marks of the sandboxes' current policies
 	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
 		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n"+
@@ -64,7 +66,8 @@ func (m *Manager) tableScript() string {
 	fmt.Fprintf(&b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"+
 		"\t\toifname %q ct state established,related accept\n"+
 		"\t\toifname %q counter drop\n"+
-		"\t\tiifname %q jump egress\n\t}\n", p, p, p)
+		"\t\tiifname %q ct state established ct mark @fast accept\n"+
+		"\t\tiifname %q jump egress\n\t}\n", p, p, p, p)
 	b.WriteString("\tchain egress {\n\t\tmeta nfproto ipv6 counter drop\n")
 	if len(m.cfg.EgressLimit) > 0 {
 		fmt.Fprintf(&b, "\t\tip daddr != { %s } %s\n", join(m.cfg.EgressLimit), m.logRule(DenyLimit))
@@ -76,9 +79,18 @@ func (m *Manager) tableScript() string {
 
 // sandboxScript (re)writes slot s's chain for policy p and maps its link to it, in one
 // transaction: an update replaces the old rules atomically.
-func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
+//
+// Every connection the chain accepts gets mark, and the fast set holds the mark of each
+// sandbox's current policy: the forward chain lets a connection's later packets through
+// without walking the chains again, which was 15 % of a sandbox's TCP throughput. An update
+// comes with a new mark and takes the old one out of the set, so the next packet of an open
+// connection is judged by the new rules, as before.
+func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) string {
 	t, c := m.cfg.Table, s.chain()
 	var b strings.Builder
+	b.WriteString(m.unmarkScript(s))
+	fmt.Fprintf(&b, "add element inet %s fast { 0x%08x }\n", t, mark)
+	accept := fmt.Sprintf("counter ct mark set 0x%08x accept", mark)
 	// The addresses the resolver answered for allowed hostnames; an update starts it afresh.
 	fmt.Fprintf(&b, "add set inet %s %s { type ipv4_addr; flags timeout; }\nflush set inet %s %s\n", t, s.set(), t, s.set())
 	fmt.Fprintf(&b, "add chain inet %s %s\nflush chain inet %s %s\n", t, c, t, c)
@@ -106,10 +118,10 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 		fmt.Fprintf(&b, "delete element inet %s proxied { %q }\n", t, s.link)
 	}
 	if len(p.AllowOut) > 0 {
-		rule("ip daddr { %s } counter accept", join(p.AllowOut))
+		rule("ip daddr { %s } %s", join(p.AllowOut), accept)
 	}
 	if len(p.AllowHosts) > 0 {
-		rule("ip daddr @%s counter accept", s.set())
+		rule("ip daddr @%s %s", s.set(), accept)
 	}
 	if len(p.DenyOut) > 0 {
 		rule("ip daddr { %s } %s", join(p.DenyOut), m.logRule(DenyOut))
@@ -118,7 +130,7 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 	rule("ip daddr { %s, %s } %s", linkLocal, m.cfg.Pool, m.logRule(DenyLinkLocal))
 	refuseRule(fmt.Sprintf("ip daddr { %s, %s }", linkLocal, m.cfg.Pool))
 	if p.AllowInternet {
-		rule("counter accept")
+		rule("%s", accept)
 	} else {
 		rule("%s", m.logRule(DenyNoNet))
 		refuseRule("meta nfproto ipv4")
@@ -129,10 +141,18 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool) string {
 	return b.String()
 }
 
-// dropSandboxScript removes slot s's map entry and chain.
+// unmarkScript takes slot s's current mark out of the fast set, whether or not it is there.
+func (m *Manager) unmarkScript(s *slot) string {
+	if s.mark == 0 {
+		return ""
+	}
+	return fmt.Sprintf("add element inet %s fast { 0x%08x }\ndelete element inet %s fast { 0x%08x }\n", m.cfg.Table, s.mark, m.cfg.Table, s.mark)
+}
+
+// dropSandboxScript removes slot s's map entry, chain and mark.
 func (m *Manager) dropSandboxScript(s *slot) string {
 	t := m.cfg.Table
-	return fmt.Sprintf("add element inet %s proxied { %q }\ndelete element inet %s proxied { %q }\n", t, s.link, t, s.link) +
+	return m.unmarkScript(s) + fmt.Sprintf("add element inet %s proxied { %q }\ndelete element inet %s proxied { %q }\n", t, s.link, t, s.link) +
 		fmt.Sprintf("add element inet %s intercepted { %q }\ndelete element inet %s intercepted { %q }\n", t, s.link, t, s.link) +
 		fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
 }
