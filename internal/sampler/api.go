@@ -3,13 +3,13 @@ package sampler
 import (
 	"context"
 	"fmt"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -27,10 +27,7 @@ type APIConfig struct {
 	Sandbox func(ctx context.Context, teamID, id string) error
 }
 
-type api struct {
-	cfg APIConfig
-	mux *teamapi.Mux
-}
+type api struct{ cfg APIConfig }
 
 // NewAPI returns E2B's metrics API on cfg.Store (run it behind the API's authentication):
 //
@@ -42,10 +39,10 @@ type api struct {
 // samples, are left out. A sample is E2B's SandboxMetric plus netRxBytes, netTxBytes,
 // netRxPackets and netTxPackets, counters since the sandbox started.
 func NewAPI(cfg APIConfig) *teamapi.Mux {
-	a := &api{cfg: cfg, mux: teamapi.New("metrics api", cfg.Team)}
-	a.mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
-	a.mux.Handle("GET /sandboxes/metrics", a.latestMetrics)
-	return a.mux
+	a, mux := &api{cfg: cfg}, teamapi.New("metrics api", cfg.Team)
+	mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
+	mux.Handle("GET /sandboxes/metrics", a.latestMetrics)
+	return mux
 }
 
 // wireMetric is E2B's SandboxMetric, with Cove's network counters: the SDK's type.
