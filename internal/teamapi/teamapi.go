@@ -23,10 +23,10 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// Errors handlers return for the client's mistakes; StatusOf maps them.
+// Errors handlers return for the client's mistakes (the edge's, httpx's); StatusOf maps them.
 var (
-	ErrBadRequest   = errdefs.New(errdefs.ErrInvalidArgument, "bad request")
-	ErrUnauthorized = errdefs.New(errdefs.ErrUnauthenticated, "unauthorized")
+	ErrBadRequest   = httpx.ErrBadRequest
+	ErrUnauthorized = httpx.ErrUnauthorized
 )
 
 // BadRequest is an ErrBadRequest with a message.
