@@ -2,6 +2,7 @@ package cove
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"net/http"
@@ -91,6 +92,40 @@ type VolumeMount struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
+// NewSandbox is E2B's NewSandbox, the body of POST /sandboxes and /v2/sandboxes: Create
+// sends it and the server decodes this very type.
+type NewSandbox struct {
+	TemplateID string   `json:"templateID"`
+	Timeout    *float64 `json:"timeout,omitempty"` // seconds; the server's default when absent
+	// Metadata is kept with the sandbox and can filter listings.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// EnvVars are set for every command run in the sandbox.
+	EnvVars   map[string]string `json:"envVars,omitempty"`
+	AutoPause bool              `json:"autoPause"`
+	// AutoPauseMemory false asks a filesystem-only auto-pause (lifecycle.onTimeout
+	// {action: 'pause', keepMemory: false}); Cove's pauses keep memory and refuse it.
+	AutoPauseMemory *bool                    `json:"autoPauseMemory,omitempty"`
+	AutoResume      *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
+	// Secure asks for an envd access token; absent, the v2 create secures and the v1 one
+	// does not.
+	Secure *bool `json:"secure,omitempty"`
+	// AllowInternetAccess false cuts the sandbox off from the internet; absent is true.
+	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
+	// Network is E2B's SandboxNetworkConfig (NetworkRules), kept as JSON: the server reads
+	// it strictly, naming any field it does not know.
+	Network json.RawMessage `json:"network,omitempty"`
+	// CollectLogs switches the collection of command output into the log store (Cove's
+	// extension; on when absent).
+	CollectLogs *bool `json:"collectLogs,omitempty"`
+	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
+}
+
+// SandboxAutoResumeConfig is E2B's: a paused sandbox resumes when traffic reaches it.
+type SandboxAutoResumeConfig struct {
+	Enabled bool `json:"enabled"`
+}
+
 // CreatedSandbox is E2B's Sandbox, the answer to create, connect and resume: the server
 // emits this very type.
 type CreatedSandbox struct {
@@ -122,29 +157,24 @@ func (c *Client) newSandbox(j CreatedSandbox, requestID string) *Sandbox {
 
 // Create makes a sandbox and returns it once its envd answers.
 func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
-	body := map[string]any{
-		"templateID":            cmpOr(opts.Template, "base"),
-		"secure":                !opts.Insecure,
-		"autoPause":             opts.AutoPause,
-		"allow_internet_access": !opts.NoInternet,
+	secure, internet := !opts.Insecure, !opts.NoInternet
+	body := NewSandbox{
+		TemplateID: cmpOr(opts.Template, "base"), Metadata: opts.Metadata, EnvVars: opts.EnvVars,
+		AutoPause: opts.AutoPause, Secure: &secure, AllowInternetAccess: &internet, VolumeMounts: opts.VolumeMounts,
 	}
 	if opts.Timeout > 0 {
-		body["timeout"] = seconds(opts.Timeout)
-	}
-	if opts.Metadata != nil {
-		body["metadata"] = opts.Metadata
-	}
-	if opts.EnvVars != nil {
-		body["envVars"] = opts.EnvVars
+		s := float64(seconds(opts.Timeout))
+		body.Timeout = &s
 	}
 	if opts.AutoResume {
-		body["autoResume"] = map[string]bool{"enabled": true}
-	}
-	if len(opts.VolumeMounts) > 0 {
-		body["volumeMounts"] = opts.VolumeMounts
+		body.AutoResume = &SandboxAutoResumeConfig{Enabled: true}
 	}
 	if opts.Network != nil {
-		body["network"] = opts.Network
+		raw, err := json.Marshal(opts.Network)
+		if err != nil {
+			return nil, &Error{Op: "create sandbox", Message: "network: " + err.Error(), Err: err}
+		}
+		body.Network = raw
 	}
 	var out CreatedSandbox
 	res, err := c.do(ctx, "create sandbox", "", http.MethodPost, "/sandboxes", body, &out)
@@ -370,16 +400,28 @@ func (c *Client) PauseWith(ctx context.Context, sandboxID string, opts PauseOpti
 	return err
 }
 
-// Metric is one sample of a sandbox's resource use.
+// Metric is one sample of a sandbox's resource use: E2B's SandboxMetric, with Cove's network
+// counters (since the sandbox started). The server emits this very type.
 type Metric struct {
-	Timestamp  time.Time `json:"timestamp"`
-	CPUCount   int       `json:"cpuCount"`
-	CPUUsedPct float64   `json:"cpuUsedPct"`
-	MemUsed    int64     `json:"memUsed"`
-	MemTotal   int64     `json:"memTotal"`
-	MemCache   int64     `json:"memCache"`
-	DiskUsed   int64     `json:"diskUsed"`
-	DiskTotal  int64     `json:"diskTotal"`
+	Timestamp     time.Time `json:"timestamp"` // to the second; E2B deprecates it for TimestampUnix
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemTotal      int64     `json:"memTotal"`
+	MemCache      int64     `json:"memCache"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+	NetRxBytes    int64     `json:"netRxBytes"`
+	NetTxBytes    int64     `json:"netTxBytes"`
+	NetRxPackets  int64     `json:"netRxPackets"`
+	NetTxPackets  int64     `json:"netTxPackets"`
+}
+
+// SandboxesWithMetrics is E2B's answer to GET /sandboxes/metrics: each sandbox's newest
+// sample, by sandbox id.
+type SandboxesWithMetrics struct {
+	Sandboxes map[string]Metric `json:"sandboxes"`
 }
 
 // Metrics returns a sandbox's resource samples between start and end (zero times leave
@@ -410,9 +452,7 @@ func (c *Client) LatestMetrics(ctx context.Context, ids ...string) (map[string]M
 		return nil, &Error{Op: "get latest sandbox metrics", Message: "no sandbox ids given"}
 	}
 	path := "/sandboxes/metrics?" + url.Values{"sandbox_ids": {strings.Join(ids, ",")}}.Encode()
-	var out struct {
-		Sandboxes map[string]Metric `json:"sandboxes"`
-	}
+	var out SandboxesWithMetrics
 	if _, err := c.do(ctx, "get latest sandbox metrics", "", http.MethodGet, path, nil, &out); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ type Team struct {
 // TeamMetric is one point of a team's series (E2B's TeamMetric): the sandboxes alive at
 // TimestampUnix, and the starts per second since the point before.
 type TeamMetric struct {
+	Timestamp           string  `json:"timestamp"` // RFC 3339; E2B deprecates it for TimestampUnix
 	TimestampUnix       int64   `json:"timestampUnix"`
 	ConcurrentSandboxes int     `json:"concurrentSandboxes"`
 	SandboxStartRate    float64 `json:"sandboxStartRate"`
@@ -27,6 +28,7 @@ type TeamMetric struct {
 
 // MaxTeamMetric is a series' largest value and when it was reached (E2B's MaxTeamMetric).
 type MaxTeamMetric struct {
+	Timestamp     string  `json:"timestamp"` // RFC 3339; E2B deprecates it for TimestampUnix
 	TimestampUnix int64   `json:"timestampUnix"`
 	Value         float64 `json:"value"`
 }

@@ -57,6 +57,23 @@ func (f *apiFlags) client() (*cove.Client, error) {
 	return cove.NewClient(cove.Config{APIURL: f.url, APIKey: f.key, Logger: l}), nil
 }
 
+// call runs one SDK call with the flags' client; its error is the CLI's (cliError).
+func call[T any](f *apiFlags, do func(*cove.Client) (T, error)) (T, error) {
+	c, err := f.client()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := do(c)
+	return v, cliError(err)
+}
+
+// run is call for the calls that return only an error.
+func (f *apiFlags) run(do func(*cove.Client) error) error {
+	_, err := call(f, func(c *cove.Client) (struct{}, error) { return struct{}{}, do(c) })
+	return err
+}
+
 // sandbox connects to a sandbox by id (resuming it when it is paused), for the verbs that
 // go into it.
 func (f *apiFlags) sandbox(ctx context.Context, id string) (*cove.Sandbox, error) {

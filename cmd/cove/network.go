@@ -32,14 +32,7 @@ func sandboxNetworkCmd(f *apiFlags) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeSandboxID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			if err := c.UpdateNetwork(cmd.Context(), args[0], u); err != nil {
-				return cliError(err)
-			}
-			return nil
+			return f.run(func(c *cove.Client) error { return c.UpdateNetwork(cmd.Context(), args[0], u) })
 		},
 	}
 	networkRuleFlags(cmd, &u.NoInternet, &u.AllowOut, &u.DenyOut, &u.EgressProxy, &u.Rules)

@@ -64,13 +64,9 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				rules.HTTPSPorts != nil || rules.MaskRequestHost != "" {
 				opts.Network = &rules
 			}
-			c, err := f.client()
+			sb, err := call(f, func(c *cove.Client) (*cove.Sandbox, error) { return c.Create(cmd.Context(), opts) })
 			if err != nil {
 				return err
-			}
-			sb, err := c.Create(cmd.Context(), opts)
-			if err != nil {
-				return cliError(err)
 			}
 			if f.asJSON {
 				return printJSON(map[string]any{
@@ -169,13 +165,9 @@ func sandboxInfoCmd(f *apiFlags) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeSandboxID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+			i, err := call(f, func(c *cove.Client) (*cove.SandboxInfo, error) { return c.Info(cmd.Context(), args[0]) })
 			if err != nil {
 				return err
-			}
-			i, err := c.Info(cmd.Context(), args[0])
-			if err != nil {
-				return cliError(err)
 			}
 			if f.asJSON {
 				return printJSON(i)
@@ -303,11 +295,7 @@ func sandboxPauseCmd(f *apiFlags) *cobra.Command {
 				}
 				opts.Kind = k
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return cliError(c.PauseWith(cmd.Context(), args[0], opts))
+			return f.run(func(c *cove.Client) error { return c.PauseWith(cmd.Context(), args[0], opts) })
 		},
 	}
 	cmd.Flags().StringVar(&kind, "kind", "", "snapshot (processes and memory to disk, survives a server restart) or freeze (in RAM, milliseconds); the server's default when empty")
@@ -322,12 +310,8 @@ func sandboxResumeCmd(f *apiFlags) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeSandboxID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			_, err = c.Resume(cmd.Context(), args[0], timeout)
-			return cliError(err)
+			_, err := call(f, func(c *cove.Client) (*cove.Sandbox, error) { return c.Resume(cmd.Context(), args[0], timeout) })
+			return err
 		},
 	}
 	durationFlag(cmd, &timeout, "timeout", 0, "how long it lives from now (300, 90s, 5m); the server's default when 0")
@@ -348,11 +332,7 @@ func sandboxTimeoutCmd(f *apiFlags) *cobra.Command {
 			if d < time.Second {
 				return fmt.Errorf("timeout %q: at least one second", args[1])
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return cliError(c.SetTimeout(cmd.Context(), args[0], d))
+			return f.run(func(c *cove.Client) error { return c.SetTimeout(cmd.Context(), args[0], d) })
 		},
 	}
 }
@@ -374,11 +354,7 @@ func sandboxRefreshCmd(f *apiFlags) *cobra.Command {
 					return fmt.Errorf("duration %q: at least one second", args[1])
 				}
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return cliError(c.Refresh(cmd.Context(), args[0], d))
+			return f.run(func(c *cove.Client) error { return c.Refresh(cmd.Context(), args[0], d) })
 		},
 	}
 }

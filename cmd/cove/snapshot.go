@@ -22,13 +22,9 @@ Each copy's id is printed on its own line; a copy that failed is reported on std
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeSandboxID,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+			results, err := call(f, func(c *cove.Client) ([]cove.ForkResult, error) { return c.Fork(cmd.Context(), args[0], opts) })
 			if err != nil {
 				return err
-			}
-			results, err := c.Fork(cmd.Context(), args[0], opts)
-			if err != nil {
-				return cliError(err)
 			}
 			var failed []error
 			for _, r := range results {
@@ -63,13 +59,11 @@ cove sandbox create --template SNAPSHOT_ID (or the E2B SDK's Sandbox.create(snap
 	}
 	name := create.Flags().String("name", "", "a name to find the snapshot by")
 	create.RunE = func(cmd *cobra.Command, args []string) error {
-		c, err := f.client()
+		sn, err := call(&f, func(c *cove.Client) (*cove.SnapshotInfo, error) {
+			return c.CreateSnapshot(cmd.Context(), args[0], *name)
+		})
 		if err != nil {
 			return err
-		}
-		sn, err := c.CreateSnapshot(cmd.Context(), args[0], *name)
-		if err != nil {
-			return cliError(err)
 		}
 		fmt.Println(sn.ID)
 		return nil
@@ -80,13 +74,9 @@ cove sandbox create --template SNAPSHOT_ID (or the E2B SDK's Sandbox.create(snap
 		Short: "List the team's snapshots, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client()
+			all, err := call(&f, func(c *cove.Client) ([]cove.SnapshotInfo, error) { return c.ListSnapshots(cmd.Context(), filter) })
 			if err != nil {
 				return err
-			}
-			all, err := c.ListSnapshots(cmd.Context(), filter)
-			if err != nil {
-				return cliError(err)
 			}
 			if f.asJSON {
 				return printJSON(all)
@@ -106,11 +96,7 @@ cove sandbox create --template SNAPSHOT_ID (or the E2B SDK's Sandbox.create(snap
 		Short: "Delete a snapshot and its files",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return cliError(c.DeleteSnapshot(cmd.Context(), args[0]))
+			return f.run(func(c *cove.Client) error { return c.DeleteSnapshot(cmd.Context(), args[0]) })
 		},
 	}
 	cmd.AddCommand(create, list, rm)

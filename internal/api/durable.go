@@ -216,22 +216,15 @@ func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d durable) 
 	return nil
 }
 
-// snapshotInfo is E2B's SnapshotInfo, with Cove's facts beside it.
-type snapshotInfo struct {
-	SnapshotID string    `json:"snapshotID"`
-	Names      []string  `json:"names"`
-	SandboxID  string    `json:"sandboxID"`
-	TemplateID string    `json:"templateID"`
-	CreatedAt  time.Time `json:"createdAt"`
-	SizeBytes  int64     `json:"sizeBytes"`
-}
+// snapshotInfo is E2B's SnapshotInfo, with Cove's facts beside it: the SDK's type.
+type snapshotInfo = cove.SnapshotInfo
 
 func infoOf(sn *snapshot.Snapshot) snapshotInfo {
 	names := []string{}
 	if sn.Name != "" {
 		names = append(names, sn.Name)
 	}
-	return snapshotInfo{SnapshotID: sn.ID, Names: names, SandboxID: sn.SandboxID, TemplateID: sn.TemplateID, CreatedAt: sn.CreatedAt, SizeBytes: sn.Bytes}
+	return snapshotInfo{ID: sn.ID, Names: names, SandboxID: sn.SandboxID, TemplateID: sn.TemplateID, CreatedAt: sn.CreatedAt, SizeBytes: sn.Bytes}
 }
 
 func (a *api) createSnapshot(w http.ResponseWriter, r *http.Request, c caller, d durable) error {

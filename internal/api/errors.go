@@ -13,8 +13,8 @@ import (
 
 // Errors of this layer, of errdefs' kinds like the orchestrator's and the store's.
 var (
-	errUnauthorized = errdefs.New(errdefs.ErrUnauthenticated, "unauthorized")
-	errBadRequest   = errdefs.New(errdefs.ErrInvalidArgument, "bad request")
+	errUnauthorized = httpx.ErrUnauthorized
+	errBadRequest   = httpx.ErrBadRequest
 	errRoute        = errdefs.New(errdefs.ErrNotFound, "no such route")
 	errForbidden    = errdefs.New(errdefs.ErrPermissionDenied, "forbidden")
 )

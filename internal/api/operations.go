@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -48,6 +49,10 @@ var e2bOperations = []string{
 	"POST /v3/templates",
 	"GET /volumes", "POST /volumes", "GET /volumes/{volumeID}", "DELETE /volumes/{volumeID}",
 }
+
+// Operations returns the E2B operations the API answers (served, or 501 naming them), in
+// "METHOD /path" form: test/server checks them against the installed SDK's paths, both ways.
+func Operations() []string { return slices.Clone(e2bOperations) }
 
 // e2bOperation returns the E2B operation ("PUT /sandboxes/{sandboxID}/network") that r's
 // method and path match, preferring literal segments over wildcards, or "" for none.

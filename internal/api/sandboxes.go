@@ -21,30 +21,9 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// createBody is E2B's NewSandbox (POST /sandboxes and /v2/sandboxes).
-type createBody struct {
-	TemplateID string            `json:"templateID"`
-	Timeout    *float64          `json:"timeout"` // seconds
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  bool              `json:"autoPause"`
-	// AutoPauseMemory false asks a filesystem-only auto-pause (lifecycle.onTimeout
-	// {action: 'pause', keepMemory: false}); Cove's pauses keep memory.
-	AutoPauseMemory *bool `json:"autoPauseMemory"`
-	AutoResume      *struct {
-		Enabled bool `json:"enabled"`
-	} `json:"autoResume"`
-	Secure              *bool `json:"secure"`
-	AllowInternetAccess *bool `json:"allow_internet_access"`
-	// Network is E2B's SandboxNetworkConfig, read strictly by parseCreateNetwork.
-	Network json.RawMessage `json:"network"`
-	// CollectLogs switches the collection of command output into the log store (Cove's
-	// extension; on when absent).
-	CollectLogs *bool `json:"collectLogs"`
-	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox; readOnly is
-	// Cove's extension.
-	VolumeMounts []cove.VolumeMount `json:"volumeMounts"`
-}
+// createBody is E2B's NewSandbox (POST /sandboxes and /v2/sandboxes): the SDK's type, which
+// its Create sends.
+type createBody = cove.NewSandbox
 
 // Metadata limits. Metadata is stored with the sandbox, listed, filtered on and sent with
 // every event and webhook, so it is kept to what labels need: E2B-like small labels.

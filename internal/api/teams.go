@@ -8,30 +8,17 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // teamBody is E2B's Team: the caller's own team, with the key it called with.
-type teamBody struct {
-	TeamID    string `json:"teamID"`
-	Name      string `json:"name"`
-	APIKey    string `json:"apiKey"`
-	IsDefault bool   `json:"isDefault"`
-}
+type teamBody = cove.Team
 
 // teamMetric is E2B's TeamMetric.
-type teamMetric struct {
-	Timestamp           string  `json:"timestamp"`
-	TimestampUnix       int64   `json:"timestampUnix"`
-	ConcurrentSandboxes int     `json:"concurrentSandboxes"`
-	SandboxStartRate    float64 `json:"sandboxStartRate"`
-}
+type teamMetric = cove.TeamMetric
 
 // maxTeamMetric is E2B's MaxTeamMetric.
-type maxTeamMetric struct {
-	Timestamp     string  `json:"timestamp"`
-	TimestampUnix int64   `json:"timestampUnix"`
-	Value         float64 `json:"value"`
-}
+type maxTeamMetric = cove.MaxTeamMetric
 
 // teamMetricPoints is the most points a team's series has; the step grows with the range.
 const teamMetricPoints = 300
@@ -41,7 +28,7 @@ const teamMetricStep = 5 * time.Second
 
 // teams answers GET /teams: a key belongs to one team, so the list is the caller's.
 func (a *api) teams(w http.ResponseWriter, r *http.Request, c caller) error {
-	writeJSON(w, http.StatusOK, []teamBody{{TeamID: c.team.ID, Name: c.team.Name, APIKey: apiKeyFrom(r), IsDefault: true}})
+	writeJSON(w, http.StatusOK, []teamBody{{ID: c.team.ID, Name: c.team.Name, APIKey: apiKeyFrom(r), IsDefault: true}})
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -109,16 +109,14 @@ func eventFilter(q url.Values) (store.EventFilter, error) {
 	if f.Until, err = parseTime(q.Get("until")); err != nil {
 		return f, teamapi.BadRequest("until: %v", err)
 	}
-	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+	if f.Limit, err = teamapi.Limit(q, defaultLimit, maxLimit); err != nil {
 		return f, err
 	}
-	switch o := q.Get("order"); o {
-	case "", "desc":
-	case "asc":
-		f.Desc = false
-	default:
-		return f, teamapi.BadRequest("order %q: want asc or desc", o)
+	order, err := teamapi.OneOf(q, "order", "desc", "asc")
+	if err != nil {
+		return f, err
 	}
+	f.Desc = order == "desc"
 	if s := q.Get("orderAsc"); s != "" { // E2B's spelling
 		asc, err := strconv.ParseBool(s)
 		if err != nil {
@@ -134,17 +132,6 @@ func eventFilter(q url.Values) (store.EventFilter, error) {
 		f.After = &pos
 	}
 	return f, nil
-}
-
-func parseLimit(s string) (int, error) {
-	if s == "" {
-		return defaultLimit, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > maxLimit {
-		return 0, teamapi.BadRequest("limit %q: want 1..%d", s, maxLimit)
-	}
-	return n, nil
 }
 
 // parseTime reads RFC 3339 or unix milliseconds; "" is the zero time.
@@ -163,21 +150,11 @@ func parseTime(s string) (time.Time, error) {
 }
 
 // A next token is the position of a page's last event: base64url("<unix µs>:<id>").
-func encodeToken(p store.EventPosition) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.Timestamp.UnixMicro(), 10) + ":" + p.ID))
-}
+func encodeToken(p store.EventPosition) string { return teamapi.EncodeCursor(p.Timestamp, p.ID) }
 
 func decodeToken(s string) (store.EventPosition, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return store.EventPosition{}, errors.New("not base64url")
-	}
-	us, id, ok := strings.Cut(string(b), ":")
-	n, err := strconv.ParseInt(us, 10, 64)
-	if !ok || err != nil || id == "" {
-		return store.EventPosition{}, errors.New("malformed")
-	}
-	return store.EventPosition{Timestamp: time.UnixMicro(n).UTC(), ID: id}, nil
+	t, id, err := teamapi.DecodeCursor(s)
+	return store.EventPosition{Timestamp: t, ID: id}, err
 }
 
 // webhookRequest is POST /events/webhooks's body; wireWebhook a webhook on the wire: the
@@ -331,7 +308,7 @@ type (
 )
 
 func (a *api) listDeliveries(w http.ResponseWriter, r *http.Request, teamID string) error {
-	limit, err := parseLimit(r.URL.Query().Get("limit"))
+	limit, err := teamapi.Limit(r.URL.Query(), defaultLimit, maxLimit)
 	if err != nil {
 		return err
 	}

@@ -147,6 +147,13 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// The edges' own errors, the same for every edge: a request the client got wrong, and a
+// caller without valid credentials.
+var (
+	ErrBadRequest   = errdefs.New(errdefs.ErrInvalidArgument, "bad request")
+	ErrUnauthorized = errdefs.New(errdefs.ErrUnauthenticated, "unauthorized")
+)
+
 // WriteError answers err with errdefs.Status(err) and E2B's body naming the request id.
 func WriteError(ctx context.Context, w http.ResponseWriter, err error) {
 	WriteErrorStatus(ctx, w, errdefs.Status(err), err.Error())

@@ -2,11 +2,9 @@ package logs
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -165,16 +164,13 @@ func (a *api) labels(ctx context.Context, teamID, id string) (map[string]string,
 
 func logQuery(v url.Values) (store.LogQuery, error) {
 	var q store.LogQuery
-	var err error
-	if q.Limit, err = parseLimit(v.Get("limit"), defaultLogLimit); err != nil {
+	direction, err := teamapi.OneOf(v, "direction", "forward", "backward")
+	if err != nil {
 		return q, err
 	}
-	switch d := v.Get("direction"); d {
-	case "", "forward":
-	case "backward":
-		q.Backward = true
-	default:
-		return q, teamapi.BadRequest("direction %q: want forward or backward", d)
+	q.Backward = direction == "backward"
+	if q.Limit, err = teamapi.Limit(v, defaultLogLimit, maxLimit); err != nil {
+		return q, err
 	}
 	if c := v.Get("cursor"); c != "" {
 		if ms, err := strconv.ParseInt(c, 10, 64); err == nil {
@@ -221,35 +217,22 @@ func logQuery(v url.Values) (store.LogQuery, error) {
 	return q, nil
 }
 
-func parseLimit(s string, def int) (int, error) {
-	if s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > maxLimit {
-		return 0, teamapi.BadRequest("limit %q: want 1..%d", s, maxLimit)
-	}
-	return n, nil
-}
-
 // A log cursor is a line's position: base64url("<unix µs>:<seq>"). It never parses as an
 // integer, so it cannot be mistaken for E2B's millisecond cursor.
 func encodeCursor(p store.LogPosition) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.Time.UnixMicro(), 10) + ":" + strconv.FormatInt(p.Seq, 10)))
+	return teamapi.EncodeCursor(p.Time, strconv.FormatInt(p.Seq, 10))
 }
 
 func decodeCursor(s string) (store.LogPosition, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	t, seq, err := teamapi.DecodeCursor(s)
 	if err != nil {
-		return store.LogPosition{}, errors.New("not base64url")
+		return store.LogPosition{}, err
 	}
-	us, seq, ok := strings.Cut(string(b), ":")
-	t, err1 := strconv.ParseInt(us, 10, 64)
-	n, err2 := strconv.ParseInt(seq, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if err != nil {
 		return store.LogPosition{}, errors.New("malformed")
 	}
-	return store.LogPosition{Time: time.UnixMicro(t).UTC(), Seq: n}, nil
+	return store.LogPosition{Time: t, Seq: n}, nil
 }
 
 // legacyLog is E2B's SandboxLog.
@@ -267,7 +250,7 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 	v := r.URL.Query()
 	q := store.LogQuery{TeamID: teamID, SandboxID: r.PathValue("id")}
 	var err error
-	if q.Limit, err = parseLimit(v.Get("limit"), defaultLogLimit); err != nil {
+	if q.Limit, err = teamapi.Limit(v, defaultLogLimit, maxLimit); err != nil {
 		return err
 	}
 	if s := v.Get("start"); s != "" {
@@ -323,7 +306,7 @@ type commandsResponse = cove.CommandPage
 
 func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string) error {
 	v := r.URL.Query()
-	limit, err := parseLimit(v.Get("limit"), defaultCommandLimit)
+	limit, err := teamapi.Limit(v, defaultCommandLimit, maxLimit)
 	if err != nil {
 		return err
 	}

@@ -3,13 +3,14 @@ package sampler
 import (
 	"context"
 	"fmt"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/teamapi"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // maxSandboxIDs bounds one GET /sandboxes/metrics.
@@ -26,10 +27,7 @@ type APIConfig struct {
 	Sandbox func(ctx context.Context, teamID, id string) error
 }
 
-type api struct {
-	cfg APIConfig
-	mux *teamapi.Mux
-}
+type api struct{ cfg APIConfig }
 
 // NewAPI returns E2B's metrics API on cfg.Store (run it behind the API's authentication):
 //
@@ -41,37 +39,23 @@ type api struct {
 // samples, are left out. A sample is E2B's SandboxMetric plus netRxBytes, netTxBytes,
 // netRxPackets and netTxPackets, counters since the sandbox started.
 func NewAPI(cfg APIConfig) *teamapi.Mux {
-	a := &api{cfg: cfg, mux: teamapi.New("metrics api", cfg.Team)}
-	a.mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
-	a.mux.Handle("GET /sandboxes/metrics", a.latestMetrics)
-	return a.mux
+	a, mux := &api{cfg: cfg}, teamapi.New("metrics api", cfg.Team)
+	mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
+	mux.Handle("GET /sandboxes/metrics", a.latestMetrics)
+	return mux
 }
 
-// wireMetric is E2B's SandboxMetric, with Cove's network counters.
-type wireMetric struct {
-	Timestamp     string  `json:"timestamp"` // RFC 3339; deprecated by E2B for timestampUnix
-	TimestampUnix int64   `json:"timestampUnix"`
-	CPUCount      int     `json:"cpuCount"`
-	CPUUsedPct    float64 `json:"cpuUsedPct"`
-	MemUsed       uint64  `json:"memUsed"`
-	MemTotal      uint64  `json:"memTotal"`
-	MemCache      uint64  `json:"memCache"`
-	DiskUsed      uint64  `json:"diskUsed"`
-	DiskTotal     uint64  `json:"diskTotal"`
-	NetRxBytes    uint64  `json:"netRxBytes"`
-	NetTxBytes    uint64  `json:"netTxBytes"`
-	NetRxPackets  uint64  `json:"netRxPackets"`
-	NetTxPackets  uint64  `json:"netTxPackets"`
-}
+// wireMetric is E2B's SandboxMetric, with Cove's network counters: the SDK's type.
+type wireMetric = cove.Metric
 
 func toWire(s store.MetricSample) wireMetric {
 	t := s.Time.UTC().Truncate(time.Second)
 	return wireMetric{
-		Timestamp: t.Format(time.RFC3339), TimestampUnix: t.Unix(),
+		Timestamp: t, TimestampUnix: t.Unix(),
 		CPUCount: s.CPUCount, CPUUsedPct: s.CPUUsedPct,
-		MemUsed: s.MemUsed, MemTotal: s.MemTotal, MemCache: s.MemCache,
-		DiskUsed: s.DiskUsed, DiskTotal: s.DiskTotal,
-		NetRxBytes: s.NetRxBytes, NetTxBytes: s.NetTxBytes, NetRxPackets: s.NetRxPackets, NetTxPackets: s.NetTxPackets,
+		MemUsed: int64(s.MemUsed), MemTotal: int64(s.MemTotal), MemCache: int64(s.MemCache),
+		DiskUsed: int64(s.DiskUsed), DiskTotal: int64(s.DiskTotal),
+		NetRxBytes: int64(s.NetRxBytes), NetTxBytes: int64(s.NetTxBytes), NetRxPackets: int64(s.NetRxPackets), NetTxPackets: int64(s.NetTxPackets),
 	}
 }
 
@@ -144,9 +128,7 @@ func (a *api) latestMetrics(w http.ResponseWriter, r *http.Request, teamID strin
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Sandboxes map[string]wireMetric `json:"sandboxes"`
-	}{Sandboxes: make(map[string]wireMetric, len(samples))}
+	out := cove.SandboxesWithMetrics{Sandboxes: make(map[string]wireMetric, len(samples))}
 	for _, s := range samples {
 		out.Sandboxes[s.SandboxID] = toWire(s)
 	}

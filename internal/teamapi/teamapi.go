@@ -7,24 +7,78 @@ package teamapi
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// Errors handlers return for the client's mistakes; StatusOf maps them.
+// Errors handlers return for the client's mistakes (the edge's, httpx's); StatusOf maps them.
 var (
-	ErrBadRequest   = errdefs.New(errdefs.ErrInvalidArgument, "bad request")
-	ErrUnauthorized = errdefs.New(errdefs.ErrUnauthenticated, "unauthorized")
+	ErrBadRequest   = httpx.ErrBadRequest
+	ErrUnauthorized = httpx.ErrUnauthorized
 )
 
 // BadRequest is an ErrBadRequest with a message.
 func BadRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
+}
+
+// Limit reads the query's limit: def when absent, else a whole number from 1 to most (a
+// 400 naming the parameter otherwise).
+func Limit(q url.Values, def, most int) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > most {
+		return 0, BadRequest("limit %q: want 1..%d", s, most)
+	}
+	return n, nil
+}
+
+// OneOf reads the query's parameter name, which must be one of choices: the first when
+// absent, a 400 naming the parameter and the choices for anything else.
+func OneOf(q url.Values, name string, choices ...string) (string, error) {
+	s := q.Get(name)
+	if s == "" {
+		return choices[0], nil
+	}
+	if slices.Contains(choices, s) {
+		return s, nil
+	}
+	return "", BadRequest("%s %q: want %s or %s", name, s, strings.Join(choices[:len(choices)-1], ", "), choices[len(choices)-1])
+}
+
+// EncodeCursor is the page token of a listing's position: a time and the key that orders
+// rows of the same time, as base64url("<unix µs>:<key>").
+func EncodeCursor(t time.Time, key string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + ":" + key))
+}
+
+// DecodeCursor reads a token EncodeCursor made; the key is never "".
+func DecodeCursor(s string) (time.Time, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return time.Time{}, "", errors.New("not base64url")
+	}
+	us, key, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || key == "" {
+		return time.Time{}, "", errors.New("malformed")
+	}
+	return time.UnixMicro(n).UTC(), key, nil
 }
 
 // StatusOf maps an error to its HTTP status: errdefs.Status, the one mapping.

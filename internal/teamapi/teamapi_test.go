@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/teamapi"
@@ -135,5 +137,68 @@ func TestAMuxWithoutATeamSourceRefusesEveryone(t *testing.T) {
 	m.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), `"requestId":"req-outer"`) {
 		t.Errorf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestQueryParametersAreReadOnceForEveryTeamAPI(t *testing.T) {
+	tests := []struct {
+		name, query string
+		read        func(url.Values) (any, error)
+		want        any
+		wantErr     string
+	}{
+		{"an absent limit is the default", "", limit, 100, ""},
+		{"a limit in range is kept", "limit=1000", limit, 1000, ""},
+		{"a limit past the most is refused naming it", "limit=1001", limit, nil, `limit "1001": want 1..1000`},
+		{"a limit that is no number is refused", "limit=ten", limit, nil, `limit "ten": want 1..1000`},
+		{"an absent choice is the first", "", direction, "forward", ""},
+		{"a listed choice is kept", "direction=backward", direction, "backward", ""},
+		{"another value is refused naming the choices", "direction=up", direction, nil, `direction "up": want forward or backward`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, err := url.ParseQuery(tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tt.read(q)
+			switch {
+			case tt.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || teamapi.StatusOf(err) != http.StatusBadRequest {
+					t.Errorf("got %v, %v; want a 400 saying %q", got, err, tt.wantErr)
+				}
+			case err != nil || got != tt.want:
+				t.Errorf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func limit(q url.Values) (any, error) {
+	n, err := teamapi.Limit(q, 100, 1000)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func direction(q url.Values) (any, error) {
+	s, err := teamapi.OneOf(q, "direction", "forward", "backward")
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func TestACursorReadsBackItsPositionAndRefusesForgeries(t *testing.T) {
+	at := time.Date(2026, 12, 4, 8, 0, 0, 123456000, time.UTC)
+	tok := teamapi.EncodeCursor(at, "ev_1:x")
+	if got, key, err := teamapi.DecodeCursor(tok); err != nil || !got.Equal(at) || key != "ev_1:x" {
+		t.Errorf("DecodeCursor(EncodeCursor) = %v, %q, %v", got, key, err)
+	}
+	for _, bad := range []string{"!!", "MTIz", teamapi.EncodeCursor(at, "")} {
+		if _, _, err := teamapi.DecodeCursor(bad); err == nil {
+			t.Errorf("DecodeCursor(%q) accepted a token EncodeCursor never makes", bad)
+		}
 	}
 }

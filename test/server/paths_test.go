@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/covetest"
 )
 
@@ -53,9 +55,23 @@ func sdkOperations(t *testing.T) []string {
 }
 
 // TestEveryE2BOperationIsAnswered walks the installed SDK's paths against a real server:
-// each operation is served or answers 501 naming it, never "no such route".
+// each operation is served or answers 501 naming it, never "no such route"; and the API's
+// table of E2B operations (api.Operations) is the SDK's, neither more nor less.
 func TestEveryE2BOperationIsAnswered(t *testing.T) {
 	ops := sdkOperations(t)
+	t.Run("the API's operation table is the SDK's", func(t *testing.T) {
+		table := api.Operations()
+		for _, op := range ops {
+			if !slices.Contains(table, op) {
+				t.Errorf("%s is in the SDK's paths but not in internal/api's e2bOperations", op)
+			}
+		}
+		for _, op := range table {
+			if !slices.Contains(ops, op) {
+				t.Errorf("%s is in internal/api's e2bOperations but not in the SDK's paths", op)
+			}
+		}
+	})
 	s := covetest.Start(t, "")
 	c := client{t: t, url: s.URL, key: s.Key}
 	wildcard := regexp.MustCompile(`\{[^}]+\}`)
