@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
 )
@@ -302,7 +303,9 @@ func (f *Files) Write(p string, r io.Reader, parents bool, m Meta) (Entry, error
 	if m.Mode != nil {
 		mode = *m.Mode & fs.ModePerm
 	}
-	tmp := path.Join(dir, fmt.Sprintf(".cove-upload-%d", time.Now().UnixNano()))
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	tmp := path.Join(dir, ".cove-upload-"+hex.EncodeToString(b))
 	file, err := f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return Entry{}, f.fail("write", shown, err)
