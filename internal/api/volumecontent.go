@@ -67,7 +67,6 @@ func (a *api) volumeContent(w http.ResponseWriter, r *http.Request, v volumes, h
 		}
 	}
 	httpx.NoteFrom(ctx).Add(telemetry.KeyTeamID, vol.TeamID)
-	httpx.NoteFrom(ctx).Add(telemetry.KeyVolumeID, vol.ID)
 	files, err := v.VolumeFiles(ctx, vol)
 	if err != nil {
 		return err

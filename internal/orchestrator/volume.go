@@ -10,7 +10,6 @@ import (
 
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
-	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // VolumeMount mounts a team's volume (by name or id) at an absolute path in a sandbox,
@@ -94,7 +93,7 @@ func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string, si
 	case err != nil:
 		return nil, err
 	}
-	o.logger(ctx).Info("volume created", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name, telemetry.KeyVolumeSizeBytes, vol.SizeBytes)
+	o.logger(ctx).Info("volume created", "volume.id", vol.ID, "volume.name", vol.Name, "volume.size_bytes", vol.SizeBytes)
 	return vol, nil
 }
 
@@ -155,6 +154,6 @@ func (o *Orchestrator) DeleteVolume(ctx context.Context, teamID, id string) erro
 	case err != nil:
 		return err
 	}
-	o.logger(ctx).Info("volume deleted", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name)
+	o.logger(ctx).Info("volume deleted", "volume.id", vol.ID, "volume.name", vol.Name)
 	return nil
 }

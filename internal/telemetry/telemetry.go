@@ -54,13 +54,6 @@ const (
 	KeyAPIKeyID     = "api_key.id"
 )
 
-// Volume keys: the volume a line is about (its content API calls, create and delete).
-const (
-	KeyVolumeID        = "volume.id"
-	KeyVolumeName      = "volume.name"
-	KeyVolumeSizeBytes = "volume.size_bytes"
-)
-
 type loggerKey struct{}
 
 // NewLogger returns Cove's JSON logger writing to w at the given level. Its lines carry
