@@ -190,7 +190,8 @@ func (f *Files) List(p string, depth int) ([]Entry, error) {
 	return out, nil
 }
 
-// MakeDir makes the directory p (with its missing parents when parents is set) and applies m.
+// MakeDir makes the directory p and applies m. With parents, missing parents are made and
+// an existing directory is no error (mkdir -p).
 func (f *Files) MakeDir(p string, parents bool, m Meta) (Entry, error) {
 	name, shown, err := clean(p)
 	if err != nil {
@@ -203,8 +204,14 @@ func (f *Files) MakeDir(p string, parents bool, m Meta) (Entry, error) {
 	if m.Mode != nil {
 		mode = *m.Mode
 	}
-	if parents {
-		err = f.root.MkdirAll(name, mode)
+	if parents { // mkdir -p: an existing directory is fine
+		err = f.makeParents(path.Dir(name), m)
+		if err == nil {
+			err = f.root.Mkdir(name, mode)
+		}
+		if fi, serr := f.root.Lstat(name); errors.Is(err, fs.ErrExist) && serr == nil && fi.IsDir() {
+			return f.apply(name, shown, m, false)
+		}
 	} else {
 		err = f.root.Mkdir(name, mode)
 	}
@@ -212,6 +219,37 @@ func (f *Files) MakeDir(p string, parents bool, m Meta) (Entry, error) {
 		return Entry{}, f.fail("make dir", shown, err)
 	}
 	return f.apply(name, shown, m, true)
+}
+
+// makeParents makes the missing directories of dir (a name for os.Root), each owned as what
+// the content API makes is (m's uid and gid, else the sandboxes' user), so that a sandbox can
+// write in the directories an upload made.
+func (f *Files) makeParents(dir string, m Meta) error {
+	uid, gid := DefaultUID, DefaultGID
+	if m.UID != nil {
+		uid = *m.UID
+	}
+	if m.GID != nil {
+		gid = *m.GID
+	}
+	at := ""
+	for _, part := range strings.Split(dir, "/") {
+		if part == "" || part == "." {
+			continue
+		}
+		at = path.Join(at, part)
+		err := f.root.Mkdir(at, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := f.root.Lchown(at, uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apply sets m on name, with the defaults for what the content API made when made is set.
@@ -292,7 +330,7 @@ func (f *Files) Write(p string, r io.Reader, parents bool, m Meta) (Entry, error
 	}
 	dir := path.Dir(name)
 	if parents && dir != "." {
-		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+		if err := f.makeParents(dir, m); err != nil {
 			return Entry{}, f.fail("write", shown, err)
 		}
 	}

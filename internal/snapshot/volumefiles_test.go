@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -60,6 +61,9 @@ func TestVolumeFiles(t *testing.T) {
 		if list, _ := files.List("/", 1); len(list) != 1 {
 			t.Errorf("list depth 1: %v", list)
 		}
+		if st, ok := list[0].Info.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (!ok || st.Uid != snapshot.DefaultUID) {
+			t.Errorf("the directory the write made belongs to %v, not the sandboxes' user", list[0].Info.Sys())
+		}
 	})
 	t.Run("an overwrite replaces the file and leaves no temporary file behind", func(t *testing.T) {
 		if _, err := files.Write("/docs/a.txt", strings.NewReader("bye"), false, snapshot.Meta{}); err != nil {
@@ -88,6 +92,12 @@ func TestVolumeFiles(t *testing.T) {
 		}
 		if _, err := files.MakeDir("/x/y", false, snapshot.Meta{}); !errors.Is(err, snapshot.ErrPathExists) {
 			t.Errorf("again: %v", err)
+		}
+		if _, err := files.MakeDir("/x/y", true, snapshot.Meta{}); err != nil {
+			t.Errorf("again with force (mkdir -p): %v", err)
+		}
+		if _, err := files.MakeDir("/docs/a.txt", true, snapshot.Meta{}); !errors.Is(err, snapshot.ErrPathExists) {
+			t.Errorf("over a file with force: %v", err)
 		}
 	})
 	t.Run("metadata updates change owner and mode", func(t *testing.T) {
