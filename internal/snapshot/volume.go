@@ -54,12 +54,31 @@ type Volumes struct {
 	mu  sync.Mutex // serialises create and delete, so names stay unique per team
 }
 
-// OpenVolumes returns the volume store in dir, making it.
+// OpenVolumes returns the volume store in dir, making it, with every sized volume mounted:
+// a paused sandbox restored after a reboot binds its volumes where they must be, never the
+// empty directory beneath.
 func OpenVolumes(dir string) (*Volumes, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
-	return &Volumes{dir: dir}, nil
+	v := &Volumes{dir: dir}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	for _, e := range entries {
+		if !volumeID.MatchString(e.Name()) {
+			continue
+		}
+		vol, err := v.read(e.Name())
+		if err != nil {
+			continue // half made or half deleted: no volume
+		}
+		if err := v.Mount(vol); err != nil {
+			return nil, fmt.Errorf("volumes: %w (its image is %s)", err, v.image(vol.ID))
+		}
+	}
+	return v, nil
 }
 
 // Mount makes vol's files reachable at DataDir: a sized volume's image is loop-mounted there

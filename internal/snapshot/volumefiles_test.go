@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 )
 
@@ -242,6 +245,39 @@ func TestVolumeQuota(t *testing.T) {
 		if _, err := files.Stat("/lost+found"); !errors.Is(err, snapshot.ErrPathNotFound) {
 			t.Errorf("lost+found: %v", err)
 		}
+	})
+	t.Run("opening the store mounts a sized volume found unmounted, with its files", func(t *testing.T) {
+		if err := runtime.UnmountDisk(vs.DataDir(vol.ID)); err != nil {
+			t.Fatal(err)
+		}
+		again, err := snapshot.OpenVolumes(filepath.Dir(filepath.Dir(vs.DataDir(vol.ID))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(again.DataDir(vol.ID), "keep")); string(b) != "kept" {
+			t.Errorf("after a new mount: %q %v", b, err)
+		}
+	})
+	t.Run("a mount found gone while the filesystem is still in use mounts that same filesystem", func(t *testing.T) {
+		// What a sandbox's bind does: hold the filesystem after the host's mount goes.
+		hold := t.TempDir()
+		if err := unix.Mount(vs.DataDir(vol.ID), hold, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(hold, unix.MNT_DETACH) })
+		if err := runtime.UnmountDisk(vs.DataDir(vol.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Mount(vol); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(hold, "via-hold"), []byte("one"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(vs.DataDir(vol.ID), "via-hold")); string(b) != "one" {
+			t.Errorf("the new mount does not see the held filesystem's write: %q", b)
+		}
+		_ = os.Remove(filepath.Join(hold, "via-hold"))
 	})
 	t.Run("a deleted volume is unmounted and gone", func(t *testing.T) {
 		files.Close()
