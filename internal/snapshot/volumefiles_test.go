@@ -179,22 +179,31 @@ func TestVolumeLeases(t *testing.T) {
 	live := map[string]bool{"a": true, "b": true, "c": true}
 	alive := func(id string) bool { return live[id] }
 	t.Run("one sandbox mounts it read-write, a second read-write mount is busy, naming the volume", func(t *testing.T) {
-		if err := vs.Claim(vol, "a", false, alive); err != nil {
+		if err := vs.Claim(vol, "a", "/mnt/a", false, alive); err != nil {
 			t.Fatal(err)
 		}
-		err := vs.Claim(vol, "b", false, alive)
+		err := vs.Claim(vol, "b", "/mnt/b", false, alive)
 		if !errors.Is(err, snapshot.ErrVolumeBusy) || !strings.Contains(err.Error(), "shared") || !strings.Contains(err.Error(), "sandbox a") {
 			t.Errorf("second read-write: %v", err)
 		}
 	})
 	t.Run("read-only mounts are never refused", func(t *testing.T) {
 		for _, id := range []string{"b", "c"} {
-			if err := vs.Claim(vol, id, true, alive); err != nil {
+			if err := vs.Claim(vol, id, "/ro", true, alive); err != nil {
 				t.Errorf("read-only %s: %v", id, err)
 			}
 		}
 		if got := vs.Holders(vol, alive); strings.Join(got, ",") != "a,b,c" {
 			t.Errorf("holders: %v", got)
+		}
+	})
+	t.Run("a sandbox's mounts read back with their paths and modes", func(t *testing.T) {
+		got, err := vs.MountsOf("t1", "b")
+		if err != nil || len(got) != 1 || got[0].Path != "/ro" || !got[0].ReadOnly || got[0].Volume.ID != vol.ID {
+			t.Errorf("mounts of b: %+v %v", got, err)
+		}
+		if got, _ := vs.MountsOf("t2", "b"); len(got) != 0 {
+			t.Errorf("another team sees %+v", got)
 		}
 	})
 	t.Run("a volume in use is not deleted", func(t *testing.T) {
@@ -204,7 +213,7 @@ func TestVolumeLeases(t *testing.T) {
 	})
 	t.Run("once the writer is gone another sandbox mounts it read-write", func(t *testing.T) {
 		delete(live, "a")
-		if err := vs.Claim(vol, "d", false, func(id string) bool { return id == "d" || alive(id) }); err != nil {
+		if err := vs.Claim(vol, "d", "/d", false, func(id string) bool { return id == "d" || alive(id) }); err != nil {
 			t.Errorf("after the writer died: %v", err)
 		}
 	})

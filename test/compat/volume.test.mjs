@@ -98,6 +98,7 @@ test('a sandbox mounting the volume sees what the content API wrote, and the oth
   const vol = await volume('shared')
   await vol.writeFile('/from-api.txt', 'api')
   const sbx = await create({ volumeMounts: { '/mnt/v': vol } })
+  assert.deepEqual((await sbx.getInfo()).volumeMounts, [{ name: vol.name, path: '/mnt/v' }], 'getInfo names its mounts')
   assert.equal(await sbx.files.read('/mnt/v/from-api.txt'), 'api')
   await sbx.commands.run('echo sandbox > /mnt/v/from-sandbox.txt && ln -s /etc/passwd /mnt/v/escape')
   assert.equal(await vol.readFile('/from-sandbox.txt'), 'sandbox\n')

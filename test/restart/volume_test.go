@@ -81,6 +81,12 @@ func TestVolumesAcrossACrash(t *testing.T) {
 			t.Errorf("delete of a mounted volume after the crash: %v", err)
 		}
 	})
+	t.Run("the reader's info still names its read-only mount", func(t *testing.T) {
+		info, err := c.Info(ctx, reader.ID)
+		if err != nil || len(info.VolumeMounts) != 1 || info.VolumeMounts[0] != (cove.VolumeMount{Name: vol.Name, Path: "/mnt/v", ReadOnly: true}) {
+			t.Errorf("reader's info: %+v %v", info, err)
+		}
+	})
 	t.Run("its files, size and usage are still there, for the content API and the sandboxes", func(t *testing.T) {
 		if b, err := files.Read(ctx, "/w"); err != nil || string(b) != "w\n" {
 			t.Errorf("read /w: %q %v", b, err)
