@@ -64,6 +64,9 @@ func TestVolumeVerbs(t *testing.T) {
 			t.Errorf("a second read-write mount: %s", r)
 		}
 		reader := c.create("--volume", "cli-files:/mnt/v:ro")
+		if out := c.ok("sandbox", "info", reader).stdout; !strings.Contains(out, "cli-files:/mnt/v:ro") {
+			t.Errorf("sandbox info of the reader: %q", out)
+		}
 		c.create("--volume", "cli-files:/mnt/v:ro")
 		c.ok("exec", writer, "--", "sh -c 'echo fresh > /mnt/v/new'")
 		if out := c.ok("exec", reader, "--", "cat /mnt/v/new").stdout; out != "fresh\n" {
