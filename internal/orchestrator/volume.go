@@ -47,6 +47,9 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 			if errors.Is(err, snapshot.ErrVolumeBusy) {
 				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrConflict, err)
 			}
+			if errors.Is(err, snapshot.ErrVolumeNotFound) {
+				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
+			}
 			return nil, nil, err
 		}
 		binds = append(binds, runtime.Bind{Source: o.cfg.Volumes.DataDir(vol.ID), Target: p, ReadOnly: m.ReadOnly})

@@ -313,6 +313,9 @@ func (v *Volumes) holders(id string, alive func(sandboxID string) bool) map[stri
 func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, alive func(sandboxID string) bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if _, err := v.read(vol.ID); err != nil { // deleted meanwhile
+		return err
+	}
 	if !readOnly {
 		for holder, rw := range v.holders(vol.ID, alive) {
 			if rw && holder != sandboxID {

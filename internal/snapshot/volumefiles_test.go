@@ -211,6 +211,21 @@ func TestVolumeLeases(t *testing.T) {
 			t.Errorf("delete: %v", err)
 		}
 	})
+	t.Run("a volume deleted meanwhile is not claimed", func(t *testing.T) {
+		gone, err := vs.Create("t1", "gone", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Delete("t1", gone.ID, alive); err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Claim(gone, "a", "/g", true, alive); !errors.Is(err, snapshot.ErrVolumeNotFound) {
+			t.Errorf("claim of a deleted volume: %v", err)
+		}
+		if _, err := os.Stat(filepath.Dir(vs.DataDir(gone.ID))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the claim left its directory: %v", err)
+		}
+	})
 	t.Run("once the writer is gone another sandbox mounts it read-write", func(t *testing.T) {
 		delete(live, "a")
 		if err := vs.Claim(vol, "d", "/d", false, func(id string) bool { return id == "d" || alive(id) }); err != nil {
