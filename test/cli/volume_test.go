@@ -72,6 +72,12 @@ func TestVolumeVerbs(t *testing.T) {
 		if out := c.ok("exec", reader, "--", "cat /mnt/v/new").stdout; out != "fresh\n" {
 			t.Errorf("the reader sees %q", out)
 		}
+		// A pause (a snapshot where CRIU 4 is built, else a freeze) keeps the read-only mount.
+		c.ok("sandbox", "pause", reader)
+		c.ok("sandbox", "resume", reader)
+		if out := c.ok("exec", reader, "--", "cat /mnt/v/new").stdout; out != "fresh\n" {
+			t.Errorf("the reader after a pause sees %q", out)
+		}
 		r := c.run("exec", reader, "--", "sh -c 'echo no > /mnt/v/no'")
 		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "Read-only file system") {
 			t.Errorf("a write in the read-only mount: %s", r)
