@@ -109,8 +109,12 @@ func TestVolumeFiles(t *testing.T) {
 		if err != nil || e.Info.Mode().Perm() != 0o600 {
 			t.Fatalf("set meta: %v %v", e, err)
 		}
-		if fi, _ := os.Stat(filepath.Join(data, "docs/a.txt")); fi.Sys().(interface{}) == nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("on disk: %v", fi.Mode())
+		fi, err := os.Stat(filepath.Join(data, "docs/a.txt"))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("on disk: %v %v", fi, err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && st.Uid != 1234 {
+			t.Errorf("on disk the owner is %d, want 1234", st.Uid)
 		}
 	})
 	t.Run("paths that climb out of the volume are refused", func(t *testing.T) {
