@@ -243,6 +243,8 @@ type SandboxInfo struct {
 	AllowInternetAccess bool `json:"allowInternetAccess"`
 	// Network holds the sandbox's egress rules (Info only; nil when it has none).
 	Network *NetworkRules `json:"network,omitempty"`
+	// VolumeMounts are the volumes the sandbox mounts (Info only).
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 
 	requestID string
 }

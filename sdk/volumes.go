@@ -82,7 +82,7 @@ type VolumeMetadata struct {
 // VolumeWriteOptions are MakeDir's and Write's options.
 type VolumeWriteOptions struct {
 	VolumeMetadata
-	// Force makes missing parent directories.
+	// Force makes missing parent directories (and MakeDir of an existing directory no error).
 	Force bool
 }
 

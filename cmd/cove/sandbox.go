@@ -179,6 +179,7 @@ func sandboxInfoCmd(f *apiFlags) *cobra.Command {
 				{"cpus", fmt.Sprint(i.CPUCount)}, {"memory", fmt.Sprintf("%d MB", i.MemoryMB)},
 				{"disk", fmt.Sprintf("%d MB", i.DiskSizeMB)}, {"envd", i.EnvdVersion}, {"metadata", pairs(i.Metadata)},
 				{"internet", fmt.Sprint(i.AllowInternetAccess)}, {"network", networkSummary(i.Network)},
+				{"volumes", volumeMountsSummary(i.VolumeMounts)},
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 			}

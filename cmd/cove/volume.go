@@ -29,6 +29,19 @@ func parseVolumeMount(v string) (cove.VolumeMount, error) {
 	return m, nil
 }
 
+// volumeMountsSummary renders a sandbox's mounts as --volume takes them: NAME:PATH[:ro].
+func volumeMountsSummary(mounts []cove.VolumeMount) string {
+	var parts []string
+	for _, m := range mounts {
+		p := m.Name + ":" + m.Path
+		if m.ReadOnly {
+			p += ":ro"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, " ")
+}
+
 // listVolumes prints the team's volumes: id, name, size and what they use.
 func listVolumes(cmd *cobra.Command, f *apiFlags) error {
 	c, err := f.client()

@@ -33,6 +33,25 @@ type volumes interface {
 	VolumeByID(ctx context.Context, id string) (*snapshot.Volume, error)
 	VolumeFiles(ctx context.Context, vol *snapshot.Volume) (*snapshot.Files, error)
 	VolumeUsage(ctx context.Context, vol *snapshot.Volume) (int64, error)
+	VolumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]orchestrator.VolumeMount, error)
+}
+
+// volumeMountsOf is a sandbox's volumeMounts for its info; nil when the server keeps no
+// volumes or the sandbox mounts none.
+func (a *api) volumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]cove.VolumeMount, error) {
+	v, ok := a.cfg.Sandboxes.(volumes)
+	if !ok {
+		return nil, nil
+	}
+	mounts, err := v.VolumeMountsOf(ctx, teamID, sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("volume mounts of sandbox %s: %w", sandboxID, err)
+	}
+	var out []cove.VolumeMount
+	for _, m := range mounts {
+		out = append(out, cove.VolumeMount{Name: m.Name, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return out, nil
 }
 
 // volumeJSON is E2B's Volume; with the token it is VolumeAndToken. It is the SDK's type.

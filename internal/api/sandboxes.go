@@ -153,6 +153,9 @@ func (a *api) get(w http.ResponseWriter, r *http.Request, c caller) error {
 	}
 	d := a.detail(sb, true)
 	d.Network = a.networkOf(r.Context(), c.team.ID, id)
+	if d.VolumeMounts, err = a.volumeMountsOf(r.Context(), c.team.ID, id); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, d)
 	return nil
 }

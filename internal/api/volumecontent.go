@@ -133,16 +133,21 @@ func unixMode(n uint32) fs.FileMode {
 	return m
 }
 
-func boolQuery(r *http.Request, name string) (bool, error) {
-	s := r.URL.Query().Get(name)
-	if s == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(s)
+// writeQuery reads makeDir's and writeFile's query: uid, gid, mode and force.
+func writeQuery(r *http.Request) (snapshot.Meta, bool, error) {
+	m, err := metaQuery(r)
 	if err != nil {
-		return false, fmt.Errorf("%w: %s must be true or false, not %q", errBadRequest, name, s)
+		return m, false, err
 	}
-	return b, nil
+	s := r.URL.Query().Get("force")
+	if s == "" {
+		return m, false, nil
+	}
+	force, err := strconv.ParseBool(s)
+	if err != nil {
+		return m, false, fmt.Errorf("%w: force must be true or false, not %q", errBadRequest, s)
+	}
+	return m, force, nil
 }
 
 func volumeList(w http.ResponseWriter, r *http.Request, files *snapshot.Files) error {
@@ -167,11 +172,7 @@ func volumeList(w http.ResponseWriter, r *http.Request, files *snapshot.Files) e
 }
 
 func volumeMakeDir(w http.ResponseWriter, r *http.Request, files *snapshot.Files) error {
-	m, err := metaQuery(r)
-	if err != nil {
-		return err
-	}
-	force, err := boolQuery(r, "force")
+	m, force, err := writeQuery(r)
 	if err != nil {
 		return err
 	}
@@ -241,11 +242,7 @@ func volumeRead(w http.ResponseWriter, r *http.Request, files *snapshot.Files) e
 }
 
 func volumeWrite(w http.ResponseWriter, r *http.Request, files *snapshot.Files) error {
-	m, err := metaQuery(r)
-	if err != nil {
-		return err
-	}
-	force, err := boolQuery(r, "force")
+	m, force, err := writeQuery(r)
 	if err != nil {
 		return err
 	}

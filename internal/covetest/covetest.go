@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -196,11 +197,23 @@ func StartWith(t testing.TB, dataDir string, o Options) *Server {
 			s.start()
 			s.Stop()
 		}
+		unmountVolumes(t, s.DataDir)
 		if t.Failed() {
 			t.Logf("cove server log (%s):\n%s", s.DataDir, tail(s.logs.Bytes(), 20000))
 		}
 	})
 	return s
+}
+
+// unmountVolumes detaches the sized volumes' images a server left mounted in dataDir (a
+// mount outlives the server, for the sandboxes the next one adopts), once no sandbox is left.
+func unmountVolumes(t testing.TB, dataDir string) {
+	mnts, _ := filepath.Glob(filepath.Join(dataDir, "volumes", "vol-*", "data"))
+	for _, mnt := range mnts {
+		if err := runtime.UnmountDisk(mnt); err != nil {
+			t.Errorf("unmount a test server's volume: %v", err)
+		}
+	}
 }
 
 func (s *Server) start() {

@@ -45,9 +45,12 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 		}
 		// The lease lasts while the sandbox does: a failed create leaves one that no live
 		// sandbox holds, which the next claim sweeps.
-		if err := o.cfg.Volumes.Claim(vol, sandboxID, m.ReadOnly, o.holdsVolumes); err != nil {
+		if err := o.cfg.Volumes.Claim(vol, sandboxID, p, m.ReadOnly, o.holdsVolumes); err != nil {
 			if errors.Is(err, snapshot.ErrVolumeBusy) {
 				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrConflict, err)
+			}
+			if errors.Is(err, snapshot.ErrVolumeNotFound) {
+				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
 			}
 			return nil, nil, err
 		}
@@ -117,6 +120,22 @@ func (o *Orchestrator) ListVolumes(ctx context.Context, teamID string) ([]*snaps
 		return nil, nil
 	}
 	return o.cfg.Volumes.List(teamID)
+}
+
+// VolumeMountsOf returns the volumes a team's sandbox mounts (E2B's volumeMounts of its info).
+func (o *Orchestrator) VolumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]VolumeMount, error) {
+	if o.cfg.Volumes == nil {
+		return nil, nil
+	}
+	mounts, err := o.cfg.Volumes.MountsOf(teamID, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]VolumeMount, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, VolumeMount{Name: m.Volume.Name, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return out, nil
 }
 
 // VolumeByID returns a volume by id, of whichever team: the content API authenticates by

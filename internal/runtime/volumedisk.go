@@ -3,6 +3,8 @@ package runtime
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +34,15 @@ func MountDisk(img, mnt string) error {
 	if mounted, err := IsMountPoint(mnt); err != nil || mounted {
 		return err
 	}
+	// A loop device already backed by img (sandboxes still bind its filesystem, though its
+	// mount here is gone) is mounted again: the same filesystem, never a second one on
+	// the same image, which would corrupt it.
+	if name := loopOf(img); name != "" {
+		if err := mountFS(name, mnt); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", name, mnt, err)
+		}
+		return nil
+	}
 	dev, err := attachLoop(img)
 	if err != nil {
 		return err
@@ -41,6 +52,22 @@ func MountDisk(img, mnt string) error {
 		return fmt.Errorf("mount %s on %s: %w", dev.Name(), mnt, err)
 	}
 	return nil
+}
+
+// loopOf returns the loop device backed by the file img, or "".
+func loopOf(img string) string {
+	abs, err := filepath.Abs(img)
+	if err != nil {
+		return ""
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSpace(string(b)) == abs {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
 }
 
 // UnmountDisk detaches what MountDisk mounted at mnt; sandboxes that still bind it keep it

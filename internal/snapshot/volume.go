@@ -54,12 +54,31 @@ type Volumes struct {
 	mu  sync.Mutex // serialises create and delete, so names stay unique per team
 }
 
-// OpenVolumes returns the volume store in dir, making it.
+// OpenVolumes returns the volume store in dir, making it, with every sized volume mounted:
+// a paused sandbox restored after a reboot binds its volumes where they must be, never the
+// empty directory beneath.
 func OpenVolumes(dir string) (*Volumes, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
-	return &Volumes{dir: dir}, nil
+	v := &Volumes{dir: dir}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	for _, e := range entries {
+		if !volumeID.MatchString(e.Name()) {
+			continue
+		}
+		vol, err := v.read(e.Name())
+		if err != nil {
+			continue // half made or half deleted: no volume
+		}
+		if err := v.Mount(vol); err != nil {
+			return nil, fmt.Errorf("volumes: %w (its image is %s)", err, v.image(vol.ID))
+		}
+	}
+	return v, nil
 }
 
 // Mount makes vol's files reachable at DataDir: a sized volume's image is loop-mounted there
@@ -234,9 +253,9 @@ func (v *Volumes) Delete(teamID, id string, alive func(sandboxID string) bool) e
 	return os.RemoveAll(filepath.Join(v.dir, vol.ID))
 }
 
-// A volume's mounts are leases, one file per sandbox under <dir>/<id>/mounts holding "rw" or
-// "ro", so they outlive the server as its sandboxes do. A lease counts while its sandbox is
-// alive (the orchestrator says); the others are swept by the next claim.
+// A volume's mounts are leases, one file per sandbox under <dir>/<id>/mounts (its mode and
+// paths, JSON), so they outlive the server as its sandboxes do. A lease counts while its
+// sandbox is alive (the orchestrator says); the others are swept by the next claim.
 
 // ErrVolumeBusy: a read-write mount of a volume another live sandbox mounts read-write.
 var ErrVolumeBusy = errors.New("volume is mounted read-write")
@@ -244,7 +263,32 @@ var ErrVolumeBusy = errors.New("volume is mounted read-write")
 // ErrVolumeInUse: deleting a volume a live sandbox mounts.
 var ErrVolumeInUse = errors.New("volume is in use")
 
+// lease is how one sandbox mounts one volume.
+type lease struct {
+	ReadOnly bool     `json:"readOnly"`
+	Paths    []string `json:"paths"`
+}
+
+// Mount is a volume mounted in a sandbox, as its lease says.
+type Mount struct {
+	Volume   *Volume
+	Path     string
+	ReadOnly bool
+}
+
 func (v *Volumes) leases(id string) string { return filepath.Join(v.dir, id, "mounts") }
+
+func (v *Volumes) readLease(volID, sandboxID string) (lease, bool) {
+	b, err := os.ReadFile(filepath.Join(v.leases(volID), sandboxID))
+	if err != nil {
+		return lease{}, false
+	}
+	var l lease
+	if json.Unmarshal(b, &l) != nil {
+		l = lease{ReadOnly: string(b) == "ro"} // the first leases were the bare mode
+	}
+	return l, true
+}
 
 // holders returns the live sandboxes mounting volume id, by sandbox id: true if read-write.
 // It removes the leases of sandboxes no longer alive. Call with v.mu held.
@@ -252,23 +296,26 @@ func (v *Volumes) holders(id string, alive func(sandboxID string) bool) map[stri
 	out := map[string]bool{}
 	entries, _ := os.ReadDir(v.leases(id))
 	for _, e := range entries {
-		p := filepath.Join(v.leases(id), e.Name())
 		if !alive(e.Name()) {
-			_ = os.Remove(p)
+			_ = os.Remove(filepath.Join(v.leases(id), e.Name()))
 			continue
 		}
-		b, _ := os.ReadFile(p)
-		out[e.Name()] = string(b) != "ro"
+		if l, ok := v.readLease(id, e.Name()); ok {
+			out[e.Name()] = !l.ReadOnly
+		}
 	}
 	return out
 }
 
-// Claim records that sandbox sandboxID mounts vol, read-only or not. A read-write mount is
-// ErrVolumeBusy (naming the holder) while another live sandbox mounts vol read-write;
-// read-only mounts are never refused.
-func (v *Volumes) Claim(vol *Volume, sandboxID string, readOnly bool, alive func(sandboxID string) bool) error {
+// Claim records that sandbox sandboxID mounts vol at path, read-only or not. A read-write
+// mount is ErrVolumeBusy (naming the holder) while another live sandbox mounts vol
+// read-write; read-only mounts are never refused.
+func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, alive func(sandboxID string) bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if _, err := v.read(vol.ID); err != nil { // deleted meanwhile
+		return err
+	}
 	if !readOnly {
 		for holder, rw := range v.holders(vol.ID, alive) {
 			if rw && holder != sandboxID {
@@ -279,11 +326,14 @@ func (v *Volumes) Claim(vol *Volume, sandboxID string, readOnly bool, alive func
 	if err := os.MkdirAll(v.leases(vol.ID), 0o700); err != nil {
 		return fmt.Errorf("claim volume %s: %w", vol.Name, err)
 	}
-	mode := "rw"
-	if readOnly {
-		mode = "ro"
+	l, had := v.readLease(vol.ID, sandboxID)
+	if !had {
+		l.ReadOnly = true
 	}
-	if err := os.WriteFile(filepath.Join(v.leases(vol.ID), sandboxID), []byte(mode), 0o600); err != nil {
+	l.ReadOnly = l.ReadOnly && readOnly // read-write if any of its mounts is
+	l.Paths = append(l.Paths, path)
+	b, _ := json.Marshal(l)
+	if err := os.WriteFile(filepath.Join(v.leases(vol.ID), sandboxID), b, 0o600); err != nil {
 		return fmt.Errorf("claim volume %s: %w", vol.Name, err)
 	}
 	return nil
@@ -299,4 +349,24 @@ func (v *Volumes) Holders(vol *Volume, alive func(sandboxID string) bool) []stri
 	}
 	sort.Strings(out)
 	return out
+}
+
+// MountsOf returns the team's volumes sandboxID mounts, by path, as their leases say.
+func (v *Volumes) MountsOf(teamID, sandboxID string) ([]Mount, error) {
+	all, err := v.List(teamID)
+	if err != nil {
+		return nil, err
+	}
+	var out []Mount
+	for _, vol := range all {
+		l, ok := v.readLease(vol.ID, sandboxID)
+		if !ok {
+			continue
+		}
+		for _, p := range l.Paths {
+			out = append(out, Mount{Volume: vol, Path: p, ReadOnly: l.ReadOnly})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
 }

@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
 )
@@ -189,7 +190,8 @@ func (f *Files) List(p string, depth int) ([]Entry, error) {
 	return out, nil
 }
 
-// MakeDir makes the directory p (with its missing parents when parents is set) and applies m.
+// MakeDir makes the directory p and applies m. With parents, missing parents are made and
+// an existing directory is no error (mkdir -p).
 func (f *Files) MakeDir(p string, parents bool, m Meta) (Entry, error) {
 	name, shown, err := clean(p)
 	if err != nil {
@@ -202,8 +204,14 @@ func (f *Files) MakeDir(p string, parents bool, m Meta) (Entry, error) {
 	if m.Mode != nil {
 		mode = *m.Mode
 	}
-	if parents {
-		err = f.root.MkdirAll(name, mode)
+	if parents { // mkdir -p: an existing directory is fine
+		err = f.makeParents(path.Dir(name), m)
+		if err == nil {
+			err = f.root.Mkdir(name, mode)
+		}
+		if fi, serr := f.root.Lstat(name); errors.Is(err, fs.ErrExist) && serr == nil && fi.IsDir() {
+			return f.apply(name, shown, m, false)
+		}
 	} else {
 		err = f.root.Mkdir(name, mode)
 	}
@@ -211,6 +219,37 @@ func (f *Files) MakeDir(p string, parents bool, m Meta) (Entry, error) {
 		return Entry{}, f.fail("make dir", shown, err)
 	}
 	return f.apply(name, shown, m, true)
+}
+
+// makeParents makes the missing directories of dir (a name for os.Root), each owned as what
+// the content API makes is (m's uid and gid, else the sandboxes' user), so that a sandbox can
+// write in the directories an upload made.
+func (f *Files) makeParents(dir string, m Meta) error {
+	uid, gid := DefaultUID, DefaultGID
+	if m.UID != nil {
+		uid = *m.UID
+	}
+	if m.GID != nil {
+		gid = *m.GID
+	}
+	at := ""
+	for _, part := range strings.Split(dir, "/") {
+		if part == "" || part == "." {
+			continue
+		}
+		at = path.Join(at, part)
+		err := f.root.Mkdir(at, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := f.root.Lchown(at, uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apply sets m on name, with the defaults for what the content API made when made is set.
@@ -291,7 +330,7 @@ func (f *Files) Write(p string, r io.Reader, parents bool, m Meta) (Entry, error
 	}
 	dir := path.Dir(name)
 	if parents && dir != "." {
-		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+		if err := f.makeParents(dir, m); err != nil {
 			return Entry{}, f.fail("write", shown, err)
 		}
 	}
@@ -302,7 +341,9 @@ func (f *Files) Write(p string, r io.Reader, parents bool, m Meta) (Entry, error
 	if m.Mode != nil {
 		mode = *m.Mode & fs.ModePerm
 	}
-	tmp := path.Join(dir, fmt.Sprintf(".cove-upload-%d", time.Now().UnixNano()))
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	tmp := path.Join(dir, ".cove-upload-"+hex.EncodeToString(b))
 	file, err := f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return Entry{}, f.fail("write", shown, err)

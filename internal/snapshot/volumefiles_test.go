@@ -9,8 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 )
 
@@ -60,6 +64,9 @@ func TestVolumeFiles(t *testing.T) {
 		if list, _ := files.List("/", 1); len(list) != 1 {
 			t.Errorf("list depth 1: %v", list)
 		}
+		if st, ok := list[0].Info.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (!ok || st.Uid != snapshot.DefaultUID) {
+			t.Errorf("the directory the write made belongs to %v, not the sandboxes' user", list[0].Info.Sys())
+		}
 	})
 	t.Run("an overwrite replaces the file and leaves no temporary file behind", func(t *testing.T) {
 		if _, err := files.Write("/docs/a.txt", strings.NewReader("bye"), false, snapshot.Meta{}); err != nil {
@@ -89,6 +96,12 @@ func TestVolumeFiles(t *testing.T) {
 		if _, err := files.MakeDir("/x/y", false, snapshot.Meta{}); !errors.Is(err, snapshot.ErrPathExists) {
 			t.Errorf("again: %v", err)
 		}
+		if _, err := files.MakeDir("/x/y", true, snapshot.Meta{}); err != nil {
+			t.Errorf("again with force (mkdir -p): %v", err)
+		}
+		if _, err := files.MakeDir("/docs/a.txt", true, snapshot.Meta{}); !errors.Is(err, snapshot.ErrPathExists) {
+			t.Errorf("over a file with force: %v", err)
+		}
 	})
 	t.Run("metadata updates change owner and mode", func(t *testing.T) {
 		uid, mode := 1234, fs.FileMode(0o600)
@@ -96,8 +109,12 @@ func TestVolumeFiles(t *testing.T) {
 		if err != nil || e.Info.Mode().Perm() != 0o600 {
 			t.Fatalf("set meta: %v %v", e, err)
 		}
-		if fi, _ := os.Stat(filepath.Join(data, "docs/a.txt")); fi.Sys().(interface{}) == nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("on disk: %v", fi.Mode())
+		fi, err := os.Stat(filepath.Join(data, "docs/a.txt"))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("on disk: %v %v", fi, err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && st.Uid != 1234 {
+			t.Errorf("on disk the owner is %d, want 1234", st.Uid)
 		}
 	})
 	t.Run("paths that climb out of the volume are refused", func(t *testing.T) {
@@ -166,17 +183,17 @@ func TestVolumeLeases(t *testing.T) {
 	live := map[string]bool{"a": true, "b": true, "c": true}
 	alive := func(id string) bool { return live[id] }
 	t.Run("one sandbox mounts it read-write, a second read-write mount is busy, naming the volume", func(t *testing.T) {
-		if err := vs.Claim(vol, "a", false, alive); err != nil {
+		if err := vs.Claim(vol, "a", "/mnt/a", false, alive); err != nil {
 			t.Fatal(err)
 		}
-		err := vs.Claim(vol, "b", false, alive)
+		err := vs.Claim(vol, "b", "/mnt/b", false, alive)
 		if !errors.Is(err, snapshot.ErrVolumeBusy) || !strings.Contains(err.Error(), "shared") || !strings.Contains(err.Error(), "sandbox a") {
 			t.Errorf("second read-write: %v", err)
 		}
 	})
 	t.Run("read-only mounts are never refused", func(t *testing.T) {
 		for _, id := range []string{"b", "c"} {
-			if err := vs.Claim(vol, id, true, alive); err != nil {
+			if err := vs.Claim(vol, id, "/ro", true, alive); err != nil {
 				t.Errorf("read-only %s: %v", id, err)
 			}
 		}
@@ -184,14 +201,38 @@ func TestVolumeLeases(t *testing.T) {
 			t.Errorf("holders: %v", got)
 		}
 	})
+	t.Run("a sandbox's mounts read back with their paths and modes", func(t *testing.T) {
+		got, err := vs.MountsOf("t1", "b")
+		if err != nil || len(got) != 1 || got[0].Path != "/ro" || !got[0].ReadOnly || got[0].Volume.ID != vol.ID {
+			t.Errorf("mounts of b: %+v %v", got, err)
+		}
+		if got, _ := vs.MountsOf("t2", "b"); len(got) != 0 {
+			t.Errorf("another team sees %+v", got)
+		}
+	})
 	t.Run("a volume in use is not deleted", func(t *testing.T) {
 		if err := vs.Delete("t1", vol.ID, alive); !errors.Is(err, snapshot.ErrVolumeInUse) {
 			t.Errorf("delete: %v", err)
 		}
 	})
+	t.Run("a volume deleted meanwhile is not claimed", func(t *testing.T) {
+		gone, err := vs.Create("t1", "gone", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Delete("t1", gone.ID, alive); err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Claim(gone, "a", "/g", true, alive); !errors.Is(err, snapshot.ErrVolumeNotFound) {
+			t.Errorf("claim of a deleted volume: %v", err)
+		}
+		if _, err := os.Stat(filepath.Dir(vs.DataDir(gone.ID))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the claim left its directory: %v", err)
+		}
+	})
 	t.Run("once the writer is gone another sandbox mounts it read-write", func(t *testing.T) {
 		delete(live, "a")
-		if err := vs.Claim(vol, "d", false, func(id string) bool { return id == "d" || alive(id) }); err != nil {
+		if err := vs.Claim(vol, "d", "/d", false, func(id string) bool { return id == "d" || alive(id) }); err != nil {
 			t.Errorf("after the writer died: %v", err)
 		}
 	})
@@ -232,6 +273,39 @@ func TestVolumeQuota(t *testing.T) {
 		if _, err := files.Stat("/lost+found"); !errors.Is(err, snapshot.ErrPathNotFound) {
 			t.Errorf("lost+found: %v", err)
 		}
+	})
+	t.Run("opening the store mounts a sized volume found unmounted, with its files", func(t *testing.T) {
+		if err := runtime.UnmountDisk(vs.DataDir(vol.ID)); err != nil {
+			t.Fatal(err)
+		}
+		again, err := snapshot.OpenVolumes(filepath.Dir(filepath.Dir(vs.DataDir(vol.ID))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(again.DataDir(vol.ID), "keep")); string(b) != "kept" {
+			t.Errorf("after a new mount: %q %v", b, err)
+		}
+	})
+	t.Run("a mount found gone while the filesystem is still in use mounts that same filesystem", func(t *testing.T) {
+		// What a sandbox's bind does: hold the filesystem after the host's mount goes.
+		hold := t.TempDir()
+		if err := unix.Mount(vs.DataDir(vol.ID), hold, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(hold, unix.MNT_DETACH) })
+		if err := runtime.UnmountDisk(vs.DataDir(vol.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Mount(vol); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(hold, "via-hold"), []byte("one"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(vs.DataDir(vol.ID), "via-hold")); string(b) != "one" {
+			t.Errorf("the new mount does not see the held filesystem's write: %q", b)
+		}
+		_ = os.Remove(filepath.Join(hold, "via-hold"))
 	})
 	t.Run("a deleted volume is unmounted and gone", func(t *testing.T) {
 		files.Close()

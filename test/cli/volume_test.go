@@ -64,10 +64,19 @@ func TestVolumeVerbs(t *testing.T) {
 			t.Errorf("a second read-write mount: %s", r)
 		}
 		reader := c.create("--volume", "cli-files:/mnt/v:ro")
+		if out := c.ok("sandbox", "info", reader).stdout; !strings.Contains(out, "cli-files:/mnt/v:ro") {
+			t.Errorf("sandbox info of the reader: %q", out)
+		}
 		c.create("--volume", "cli-files:/mnt/v:ro")
 		c.ok("exec", writer, "--", "sh -c 'echo fresh > /mnt/v/new'")
 		if out := c.ok("exec", reader, "--", "cat /mnt/v/new").stdout; out != "fresh\n" {
 			t.Errorf("the reader sees %q", out)
+		}
+		// A pause (a snapshot where CRIU 4 is built, else a freeze) keeps the read-only mount.
+		c.ok("sandbox", "pause", reader)
+		c.ok("sandbox", "resume", reader)
+		if out := c.ok("exec", reader, "--", "cat /mnt/v/new").stdout; out != "fresh\n" {
+			t.Errorf("the reader after a pause sees %q", out)
 		}
 		r := c.run("exec", reader, "--", "sh -c 'echo no > /mnt/v/no'")
 		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "Read-only file system") {

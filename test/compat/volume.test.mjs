@@ -64,6 +64,15 @@ test('the content API makes, writes, reads, lists, updates and removes with the 
   const all = await vol.list('/', { depth: 3 })
   assert.deepEqual(all.map((e) => e.path), ['/deep', '/deep/er', '/deep/er/est', '/docs', '/docs/a.txt'])
 
+  // Streams both ways: a chunked upload without a length, a streamed read, a Blob.
+  const chunks = ['stream', 'ed ', 'upload']
+  const body = new ReadableStream({ pull(c) { const next = chunks.shift(); next ? c.enqueue(new TextEncoder().encode(next)) : c.close() } })
+  assert.equal((await vol.writeFile('/docs/streamed.txt', body)).size, 15)
+  const stream = await vol.readFile('/docs/streamed.txt', { format: 'stream' })
+  assert.equal(await new Response(stream).text(), 'streamed upload')
+  assert.equal(await (await vol.readFile('/docs/streamed.txt', { format: 'blob' })).text(), 'streamed upload')
+  await vol.remove('/docs/streamed.txt')
+
   const updated = await vol.updateMetadata('/docs/a.txt', { mode: 0o600 })
   assert.equal(updated.mode, 0o600)
 
@@ -89,6 +98,7 @@ test('a sandbox mounting the volume sees what the content API wrote, and the oth
   const vol = await volume('shared')
   await vol.writeFile('/from-api.txt', 'api')
   const sbx = await create({ volumeMounts: { '/mnt/v': vol } })
+  assert.deepEqual((await sbx.getInfo()).volumeMounts, [{ name: vol.name, path: '/mnt/v' }], 'getInfo names its mounts')
   assert.equal(await sbx.files.read('/mnt/v/from-api.txt'), 'api')
   await sbx.commands.run('echo sandbox > /mnt/v/from-sandbox.txt && ln -s /etc/passwd /mnt/v/escape')
   assert.equal(await vol.readFile('/from-sandbox.txt'), 'sandbox\n')
