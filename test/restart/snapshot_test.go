@@ -280,6 +280,24 @@ func TestASnapshotThatDoesNotFitFailsThePauseAndTheSandboxRunsOn(t *testing.T) {
 	if onDisk(s, id) {
 		t.Errorf("the failed snapshot's images were left on the disk")
 	}
+	code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+id+"/snapshots", map[string]any{})
+	if code != http.StatusInsufficientStorage || !strings.Contains(raw, "runs on") {
+		t.Errorf("createSnapshot with no room: %d %s, want 507 saying the sandbox runs on", code, raw)
+	}
+	if left, _ := os.ReadDir(filepath.Join(s.DataDir, "snapshots")); len(left) != 0 {
+		t.Errorf("the failed snapshot left files: %v", left)
+	}
+	// With room again the same sandbox pauses and resumes: nothing was lost on the way.
+	exec(t, s, id, "rm /dev/shm/fill; echo kept > /home/user/kept")
+	if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{}); code != http.StatusNoContent {
+		t.Fatalf("pause with room again: %d %v", code, body)
+	}
+	if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}); code != http.StatusCreated {
+		t.Fatalf("connect: %d %v", code, body)
+	}
+	if out := exec(t, s, id, "cat /home/user/kept"); strings.TrimSpace(out) != "kept" {
+		t.Errorf("after a pause and resume with room again: %q", out)
+	}
 }
 
 // adminDisk runs `cove admin disk --json` and returns the team's line (zero when it has none).
