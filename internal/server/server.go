@@ -46,6 +46,7 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -276,11 +277,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	kept, err := vault.Open(filepath.Join(cfg.DataDir, "vault"))
+	if err != nil {
+		return err
+	}
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: db, Runtime: rt, Templates: templates, Events: bus,
 		Logs: ingester, Commands: db, Redactor: redactor, EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, Network: netw,
+		Snapshots: snapshots, Volumes: volumes, Network: netw, Vault: kept,
 	})
 	if err != nil {
 		return err
