@@ -30,8 +30,8 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/reason"
 	"github.com/cove-dev/cove/requestid"
 )

@@ -190,4 +190,6 @@ func writeFile(path string, b []byte) error {
 }
 
 // leftover reports whether name is a temp file a crash left (removed at Open).
-func leftover(name string) bool { return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") }
+func leftover(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
+}
