@@ -106,6 +106,15 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
 	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)
+	if err := o.keepSecrets(ctx, e); err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("secrets").Inc()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			o.dropSecrets(ctx, e)
+		}
+	}()
 	binds := []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}}
 	vb, vids, err := o.volumeBinds(req.TeamID, sb.ID, req.VolumeMounts)
 	if err != nil {

@@ -81,8 +81,18 @@ func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name stri
 	}
 	sn.TeamID, sn.SandboxID, sn.TemplateID, sn.Metadata = src.TeamID, src.ID, src.TemplateID, src.Metadata
 	sn.Secure, sn.EnvdAccessToken, sn.Bytes = src.Secure, src.EnvdAccessToken, n
+	if o.cfg.Vault != nil {
+		// Sandboxes started from the snapshot are masked of its sandbox's secrets.
+		if err := o.cfg.Vault.Put(sn.ID, o.secretsOf(ctx, e)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+	}
 	if err := o.cfg.Snapshots.Save(sn); err != nil {
 		_ = os.RemoveAll(dir)
+		if o.cfg.Vault != nil {
+			_ = o.cfg.Vault.Delete(sn.ID)
+		}
 		return nil, err
 	}
 	o.logger(ctx).Info("snapshot created", telemetry.KeySnapshotID, sn.ID, telemetry.KeySnapshotBytes, n)
@@ -108,6 +118,11 @@ func (o *Orchestrator) DeleteSnapshot(ctx context.Context, teamID, id string) er
 	}
 	if err := o.cfg.Snapshots.Delete(id); err != nil {
 		return err
+	}
+	if o.cfg.Vault != nil {
+		if err := o.cfg.Vault.Delete(id); err != nil {
+			o.logger(ctx).Error("the deleted snapshot's kept secrets were not removed", telemetry.KeySnapshotID, id, telemetry.KeyError, err.Error())
+		}
 	}
 	o.logger(ctx).Info("snapshot deleted", telemetry.KeySnapshotID, id, telemetry.KeySnapshotBytes, sn.Bytes)
 	return nil
@@ -221,9 +236,14 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		sb.Metadata = map[string]string{}
 	}
 	ctx = sandboxLog(ctx, sb)
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}}
+	// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, from.forkedFrom, from.snapshotID)}
+	if err := o.keepSecrets(ctx, e); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
+			o.dropSecrets(ctx, e)
 			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
 			o.detachNetwork(ctx, sb.ID)
 			e.stopWatching()

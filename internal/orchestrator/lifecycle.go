@@ -111,6 +111,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	}
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
 	o.detachNetwork(ctx, e.sb.ID)
+	o.dropSecrets(ctx, e)
 	e.stopWatching()
 	e.closeLog()
 
@@ -628,6 +629,7 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		}
 		o.closeOpenCommands(ctx, sb.ID, reason.KillOrphaned)
 	}
+	o.pruneSecrets(ctx)
 	ids, err := o.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("recover: list runtime sandboxes: %w", err)

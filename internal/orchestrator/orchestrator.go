@@ -31,6 +31,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/reason"
 	"github.com/cove-dev/cove/requestid"
 )
@@ -85,6 +86,10 @@ type Config struct {
 	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
 	// forks and snapshots off.
 	Snapshots *snapshot.Store
+	// Vault keeps, sealed, the secrets each sandbox's output is redacted of, so a server
+	// that adopts it after a restart masks them too (secrets.go); nil keeps them in memory
+	// only.
+	Vault *vault.Vault
 	// Volumes keeps the teams' volumes; nil turns volumes off.
 	Volumes *snapshot.Volumes
 	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes

@@ -34,8 +34,11 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 		return
 	}
 	if e.redactor == nil {
-		// An adopted or restored sandbox: its creating request's secrets are not known here.
-		e.redactor = o.sandboxRedactor(e.sb, req)
+		// An adopted sandbox: its creating request's secrets are the ones kept for it.
+		e.redactor = o.keptRedactor(ctx, e.sb, e.sb.ID)
+		if err := o.keepSecrets(ctx, e); err != nil {
+			o.logger(ctx).Error("the adopted sandbox's secrets are masked but not kept", "error", err.Error())
+		}
 	}
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID},
 		e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))

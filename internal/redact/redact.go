@@ -185,6 +185,7 @@ type Redactor struct {
 	minLen int
 	mu     sync.Mutex // serializes AddSecret
 	set    atomic.Pointer[secretSet]
+	added  func(own []string) // OnAdd's; called under mu
 }
 
 // New returns a Redactor with the options' secrets.
@@ -218,7 +219,23 @@ func (r *Redactor) AddSecret(value string) {
 	if len(value) >= r.minLen && slices.Contains(cur.secrets, value) {
 		return
 	}
-	r.set.Store(newSecretSet(cur.secrets, cur.skipped, []string{value}, r.minLen))
+	next := newSecretSet(cur.secrets, cur.skipped, []string{value}, r.minLen)
+	r.set.Store(next)
+	if r.added != nil && len(next.secrets) > len(cur.secrets) {
+		r.added(slices.Clone(next.secrets))
+	}
+}
+
+// Own returns the exact secrets r masks beyond its parents' (With's and AddSecret's).
+func (r *Redactor) Own() []string { return slices.Clone(r.set.Load().secrets) }
+
+// OnAdd makes r call f with all of its own secrets (Own) each time AddSecret adds one,
+// before AddSecret returns, one call at a time: a caller that keeps them (to mask the same
+// secrets after a restart) never has a newer set overwritten by an older one.
+func (r *Redactor) OnAdd(f func(own []string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.added = f
 }
 
 // Skipped is how many values given to r (not its parents) were too short to mask.

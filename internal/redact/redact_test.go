@@ -654,3 +654,32 @@ func TestExact(t *testing.T) {
 		})
 	}
 }
+
+func TestOwnAndOnAdd(t *testing.T) {
+	t.Parallel()
+	global := New(Options{Secrets: []string{"global-secret-1"}})
+	r := global.With("sandbox-secret-1")
+	var calls [][]string
+	r.OnAdd(func(own []string) { calls = append(calls, own) })
+	r.AddSecret("command-secret-1")
+	r.AddSecret("command-secret-1") // known: no call
+	r.AddSecret("short")            // too short to mask: no call
+	global.AddSecret("global-secret-2")
+	t.Run("own lists the secrets given to With and AddSecret, not the parent's", func(t *testing.T) {
+		if got := r.Own(); !slices.Equal(got, []string{"sandbox-secret-1", "command-secret-1"}) {
+			t.Errorf("Own() = %q", got)
+		}
+	})
+	t.Run("OnAdd is called once per new secret with all of them", func(t *testing.T) {
+		if len(calls) != 1 || !slices.Equal(calls[0], []string{"sandbox-secret-1", "command-secret-1"}) {
+			t.Errorf("OnAdd calls %q, want one with both own secrets", calls)
+		}
+	})
+	t.Run("after OnAdd(nil) nothing is called", func(t *testing.T) {
+		r.OnAdd(nil)
+		r.AddSecret("command-secret-2")
+		if len(calls) != 1 {
+			t.Errorf("OnAdd calls after OnAdd(nil): %q", calls)
+		}
+	})
+}

@@ -281,6 +281,9 @@ func (r *Runc) Export(ctx context.Context, id, dir string) (int64, error) {
 	}
 	for _, c := range [][2]string{{r.checkpointDir(id), "checkpoint"}, {r.UpperDir(id), "upper"}} {
 		if err := copyTree(c[0], filepath.Join(dir, c[1])); err != nil {
+			if strings.Contains(err.Error(), "No space left on device") || nearlyFull(dir) {
+				err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+			}
 			_ = os.RemoveAll(dir)
 			return 0, fmt.Errorf("export %s: %w", id, err)
 		}

@@ -854,6 +854,14 @@ func TestAdopt(t *testing.T) {
 	})
 }
 
+// memoryHolder is a script whose dd holds mb MB read from source in its memory (blocked
+// writing into a pipe nobody reads); it prints ready once they are in, and answer on SIGUSR1.
+func memoryHolder(source string, mb int64) string {
+	return fmt.Sprintf(`dd if=%s bs=%dM count=2 iflag=fullblock 2>/dev/null | sleep 100000 &
+		while :; do kb=$(awk '/VmRSS/{print $2}' /proc/$(pidof dd)/status 2>/dev/null); [ "${kb:-0}" -ge %d ] && break; sleep 0.05; done
+		echo ready; trap 'echo answer' USR1; while :; do sleep 0.05; done`, source, mb, mb<<10)
+}
+
 func TestCheckpointAndRestore(t *testing.T) {
 	r, rootfs := newRuntime(t)
 	if err := r.CanCheckpoint(); err != nil {
@@ -913,7 +921,6 @@ func TestCheckpointAndRestore(t *testing.T) {
 		child.stdout.waitFor(t, "answer-"+value+"-"+value, 10*time.Second)
 	})
 	t.Run("touched zero pages take no disk and random ones do, and the sandbox restores", func(t *testing.T) {
-		// dd holds its buffer full of what it read, blocked writing into a pipe nobody reads.
 		for _, c := range []struct {
 			source   string
 			mb       int64
@@ -922,10 +929,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 			{"/dev/zero", 64, func(bytes, mb int64) bool { return bytes < 8<<20 }},
 			{"/dev/urandom", 16, func(bytes, mb int64) bool { return bytes >= mb<<20 }},
 		} {
-			s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(fmt.Sprintf(
-				`dd if=%s bs=%dM count=2 iflag=fullblock 2>/dev/null | sleep 100000 &
-				while :; do kb=$(awk '/VmRSS/{print $2}' /proc/$(pidof dd)/status 2>/dev/null); [ "${kb:-0}" -ge %d ] && break; sleep 0.05; done
-				echo ready; trap 'echo answer' USR1; while :; do sleep 0.05; done`, c.source, c.mb, c.mb<<10))})
+			s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(memoryHolder(c.source, c.mb))})
 			s.stdout.waitFor(t, "ready", 30*time.Second)
 			info, err := r.Checkpoint(context.Background(), s.id)
 			if err != nil {
@@ -945,6 +949,28 @@ func TestCheckpointAndRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			out.waitFor(t, "answer", 10*time.Second)
+		}
+	})
+	t.Run("an export that does not fit is ErrNoSpace and leaves nothing", func(t *testing.T) {
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(memoryHolder("/dev/urandom", 8))})
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		if _, err := r.Checkpoint(context.Background(), s.id); err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		small := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small).CombinedOutput(); err != nil {
+			t.Skipf("mount a small tmpfs: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(small, unix.MNT_DETACH) })
+		export := filepath.Join(small, "export")
+		if _, err := r.Export(context.Background(), s.id, export); !errors.Is(err, runtime.ErrNoSpace) {
+			t.Errorf("export to a full disk: %v, want ErrNoSpace", err)
+		}
+		if _, err := os.Stat(export); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the failed export left %s: %v", export, err)
+		}
+		if _, err := r.Restore(context.Background(), s.id); err != nil {
+			t.Errorf("restore after the failed export: %v", err)
 		}
 	})
 	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {

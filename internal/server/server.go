@@ -47,6 +47,7 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -379,12 +380,16 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	kept, err := vault.Open(filepath.Join(s.cfg.DataDir, "vault"))
+	if err != nil {
+		return err
+	}
 	cfg := s.cfg
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, Network: s.netw,
+		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, Network: s.netw, Vault: kept,
 	})
 	if err != nil {
 		return err

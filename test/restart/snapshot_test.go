@@ -280,6 +280,24 @@ func TestASnapshotThatDoesNotFitFailsThePauseAndTheSandboxRunsOn(t *testing.T) {
 	if onDisk(s, id) {
 		t.Errorf("the failed snapshot's images were left on the disk")
 	}
+	code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+id+"/snapshots", map[string]any{})
+	if code != http.StatusInsufficientStorage || !strings.Contains(raw, "runs on") {
+		t.Errorf("createSnapshot with no room: %d %s, want 507 saying the sandbox runs on", code, raw)
+	}
+	if left, _ := os.ReadDir(filepath.Join(s.DataDir, "snapshots")); len(left) != 0 {
+		t.Errorf("the failed snapshot left files: %v", left)
+	}
+	// With room again the same sandbox pauses and resumes: nothing was lost on the way.
+	exec(t, s, id, "rm /dev/shm/fill; echo kept > /home/user/kept")
+	if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", map[string]any{}); code != http.StatusNoContent {
+		t.Fatalf("pause with room again: %d %v", code, body)
+	}
+	if code, body := call(t, s, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}); code != http.StatusCreated {
+		t.Fatalf("connect: %d %v", code, body)
+	}
+	if out := exec(t, s, id, "cat /home/user/kept"); strings.TrimSpace(out) != "kept" {
+		t.Errorf("after a pause and resume with room again: %q", out)
+	}
 }
 
 // adminDisk runs `cove admin disk --json` and returns the team's line (zero when it has none).
@@ -422,4 +440,59 @@ func TestSnapshotDiskIsCountedPerTeamAndGoesWithItsSandboxOrSnapshot(t *testing.
 			t.Errorf("after the kill: %+v, want nothing", u)
 		}
 	})
+}
+
+func TestForksAndSandboxesFromASnapshotAreMaskedOfTheirOriginsSecrets(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	s := covetest.Start(t, "")
+	const secret = "origin-env-secret-9191919191"
+	code, body := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "timeout": 120,
+		"envVars": map[string]string{"DB_PASSWORD": secret}})
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	parent := body["sandboxID"].(string)
+	code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/fork", map[string]any{"count": 1, "timeout": 120})
+	var forks []struct {
+		Sandbox *struct {
+			SandboxID string `json:"sandboxID"`
+		} `json:"sandbox"`
+	}
+	if code != http.StatusCreated || json.Unmarshal([]byte(raw), &forks) != nil || len(forks) != 1 || forks[0].Sandbox == nil {
+		t.Fatalf("fork: %d %s", code, raw)
+	}
+	code, raw = callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/snapshots", map[string]any{})
+	var sn struct {
+		SnapshotID string `json:"snapshotID"`
+	}
+	if code != http.StatusCreated || json.Unmarshal([]byte(raw), &sn) != nil {
+		t.Fatalf("create snapshot: %d %s", code, raw)
+	}
+	code, body = call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": sn.SnapshotID, "timeout": 120})
+	if code != http.StatusCreated {
+		t.Fatalf("create from the snapshot: %d %v", code, body)
+	}
+	for what, id := range map[string]string{"the fork": forks[0].Sandbox.SandboxID, "the sandbox from the snapshot": body["sandboxID"].(string)} {
+		t.Run(what+" has the origin's secret env and its output is masked of it", func(t *testing.T) {
+			if out := exec(t, s, id, `echo "copy says $DB_PASSWORD"`); strings.TrimSpace(out) != "copy says "+secret {
+				t.Fatalf("the copy's env: %q", out)
+			}
+			var logs string
+			waitFor(t, 30*time.Second, "the copy's line in the log store", func() bool {
+				_, logs = callRaw(t, s, "/v2/sandboxes/"+id+"/logs?limit=1000")
+				return strings.Contains(logs, "copy says")
+			})
+			_, cmds := callRaw(t, s, "/sandboxes/"+id+"/commands")
+			if !strings.Contains(logs, "copy says [REDACTED:exact]") || strings.Contains(logs+cmds, secret) {
+				t.Errorf("the copy's logs and records hold the origin's secret:\n%s\n%s", logs, cmds)
+			}
+		})
+	}
+	if code, _ := callJSON(t, s, http.MethodDelete, "/snapshots/"+sn.SnapshotID, nil); code != http.StatusNoContent {
+		t.Errorf("delete snapshot: %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(s.DataDir, "vault", sn.SnapshotID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted snapshot's kept secrets are still on disk: %v", err)
+	}
 }

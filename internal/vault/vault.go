@@ -1,0 +1,195 @@
+// Package vault keeps small sets of secret values on the host's disk, sealed, for a server
+// that must know them again after a restart: the values a sandbox's output is redacted of
+// (its secret env vars, its commands' secret envs, its network rules' secrets), which a
+// client gave only at create or at a command's start.
+//
+// The one idea: a value is never written in the clear. Each set is one file, <dir>/<name>,
+// sealed with AES-256-GCM under a key that lives in its own file (<dir>/.key); both are
+// 0600 in a 0700 directory, the protection the database gives envd's access tokens. So a
+// copy of the database or of the logs (a backup, a bug report) holds no secret, and a grep of
+// the data dir for a planted secret finds none; whoever reads the key file as root can open
+// them, as they could read a running sandbox's memory.
+package vault
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Vault is the sealed sets under one directory. Safe for concurrent use on distinct names;
+// Put and Delete of one name must not race (the orchestrator serialises them per sandbox).
+type Vault struct {
+	dir  string
+	aead cipher.AEAD
+}
+
+const keyFile = ".key"
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+
+// Open opens the vault in dir, making it and its key on first use.
+func Open(dir string) (*Vault, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	key, err := os.ReadFile(filepath.Join(dir, keyFile))
+	if errors.Is(err, os.ErrNotExist) {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("vault: new key: %w", err)
+		}
+		if err := writeFile(filepath.Join(dir, keyFile), key); err != nil {
+			return nil, fmt.Errorf("vault: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	if len(key) != 32 {
+		return nil, fmt.Errorf("vault: key %s is %d bytes, not 32", filepath.Join(dir, keyFile), len(key))
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if leftover(e.Name()) {
+				_ = os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return &Vault{dir: dir, aead: aead}, nil
+}
+
+func (v *Vault) path(name string) (string, error) {
+	if !validName.MatchString(name) {
+		return "", fmt.Errorf("vault: bad name %q", name)
+	}
+	return filepath.Join(v.dir, name), nil
+}
+
+// Put replaces name's set with values, durably (written, synced, renamed into place).
+func (v *Vault) Put(name string, values []string) error {
+	path, err := v.path(name)
+	if err != nil {
+		return err
+	}
+	plain, err := json.Marshal(values)
+	if err != nil {
+		return fmt.Errorf("vault: put %s: %w", name, err)
+	}
+	nonce := make([]byte, v.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return fmt.Errorf("vault: put %s: %w", name, err)
+	}
+	// The name is sealed in as associated data: a file renamed to another sandbox's name
+	// does not open.
+	sealed := v.aead.Seal(nonce, nonce, plain, []byte(name))
+	if err := writeFile(path, sealed); err != nil {
+		return fmt.Errorf("vault: put %s: %w", name, err)
+	}
+	return nil
+}
+
+// Get returns name's set; nil and no error when there is none.
+func (v *Vault) Get(name string) ([]string, error) {
+	path, err := v.path(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vault: get %s: %w", name, err)
+	}
+	n := v.aead.NonceSize()
+	if len(b) < n {
+		return nil, fmt.Errorf("vault: get %s: the file is cut short", name)
+	}
+	plain, err := v.aead.Open(nil, b[:n], b[n:], []byte(name))
+	if err != nil {
+		return nil, fmt.Errorf("vault: get %s: it does not open with this vault's key: %w", name, err)
+	}
+	var values []string
+	if err := json.Unmarshal(plain, &values); err != nil {
+		return nil, fmt.Errorf("vault: get %s: %w", name, err)
+	}
+	return values, nil
+}
+
+// Delete removes name's set; none is not an error.
+func (v *Vault) Delete(name string) error {
+	path, err := v.path(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("vault: delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// Names lists the sets in the vault.
+func (v *Vault) Names() ([]string, error) {
+	entries, err := os.ReadDir(v.dir)
+	if err != nil {
+		return nil, fmt.Errorf("vault: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && validName.MatchString(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// writeFile writes b to path atomically and durably, 0600.
+func writeFile(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// leftover reports whether name is a temp file a crash left (removed at Open).
+func leftover(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
+}
