@@ -299,7 +299,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	defer smp.Close()
-	retainer := retention.New(retention.Config{Store: db, Policies: policies(cfg), Logger: cfg.Logger})
+	retainer := retention.New(retention.Config{Store: db, BuildLogs: templates.BuildLogs(), Policies: policies(cfg), Logger: cfg.Logger})
 	go retainer.Run(ctx)
 	builds, err := template.OpenBuilds(templates, cfg.DataDir)
 	if err != nil {
