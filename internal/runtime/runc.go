@@ -117,7 +117,10 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 	}
 	// A create's runc then moves its init into the sandbox's cgroups in 0.07 ms, not 7.
 	if _, err := FavorDynMods(); err != nil {
-		telemetry.Logger(ctx).Warn("cgroup mount not tuned for creates", "error", err.Error())
+		telemetry.Logger(ctx).Warn("cgroup mount not tuned for creates", telemetry.KeyError, err.Error())
+	}
+	if err := weighParent(cfg.CgroupParent); err != nil {
+		telemetry.Logger(ctx).Warn("sandboxes' parent cgroup keeps the CPU weight of one task", telemetry.KeyError, err.Error())
 	}
 	return &Runc{
 		cfg:       cfg,
