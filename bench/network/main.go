@@ -95,7 +95,7 @@ func run(creates, attaches, mib int, bin string) error {
 	fmt.Printf("%-70s %8.2f ms (p90 %.2f)  goal <= 50 ms\n", "create -> first command, networking on, p50", measure.Ms(measure.Pct(on, 50)), measure.Ms(measure.Pct(on, 90)))
 	fmt.Printf("%-70s %8.2f\n", "ratio on / off (p50)", float64(measure.Pct(on, 50))/float64(measure.Pct(off, 50)))
 	if b, err := os.ReadFile("/sys/fs/cgroup/cpu/cove/cpu.shares"); err == nil {
-		fmt.Printf("%-70s %8s\n", "the sandboxes' parent cgroup's cpu.shares (1024 per CPU since)", strings.TrimSpace(string(b)))
+		fmt.Printf("%-70s %8s\n", "cpu.shares of the sandboxes' parent cgroup (cove server sets 1024 per CPU)", strings.TrimSpace(string(b)))
 	}
 
 	return throughputPhase(bin, in, tmp, mib)
