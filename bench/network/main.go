@@ -45,15 +45,16 @@ func main() {
 	creates := flag.Int("creates", 30, "timed creates per server (after warm-up runs)")
 	attaches := flag.Int("attaches", 40, "timed attaches, cold and warm")
 	mib := flag.Int("mib", 512, "MiB sent per throughput run")
+	rounds := flag.Int("rounds", 9, "throughput rounds (each sender once a round, in turns)")
 	coveBin := flag.String("cove", "", "cove binary (built from this checkout when empty)")
 	flag.Parse()
-	if err := run(*creates, *attaches, *mib, *coveBin); err != nil {
+	if err := run(*creates, *attaches, *mib, *rounds, *coveBin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/network:", err)
 		os.Exit(1)
 	}
 }
 
-func run(creates, attaches, mib int, bin string) error {
+func run(creates, attaches, mib, rounds int, bin string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, veths, nftables)")
 	}
@@ -98,7 +99,7 @@ func run(creates, attaches, mib int, bin string) error {
 		fmt.Printf("%-70s %8s\n", "cpu.shares of the sandboxes' parent cgroup (cove server sets 1024 per CPU)", strings.TrimSpace(string(b)))
 	}
 
-	return throughputPhase(bin, in, tmp, mib)
+	return throughputPhase(bin, in, tmp, mib, rounds)
 }
 
 // attachPhase times Attach with no ready namespaces and with them, and returns the p50s.
@@ -197,10 +198,11 @@ func createPhase(bin, tmp string, n int, in *nettest.Internet) (off, on []time.D
 	return off, on, nil
 }
 
-// throughputPhase sends mib MiB to the sink from the host, from a bare sandbox namespace and
-// from inside a real sandbox, in turns, and prints the median rates and their ratios to the
-// host's (the veth's line rate, measured in the same run).
-func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) error {
+// throughputPhase sends mib MiB to the sink with Go from the host and from a bare sandbox
+// namespace, and with dd from the host and from inside a real sandbox, in turns, rounds
+// times, and prints the median rates and each sandbox path's share of the same tool's rate
+// from the host (the veth's line rate, measured in the same run).
+func throughputPhase(bin string, in *nettest.Internet, tmp string, mib, rounds int) error {
 	sink := net.JoinHostPort(in.Addr.String(), "9000")
 	size := int64(mib) << 20
 	send := func(c net.Conn, err error) (float64, error) {
@@ -275,7 +277,7 @@ func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) erro
 		}},
 	}
 	rates := make([][]float64, len(senders))
-	for range 5 {
+	for range rounds {
 		for i, s := range senders {
 			r, err := s.one()
 			if err != nil {
@@ -284,17 +286,25 @@ func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) erro
 			rates[i] = append(rates[i], r)
 		}
 	}
-	median := func(rs []float64) float64 { slices.Sort(rs); return rs[len(rs)/2] }
+	median := func(rs []float64) float64 { rs = slices.Clone(rs); slices.Sort(rs); return rs[len(rs)/2] }
+	// A share is the median of each round's own ratio: the two runs of a round are back to
+	// back, so a neighbour's load that comes and goes between rounds moves both alike.
+	share := func(of, base int) float64 {
+		var rs []float64
+		for r := range rates[of] {
+			rs = append(rs, rates[of][r]/rates[base][r])
+		}
+		return 100 * median(rs)
+	}
 	for i, s := range senders {
-		r := median(rates[i])
 		suffix := ""
 		switch i {
 		case 1:
-			suffix = fmt.Sprintf("  %.0f%% of the Go line rate", 100*r/median(rates[0]))
+			suffix = fmt.Sprintf("  %.0f%% of the Go line rate", share(1, 0))
 		case 3:
-			suffix = fmt.Sprintf("  %.0f%% of dd on the host, goal >= 80%%", 100*r/median(rates[2]))
+			suffix = fmt.Sprintf("  %.0f%% of dd on the host, goal >= 80%%", share(3, 2))
 		}
-		fmt.Printf("%-70s %8.0f MiB/s%s\n", s.name+", median of 5", r, suffix)
+		fmt.Printf("%-70s %8.0f MiB/s%s\n", fmt.Sprintf("%s, median of %d", s.name, rounds), median(rates[i]), suffix)
 	}
 	return nil
 }
