@@ -9,7 +9,8 @@ import (
 // StoreStatus is one dataset of the server's stores in AdminStatus: what it keeps, for how
 // long, and how big it is now.
 type StoreStatus struct {
-	// Dataset is events, webhook_deliveries, metric_samples, command_records or log_lines.
+	// Dataset is events, webhook_deliveries, metric_samples, command_records, log_lines or
+	// build_logs (templates' build log files: Rows counts logs, Bytes their size).
 	Dataset     string    `json:"dataset"`
 	TTLSeconds  int64     `json:"ttlSeconds"` // rows older go; 0: no TTL
 	MaxRows     int64     `json:"maxRows"`    // past it the oldest go; 0: no cap (lines for log_lines)

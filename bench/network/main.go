@@ -11,7 +11,8 @@
 //  1. attach: internal/network's Attach, cold (namespace, veth, addresses, route, nft chain)
 //     and from the ready pool;
 //  2. create: create -> `true` finished through the SDK, on a server with --network=false and
-//     on one with networking (ready namespaces on), p50 and p90 of each;
+//     on one with networking (ready namespaces on), and with -baseline on a third with an
+//     older binary, the servers taking turns; p50 and p90 of each;
 //  3. throughput: TCP bytes to the fake internet's sink, each path with the same tool on
 //     both sides: Go from the host (the veth's line rate) and from a bare sandbox namespace
 //     (veth, forward, NAT, veth), and dd writing to bash's /dev/tcp from the host and from
@@ -31,6 +32,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/bench/internal/measure"
@@ -44,15 +46,17 @@ func main() {
 	creates := flag.Int("creates", 30, "timed creates per server (after warm-up runs)")
 	attaches := flag.Int("attaches", 40, "timed attaches, cold and warm")
 	mib := flag.Int("mib", 512, "MiB sent per throughput run")
+	rounds := flag.Int("rounds", 9, "throughput rounds (each sender once a round, in turns)")
 	coveBin := flag.String("cove", "", "cove binary (built from this checkout when empty)")
+	baseline := flag.String("baseline", "", "another cove binary (an older build) whose server takes turns with the others in the create phase")
 	flag.Parse()
-	if err := run(*creates, *attaches, *mib, *coveBin); err != nil {
+	if err := run(*creates, *attaches, *mib, *rounds, *coveBin, *baseline); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/network:", err)
 		os.Exit(1)
 	}
 }
 
-func run(creates, attaches, mib int, bin string) error {
+func run(creates, attaches, mib, rounds int, bin, baseline string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, veths, nftables)")
 	}
@@ -86,15 +90,30 @@ func run(creates, attaches, mib int, bin string) error {
 	}
 	fmt.Printf("%-70s %8.2f ms (favordynmods %v; 7 ms without it here)\n", "runc's first pid write into a new cgroup, p50", measure.Ms(attach), favored)
 
-	off, on, err := createPhase(bin, tmp, creates, in)
+	servers := []server{{"networking off", bin, []string{"--network=false"}}, {"networking on", bin, []string{"--network-dns", in.DNS().String()}}}
+	if baseline != "" {
+		servers = append(servers, server{"networking on, -baseline binary", baseline, []string{"--network-dns", in.DNS().String()}})
+	}
+	times, err := createPhase(servers, tmp, creates)
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
-	fmt.Printf("%-70s %8.2f ms (p90 %.2f)\n", "create -> first command, networking off, p50", measure.Ms(measure.Pct(off, 50)), measure.Ms(measure.Pct(off, 90)))
-	fmt.Printf("%-70s %8.2f ms (p90 %.2f)  goal <= 50 ms\n", "create -> first command, networking on, p50", measure.Ms(measure.Pct(on, 50)), measure.Ms(measure.Pct(on, 90)))
-	fmt.Printf("%-70s %8.2f\n", "ratio on / off (p50)", float64(measure.Pct(on, 50))/float64(measure.Pct(off, 50)))
+	for i, s := range servers {
+		goal := ""
+		if i > 0 {
+			goal = "  goal <= 50 ms"
+		}
+		fmt.Printf("%-70s %8.2f ms (p90 %.2f)%s\n", "create -> first command, "+s.name+", p50", measure.Ms(measure.Pct(times[i], 50)), measure.Ms(measure.Pct(times[i], 90)), goal)
+	}
+	fmt.Printf("%-70s %8.2f\n", "ratio on / off (p50)", float64(measure.Pct(times[1], 50))/float64(measure.Pct(times[0], 50)))
+	if baseline != "" {
+		fmt.Printf("%-70s %8.2f\n", "ratio on / on with the -baseline binary (p50)", float64(measure.Pct(times[1], 50))/float64(measure.Pct(times[2], 50)))
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/cpu/cove/cpu.shares"); err == nil {
+		fmt.Printf("%-70s %8s\n", "cpu.shares of the sandboxes' parent cgroup (cove server sets 1024 per CPU)", strings.TrimSpace(string(b)))
+	}
 
-	return throughputPhase(bin, in, tmp, mib)
+	return throughputPhase(bin, in, tmp, mib, rounds)
 }
 
 // attachPhase times Attach with no ready namespaces and with them, and returns the p50s.
@@ -144,59 +163,63 @@ func attachPhase(in *nettest.Internet, n int, tmp string) (cold, warm time.Durat
 	return cold, warm, nil
 }
 
-// createPhase starts a server with --network=false and one with networking, and times
-// create -> `true` finished on each, taking turns so both see the same load.
-func createPhase(bin, tmp string, n int, in *nettest.Internet) (off, on []time.Duration, err error) {
+// server is one `cove server` the create phase times.
+type server struct {
+	name string
+	bin  string
+	args []string
+}
+
+// createPhase starts each server and times create -> `true` finished on each, the servers
+// taking turns (one create each a round) so that all see the same load. It returns each
+// server's timed runs, after a few warm-up rounds.
+func createPhase(servers []server, tmp string, n int) ([][]time.Duration, error) {
 	var clients []*cove.Client
-	for _, args := range [][]string{{"--network=false"}, {"--network-dns", in.DNS().String()}} {
-		data := filepath.Join(tmp, fmt.Sprint("server-", len(clients)))
+	for i, s := range servers {
+		data := filepath.Join(tmp, fmt.Sprint("server-", i))
 		if err := os.MkdirAll(data, 0o700); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		p, err := covetest.LaunchWith(bin, data, filepath.Join(data, "server.log"), args...)
+		p, err := covetest.LaunchWith(s.bin, data, filepath.Join(data, "server.log"), s.args...)
 		if err != nil {
-			return nil, nil, err
+			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
 		defer p.Stop()
 		clients = append(clients, cove.NewClient(cove.Config{APIURL: p.URL, APIKey: p.Key}))
 	}
 	ctx := context.Background()
-	turn := 0
-	ds, err := measure.Runs(2*n, func() (time.Duration, error) {
-		c := clients[turn%2]
-		turn++
-		t0 := time.Now()
-		sb, err := c.Create(ctx, cove.SandboxOptions{})
-		if err != nil {
-			return 0, err
-		}
-		_, err = sb.Commands.Run(ctx, "true")
-		d := time.Since(t0)
-		if kerr := sb.Kill(ctx); err == nil {
-			err = kerr
-		}
-		// Let the ready pool refill between creates, as it does between real ones.
-		time.Sleep(20 * time.Millisecond)
-		return d, err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	// Runs drops the warm-up runs, an even number: the timed ones still alternate off, on.
-	for i, d := range ds {
-		if (measure.Warm(2*n)+i)%2 == 0 {
-			off = append(off, d)
-		} else {
-			on = append(on, d)
+	warm := max(n/10, 5)
+	out := make([][]time.Duration, len(servers))
+	for round := range warm + n {
+		for i, c := range clients {
+			t0 := time.Now()
+			sb, err := c.Create(ctx, cove.SandboxOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", servers[i].name, err)
+			}
+			_, err = sb.Commands.Run(ctx, "true")
+			d := time.Since(t0)
+			if kerr := sb.Kill(ctx); err == nil {
+				err = kerr
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", servers[i].name, err)
+			}
+			if round >= warm {
+				out[i] = append(out[i], d)
+			}
+			// Let the ready pool refill between creates, as it does between real ones.
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return off, on, nil
+	return out, nil
 }
 
-// throughputPhase sends mib MiB to the sink from the host, from a bare sandbox namespace and
-// from inside a real sandbox, in turns, and prints the median rates and their ratios to the
-// host's (the veth's line rate, measured in the same run).
-func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) error {
+// throughputPhase sends mib MiB to the sink with Go from the host and from a bare sandbox
+// namespace, and with dd from the host and from inside a real sandbox, in turns, rounds
+// times, and prints the median rates and each sandbox path's share of the same tool's rate
+// from the host (the veth's line rate, measured in the same run).
+func throughputPhase(bin string, in *nettest.Internet, tmp string, mib, rounds int) error {
 	sink := net.JoinHostPort(in.Addr.String(), "9000")
 	size := int64(mib) << 20
 	send := func(c net.Conn, err error) (float64, error) {
@@ -271,7 +294,7 @@ func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) erro
 		}},
 	}
 	rates := make([][]float64, len(senders))
-	for range 5 {
+	for range rounds {
 		for i, s := range senders {
 			r, err := s.one()
 			if err != nil {
@@ -280,17 +303,25 @@ func throughputPhase(bin string, in *nettest.Internet, tmp string, mib int) erro
 			rates[i] = append(rates[i], r)
 		}
 	}
-	median := func(rs []float64) float64 { slices.Sort(rs); return rs[len(rs)/2] }
+	median := func(rs []float64) float64 { rs = slices.Clone(rs); slices.Sort(rs); return rs[len(rs)/2] }
+	// A share is the median of each round's own ratio: the two runs of a round are back to
+	// back, so a neighbour's load that comes and goes between rounds moves both alike.
+	share := func(of, base int) float64 {
+		var rs []float64
+		for r := range rates[of] {
+			rs = append(rs, rates[of][r]/rates[base][r])
+		}
+		return 100 * median(rs)
+	}
 	for i, s := range senders {
-		r := median(rates[i])
 		suffix := ""
 		switch i {
 		case 1:
-			suffix = fmt.Sprintf("  %.0f%% of the Go line rate", 100*r/median(rates[0]))
+			suffix = fmt.Sprintf("  %.0f%% of the Go line rate", share(1, 0))
 		case 3:
-			suffix = fmt.Sprintf("  %.0f%% of dd on the host, goal >= 80%%", 100*r/median(rates[2]))
+			suffix = fmt.Sprintf("  %.0f%% of dd on the host, goal >= 80%%", share(3, 2))
 		}
-		fmt.Printf("%-70s %8.0f MiB/s%s\n", s.name+", median of 5", r, suffix)
+		fmt.Printf("%-70s %8.0f MiB/s%s\n", fmt.Sprintf("%s, median of %d", s.name, rounds), median(rates[i]), suffix)
 	}
 	return nil
 }

@@ -196,9 +196,9 @@ func TestInitPrefersItsCommandsForTheOOMKiller(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = strings.TrimSpace(string(b)); got == "500" {
+		if got = strings.TrimSpace(string(b)); got == "1000" {
 			return
 		}
 	}
-	t.Errorf("%s = %s, want 500", path, got)
+	t.Errorf("%s = %s, want 1000", path, got)
 }

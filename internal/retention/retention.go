@@ -1,5 +1,5 @@
 // Package retention gives every store that grows with use an end: a TTL and a size cap per
-// dataset (events, webhook deliveries, metric samples, command records, log lines), pruned
+// dataset (events, webhook deliveries, metric samples, command records, log lines, build logs), pruned
 // in small batches by one background loop, and reported in `cove admin status` and on
 // /metrics.
 //
@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,15 +39,19 @@ func Defaults() map[store.Dataset]Policy {
 		store.DatasetSamples:    {TTL: 24 * time.Hour, MaxRows: 5_000_000},
 		store.DatasetCommands:   {TTL: 7 * 24 * time.Hour, MaxRows: 1_000_000},
 		store.DatasetLogs:       {TTL: 7 * 24 * time.Hour, MaxRows: 50_000_000},
+		store.DatasetBuildLogs:  {TTL: 30 * 24 * time.Hour, MaxRows: 10_000},
 	}
 }
 
 // Config configures a Retainer.
 type Config struct {
-	Store    store.RetentionStore
-	Policies map[store.Dataset]Policy // Defaults() for a dataset missing here
-	Interval time.Duration            // between passes; 1 min when 0
-	Batch    int                      // rows per write transaction; 1000 when 0
+	Store store.RetentionStore
+	// BuildLogs keeps the templates' build log files (template.Store.BuildLogs); nil: this
+	// retainer leaves them alone and does not report them.
+	BuildLogs store.RetentionStore
+	Policies  map[store.Dataset]Policy // Defaults() for a dataset missing here
+	Interval  time.Duration            // between passes; 1 min when 0
+	Batch     int                      // rows per write transaction; 1000 when 0
 	// Pause is the yield between batches, for writers; 10 ms when 0.
 	Pause  time.Duration
 	Logger *slog.Logger
@@ -117,19 +122,37 @@ func (r *Retainer) Run(ctx context.Context) {
 // Pass prunes every dataset once, by age then by cap, and refreshes the gauges.
 func (r *Retainer) Pass(ctx context.Context) {
 	now := time.Now()
-	for _, d := range store.Datasets() {
+	for _, d := range r.datasets() {
 		p := r.cfg.Policies[d]
 		ttl, capped := r.prune(ctx, d, p, now)
 		if ttl+capped > 0 {
 			r.cfg.Logger.Info("retention: pruned", telemetry.KeyDataset, d.String(), telemetry.KeyTTLRows, ttl, telemetry.KeyCapRows, capped)
 		}
-		if u, err := r.cfg.Store.Usage(ctx, d, false); err == nil {
+		if u, err := r.storeOf(d).Usage(ctx, d, false); err == nil {
 			r.gauges(d, u, now, false)
 		}
 	}
 	r.mu.Lock()
 	r.last = now
 	r.mu.Unlock()
+}
+
+// datasets lists the datasets this retainer keeps: every one, but build logs without a
+// Config.BuildLogs.
+func (r *Retainer) datasets() []store.Dataset {
+	ds := store.Datasets()
+	if r.cfg.BuildLogs == nil {
+		ds = slices.DeleteFunc(ds, func(d store.Dataset) bool { return d == store.DatasetBuildLogs })
+	}
+	return ds
+}
+
+// storeOf is where dataset d lives.
+func (r *Retainer) storeOf(d store.Dataset) store.RetentionStore {
+	if d == store.DatasetBuildLogs {
+		return r.cfg.BuildLogs
+	}
+	return r.cfg.Store
 }
 
 // maxBatches bounds one dataset's batches in one pass, so a pass ends even while writers
@@ -163,10 +186,10 @@ func (r *Retainer) prune(ctx context.Context, d store.Dataset, p Policy, now tim
 	}
 	if p.TTL > 0 {
 		before := now.Add(-p.TTL)
-		ttl = batches("ttl", func() (int64, error) { return r.cfg.Store.PruneBefore(ctx, d, before, r.cfg.Batch) })
+		ttl = batches("ttl", func() (int64, error) { return r.storeOf(d).PruneBefore(ctx, d, before, r.cfg.Batch) })
 	}
 	if p.MaxRows > 0 {
-		capped = batches("cap", func() (int64, error) { return r.cfg.Store.PruneOverCap(ctx, d, p.MaxRows, r.cfg.Batch) })
+		capped = batches("cap", func() (int64, error) { return r.storeOf(d).PruneOverCap(ctx, d, p.MaxRows, r.cfg.Batch) })
 	}
 	r.mu.Lock()
 	r.pruned[d] += ttl + capped
@@ -198,8 +221,8 @@ func (r *Retainer) Status(ctx context.Context) ([]Status, error) {
 	}
 	r.mu.Unlock()
 	out := make([]Status, 0, len(store.Datasets()))
-	for _, d := range store.Datasets() {
-		u, err := r.cfg.Store.Usage(ctx, d, true)
+	for _, d := range r.datasets() {
+		u, err := r.storeOf(d).Usage(ctx, d, true)
 		if err != nil {
 			return nil, fmt.Errorf("status of %s: %w", d, err)
 		}

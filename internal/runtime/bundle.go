@@ -133,7 +133,7 @@ func ociSpec(s Spec, root, netns, cgroupPath string, seccomp bool) *specs.Spec {
 	if canLowerOOMScore() {
 		// The sandbox's init (envd) is the OOM killer's last choice, so a memory-hungry
 		// command never takes the control plane with it. Without CAP_SYS_RESOURCE no score
-		// can go below 0; envd then stays at 0 and raises its commands to 500 itself.
+		// can go below 0; envd then stays at 0 and raises its commands to 1000 itself.
 		adj := initOOMScoreAdj
 		spec.Process.OOMScoreAdj = &adj
 	}

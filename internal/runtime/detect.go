@@ -1,12 +1,12 @@
 package runtime
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -78,27 +78,12 @@ func cgroupV1Mounted(controller string) bool {
 		return false
 	}
 	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		// ... mountpoint ... - fstype source superopts
-		pre, post, ok := strings.Cut(s.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 || qf[0] != "cgroup" {
-			continue
-		}
-		if pf[4] != cgroupRoot+"/"+controller {
-			continue
-		}
-		for _, o := range strings.Split(qf[2], ",") {
-			if o == controller {
-				return true
-			}
-		}
-	}
-	return false
+	found := false
+	_ = eachMount(f, func(m mountLine) bool {
+		found = m.fsType == "cgroup" && m.point == cgroupRoot+"/"+controller && slices.Contains(strings.Split(m.superOpts, ","), controller)
+		return !found
+	})
+	return found
 }
 
 func filesystemKnown(fs string) bool {

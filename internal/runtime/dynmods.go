@@ -63,6 +63,34 @@ type mountEntry struct {
 func cgroup2Mount(mountinfo io.Reader) (mountEntry, bool, error) {
 	perMount := map[string]uintptr{"ro": unix.MS_RDONLY, "nosuid": unix.MS_NOSUID, "nodev": unix.MS_NODEV,
 		"noexec": unix.MS_NOEXEC, "noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME}
+	var m mountEntry
+	found := false
+	err := eachMount(mountinfo, func(l mountLine) bool {
+		if l.fsType != "cgroup2" || !strings.HasPrefix(l.point, cgroupRoot) {
+			return true
+		}
+		m, found = mountEntry{point: l.point}, true
+		for _, o := range strings.Split(l.opts, ",") {
+			m.flags |= perMount[o]
+		}
+		for _, o := range strings.Split(l.superOpts, ",") {
+			if o != "rw" && o != "ro" { // the superblock's rw/ro follows the mount's flags
+				m.superOpts = append(m.superOpts, o)
+			}
+		}
+		return false
+	})
+	return m, found, err
+}
+
+// mountLine is one line of /proc/self/mountinfo, the fields Cove reads.
+type mountLine struct {
+	point, opts       string // the mount point and its per-mount options
+	fsType, superOpts string
+}
+
+// eachMount calls f with each line of a mountinfo listing until f returns false.
+func eachMount(mountinfo io.Reader, f func(mountLine) bool) error {
 	s := bufio.NewScanner(mountinfo)
 	for s.Scan() {
 		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
@@ -71,19 +99,12 @@ func cgroup2Mount(mountinfo io.Reader) (mountEntry, bool, error) {
 			continue
 		}
 		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 6 || len(qf) < 3 || qf[0] != "cgroup2" || !strings.HasPrefix(pf[4], cgroupRoot) {
+		if len(pf) < 6 || len(qf) < 3 {
 			continue
 		}
-		m := mountEntry{point: pf[4]}
-		for _, o := range strings.Split(pf[5], ",") {
-			m.flags |= perMount[o]
+		if !f(mountLine{point: pf[4], opts: pf[5], fsType: qf[0], superOpts: qf[2]}) {
+			break
 		}
-		for _, o := range strings.Split(qf[2], ",") {
-			if o != "rw" && o != "ro" { // the superblock's rw/ro follows the mount's flags
-				m.superOpts = append(m.superOpts, o)
-			}
-		}
-		return m, true, nil
 	}
-	return mountEntry{}, false, s.Err()
+	return s.Err()
 }

@@ -119,6 +119,9 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 	if _, err := FavorDynMods(); err != nil {
 		telemetry.Logger(ctx).Warn("cgroup mount not tuned for creates", telemetry.KeyError, err.Error())
 	}
+	if err := weighParent(cfg.CgroupParent); err != nil {
+		telemetry.Logger(ctx).Warn("sandboxes' parent cgroup keeps the CPU weight of one task", telemetry.KeyError, err.Error())
+	}
 	return &Runc{
 		cfg:       cfg,
 		seccomp:   host.Seccomp && !cfg.NoSeccomp,

@@ -595,7 +595,7 @@ func TestOOMEventsReportAKilledChildWhileInitLives(t *testing.T) {
 	// child with near-equal scores, and under load the kernel picked init.
 	s := create(t, r, runtime.Spec{
 		Rootfs: rootfs,
-		Args:   sh(`sh -c 'echo 500 > /proc/self/oom_score_adj; x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
+		Args:   sh(`sh -c 'echo 1000 > /proc/self/oom_score_adj; x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived'; echo child-done; sleep 30`),
 		Limits: runtime.Limits{MemoryBytes: 32 << 20},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

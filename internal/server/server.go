@@ -412,7 +412,7 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	s.onClose(smp.Close)
-	s.retainer = retention.New(retention.Config{Store: s.db, Policies: policies(s.cfg), Logger: s.cfg.Logger})
+	s.retainer = retention.New(retention.Config{Store: s.db, BuildLogs: s.templates.BuildLogs(), Policies: policies(s.cfg), Logger: s.cfg.Logger})
 	go s.retainer.Run(ctx)
 	builds, err := template.OpenBuilds(s.templates, s.cfg.DataDir)
 	if err != nil {

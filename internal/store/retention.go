@@ -16,11 +16,12 @@ const (
 	DatasetSamples    Dataset = "metric_samples"     // per-sandbox resource samples
 	DatasetCommands   Dataset = "command_records"    // ended commands' records
 	DatasetLogs       Dataset = "log_lines"          // collected log lines
+	DatasetBuildLogs  Dataset = "build_logs"         // templates' build log files
 )
 
 // Datasets lists every Dataset, in the order status shows them.
 func Datasets() []Dataset {
-	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs}
+	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs, DatasetBuildLogs}
 }
 
 // String returns the dataset's name.
@@ -41,8 +42,9 @@ func ParseDataset(s string) (Dataset, error) {
 	return "", fmt.Errorf("unknown dataset %q", s)
 }
 
-// Usage is what a dataset holds now. Rows counts its unit: log lines for DatasetLogs, rows
-// for the others. Bytes is what its tables and indexes take in the store.
+// Usage is what a dataset holds now. Rows counts its unit: log lines for DatasetLogs, log
+// files for DatasetBuildLogs, rows for the others. Bytes is what its tables and indexes take
+// in the store (its files, for DatasetBuildLogs).
 type Usage struct {
 	Rows   int64
 	Bytes  int64

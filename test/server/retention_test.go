@@ -13,10 +13,10 @@ import (
 )
 
 // TestAdminStatusShowsWhatEachStoreKeeps runs a server with an operator's retention for
-// events, and reads `cove admin status` and /metrics: every dataset, its TTL and cap, and
+// events and build logs (a year: the test templates are shared), and reads `cove admin status` and /metrics: every dataset, its TTL and cap, and
 // how big it is now.
 func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
-	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--retain", "events=1h:500"}})
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--retain", "events=1h:500", "--retain", "build_logs=8760h:1000"}})
 	a := client{t: t, url: s.URL, key: s.Key}
 	id := a.create(nil)
 	run(t, s, id, "echo kept", "req-retention")
@@ -48,8 +48,11 @@ func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
 			got[d.Dataset] = i
 		}
 		ev := st[got["events"]]
-		if len(st) != 5 || ev.TTLSeconds != 3600 || ev.MaxRows != 500 || ev.Rows < 2 || ev.Bytes <= 0 {
+		if len(st) != 6 || ev.TTLSeconds != 3600 || ev.MaxRows != 500 || ev.Rows < 2 || ev.Bytes <= 0 {
 			t.Errorf("status %+v", st)
+		}
+		if i, ok := got["build_logs"]; !ok || st[i].TTLSeconds != 8760*3600 || st[i].MaxRows != 1000 {
+			t.Errorf("build_logs: want a TTL of 8760h and a cap of 1000 logs in %+v", st)
 		}
 		if _, ok := got["log_lines"]; !ok {
 			t.Errorf("no log_lines in %+v", st)
@@ -57,7 +60,7 @@ func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
 	})
 	t.Run("the table names each dataset", func(t *testing.T) {
 		out := admin()
-		for _, w := range []string{"DATASET", "events", "webhook_deliveries", "metric_samples", "command_records", "log_lines", "1h0m0s"} {
+		for _, w := range []string{"DATASET", "events", "webhook_deliveries", "metric_samples", "command_records", "log_lines", "build_logs", "1h0m0s"} {
 			if !strings.Contains(out, w) {
 				t.Errorf("table lacks %q:\n%s", w, out)
 			}
@@ -71,7 +74,7 @@ func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		for _, w := range []string{`cove_store_rows{dataset="events"}`, `cove_store_retention_seconds{dataset="events"} 3600`,
-			`cove_store_max_rows{dataset="events"} 500`, `cove_store_bytes{dataset="log_lines"}`} {
+			`cove_store_max_rows{dataset="events"} 500`, `cove_store_bytes{dataset="log_lines"}`, `cove_store_retention_seconds{dataset="build_logs"} 3.1536e+07`} {
 			if !strings.Contains(string(b), w) {
 				t.Errorf("/metrics lacks %s", w)
 			}

@@ -29,8 +29,10 @@ import (
 
 const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// oomScoreAdj is what envd, as a sandbox's init, gives every process it starts.
-const oomScoreAdj = "500"
+// oomScoreAdj is what envd, as a sandbox's init, gives every process it starts: the most,
+// so that the OOM killer takes any command (the largest first) before envd, whatever memory
+// the sandbox holds outside processes (page cache, tmpfs, pipe buffers).
+const oomScoreAdj = "1000"
 
 // pipeSize is the kernel buffer an output pipe grows to once a read finds it full: fewer
 // wake-ups at high volume. Pipes start at the kernel's default, as most commands print little.
