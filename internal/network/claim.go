@@ -28,12 +28,25 @@ type Allocation struct {
 	Netns      string     `json:"netns"`
 	ResolvConf string     `json:"resolvConf"`
 	Policy     Policy     `json:"policy"`
+	Inbound    Inbound    `json:"inbound"`
+}
+
+// Inbound is how Cove's proxy reaches a sandbox's ports, the rest of E2B's network config:
+// recorded with the allocation so that a restarted server keeps private ports private.
+type Inbound struct {
+	// TrafficToken is what the sandbox's ports require (allowPublicTraffic false); "" public.
+	TrafficToken string `json:"trafficToken,omitempty"`
+	// MaskRequestHost is the Host header sent to its ports (${PORT} is the port).
+	MaskRequestHost string `json:"maskRequestHost,omitempty"`
+	// HTTPSPorts serve HTTPS.
+	HTTPSPorts []int `json:"httpsPorts,omitempty"`
 }
 
 // claim is a recorded slot a sandbox of an earlier server owns, not re-claimed yet.
 type claim struct {
-	slot   *slot
-	policy Policy
+	slot    *slot
+	policy  Policy
+	inbound Inbound
 }
 
 // recordPath is where sandbox id's allocation is recorded.
@@ -43,8 +56,8 @@ func (m *Manager) recordPath(id string) string {
 
 // record writes sandbox id's allocation, atomically (a crash leaves the old record or the
 // new one). The file is the owner's only: an egress proxy's password is in the policy.
-func (m *Manager) record(id string, s *slot, p Policy) error {
-	b, err := json.Marshal(Allocation{ID: id, Index: s.index, Link: s.link, Addr: s.addr, Netns: s.netns, ResolvConf: s.resolv, Policy: p})
+func (m *Manager) record(id string, s *slot, p Policy, in Inbound) error {
+	b, err := json.Marshal(Allocation{ID: id, Index: s.index, Link: s.link, Addr: s.addr, Netns: s.netns, ResolvConf: s.resolv, Policy: p, Inbound: in})
 	if err != nil {
 		return fmt.Errorf("record network of %s: %w", id, err)
 	}
@@ -101,7 +114,7 @@ func (m *Manager) loadClaims() map[string]*claim {
 		byIndex[a.Index] = true
 		s := m.slotAt(a.Index)
 		s.netns, s.resolv = a.Netns, a.ResolvConf
-		claims[id] = &claim{slot: s, policy: a.Policy}
+		claims[id] = &claim{slot: s, policy: a.Policy, inbound: a.Inbound}
 	}
 	return claims
 }
@@ -169,7 +182,7 @@ func (m *Manager) Reclaim(ctx context.Context, id string) (*Attachment, error) {
 		return fail(err)
 	}
 	s.ruled = true
-	h := &held{id: id, slot: s, policy: c.policy, learned: map[netip.Addr]learnedAddr{}}
+	h := &held{id: id, slot: s, policy: c.policy, inbound: c.inbound, learned: map[netip.Addr]learnedAddr{}}
 	m.mu.Lock()
 	m.attached[id], m.byAddr[s.addr] = h, h
 	m.mu.Unlock()
@@ -214,4 +227,36 @@ func (m *Manager) dropClaim(id string) (bool, error) {
 	m.unrecord(id)
 	m.removeTrustBundle(id)
 	return true, m.release(c.slot)
+}
+
+// SetInbound records how the proxy reaches sandbox id's ports, beside its network.
+func (m *Manager) SetInbound(id string, in Inbound) error {
+	m.mu.Lock()
+	h := m.attached[id]
+	var p Policy
+	if h != nil {
+		p = h.policy
+	}
+	m.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: %s", ErrNotAttached, id)
+	}
+	if err := m.record(id, h.slot, p, in); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	h.inbound = in
+	m.mu.Unlock()
+	return nil
+}
+
+// Inbound is what SetInbound recorded for sandbox id (or an earlier server did, for a
+// re-claimed one).
+func (m *Manager) Inbound(id string) (Inbound, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.attached[id]; h != nil {
+		return h.inbound, true
+	}
+	return Inbound{}, false
 }

@@ -131,6 +131,8 @@ type held struct {
 	id     string
 	slot   *slot
 	policy Policy
+	// inbound is recorded with the allocation for the orchestrator (SetInbound).
+	inbound Inbound
 	// learned mirrors the addresses the resolver allowed (hosts_N), with the name they were
 	// answered for and their expiry, for the egress proxy. Guarded by m.mu.
 	learned map[netip.Addr]learnedAddr
@@ -352,7 +354,7 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 		s.ruled = true
 	}
-	if err := m.record(id, s, p); err != nil {
+	if err := m.record(id, s, p, Inbound{}); err != nil {
 		return nil, errors.Join(err, m.dropSlot(ctx, s))
 	}
 	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]learnedAddr{}}
@@ -374,14 +376,14 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 		return err
 	}
 	m.mu.Lock()
-	old := h.policy
+	old, in := h.policy, h.inbound
 	m.mu.Unlock()
 	// The record first: a crash after the rules changed must not bring the old ones back.
-	if err := m.record(id, h.slot, p); err != nil {
+	if err := m.record(id, h.slot, p, in); err != nil {
 		return err
 	}
 	if err := m.nft(ctx, m.sandboxScript(h.slot, p, true)); err != nil {
-		return errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.record(id, h.slot, old))
+		return errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.record(id, h.slot, old, in))
 	}
 	m.mu.Lock()
 	h.policy, h.learned = p, map[netip.Addr]learnedAddr{} // the table's set starts afresh too

@@ -254,6 +254,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	var denials atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	if !cfg.NoNetwork {
 		cfg.Network.Logger = cfg.Logger
+		if cfg.Network.RecordDir == "" {
+			// Beside the sandboxes' records: a restart re-claims their networks (network.Allocation).
+			cfg.Network.RecordDir = filepath.Join(cfg.DataDir, "network")
+		}
 		cfg.Network.SecretValue = secretStore.Value
 		cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
 			if o := denials.Load(); o != nil {

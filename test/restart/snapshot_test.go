@@ -29,7 +29,7 @@ func TestSnapshotPause(t *testing.T) {
 	covetest.Skip(t)
 	skipWithoutCRIU(t)
 	t.Run("a paused sandbox is on disk and frees its memory; it survives a crash and resumes with its processes and memory and /dev/shm", func(t *testing.T) {
-		s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--network=false"}}) // a restore after a restart gets no network yet (README)
+		s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill"})
 		id := create(t, s)
 		pid := background(t, s, id, holder)
 		waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
