@@ -217,3 +217,20 @@ func (o *Orchestrator) TrafficToken(id string) string {
 	}
 	return ""
 }
+
+// networkConfig is a live sandbox's network config for a copy of it (a fork, a snapshot):
+// its egress policy (nil without a network) and how the proxy reaches its ports.
+func (o *Orchestrator) networkConfig(e *entry) (*network.Policy, network.Inbound) {
+	e.mu.Lock()
+	in := network.Inbound{TrafficToken: e.trafficToken, MaskRequestHost: e.maskHost, HTTPSPorts: e.httpsPorts}
+	id := e.sb.ID
+	e.mu.Unlock()
+	if o.cfg.Network == nil {
+		return nil, in
+	}
+	p, ok := o.cfg.Network.Policy(id)
+	if !ok {
+		return nil, in
+	}
+	return &p, in
+}
