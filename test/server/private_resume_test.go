@@ -83,3 +83,68 @@ func TestPrivatePortsDoNotAutoResume(t *testing.T) {
 		})
 	}
 }
+
+// TestSecureSandboxDoesNotAutoResumeWithoutItsAccessToken: a request to envd of a paused
+// secure sandbox with auto-resume on, without its access token, gets envd's answer for a
+// running one and leaves it paused; with the token it is resumed.
+func TestSecureSandboxDoesNotAutoResumeWithoutItsAccessToken(t *testing.T) {
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill"})
+	cl := client{t: t, url: s.URL, key: s.Key}
+	code, created, _ := cl.do(http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "secure": true, "autoResume": map[string]any{"enabled": true}})
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, created)
+	}
+	id := created["sandboxID"].(string)
+	token, _ := created["envdAccessToken"].(string)
+	requestID := regexp.MustCompile(` \(request id [^)]*\)`)
+	envd := func(headers ...string) (int, string) {
+		code, body, _ := cl.do(http.MethodGet, "/envs", nil, append([]string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "49983"}, headers...)...)
+		msg, _ := body["message"].(string)
+		return code, requestID.ReplaceAllString(msg, "")
+	}
+	state := func() string {
+		_, body, _ := cl.do(http.MethodGet, "/sandboxes/"+id, nil)
+		s, _ := body["state"].(string)
+		return s
+	}
+	type answer struct {
+		code int
+		msg  string
+	}
+	running := map[string]answer{}
+	cases := []struct {
+		name    string
+		headers []string
+	}{
+		{"no access token", nil},
+		{"a wrong access token", []string{"X-Access-Token", "not-" + token}},
+	}
+	for _, c := range cases {
+		code, msg := envd(c.headers...)
+		if code != http.StatusUnauthorized {
+			t.Fatalf("envd of the running sandbox with %s: %d %q, want 401", c.name, code, msg)
+		}
+		running[c.name] = answer{code, msg}
+	}
+	if code, body, _ := cl.do(http.MethodPost, "/sandboxes/"+id+"/pause", nil); code != http.StatusNoContent {
+		t.Fatalf("pause: %d %v", code, body)
+	}
+	for _, c := range cases {
+		t.Run("a request with "+c.name+" gets envd's answer and does not resume it", func(t *testing.T) {
+			if code, msg := envd(c.headers...); (answer{code, msg}) != running[c.name] {
+				t.Errorf("%d %q, want %+v", code, msg, running[c.name])
+			}
+			if got := state(); got != "paused" {
+				t.Fatalf("the sandbox is %s, want paused", got)
+			}
+		})
+	}
+	t.Run("a request with the access token resumes it", func(t *testing.T) {
+		if code, msg := envd("X-Access-Token", token); code != http.StatusOK {
+			t.Errorf("%d %q, want 200", code, msg)
+		}
+		if got := state(); got != "running" {
+			t.Fatalf("the sandbox is %s, want running", got)
+		}
+	})
+}
