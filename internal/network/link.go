@@ -40,11 +40,20 @@ const blockSize = 4
 
 // makeSlot builds slot index: namespace, veth, addresses, routes, forwarding and resolv.conf.
 // On error it removes what it made.
-func (m *Manager) makeSlot(index int) (_ *slot, err error) {
+func (m *Manager) makeSlot(index int) (*slot, error) {
+	s := m.slotAt(index)
+	if err := m.buildSlot(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// slotAt is slot index of this manager's pool and generation, not built.
+func (m *Manager) slotAt(index int) *slot {
 	base := m.cfg.Pool.Addr().As4()
 	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
 	n += uint32(index * blockSize)
-	s := &slot{
+	return &slot{
 		index:  index,
 		link:   fmt.Sprintf("%s-%d", m.cfg.LinkPrefix, index),
 		host:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
@@ -52,60 +61,64 @@ func (m *Manager) makeSlot(index int) (_ *slot, err error) {
 		netns:  filepath.Join(m.cfg.StateDir, fmt.Sprintf("ns-%s-%d", m.gen, index)),
 		resolv: filepath.Join(m.cfg.StateDir, fmt.Sprintf("resolv-%s-%d.conf", m.gen, index)),
 	}
+}
+
+// buildSlot makes slot s on the host. On error it removes what it made.
+func (m *Manager) buildSlot(s *slot) (err error) {
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.removeSlot(s))
 		}
 	}()
 	if err := runtime.CreateNetns(s.netns); err != nil {
-		return nil, fmt.Errorf("netns: %w", err)
+		return fmt.Errorf("netns: %w", err)
 	}
 	ns, err := netns.GetFromPath(s.netns)
 	if err != nil {
-		return nil, fmt.Errorf("open netns: %w", err)
+		return fmt.Errorf("open netns: %w", err)
 	}
 	defer ns.Close()
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.link, MTU: 1500}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
 	if err := netlink.LinkAdd(veth); err != nil {
-		return nil, fmt.Errorf("add veth %s: %w", s.link, err)
+		return fmt.Errorf("add veth %s: %w", s.link, err)
 	}
 	hostLink, err := netlink.LinkByName(s.link)
 	if err != nil {
-		return nil, fmt.Errorf("find %s: %w", s.link, err)
+		return fmt.Errorf("find %s: %w", s.link, err)
 	}
 	// No IPv6 on the host end (a sandbox has none); forwarding on for this link only.
 	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+s.link+"/disable_ipv6", []byte("1"), 0)
 	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+s.link+"/forwarding", []byte("1"), 0); err != nil {
-		return nil, fmt.Errorf("forwarding on %s: %w", s.link, err)
+		return fmt.Errorf("forwarding on %s: %w", s.link, err)
 	}
 	if err := netlink.AddrAdd(hostLink, &netlink.Addr{IPNet: ipnet(s.host, 30)}); err != nil {
-		return nil, fmt.Errorf("address %s on %s: %w", s.host, s.link, err)
+		return fmt.Errorf("address %s on %s: %w", s.host, s.link, err)
 	}
 	if err := netlink.LinkSetUp(hostLink); err != nil {
-		return nil, fmt.Errorf("up %s: %w", s.link, err)
+		return fmt.Errorf("up %s: %w", s.link, err)
 	}
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
-		return nil, fmt.Errorf("netlink in netns: %w", err)
+		return fmt.Errorf("netlink in netns: %w", err)
 	}
 	defer h.Close()
 	eth0, err := h.LinkByName("eth0")
 	if err != nil {
-		return nil, fmt.Errorf("find eth0 in netns: %w", err)
+		return fmt.Errorf("find eth0 in netns: %w", err)
 	}
 	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: ipnet(s.addr, 30)}); err != nil {
-		return nil, fmt.Errorf("address %s on eth0: %w", s.addr, err)
+		return fmt.Errorf("address %s on eth0: %w", s.addr, err)
 	}
 	if err := h.LinkSetUp(eth0); err != nil {
-		return nil, fmt.Errorf("up eth0: %w", err)
+		return fmt.Errorf("up eth0: %w", err)
 	}
 	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: s.host.AsSlice()}); err != nil {
-		return nil, fmt.Errorf("default route: %w", err)
+		return fmt.Errorf("default route: %w", err)
 	}
 	if err := os.WriteFile(s.resolv, []byte("nameserver "+s.host.String()+"\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("resolv.conf: %w", err)
+		return fmt.Errorf("resolv.conf: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 // removeSlot deletes the host end of the veth (the kernel takes the pair), unpins the
@@ -127,7 +140,8 @@ func (m *Manager) removeSlot(s *slot) error {
 }
 
 // sweep removes what a previous server with this configuration left: links with the prefix,
-// pinned namespaces and resolv.conf files in the state dir.
+// pinned namespaces and resolv.conf files in the state dir, but for the slots its sandboxes
+// recorded (m.claims), which they re-claim.
 func (m *Manager) sweep() error {
 	var errs []error
 	links, err := netlink.LinkList()
@@ -136,7 +150,7 @@ func (m *Manager) sweep() error {
 	}
 	for _, l := range links {
 		name := l.Attrs().Name
-		if rest, ok := strings.CutPrefix(name, m.cfg.LinkPrefix+"-"); ok && isDigits(rest) {
+		if rest, ok := strings.CutPrefix(name, m.cfg.LinkPrefix+"-"); ok && isDigits(rest) && !m.claimed(name) {
 			if err := netlink.LinkDel(l); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
 			}
@@ -148,6 +162,9 @@ func (m *Manager) sweep() error {
 	}
 	for _, e := range entries {
 		p := filepath.Join(m.cfg.StateDir, e.Name())
+		if m.claimed(p) {
+			continue
+		}
 		if strings.HasPrefix(e.Name(), "ns-") {
 			if err := runtime.RemoveNetns(p); err != nil {
 				errs = append(errs, err)
@@ -199,6 +216,9 @@ func (m *Manager) checkPoolFree() error {
 			name := fmt.Sprint(r.LinkIndex)
 			if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
 				name = l.Attrs().Name
+			}
+			if m.claimed(name) {
+				continue // a recorded sandbox's own link, re-claimed after the start
 			}
 			return fmt.Errorf("address pool %s overlaps the route to %s on %s: choose another pool (--network-pool)", m.cfg.Pool, dst, name)
 		}

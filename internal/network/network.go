@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -64,6 +65,10 @@ type Config struct {
 	Warm int
 	// StateDir holds the pinned namespaces and resolv.conf files; /run/cove/net/<table>.
 	StateDir string
+	// RecordDir keeps each sandbox's allocation (Allocation), so that a restarted server
+	// re-claims it; <StateDir>/records by default. Owner only: a policy may hold an egress
+	// proxy's password.
+	RecordDir string
 	// NFT is the nft binary; "nft" in PATH by default.
 	NFT    string
 	Logger *slog.Logger
@@ -116,6 +121,7 @@ type Manager struct {
 	used     map[int]bool     // slot indexes in use or warming
 	next     int              // where the search for a free index starts (delays reuse)
 	attached map[string]*held // by sandbox id
+	claims   map[string]*claim // recorded by an earlier server, not re-claimed yet, by sandbox id
 	byAddr   map[netip.Addr]*held
 	warm     chan *slot
 	stop     chan struct{}
@@ -133,6 +139,8 @@ type held struct {
 	id     string
 	slot   *slot
 	policy Policy
+	// inbound is recorded with the allocation for the orchestrator (SetInbound).
+	inbound Inbound
 	// learned mirrors the addresses the resolver allowed (hosts_N), with the name they were
 	// answered for and their expiry, for the egress proxy. Guarded by m.mu.
 	learned map[netip.Addr]learnedAddr
@@ -174,6 +182,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = "/run/cove/net/" + cfg.Table
 	}
+	if cfg.RecordDir == "" {
+		cfg.RecordDir = filepath.Join(cfg.StateDir, "records")
+	}
 	if cfg.NFT == "" {
 		cfg.NFT = "nft"
 	}
@@ -197,13 +208,19 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		}
 		cfg.DNS = hostResolvers(conf)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("network: %w", err)
+	for _, dir := range []string{cfg.StateDir, cfg.RecordDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("network: %w", err)
+		}
 	}
 	m := &Manager{cfg: cfg, gen: newGen(), used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
 	var seed [4]byte
 	_, _ = rand.Read(seed[:])
 	m.marks.Store(binary.BigEndian.Uint32(seed[:]))
+	m.claims = m.loadClaims()
+	for _, c := range m.claims {
+		m.used[c.slot.index] = true
+	}
 	if err := m.sweep(); err != nil {
 		return nil, fmt.Errorf("network: remove leftovers: %w", err)
 	}
@@ -348,6 +365,9 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 		}
 		s.ruled = true
 	}
+	if err := m.record(id, s, p, Inbound{}); err != nil {
+		return nil, errors.Join(err, m.dropSlot(ctx, s))
+	}
 	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]learnedAddr{}}
 	m.mu.Lock()
 	m.attached[id], m.byAddr[s.addr] = h, h
@@ -366,8 +386,15 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 	if err := m.checkProxy(p); err != nil {
 		return err
 	}
+	m.mu.Lock()
+	old, in := h.policy, h.inbound
+	m.mu.Unlock()
+	// The record first: a crash after the rules changed must not bring the old ones back.
+	if err := m.record(id, h.slot, p, in); err != nil {
+		return err
+	}
 	if err := m.applyPolicy(ctx, h.slot, p, true); err != nil {
-		return fmt.Errorf("network rules for %s: %w", id, err)
+		return errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.record(id, h.slot, old, in))
 	}
 	m.mu.Lock()
 	h.policy, h.learned = p, map[netip.Addr]learnedAddr{} // the table's set starts afresh too
@@ -396,8 +423,12 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	}
 	m.mu.Unlock()
 	if h == nil {
+		if _, err := m.dropClaim(id); err != nil {
+			return fmt.Errorf("network of %s: %w", id, err)
+		}
 		return nil
 	}
+	m.unrecord(id)
 	m.removeTrustBundle(id)
 	if err := m.dropSlot(ctx, h.slot); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
@@ -432,8 +463,10 @@ func (m *Manager) dropSlot(ctx context.Context, s *slot) error {
 	return errors.Join(err, m.release(s))
 }
 
-// Close removes the ready namespaces, the table and the resolver. Sandboxes still attached
-// lose their network; detach them first.
+// Close removes the ready namespaces, the table and the resolver. The slots of sandboxes
+// still attached stay, recorded, for the next server to re-claim (a server that stops and
+// keeps its sandboxes running); they have no egress until it does. Detach a sandbox to
+// remove its slot.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -456,13 +489,6 @@ func (m *Manager) Close(ctx context.Context) error {
 			}
 		}
 	}
-	m.mu.Lock()
-	for id, h := range m.attached {
-		errs = append(errs, m.removeSlot(h.slot))
-		delete(m.attached, id)
-		delete(m.byAddr, h.slot.addr)
-	}
-	m.mu.Unlock()
 	t := m.cfg.Table
 	errs = append(errs, m.nft(context.WithoutCancel(ctx), fmt.Sprintf("table inet %s\ndelete table inet %s\n", t, t)))
 	m.resolver.close()

@@ -35,10 +35,21 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 	case err != nil:
 		return fmt.Errorf("the server restarted and could not take it over: %w", err)
 	}
-	if state == runtime.StateCheckpointed {
-		return o.adoptSnapshot(ctx, sb, begun)
-	}
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, adopted: true}
+	// Its network first: a snapshot restores into its namespace, and a running sandbox's
+	// egress rules, resolver and proxy state come back.
+	req, err := o.reclaimNetwork(ctx, e)
+	if state == runtime.StateCheckpointed {
+		if err != nil {
+			return fmt.Errorf("the server restarted and could not give its snapshot its network back: %w", err)
+		}
+		return o.adoptSnapshot(ctx, e, req, begun)
+	}
+	if err != nil {
+		// It runs on, reachable through its namespace, without egress: better than killed.
+		o.logger(ctx).Error("sandbox adopted without its network", "error", err.Error())
+		sb.AllowInternet = false
+	}
 	defer func() {
 		if err != nil {
 			e.stopWatching()
@@ -48,7 +59,7 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 			e.closeLog()
 		}
 	}()
-	o.drain(ctx, e, rsb, CreateRequest{})
+	o.drain(ctx, e, rsb, req)
 	o.watchOOM(ctx, e)
 	e.envd = o.envdClient(sb.ID)
 	switch {
@@ -78,8 +89,12 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 // adoptSnapshot takes over a sandbox paused as a snapshot: nothing runs, so there is nothing
 // to watch until a resume restores it. A record that says running (the server died between
 // the snapshot and its record) wins: the sandbox is restored now.
-func (o *Orchestrator) adoptSnapshot(ctx context.Context, sb *store.Sandbox, begun time.Time) error {
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}, adopted: true, onDisk: true}
+func (o *Orchestrator) adoptSnapshot(ctx context.Context, e *entry, req CreateRequest, begun time.Time) error {
+	sb := e.sb
+	e.onDisk = true
+	if len(req.Secrets) > 0 {
+		e.redactor = o.sandboxRedactor(sb, req) // the restore's collector masks them
+	}
 	if sb.State == store.StateRunning {
 		e.mu.Lock()
 		_, err := o.restore(ctx, e)

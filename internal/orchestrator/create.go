@@ -42,6 +42,8 @@ type CreateRequest struct {
 	// MaskRequestHost and HTTPSPorts say how the proxy reaches the sandbox's ports.
 	MaskRequestHost string
 	HTTPSPorts      []int
+	// trafficToken is what withPorts made for PrivateTraffic, recorded with the network.
+	trafficToken string
 	// Secrets are values to mask in everything collected from the sandbox (the caller's API
 	// key); env var values whose names look secret are added too.
 	Secrets []string

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
@@ -54,6 +55,7 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 	}
 	from := origin{team: src.TeamID, allowInternet: src.AllowInternet, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
 		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id}
+	from.network, from.inbound = o.networkConfig(e)
 	out := make([]ForkResult, count)
 	for i := range out {
 		out[i].Sandbox, out[i].Err = o.createFrom(ctx, from, dir, timeout)
@@ -88,6 +90,7 @@ func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name stri
 			return nil, fmt.Errorf("snapshot %s: %w", id, err)
 		}
 	}
+	sn.Network, sn.Inbound = o.networkConfig(e)
 	if err := o.cfg.Snapshots.Save(sn); err != nil {
 		_ = os.RemoveAll(dir)
 		if o.cfg.Vault != nil {
@@ -184,7 +187,9 @@ type origin struct {
 	metadata               map[string]string
 	secure                 bool
 	autoPause, autoResume  bool
-	allowInternet          bool   // the copy's egress (its rules are not copied: E2B's defaults)
+	allowInternet          bool   // the copy's egress
+	network                *network.Policy
+	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string // where the copy came from, for the created event
 }
 
@@ -209,9 +214,21 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 		// envd comes back with the snapshot's memory, and its environment with it.
 		o.logger(ctx).Info("envVars ignored: a sandbox from a snapshot keeps the snapshot's environment", telemetry.KeyEnvNames, len(req.EnvVars))
 	}
-	return o.createFrom(ctx, origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
-		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet},
-		o.cfg.Snapshots.Dir(sn.ID), timeout)
+	from := origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
+		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet,
+		network: req.Network, inbound: network.Inbound{MaskRequestHost: req.MaskRequestHost, HTTPSPorts: req.HTTPSPorts}}
+	if req.PrivateTraffic {
+		from.inbound.TrafficToken = randomHex(16)
+	}
+	if req.Network == nil && sn.Network != nil {
+		// The snapshot's rules, unless the create names its own; internet access only if both
+		// the snapshot's sandbox had it and the create does not turn it off.
+		from.network, from.allowInternet = sn.Network, sn.Network.AllowInternet && req.AllowInternet
+		if !req.PrivateTraffic && req.MaskRequestHost == "" && len(req.HTTPSPorts) == 0 {
+			from.inbound = sn.Inbound
+		}
+	}
+	return o.createFrom(ctx, from, o.cfg.Snapshots.Dir(sn.ID), timeout)
 }
 
 // createFrom starts a new sandbox from an exported checkpoint in dir: its processes and
@@ -259,15 +276,20 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		Restore: dir,
 	}
 	// The copy's processes come back in a network of its own, with the same mounts
-	// (resolv.conf, the CA bundle) as the sandbox they were checkpointed in.
-	if ctx, err = o.attachNetwork(ctx, sb, CreateRequest{AllowInternet: from.allowInternet}, &spec); err != nil {
+	// (resolv.conf, the CA bundle) as the sandbox they were checkpointed in, and its rules.
+	req := withPorts(e, CreateRequest{AllowInternet: from.allowInternet, Network: from.network, PrivateTraffic: from.inbound.TrafficToken != "",
+		trafficToken: from.inbound.TrafficToken, MaskRequestHost: from.inbound.MaskRequestHost, HTTPSPorts: from.inbound.HTTPSPorts})
+	if from.network != nil {
+		req.Secrets = append(req.Secrets, from.network.Secrets()...)
+	}
+	if ctx, err = o.attachNetwork(ctx, sb, req, &spec); err != nil {
 		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
 	}
 	rsb, err := o.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
 	}
-	o.drain(ctx, e, rsb, CreateRequest{})
+	o.drain(ctx, e, rsb, req)
 	o.watchOOM(ctx, e)
 	e.envd = o.envdClient(sb.ID)
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {

@@ -630,6 +630,12 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		o.closeOpenCommands(ctx, sb.ID, reason.KillOrphaned)
 	}
 	o.pruneSecrets(ctx)
+	if o.cfg.Network != nil {
+		// What an earlier server recorded for sandboxes that are gone now.
+		if err := o.cfg.Network.DropUnclaimed(ctx); err != nil {
+			o.logger(ctx).Error("recover: remove unclaimed networks", "error", err.Error())
+		}
+	}
 	ids, err := o.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("recover: list runtime sandboxes: %w", err)

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,15 @@ type Network interface {
 	Detach(ctx context.Context, id string) error
 	// TrustBundle writes the sandbox's CA bundle: the template's with Cove's egress CA.
 	TrustBundle(id string, templateBundle []byte) (string, error)
+	// SetInbound records how the proxy reaches the sandbox's ports beside its network, and
+	// Inbound reads it back, after a restart too.
+	SetInbound(id string, in network.Inbound) error
+	Inbound(id string) (network.Inbound, bool)
+	// Reclaim gives an adopted sandbox the network an earlier server recorded for it (its
+	// namespace, address, rules and inbound settings); network.ErrNotAttached if none.
+	Reclaim(ctx context.Context, id string) (*network.Attachment, error)
+	// DropUnclaimed removes the recorded networks no adopted sandbox re-claimed.
+	DropUnclaimed(ctx context.Context) error
 }
 
 // caBundle is where Debian-based templates keep the trusted CAs (OpenSSL's default file).
@@ -55,6 +65,11 @@ func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req
 		return ctx, err
 	}
 	spec.Binds = append(spec.Binds, runtime.Bind{Source: bundle, Target: caBundle, ReadOnly: true})
+	if in := (network.Inbound{TrafficToken: req.trafficToken, MaskRequestHost: req.MaskRequestHost, HTTPSPorts: req.HTTPSPorts}); in.TrafficToken != "" || in.MaskRequestHost != "" || len(in.HTTPSPorts) > 0 {
+		if err := o.cfg.Network.SetInbound(sb.ID, in); err != nil {
+			return ctx, err
+		}
+	}
 	sb.AllowInternet = p.AllowInternet
 	return telemetry.With(ctx, telemetry.KeyNetworkAddr, att.Addr.String()), nil
 }
@@ -142,10 +157,43 @@ func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
 func withPorts(e *entry, req CreateRequest) CreateRequest {
 	e.maskHost, e.httpsPorts = req.MaskRequestHost, req.HTTPSPorts
 	if req.PrivateTraffic {
-		e.trafficToken = randomHex(16)
+		if req.trafficToken == "" { // a copy keeps its origin's
+			req.trafficToken = randomHex(16)
+		}
+		e.trafficToken = req.trafficToken
 		req.Secrets = append(append([]string(nil), req.Secrets...), e.trafficToken)
 	}
 	return req
+}
+
+// reclaimNetwork gives an adopted sandbox the network an earlier server recorded for it,
+// and its inbound settings; what it returns carries the secrets its collector masks. A
+// sandbox recorded with no network (the earlier server ran without one) has none.
+func (o *Orchestrator) reclaimNetwork(ctx context.Context, e *entry) (CreateRequest, error) {
+	if o.cfg.Network == nil {
+		e.sb.AllowInternet = false
+		return CreateRequest{}, nil
+	}
+	att, err := o.cfg.Network.Reclaim(ctx, e.sb.ID)
+	if errors.Is(err, network.ErrNotAttached) {
+		e.sb.AllowInternet = false
+		return CreateRequest{}, nil
+	}
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	var req CreateRequest
+	if p, ok := o.cfg.Network.Policy(e.sb.ID); ok {
+		req.Secrets = p.Secrets()
+	}
+	if in, ok := o.cfg.Network.Inbound(e.sb.ID); ok {
+		e.maskHost, e.httpsPorts, e.trafficToken = in.MaskRequestHost, in.HTTPSPorts, in.TrafficToken
+		if in.TrafficToken != "" {
+			req.Secrets = append(req.Secrets, in.TrafficToken)
+		}
+	}
+	o.logger(ctx).Info("sandbox network reclaimed", telemetry.KeyNetworkAddr, att.Addr.String())
+	return req, nil
 }
 
 // PortOptions says how the proxy reaches a live sandbox's ports: the Host header to send
@@ -168,4 +216,21 @@ func (o *Orchestrator) TrafficToken(id string) string {
 		return e.trafficToken
 	}
 	return ""
+}
+
+// networkConfig is a live sandbox's network config for a copy of it (a fork, a snapshot):
+// its egress policy (nil without a network) and how the proxy reaches its ports.
+func (o *Orchestrator) networkConfig(e *entry) (*network.Policy, network.Inbound) {
+	e.mu.Lock()
+	in := network.Inbound{TrafficToken: e.trafficToken, MaskRequestHost: e.maskHost, HTTPSPorts: e.httpsPorts}
+	id := e.sb.ID
+	e.mu.Unlock()
+	if o.cfg.Network == nil {
+		return nil, in
+	}
+	p, ok := o.cfg.Network.Policy(id)
+	if !ok {
+		return nil, in
+	}
+	return &p, in
 }

@@ -39,7 +39,7 @@ func describe(err error, t target) (int, errorBody) {
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
 	switch {
-	case errors.Is(err, errNoSigned), errors.Is(err, errBadTarget), errors.Is(err, errTrafficToken):
+	case errors.Is(err, errNoSigned), errors.Is(err, errBadTarget), errors.Is(err, errTrafficToken), errors.Is(err, errAccessToken):
 		body.Code = errdefs.Status(err)
 		body.Message = err.Error()
 	case errors.As(err, &gone):

@@ -91,6 +91,10 @@ const HeaderTrafficToken = "E2b-Traffic-Access-Token"
 
 var errTrafficToken = errdefs.New(errdefs.ErrPermissionDenied, "traffic access token required")
 
+// errAccessToken is envd's answer to a request without a secure sandbox's access token,
+// given by the proxy for a paused sandbox, which such a request must not resume.
+var errAccessToken = errdefs.New(errdefs.ErrUnauthenticated, "access token required")
+
 // coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
 // token and E2B's traffic access token.
 var coveCredentials = []string{"X-API-Key", "X-Access-Token", "E2b-Traffic-Access-Token"}
@@ -196,6 +200,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g, ok := p.cfg.Backend.(TrafficGuard); ok && t.port != EnvdPort {
 		if want := g.TrafficToken(t.id); want != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
 			p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
+			return
+		}
+	}
+	if t.port == EnvdPort && !t.signed {
+		if err := p.checkResumeToken(ctx, t.id, r.Header.Get(HeaderAccessToken)); err != nil {
+			p.fail(rec, r, t, err)
 			return
 		}
 	}
@@ -361,3 +371,25 @@ func (s slogWriter) Write(b []byte) (int, error) {
 func isClientGone(r *http.Request, err error) bool {
 	return r.Context().Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, r.Context().Err()))
 }
+
+// checkResumeToken refuses a request to envd of a paused secure sandbox that lacks its access
+// token, as envd would refuse it were the sandbox running, instead of resuming the sandbox
+// for it (a request to any other port was checked against the traffic token already).
+func (p *Proxy) checkResumeToken(ctx context.Context, id, token string) error {
+	if p.cfg.Backend.Authorized(ctx, id, token) {
+		return nil
+	}
+	if sb, err := p.cfg.Backend.Lookup(ctx, id); err != nil || sb.State != store.StatePaused || !sb.AutoResume {
+		return nil // envd answers for a running one; the dial explains the rest, as to nobody's
+	}
+	if token == "" {
+		return accessTokenError("missing access token: send the sandbox's envdAccessToken in " + HeaderAccessToken)
+	}
+	return accessTokenError("invalid access token in " + HeaderAccessToken)
+}
+
+// accessTokenError is errAccessToken with envd's own words for it.
+type accessTokenError string
+
+func (e accessTokenError) Error() string { return string(e) }
+func (e accessTokenError) Unwrap() error { return errAccessToken }

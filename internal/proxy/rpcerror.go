@@ -54,6 +54,8 @@ func rpcCode(err error, status int) (connect string, grpc int, httpStatus int) {
 		return "not_found", 5, http.StatusNotFound
 	case status == http.StatusBadRequest:
 		return "invalid_argument", 3, http.StatusBadRequest
+	case status == http.StatusUnauthorized:
+		return "unauthenticated", 16, http.StatusUnauthorized
 	}
 	return "unavailable", 14, http.StatusServiceUnavailable
 }

@@ -354,6 +354,10 @@ func (s *instance) startNetwork(ctx context.Context) error {
 		return nil
 	}
 	s.cfg.Network.Logger = s.cfg.Logger
+	if s.cfg.Network.RecordDir == "" {
+		// Beside the sandboxes' records: a restart re-claims their networks (network.Allocation).
+		s.cfg.Network.RecordDir = filepath.Join(s.cfg.DataDir, "network")
+	}
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
 		if o := s.denials.Load(); o != nil {

@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cove-dev/cove/internal/network"
 )
 
 // ErrNotFound: no such snapshot.
@@ -36,6 +38,10 @@ type Snapshot struct {
 	EnvdAccessToken string    `json:"envdAccessToken,omitempty"`
 	CreatedAt       time.Time `json:"createdAt"`
 	Bytes           int64     `json:"bytes"` // on disk
+	// Network and Inbound are the sandbox's network config, which sandboxes started from
+	// the snapshot get (each in a namespace and address of its own). Nil: it had no network.
+	Network *network.Policy `json:"network,omitempty"`
+	Inbound network.Inbound `json:"inbound,omitzero"`
 }
 
 // Store is the snapshots under one directory.

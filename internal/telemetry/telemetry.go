@@ -155,6 +155,7 @@ const (
 	KeyNetworkDestination  = "network.destination"
 	KeyNetworkDNSUpstreams = "network.dns_upstreams"
 	KeyNetworkEgressLimit  = "network.egress_limit"
+	KeyNetworkLink         = "network.link"
 	KeyNetworkPackets      = "network.packets"
 	KeyNetworkPool         = "network.pool"
 	KeyNetworkPort         = "network.port"

@@ -24,6 +24,7 @@ import (
 	pb "github.com/cove-dev/cove/gen/process"
 	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network/nettest"
 )
 
 func call(t *testing.T, s *covetest.Server, method, path string, body any) (int, map[string]any) {
@@ -36,11 +37,32 @@ func call(t *testing.T, s *covetest.Server, method, path string, body any) (int,
 
 func create(t *testing.T, s *covetest.Server) string {
 	t.Helper()
-	code, body := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "timeout": 120})
+	return createWith(t, s, nil)
+}
+
+// createWith creates a sandbox with network (E2B's network object) when it is not nil.
+func createWith(t *testing.T, s *covetest.Server, network map[string]any) string {
+	t.Helper()
+	req := map[string]any{"templateID": "base", "timeout": 120}
+	if network != nil {
+		req["network"] = network
+	}
+	code, body := call(t, s, http.MethodPost, "/sandboxes", req)
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %v", code, body)
 	}
 	return body["sandboxID"].(string)
+}
+
+// curlExit fetches url from inside sandbox id and returns curl's exit code.
+func curlExit(t *testing.T, s *covetest.Server, id, url string) int {
+	t.Helper()
+	out := strings.TrimSpace(exec(t, s, id, "curl -sS -o /dev/null --max-time 5 "+url+" 2>/dev/null; echo $?"))
+	code, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("curl in %s said %q", id, out)
+	}
+	return code
 }
 
 // leftovers lists what of sandbox id remains on the host.
@@ -172,10 +194,23 @@ func TestRestart(t *testing.T) {
 			{"a stop (SIGTERM)", (*covetest.Server).Stop},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				// Without egress: a sandbox paused to disk does not get its network back after a
-				// restart yet (README, Known limits).
-				s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep", Args: []string{"--network=false"}})
-				running, paused, frozen := create(t, s), create(t, s), create(t, s)
+				// With egress under a rule: the running and the paused-to-disk sandbox reach the
+				// fake internet's host but not its other address, before and after.
+				in := nettest.New(t)
+				s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep"})
+				ruled := map[string]any{"denyOut": []string{in.Other.String()}}
+				running, paused, frozen := createWith(t, s, ruled), createWith(t, s, ruled), create(t, s)
+				egress := func(t *testing.T, id, when string) {
+					t.Helper()
+					if code := curlExit(t, s, id, in.URL("http", "/")); code != 0 {
+						t.Errorf("%s: %s cannot reach the test host: curl exited %d", when, id, code)
+					}
+					if code := curlExit(t, s, id, "http://"+in.Other.String()+"/"); code == 0 {
+						t.Errorf("%s: %s reached %s, which its denyOut names", when, id, in.Other)
+					}
+				}
+				egress(t, running, "before the restart")
+				egress(t, paused, "before the restart")
 				frozenPid := background(t, s, frozen, holder)
 				pid := background(t, s, running, holder)
 				waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
@@ -218,6 +253,10 @@ func TestRestart(t *testing.T) {
 				if lines := strings.Fields(got); len(lines) != 2 || lines[0] != lines[1] {
 					t.Fatalf("the process %d holding a value in memory answered %q, want its value twice", pid, got)
 				}
+				egress(t, running, "after the restart")
+				if _, info := call(t, s, http.MethodGet, "/sandboxes/"+running, nil); !strings.Contains(fmt.Sprint(info["network"]), in.Other.String()) {
+					t.Errorf("getInfo after the restart does not echo the sandbox's denyOut: %v", info["network"])
+				}
 				waitFor(t, 30*time.Second, "the line written while the server was down in the sandbox's logs", func() bool {
 					code, body := callRaw(t, s, "/v2/sandboxes/"+running+"/logs?search="+marker)
 					return code == http.StatusOK && strings.Contains(body, marker)
@@ -232,6 +271,7 @@ func TestRestart(t *testing.T) {
 				if out := exec(t, s, paused, "echo resumed"); strings.TrimSpace(out) != "resumed" {
 					t.Fatalf("a command in the resumed sandbox said %q", out)
 				}
+				egress(t, paused, "after the restart and the restore")
 				// The frozen one stayed frozen, and thaws with its process and memory.
 				if code, body := call(t, s, http.MethodGet, "/sandboxes/"+frozen, nil); code != http.StatusOK || body["state"] != "paused" {
 					t.Fatalf("GET the frozen sandbox after the restart: %d %v, want it still paused", code, body)

@@ -22,9 +22,7 @@ func TestOfficialSDKAcrossACrash(t *testing.T) {
 	covetest.Skip(t)
 	skipWithoutCRIU(t)
 	node, compat := covetest.NodeSDK(t)
-	// Without egress: a sandbox paused to disk does not get its network back after a restart
-	// yet (README, Known limits).
-	s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep", Args: []string{"--network=false"}})
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "keep"})
 	phase := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -32,7 +33,7 @@ func TestSnapshotPause(t *testing.T) {
 	covetest.Skip(t)
 	skipWithoutCRIU(t)
 	t.Run("a paused sandbox is on disk and frees its memory; it survives a crash and resumes with its processes and memory and /dev/shm", func(t *testing.T) {
-		s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--network=false"}}) // a restore after a restart gets no network yet (README)
+		s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill"})
 		id := create(t, s)
 		pid := background(t, s, id, holder)
 		waitFor(t, 20*time.Second, "the holder wrote its value", func() bool {
@@ -494,5 +495,71 @@ func TestForksAndSandboxesFromASnapshotAreMaskedOfTheirOriginsSecrets(t *testing
 	}
 	if _, err := os.Stat(filepath.Join(s.DataDir, "vault", sn.SnapshotID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the deleted snapshot's kept secrets are still on disk: %v", err)
+	}
+}
+
+// TestCopiesKeepTheirOriginsNetwork: a fork and a sandbox started from a snapshot get the
+// network config of the sandbox they were copied from (each in a namespace of its own).
+func TestCopiesKeepTheirOriginsNetwork(t *testing.T) {
+	covetest.Skip(t)
+	skipWithoutCRIU(t)
+	in := nettest.New(t)
+	s := covetest.Start(t, "")
+	open := create(t, s)
+	if code := curlExit(t, s, open, in.URL("http", "/")); code != 0 {
+		t.Fatalf("a sandbox without rules cannot reach the test host (curl exited %d): the checks below would prove nothing", code)
+	}
+	parent := createWith(t, s, map[string]any{"denyOut": []string{"0.0.0.0/0"}, "allowPublicTraffic": false})
+	forkOne := func(t *testing.T) string {
+		t.Helper()
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/fork", map[string]any{"count": 1, "timeout": 120})
+		var results []struct {
+			Sandbox *struct {
+				SandboxID string `json:"sandboxID"`
+			} `json:"sandbox"`
+		}
+		if err := json.Unmarshal([]byte(raw), &results); code != http.StatusCreated || err != nil || len(results) != 1 || results[0].Sandbox == nil {
+			t.Fatalf("fork: %d %s", code, raw)
+		}
+		return results[0].Sandbox.SandboxID
+	}
+	fromSnapshot := func(t *testing.T) string {
+		t.Helper()
+		code, raw := callJSON(t, s, http.MethodPost, "/sandboxes/"+parent+"/snapshots", map[string]any{})
+		var sn struct {
+			SnapshotID string `json:"snapshotID"`
+		}
+		if err := json.Unmarshal([]byte(raw), &sn); code != http.StatusCreated || err != nil {
+			t.Fatalf("snapshot: %d %s", code, raw)
+		}
+		t.Cleanup(func() { callJSON(t, s, http.MethodDelete, "/snapshots/"+sn.SnapshotID, nil) })
+		code, body := call(t, s, http.MethodPost, "/sandboxes", map[string]any{"templateID": sn.SnapshotID, "timeout": 120})
+		if code != http.StatusCreated {
+			t.Fatalf("create from the snapshot: %d %v", code, body)
+		}
+		return body["sandboxID"].(string)
+	}
+	for _, tc := range []struct {
+		name string
+		copy func(*testing.T) string
+	}{
+		{"a fork of a sandbox with denyOut 0.0.0.0/0 cannot reach the test host, and getInfo echoes the rule", forkOne},
+		{"a sandbox from a snapshot of it cannot either, and getInfo echoes the rule", fromSnapshot},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := tc.copy(t)
+			t.Cleanup(func() { call(t, s, http.MethodDelete, "/sandboxes/"+id, nil); waitGone(t, id) })
+			if code := curlExit(t, s, id, in.URL("http", "/")); code == 0 {
+				t.Errorf("copy %s reached the test host its origin's denyOut 0.0.0.0/0 refuses", id)
+			}
+			_, info := call(t, s, http.MethodGet, "/sandboxes/"+id, nil)
+			netw, _ := info["network"].(map[string]any)
+			if !strings.Contains(fmt.Sprint(netw["denyOut"]), "0.0.0.0/0") || netw["allowPublicTraffic"] != false {
+				t.Errorf("getInfo of copy %s: network %v, want its origin's denyOut 0.0.0.0/0 and allowPublicTraffic false", id, info["network"])
+			}
+		})
+	}
+	if code := curlExit(t, s, parent, in.URL("http", "/")); code == 0 {
+		t.Errorf("the parent reached the test host after its copies were made")
 	}
 }

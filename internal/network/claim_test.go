@@ -1,0 +1,126 @@
+package network_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/runtime"
+)
+
+// TestRestartReclaims: a second manager on the same state (a restarted server) gives each
+// recorded sandbox its namespace, address and rules back, and removes what nobody claims.
+func TestRestartReclaims(t *testing.T) {
+	in := nettest.New(t)
+	srv := nettest.ReserveServer(t)
+	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
+		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir()}
+	start := func(t *testing.T) *network.Manager {
+		t.Helper()
+		m, err := network.New(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		return m
+	}
+	denyOther := network.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}}
+	first := start(t)
+	kept, err := first.Attach(context.Background(), "sb-kept", denyOther)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebuilt, err := first.Attach(context.Background(), "sb-rebuilt", network.Policy{AllowInternet: false, AllowOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := first.Attach(context.Background(), "sb-orphan", denyOther)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // whatever a failure left behind
+		for _, a := range []*network.Attachment{kept, rebuilt, orphan} {
+			_ = runtime.RemoveNetns(a.Netns)
+		}
+	})
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(kept.Netns); err != nil {
+		t.Fatalf("closing the manager removed an attached sandbox's namespace: %v", err)
+	}
+	// The host lost the namespace (as after a reboot): the reclaim makes it again.
+	if err := runtime.RemoveNetns(rebuilt.Netns); err != nil {
+		t.Fatal(err)
+	}
+
+	second := start(t)
+	t.Cleanup(func() {
+		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan"} {
+			_ = second.Detach(context.Background(), id)
+		}
+	})
+	for _, tc := range []struct {
+		name, id string
+		was      *network.Attachment
+		reach    string
+		refused  string
+	}{
+		{"a sandbox keeps its namespace, address and rules", "sb-kept", kept, in.URL("http", "/"), "http://" + in.Other.String() + "/"},
+		{"a sandbox whose namespace is gone gets it made again at the same path", "sb-rebuilt", rebuilt, in.URL("http", "/"), "http://" + in.Other.String() + "/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := second.Reclaim(context.Background(), tc.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *a != *tc.was {
+				t.Fatalf("reclaimed %+v, want %+v", a, tc.was)
+			}
+			if p, ok := second.Policy(tc.id); !ok || p.AllowInternet != mustPolicy(t, first, tc.id).AllowInternet {
+				t.Fatalf("policy %+v, %v", p, ok)
+			}
+			if body, err := get(a.Netns, tc.reach); err != nil {
+				t.Fatalf("egress after the restart: %q, %v", body, err)
+			}
+			if body, err := get(a.Netns, tc.refused); err == nil {
+				t.Fatalf("the rules did not come back: a denied host answered %q", body)
+			}
+		})
+	}
+	t.Run("a sandbox nobody re-claims loses its namespace and link", func(t *testing.T) {
+		if err := second.DropUnclaimed(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(orphan.Netns); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("namespace %s: %v, want it gone", orphan.Netns, err)
+		}
+		if _, err := second.Reclaim(context.Background(), "sb-orphan"); !errors.Is(err, network.ErrNotAttached) {
+			t.Fatalf("reclaim after the sweep: %v, want ErrNotAttached", err)
+		}
+	})
+	t.Run("a new sandbox never gets a recorded sandbox's namespace", func(t *testing.T) {
+		a, err := second.Attach(context.Background(), "sb-new", denyOther)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = second.Detach(context.Background(), "sb-new") })
+		if a.Netns == kept.Netns || a.Addr == kept.Addr || a.Netns == rebuilt.Netns || a.Addr == rebuilt.Addr {
+			t.Fatalf("new sandbox got %+v, a recorded sandbox's", a)
+		}
+	})
+}
+
+// mustPolicy is the policy a manager held for id (a closed manager still answers).
+func mustPolicy(t *testing.T, m *network.Manager, id string) network.Policy {
+	t.Helper()
+	p, ok := m.Policy(id)
+	if !ok {
+		t.Fatalf("no policy for %s", id)
+	}
+	return p
+}
