@@ -13,24 +13,24 @@ import (
 // CommandRecord is what Cove recorded of one command a sandbox ran, as GET
 // /sandboxes/{id}/commands[/{pid}] answers: the server emits this very type.
 type CommandRecord struct {
-	SandboxID       string          `json:"sandboxId"`
-	PID             int             `json:"pid"`
-	Tag             string          `json:"tag"`
-	RequestID       string          `json:"requestId"` // the call that started it
-	User            string          `json:"user"`
-	Command         string          `json:"command"`
-	Args            []string        `json:"args"`
-	Cwd             string          `json:"cwd"`
-	StartedAt       time.Time       `json:"startedAt"`
-	EndedAt         *time.Time      `json:"endedAt"`    // null while it runs
-	DurationMS      *float64        `json:"durationMs"` // null while it runs
-	ExitCode        *int            `json:"exitCode"`
-	Signal          string          `json:"signal"`
-	EndCause        reason.EndCause `json:"endCause"` // "" while it runs
-	SignalRequestID string          `json:"signalRequestId"`
-	KillReason      string          `json:"killReason"` // the sandbox's, when EndCause is sandbox_killed
-	StdoutBytes     int64           `json:"stdoutBytes"`
-	StderrBytes     int64           `json:"stderrBytes"`
+	SandboxID       string            `json:"sandboxId"`
+	PID             int               `json:"pid"`
+	Tag             string            `json:"tag"`
+	RequestID       string            `json:"requestId"` // the call that started it
+	User            string            `json:"user"`
+	Command         string            `json:"command"`
+	Args            []string          `json:"args"`
+	Cwd             string            `json:"cwd"`
+	StartedAt       time.Time         `json:"startedAt"`
+	EndedAt         *time.Time        `json:"endedAt"`    // null while it runs
+	DurationMS      *float64          `json:"durationMs"` // null while it runs
+	ExitCode        *int              `json:"exitCode"`
+	Signal          string            `json:"signal"`
+	EndCause        reason.EndCause   `json:"endCause"` // "" while it runs
+	SignalRequestID string            `json:"signalRequestId"`
+	KillReason      reason.KillReason `json:"killReason"` // the sandbox's, when EndCause is sandbox_killed
+	StdoutBytes     int64             `json:"stdoutBytes"`
+	StderrBytes     int64             `json:"stderrBytes"`
 	// The head and tail of each stream the record keeps (the server's record caps).
 	StdoutHead string         `json:"stdoutHead"`
 	StdoutTail string         `json:"stdoutTail"`

@@ -20,7 +20,7 @@ func outcome(c cove.CommandRecord) string {
 	case c.EndCause == "":
 		return "running"
 	case c.EndCause == reason.EndSandboxKilled:
-		return "sandbox killed (" + c.KillReason + ")"
+		return "sandbox killed (" + c.KillReason.String() + ")"
 	case c.ExitCode != nil:
 		return fmt.Sprintf("exit %d", *c.ExitCode)
 	case c.SignalRequestID != "":

@@ -284,7 +284,7 @@ type wireCommand = cove.CommandRecord
 func toWireCommand(c *store.CommandRecord) wireCommand {
 	w := wireCommand{SandboxID: c.SandboxID, PID: c.PID, Tag: c.Tag, RequestID: c.RequestID, User: c.User,
 		Command: c.Command, Args: c.Args, Cwd: c.Cwd, StartedAt: c.StartedAt, ExitCode: c.ExitCode,
-		Signal: c.Signal, EndCause: c.EndCause, SignalRequestID: c.SignalRequestID, KillReason: string(c.KillReason),
+		Signal: c.Signal, EndCause: c.EndCause, SignalRequestID: c.SignalRequestID, KillReason: c.KillReason,
 		StdoutBytes: c.StdoutBytes, StderrBytes: c.StderrBytes, StdoutHead: c.StdoutHead,
 		StdoutTail: c.StdoutTail, StderrHead: c.StderrHead, StderrTail: c.StderrTail,
 		Truncated: c.Truncated, Redactions: c.Redactions}

@@ -283,9 +283,12 @@ func TestRunFailsClearly(t *testing.T) {
 		name    string
 		cfg     Config
 		wantErr string
+		// lockedOnTheWay: Run got as far as locking the data dir, which it must have released
+		// (every step's closer runs when a later step fails).
+		lockedOnTheWay bool
 	}{
-		{"an address in use names it", Config{Addr: busy.Addr().String(), DataDir: t.TempDir()}, "listen " + busy.Addr().String()},
-		{"a data dir that is a file is an error", Config{Addr: "127.0.0.1:0", DataDir: notDir}, notDir},
+		{"an address in use names it, and what the steps before opened is closed", Config{Addr: busy.Addr().String(), DataDir: t.TempDir()}, "listen " + busy.Addr().String(), true},
+		{"a data dir that is a file is an error", Config{Addr: "127.0.0.1:0", DataDir: notDir}, notDir, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,6 +298,13 @@ func TestRunFailsClearly(t *testing.T) {
 			err := Run(context.Background(), tt.cfg, &progress)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("Run: %v, want an error naming %q", err, tt.wantErr)
+			}
+			if tt.lockedOnTheWay {
+				lock, err := LockDataDir(tt.cfg.DataDir)
+				if err != nil {
+					t.Fatalf("the data dir is still locked after Run failed: %v", err)
+				}
+				lock.Release()
 			}
 		})
 	}
