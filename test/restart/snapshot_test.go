@@ -396,9 +396,9 @@ func TestSnapshotDiskIsCountedPerTeamAndGoesWithItsSandboxOrSnapshot(t *testing.
 		if code != http.StatusCreated || json.Unmarshal([]byte(raw), &info) != nil {
 			t.Fatalf("create snapshot: %d %s", code, raw)
 		}
-		out, err := osexec.Command(covetest.Binary(t), "snapshot", "list", "--api-url", s.URL, "--api-key", s.Key).CombinedOutput()
+		out, err := osexec.Command(covetest.Binary(t), "snapshot", "ls", "--api-url", s.URL, "--api-key", s.Key).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), info.SnapshotID) || !strings.Contains(string(out), fmt.Sprintf("%.1f MiB", float64(info.SizeBytes)/(1<<20))) {
-			t.Errorf("cove snapshot list does not show %s at %d bytes: %v\n%s", info.SnapshotID, info.SizeBytes, err, out)
+			t.Errorf("cove snapshot ls does not show %s at %d bytes: %v\n%s", info.SnapshotID, info.SizeBytes, err, out)
 		}
 		if u := adminDisk(t, s, team); u.Snapshots != 1 || u.SnapshotBytes != info.SizeBytes {
 			t.Errorf("admin disk %+v, want 1 snapshot of %d bytes", u, info.SizeBytes)
