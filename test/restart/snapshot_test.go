@@ -376,6 +376,10 @@ func TestSnapshotDiskIsCountedPerTeamAndGoesWithItsSandboxOrSnapshot(t *testing.
 		if u.PausedBytes < 8<<20 || u.PausedBytes > 32<<20 {
 			t.Errorf("the pause takes %d bytes: want the 8 MB of random memory on disk and not the 32 MB of zeros", u.PausedBytes)
 		}
+		status, err := osexec.Command(covetest.Binary(t), "admin", "status", "--data", s.DataDir, "--api-url", s.URL).CombinedOutput()
+		if err != nil || !strings.Contains(string(status), "PAUSED SIZE") || !strings.Contains(string(status), team) {
+			t.Errorf("cove admin status does not show the team's snapshot disk: %v\n%s", err, status)
+		}
 		if got := metricLine(t, s, `cove_snapshot_disk_bytes{kind="paused",team="`+team+`"} `); got == "" || parseFloat(got) != float64(u.PausedBytes) {
 			t.Errorf("cove_snapshot_disk_bytes for the team's paused sandboxes: %q, want %d", got, u.PausedBytes)
 		}
