@@ -70,9 +70,10 @@ cove sandbox create --template SNAPSHOT_ID (or the E2B SDK's Sandbox.create(snap
 	}
 	var filter cove.SnapshotFilter
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List the team's snapshots, newest first",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the team's snapshots, newest first, with the bytes each takes on disk",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			all, err := call(&f, func(c *cove.Client) ([]cove.SnapshotInfo, error) { return c.ListSnapshots(cmd.Context(), filter) })
 			if err != nil {

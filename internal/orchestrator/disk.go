@@ -14,6 +14,13 @@ import (
 // checkpoints, which go with the sandbox) and its snapshots (which go with DeleteSnapshot),
 // teams with neither left out, ordered by team id. The bytes are measured now, on disk.
 func (o *Orchestrator) DiskUsage(ctx context.Context) ([]cove.DiskUsage, error) {
+	return o.diskUsage(true)
+}
+
+// diskUsage is DiskUsage; without wait, a sandbox in the middle of a transition (a pause
+// writing its snapshot, for seconds) is left out rather than waited for: a /metrics scrape
+// must not hang on one.
+func (o *Orchestrator) diskUsage(wait bool) ([]cove.DiskUsage, error) {
 	by := map[string]*cove.DiskUsage{}
 	team := func(id string) *cove.DiskUsage {
 		if by[id] == nil {
@@ -23,7 +30,11 @@ func (o *Orchestrator) DiskUsage(ctx context.Context) ([]cove.DiskUsage, error) 
 	}
 	if ck, err := o.checkpointer(); err == nil {
 		for _, e := range o.entries() {
-			e.mu.Lock()
+			if !wait && !e.mu.TryLock() {
+				continue
+			} else if wait {
+				e.mu.Lock()
+			}
 			paused, teamID, id := e.onDisk && !e.killed, e.sb.TeamID, e.sb.ID
 			e.mu.Unlock()
 			if paused {
@@ -55,7 +66,7 @@ func (o *Orchestrator) DiskUsage(ctx context.Context) ([]cove.DiskUsage, error) 
 // watchDisk puts DiskUsage on /metrics (cove_snapshot_disk_bytes, by team and kind).
 func (o *Orchestrator) watchDisk() {
 	telemetry.WatchSnapshotDisk(func(emit func(team, kind string, bytes int64)) {
-		usage, err := o.DiskUsage(context.Background())
+		usage, err := o.diskUsage(false)
 		if err != nil {
 			return
 		}

@@ -619,6 +619,13 @@ func (r *Runc) destroy(ctx context.Context, id string) error {
 	if err := removeCgroups(r.cgroupPath(id)); err != nil {
 		errs = append(errs, err)
 	}
+	// A checkpoint is the biggest thing a sandbox leaves: it goes even when a mount that
+	// is still busy keeps the rest of the directory for the next start to clean up.
+	for _, d := range []string{r.checkpointDir(id), r.criuWorkDir(id)} {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if !mounted {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)

@@ -377,6 +377,10 @@ func TestSnapshotDiskIsCountedPerTeamAndGoesWithItsSandboxOrSnapshot(t *testing.
 		if u.PausedBytes < 8<<20 || u.PausedBytes > 32<<20 {
 			t.Errorf("the pause takes %d bytes: want the 8 MB of random memory on disk and not the 32 MB of zeros", u.PausedBytes)
 		}
+		status, err := osexec.Command(covetest.Binary(t), "admin", "status", "--data", s.DataDir, "--api-url", s.URL).CombinedOutput()
+		if err != nil || !strings.Contains(string(status), "PAUSED SIZE") || !strings.Contains(string(status), team) {
+			t.Errorf("cove admin status does not show the team's snapshot disk: %v\n%s", err, status)
+		}
 		if got := metricLine(t, s, `cove_snapshot_disk_bytes{kind="paused",team="`+team+`"} `); got == "" || parseFloat(got) != float64(u.PausedBytes) {
 			t.Errorf("cove_snapshot_disk_bytes for the team's paused sandboxes: %q, want %d", got, u.PausedBytes)
 		}
@@ -397,9 +401,9 @@ func TestSnapshotDiskIsCountedPerTeamAndGoesWithItsSandboxOrSnapshot(t *testing.
 		if code != http.StatusCreated || json.Unmarshal([]byte(raw), &info) != nil {
 			t.Fatalf("create snapshot: %d %s", code, raw)
 		}
-		out, err := osexec.Command(covetest.Binary(t), "snapshot", "list", "--api-url", s.URL, "--api-key", s.Key).CombinedOutput()
+		out, err := osexec.Command(covetest.Binary(t), "snapshot", "ls", "--api-url", s.URL, "--api-key", s.Key).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), info.SnapshotID) || !strings.Contains(string(out), fmt.Sprintf("%.1f MiB", float64(info.SizeBytes)/(1<<20))) {
-			t.Errorf("cove snapshot list does not show %s at %d bytes: %v\n%s", info.SnapshotID, info.SizeBytes, err, out)
+			t.Errorf("cove snapshot ls does not show %s at %d bytes: %v\n%s", info.SnapshotID, info.SizeBytes, err, out)
 		}
 		if u := adminDisk(t, s, team); u.Snapshots != 1 || u.SnapshotBytes != info.SizeBytes {
 			t.Errorf("admin disk %+v, want 1 snapshot of %d bytes", u, info.SizeBytes)
