@@ -42,6 +42,15 @@ func TestRestartReclaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the restart must keep beside the slot: an update's policy and the inbound settings.
+	if err := first.Update(context.Background(), "sb-kept", denyOther); err != nil {
+		t.Fatal(err)
+	}
+	inbound := network.Inbound{TrafficToken: "tok-1234", MaskRequestHost: "app.test:${PORT}", HTTPSPorts: []int{8443}}
+	if err := first.SetInbound("sb-kept", inbound); err != nil {
+		t.Fatal(err)
+	}
+	ca := string(first.CAPEM())
 	t.Cleanup(func() { // whatever a failure left behind
 		for _, a := range []*network.Attachment{kept, rebuilt, orphan} {
 			_ = runtime.RemoveNetns(a.Netns)
@@ -92,6 +101,15 @@ func TestRestartReclaims(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the inbound settings and the CA sandboxes trust are the same", func(t *testing.T) {
+		got, ok := second.Inbound("sb-kept")
+		if !ok || got.TrafficToken != inbound.TrafficToken || got.MaskRequestHost != inbound.MaskRequestHost || len(got.HTTPSPorts) != 1 || got.HTTPSPorts[0] != 8443 {
+			t.Errorf("inbound %+v, %v, want %+v", got, ok, inbound)
+		}
+		if string(second.CAPEM()) != ca {
+			t.Error("the restarted manager signs with another CA: adopted sandboxes would not trust its HTTPS interception")
+		}
+	})
 	t.Run("a sandbox nobody re-claims loses its namespace and link", func(t *testing.T) {
 		if err := second.DropUnclaimed(context.Background()); err != nil {
 			t.Fatal(err)

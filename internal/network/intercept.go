@@ -82,6 +82,42 @@ func newCA() (*ca, error) {
 	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leafs: map[string]*tls.Certificate{}}, nil
 }
 
+// loadCA returns the CA kept in dir (ca.pem and ca-key.pem, written by an earlier server), or
+// makes one and keeps it there: the sandboxes a restarted server adopts trust the CA their
+// bundle holds, so it must stay the same.
+func loadCA(dir string) (*ca, error) {
+	certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
+	certPEM, err1 := os.ReadFile(certFile)
+	keyPEM, err2 := os.ReadFile(keyFile)
+	if err1 == nil && err2 == nil {
+		cb, _ := pem.Decode(certPEM)
+		kb, _ := pem.Decode(keyPEM)
+		if cb != nil && kb != nil {
+			cert, err := x509.ParseCertificate(cb.Bytes)
+			if err == nil && time.Now().Before(cert.NotAfter) {
+				if key, err := x509.ParseECPrivateKey(kb.Bytes); err == nil {
+					return &ca{cert: cert, key: key, pem: certPEM, leafs: map[string]*tls.Certificate{}}, nil
+				}
+			}
+		}
+	}
+	c, err := newCA()
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalECPrivateKey(c.key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return nil, fmt.Errorf("keep the CA key: %w", err)
+	}
+	if err := os.WriteFile(certFile, c.pem, 0o600); err != nil {
+		return nil, fmt.Errorf("keep the CA: %w", err)
+	}
+	return c, nil
+}
+
 // leaf returns a certificate for host signed by the CA, cached.
 func (c *ca) leaf(host string) (*tls.Certificate, error) {
 	c.mu.Lock()

@@ -236,7 +236,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()
-	if m.ca, err = newCA(); err != nil {
+	if m.ca, err = loadCA(cfg.RecordDir); err != nil {
 		m.resolver.close()
 		return nil, fmt.Errorf("network: CA: %w", err)
 	}
