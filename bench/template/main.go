@@ -3,8 +3,9 @@
 //	go run ./bench/template            # needs root, runc and a built base template
 //	go run ./bench/template -creates 50
 //
-// It works in a data dir of its own whose base template is the shared test base (a symlink,
-// $COVE_TEST_TEMPLATES/<base key>/base, or -base DIR), never written to. It measures:
+// It works in a data dir of its own whose base template is the shared test base (symlinks to
+// $COVE_TEST_TEMPLATES/<base key>/base, the root and layers it stands on, or -base DIR), never
+// written to. It measures:
 //
 //  1. the build of a 3-step template on base (two RUN steps and a COPY of 1 MiB), cold;
 //  2. the same build again with nothing changed (every layer from the cache);
@@ -29,6 +30,7 @@ import (
 	"github.com/cove-dev/cove/bench/internal/measure"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/templates"
 )
 
 func main() {
@@ -48,7 +50,7 @@ func run(base string, creates int) error {
 		if root == "" {
 			root = "/var/lib/cove-test-templates"
 		}
-		base = filepath.Join(root, template.BaseKey(""), "base")
+		base = filepath.Join(root, templates.BaseKey(), "base")
 	}
 	if _, err := os.Stat(filepath.Join(base, "meta.json")); err != nil {
 		return fmt.Errorf("no base template at %s (build it with `cove template build base`): %w", base, err)
@@ -58,12 +60,6 @@ func run(base string, creates int) error {
 		return err
 	}
 	defer os.RemoveAll(data)
-	if err := os.MkdirAll(filepath.Join(data, "templates"), 0o755); err != nil {
-		return err
-	}
-	if err := os.Symlink(base, filepath.Join(data, "templates", "base")); err != nil {
-		return err
-	}
 	rt, err := runtime.NewRunc(ctx, runtime.Config{DataDir: filepath.Join(data, "sandboxes"),
 		RuncRoot: filepath.Join(data, "runc"), NetnsDir: filepath.Join(data, "netns")})
 	if err != nil {
@@ -71,6 +67,9 @@ func run(base string, creates int) error {
 	}
 	store, err := template.Open(data, rt)
 	if err != nil {
+		return err
+	}
+	if err := store.Link(filepath.Dir(base), filepath.Base(base)); err != nil {
 		return err
 	}
 	uploads := filepath.Join(data, "uploads")

@@ -55,8 +55,9 @@ func newServerCmd() *cobra.Command {
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
 		Long: `cove server brings Cove up on this machine. On first run it installs the Debian packages
-it needs (runc, debootstrap), builds the base template from Debian bookworm (about a minute,
-progress shown), creates a team and an API key, and prints how to point the E2B SDK at it.`,
+it needs (runc, debootstrap), builds the base template from its definition (templates/base:
+Debian bookworm, about a minute, progress shown), creates a team and an API key, and prints
+how to point the E2B SDK at it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level

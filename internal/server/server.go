@@ -47,6 +47,7 @@ import (
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/reason"
+	shipped "github.com/cove-dev/cove/templates"
 )
 
 // Config configures Run.
@@ -193,16 +194,20 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	telemetry.WatchDisk("data", cfg.DataDir)
 	telemetry.WatchDisk("templates", templates.Dir())
-	base, err := templates.Get("base")
-	if err == nil && base.From == "" && base.Key != template.BaseKey(base.Suite) {
+	base, err := templates.Get(shipped.BaseName)
+	if err == nil && base.Key != shipped.BaseKey() {
 		say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
-			"`cove template rm base` and restart to build the current one (with user's passwordless sudo, pip, iproute2)",
-			base.Key, template.BaseKey(base.Suite))
+			"`cove template build base --replace` rebuilds it from the current one, reusing the steps that did not change",
+			base.Key, shipped.BaseKey())
 	}
 	if errors.Is(err, template.ErrNotFound) && !cfg.NoBuild {
-		say("building the base template (Debian bookworm, about a minute, first run only)")
+		say("building the base template from templates/base (Debian bookworm, about a minute, first run only)")
 		begun := time.Now()
-		if _, err := templates.Build(ctx, template.Spec{Name: "base"}, progress); err != nil {
+		spec, err := shipped.BaseSpec(templates, shipped.BaseName, "")
+		if err != nil {
+			return fmt.Errorf("build base template: %w", err)
+		}
+		if _, err := templates.Build(ctx, spec, progress); err != nil {
 			return fmt.Errorf("build base template: %w", err)
 		}
 		say("base template ready in %s", time.Since(begun).Round(time.Second))

@@ -406,3 +406,29 @@ func (t *tailLines) add(s string) {
 		t.lines = t.lines[len(t.lines)-t.n:]
 	}
 }
+
+// Link makes the ready template name of the store in dir usable in s without a copy: s gets
+// symlinks to it, to the root it is built on and to its layers (a test's or benchmark's own
+// store on a shared base this way never writes to the shared one).
+func (s *Store) Link(dir, name string) error {
+	t, err := readMeta(filepath.Join(dir, name))
+	if err != nil {
+		return fmt.Errorf("link template %s from %s: %w", name, dir, err)
+	}
+	links := []string{name}
+	if t.Root != "" {
+		links = append(links, t.Root)
+	}
+	for _, k := range t.Layers {
+		links = append(links, filepath.Join("layers", k))
+	}
+	if err := os.MkdirAll(s.layersDir(), 0o755); err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := os.Symlink(filepath.Join(dir, l), filepath.Join(s.dir, l)); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("link template %s: %w", name, err)
+		}
+	}
+	return nil
+}

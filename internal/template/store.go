@@ -39,11 +39,12 @@ var (
 // Template is a ready, read-only root filesystem and what it was built from.
 type Template struct {
 	Name    string   `json:"name"`
-	From    string   `json:"from,omitempty"`  // parent template; "" for a debootstrapped base
-	Suite   string   `json:"suite,omitempty"` // Debian suite of a base
+	From    string   `json:"from,omitempty"`  // parent template; "" for a root (bootstrapped, imported)
+	Suite   string   `json:"suite,omitempty"` // Debian suite of a bootstrapped root
 	Include []string `json:"include,omitempty"`
-	// Key is BaseKey of a base built with the default packages: a base whose key differs
-	// from the running cove's was built from an older definition.
+	// Key names the definition the template was built from: the base's is its definition's
+	// key (templates.BaseKey), so a base whose key differs from the running cove's was built
+	// from another definition; a bootstrapped root's is its BOOTSTRAP line's Bootstrap.Key.
 	Key       string    `json:"key,omitempty"`
 	Run       []string  `json:"run,omitempty"` // build steps, in order
 	CreatedAt time.Time `json:"created_at"`
