@@ -312,6 +312,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	defer builds.Close()
 	builds.SetLogStore(buildLogSink(ingester), buildLogReader(db))
+	builds.SetSandbox(buildSandbox(cfg, netw))
 	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) (string, error) {

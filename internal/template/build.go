@@ -55,6 +55,11 @@ type Spec struct {
 	StartCmd, ReadyCmd string
 	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
 	CPUCount, MemoryMB int
+	// Network is the network RUN steps reach the world through; nil is the host's (builds
+	// an operator runs on the host). A team's builds run in the team's (Builds.SetSandbox).
+	Network StepNetwork
+	// Limits caps each RUN step's container; zero fields fall back to CPUCount and MemoryMB.
+	Limits runtime.Limits
 	// Force rebuilds every step instead of reusing cached layers.
 	Force bool
 	// Replace lets the build replace a ready template of the same name (atomically, when the
@@ -307,9 +312,9 @@ func keepOnly(dir string, keep func(path string) bool) error {
 	return nil
 }
 
-// runStep runs one shell command in a container whose root is rootfs itself, with the host's
-// network so that package managers can download. It fails with an *ExitError when the command
-// does not exit 0.
+// runStep runs one shell command in a container whose root is rootfs itself, in cmd.Network
+// (the host's when nil) so that package managers can download. It fails with an *ExitError
+// when the command does not exit 0.
 func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *lineWriter) error {
 	id := "build-" + randomSuffix()
 	out.startStep(out.step) // the error's last lines are this command's
@@ -317,7 +322,7 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 	if cmd.Home != "" {
 		env = append(env, "HOME="+cmd.Home)
 	}
-	sb, err := s.rt.Create(ctx, runtime.Spec{
+	spec := runtime.Spec{
 		ID:      id,
 		Rootfs:  rootfs,
 		Direct:  true,
@@ -328,7 +333,19 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		UID:     cmd.UID,
 		GID:     cmd.GID,
 		Limits:  cmd.Limits,
-	})
+	}
+	if cmd.Network != nil {
+		netns, resolv, err := cmd.Network.Attach(ctx, id)
+		if err != nil {
+			return fmt.Errorf("build step network: %w", err)
+		}
+		defer cmd.Network.Detach(context.WithoutCancel(ctx), id) // after Destroy, deferred below
+		spec.Network, spec.Netns = runtime.NetworkLoopback, netns
+		if fi, err := os.Lstat(filepath.Join(rootfs, "etc/resolv.conf")); resolv != "" && err == nil && fi.Mode().IsRegular() {
+			spec.Binds = append(spec.Binds, runtime.Bind{Source: resolv, Target: "/etc/resolv.conf", ReadOnly: true})
+		}
+	}
+	sb, err := s.rt.Create(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -368,6 +385,7 @@ type shellCmd struct {
 	Cwd      string
 	Env      []string
 	Limits   runtime.Limits // the template's cpuCount and memoryMB; PIDs always bounded
+	Network  StepNetwork    // nil: the host's
 }
 
 // ExitError is a build command that failed: its exit status and its last output lines.

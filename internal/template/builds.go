@@ -17,6 +17,7 @@ import (
 
 	ggcrname "github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/template/oci"
 )
 
@@ -120,8 +121,9 @@ type Builds struct {
 	cancel map[string]context.CancelFunc
 	wg     sync.WaitGroup
 
-	sink func(*BuildRecord, LogEntry)
-	read func(r *BuildRecord) ([]LogEntry, error)
+	sink    func(*BuildRecord, LogEntry)
+	read    func(r *BuildRecord) ([]LogEntry, error)
+	sandbox Sandbox
 }
 
 // SetLogStore sends every build log line to sink as it is written (the server's log store,
@@ -248,6 +250,9 @@ func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, req
 	}
 	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
 		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, CreatedAt: time.Now().UTC()}
+	if _, _, _, err := b.stepSandbox(r); err != nil {
+		return nil, err // over the team's limits
+	}
 	return r, b.save(r)
 }
 
@@ -342,7 +347,12 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		}
 		req.FromTemplate = t.Name
 	}
-	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
+	net, cpus, mem, err := b.stepSandbox(r)
+	if err != nil {
+		b.finish(r, nil, err)
+		return
+	}
+	spec := Spec{Name: r.Template, Network: net, Limits: runtime.Limits{CPUs: float64(cpus), MemoryBytes: int64(mem) << 20}, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID,
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
