@@ -1,5 +1,6 @@
 // Package retention gives every store that grows with use an end: a TTL and a size cap per
-// dataset (events, webhook deliveries, metric samples, command records, log lines), pruned
+// dataset (events, webhook deliveries, metric samples, command records, log lines, template
+// build records and uploads), pruned
 // in small batches by one background loop, and reported in `cove admin status` and on
 // /metrics.
 //
@@ -38,12 +39,17 @@ func Defaults() map[store.Dataset]Policy {
 		store.DatasetSamples:    {TTL: 24 * time.Hour, MaxRows: 5_000_000},
 		store.DatasetCommands:   {TTL: 7 * 24 * time.Hour, MaxRows: 1_000_000},
 		store.DatasetLogs:       {TTL: 7 * 24 * time.Hour, MaxRows: 50_000_000},
+		store.DatasetBuilds:     {TTL: 30 * 24 * time.Hour, MaxRows: 10_000},
+		store.DatasetUploads:    {TTL: 7 * 24 * time.Hour, MaxRows: 10_000},
 	}
 }
 
 // Config configures a Retainer.
 type Config struct {
-	Store    store.RetentionStore
+	Store store.RetentionStore
+	// Files keep the datasets that live in files (store.Dataset.InFiles); one missing here
+	// is not pruned nor shown.
+	Files    map[store.Dataset]store.RetentionStore
 	Policies map[store.Dataset]Policy // Defaults() for a dataset missing here
 	Interval time.Duration            // between passes; 1 min when 0
 	Batch    int                      // rows per write transaction; 1000 when 0
@@ -118,12 +124,16 @@ func (r *Retainer) Run(ctx context.Context) {
 func (r *Retainer) Pass(ctx context.Context) {
 	now := time.Now()
 	for _, d := range store.Datasets() {
+		st := r.storeFor(d)
+		if st == nil {
+			continue
+		}
 		p := r.cfg.Policies[d]
-		ttl, capped := r.prune(ctx, d, p, now)
+		ttl, capped := r.prune(ctx, st, d, p, now)
 		if ttl+capped > 0 {
 			r.cfg.Logger.Info("retention: pruned", "dataset", d.String(), "ttl_rows", ttl, "cap_rows", capped)
 		}
-		if u, err := r.cfg.Store.Usage(ctx, d, false); err == nil {
+		if u, err := st.Usage(ctx, d, false); err == nil {
 			r.gauges(d, u, now, false)
 		}
 	}
@@ -132,12 +142,24 @@ func (r *Retainer) Pass(ctx context.Context) {
 	r.mu.Unlock()
 }
 
+// storeFor is what keeps d: Config.Files for a dataset in files, else Config.Store; nil
+// when nothing keeps it here.
+func (r *Retainer) storeFor(d store.Dataset) store.RetentionStore {
+	if st, ok := r.cfg.Files[d]; ok {
+		return st
+	}
+	if d.InFiles() {
+		return nil
+	}
+	return r.cfg.Store
+}
+
 // maxBatches bounds one dataset's batches in one pass, so a pass ends even while writers
 // add rows as fast as it prunes them; the next pass goes on.
 const maxBatches = 1000
 
 // prune deletes d's rows past p in batches, pausing between them.
-func (r *Retainer) prune(ctx context.Context, d store.Dataset, p Policy, now time.Time) (ttl, capped int64) {
+func (r *Retainer) prune(ctx context.Context, st store.RetentionStore, d store.Dataset, p Policy, now time.Time) (ttl, capped int64) {
 	batches := func(why string, one func() (int64, error)) int64 {
 		var total int64
 		for i := 0; i < maxBatches && ctx.Err() == nil; i++ {
@@ -163,10 +185,10 @@ func (r *Retainer) prune(ctx context.Context, d store.Dataset, p Policy, now tim
 	}
 	if p.TTL > 0 {
 		before := now.Add(-p.TTL)
-		ttl = batches("ttl", func() (int64, error) { return r.cfg.Store.PruneBefore(ctx, d, before, r.cfg.Batch) })
+		ttl = batches("ttl", func() (int64, error) { return st.PruneBefore(ctx, d, before, r.cfg.Batch) })
 	}
 	if p.MaxRows > 0 {
-		capped = batches("cap", func() (int64, error) { return r.cfg.Store.PruneOverCap(ctx, d, p.MaxRows, r.cfg.Batch) })
+		capped = batches("cap", func() (int64, error) { return st.PruneOverCap(ctx, d, p.MaxRows, r.cfg.Batch) })
 	}
 	r.mu.Lock()
 	r.pruned[d] += ttl + capped
@@ -199,7 +221,11 @@ func (r *Retainer) Status(ctx context.Context) ([]Status, error) {
 	r.mu.Unlock()
 	out := make([]Status, 0, len(store.Datasets()))
 	for _, d := range store.Datasets() {
-		u, err := r.cfg.Store.Usage(ctx, d, true)
+		st := r.storeFor(d)
+		if st == nil {
+			continue
+		}
+		u, err := st.Usage(ctx, d, true)
 		if err != nil {
 			return nil, fmt.Errorf("status of %s: %w", d, err)
 		}

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -61,3 +63,27 @@ func (n teamNetwork) Attach(ctx context.Context, id string) (string, string, err
 }
 
 func (n teamNetwork) Detach(ctx context.Context, id string) error { return n.netw.Detach(ctx, id) }
+
+// buildFiles is a set of the builds' files (records or uploads) as retention sees a dataset.
+type buildFiles struct{ files template.Files }
+
+func (f buildFiles) Usage(_ context.Context, _ store.Dataset, _ bool) (store.Usage, error) {
+	k, err := f.files.Kept()
+	return store.Usage{Rows: k.Count, Bytes: k.Bytes, Oldest: k.Oldest}, err
+}
+
+func (f buildFiles) PruneBefore(_ context.Context, _ store.Dataset, before time.Time, batch int) (int64, error) {
+	return f.files.PruneBefore(before, batch)
+}
+
+func (f buildFiles) PruneOverCap(_ context.Context, _ store.Dataset, maxRows int64, batch int) (int64, error) {
+	return f.files.PruneOverCap(maxRows, batch)
+}
+
+// buildRetention gives retention the builds' records and uploads.
+func buildRetention(b *template.Builds) map[store.Dataset]store.RetentionStore {
+	return map[store.Dataset]store.RetentionStore{
+		store.DatasetBuilds:  buildFiles{b.Records()},
+		store.DatasetUploads: buildFiles{b.UploadFiles()},
+	}
+}

@@ -304,8 +304,6 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	defer smp.Close()
-	retainer := retention.New(retention.Config{Store: db, Policies: policies(cfg), Logger: cfg.Logger})
-	go retainer.Run(ctx)
 	builds, err := template.OpenBuilds(templates, cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
@@ -313,6 +311,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	defer builds.Close()
 	builds.SetLogStore(buildLogSink(ingester), buildLogReader(db))
 	builds.SetSandbox(buildSandbox(cfg, netw))
+	retainer := retention.New(retention.Config{Store: db, Files: buildRetention(builds), Policies: policies(cfg), Logger: cfg.Logger})
+	go retainer.Run(ctx)
 	logsAPI := logs.NewAPI(logs.APIConfig{Logs: db, Commands: db,
 		Team: func(ctx context.Context) (string, bool) { team, _ := telemetry.Caller(ctx); return team, team != "" },
 		Sandbox: func(ctx context.Context, team, id string) (string, error) {

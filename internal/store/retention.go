@@ -16,12 +16,18 @@ const (
 	DatasetSamples    Dataset = "metric_samples"     // per-sandbox resource samples
 	DatasetCommands   Dataset = "command_records"    // ended commands' records
 	DatasetLogs       Dataset = "log_lines"          // collected log lines
+	DatasetBuilds     Dataset = "template_builds"    // finished template build records (files)
+	DatasetUploads    Dataset = "template_uploads"   // archives uploaded for COPY steps (files)
 )
 
 // Datasets lists every Dataset, in the order status shows them.
 func Datasets() []Dataset {
-	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs}
+	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs, DatasetBuilds, DatasetUploads}
 }
+
+// InFiles reports whether d lives in files beside the store (the template builds' records
+// and uploads) rather than in the store itself.
+func (d Dataset) InFiles() bool { return d == DatasetBuilds || d == DatasetUploads }
 
 // String returns the dataset's name.
 func (d Dataset) String() string {

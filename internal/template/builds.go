@@ -119,6 +119,7 @@ type Builds struct {
 	mu     sync.Mutex
 	logs   map[string][]LogEntry // by build id, for builds of this process
 	cancel map[string]context.CancelFunc
+	using  map[string]int // "<team>/<hash>": uploads builds of this process read (see use)
 	wg     sync.WaitGroup
 
 	sink    func(*BuildRecord, LogEntry)
@@ -136,7 +137,7 @@ func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*Build
 // OpenBuilds opens the build records under dir, failing those a crash left behind; the
 // builds build into store.
 func OpenBuilds(store *Store, dir string) (*Builds, error) {
-	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}}
+	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}, using: map[string]int{}}
 	for _, d := range []string{b.dir(), b.Uploads()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -296,12 +297,15 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 			return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
 		}
 	}
+	release := b.use(r.TeamID, req) // retention keeps the uploads from here on
 	for i, st := range req.Steps {
 		if err := st.validate(i); err != nil {
+			release()
 			return err
 		}
 		if st.Kind == StepCopy {
 			if !b.HasUpload(r.TeamID, st.FilesHash) {
+				release()
 				return fmt.Errorf("%w: step %d (COPY %s): no files were uploaded for hash %s", ErrInvalid, i+1, st.Args[0], st.FilesHash)
 			}
 		}
@@ -309,6 +313,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	now := time.Now().UTC()
 	r.Status, r.StartedAt = BuildBuilding, &now
 	if err := b.save(r); err != nil {
+		release()
 		return err
 	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -319,6 +324,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	go func() {
 		defer b.wg.Done()
 		defer cancel()
+		defer release()
 		b.run(bctx, r, req)
 	}()
 	return nil
