@@ -8,7 +8,8 @@
 // written to. It measures:
 //
 //  1. the build of a 3-step template on base (two RUN steps and a COPY of 1 MiB), cold;
-//  2. the same build again with nothing changed (every layer from the cache);
+//  2. the same build again with nothing changed (every layer from the cache), and the base
+//     rebuilt from its definition (templates/base) with nothing changed;
 //  3. the disk the template's own layers take against the base's rootfs;
 //  4. sandbox create (runc, overlay root, /bin/true to exit) from the custom template against
 //     from base, interleaved so that the machine's noise falls on both alike.
@@ -110,6 +111,24 @@ func run(base string, creates int) error {
 			return fmt.Errorf("the rebuild ran step %q again", r.Step)
 		}
 	}
+	// The base rebuilt from its definition with nothing changed: what `make run` and the test
+	// store pay once the base exists (its root and layers are the shared base's, linked).
+	baseSpec, err := templates.BaseSpec(store, "base", "")
+	if err != nil {
+		return err
+	}
+	baseSpec.Replace = true
+	t0 = time.Now()
+	rebuilt, err := store.Build(ctx, baseSpec, io.Discard)
+	if err != nil {
+		return err
+	}
+	baseCached := time.Since(t0)
+	for _, r := range rebuilt.Built {
+		if !r.Cached && r.Layer != "" {
+			return fmt.Errorf("the base's rebuild ran step %q again (is the shared base from this definition?)", r.Step)
+		}
+	}
 	use, err := store.Usage()
 	if err != nil {
 		return err
@@ -135,7 +154,7 @@ func run(base string, creates int) error {
 	}
 	var fromBase, fromCustom []time.Duration
 	for i := range measure.Warm(creates) + creates {
-		b, err := createOn(nil)
+		b, err := createOn(baseTpl.LayerDirs)
 		if err != nil {
 			return err
 		}
@@ -152,6 +171,7 @@ func run(base string, creates int) error {
 	fmt.Printf("%-44s %10s\n", "metric", "value")
 	fmt.Printf("%-44s %8.0f ms\n", "build, 3 steps on base (cold)", measure.Ms(cold))
 	fmt.Printf("%-44s %8.0f ms   target < 1000 ms\n", "rebuild, nothing changed (all cached)", measure.Ms(cached))
+	fmt.Printf("%-44s %8.0f ms   target < 1000 ms\n", "base from its definition, nothing changed", measure.Ms(baseCached))
 	fmt.Printf("%-44s %8.2f MiB\n", "template's own layers on disk", float64(own)/(1<<20))
 	fmt.Printf("%-44s %8.1f MiB\n", "base rootfs on disk", float64(baseDisk)/(1<<20))
 	fmt.Printf("%-44s %8.2f %%   target < 5 %%\n", "template / base disk", 100*float64(own)/float64(baseDisk))
