@@ -81,7 +81,7 @@ func (s *Store) bootstrapRoot(ctx context.Context, b Bootstrap, mirror string, o
 		res.Cached, res.Seconds = true, time.Since(begun).Seconds()
 		return t, res, nil
 	}
-	root := &Template{Name: name, Suite: b.Suite, Include: b.Include, Key: b.Key()}
+	root := &Template{Name: name, Suite: b.Suite, Include: b.Include, Key: b.Key(), Bootstrap: &b}
 	t, err := s.importRoot(ctx, root, logWriter(out.line), func(rootfs string, out *lineWriter) error {
 		return bootstrap(ctx, rootfs, b, mirror, out)
 	})
@@ -119,4 +119,28 @@ func bootstrap(ctx context.Context, rootfs string, b Bootstrap, mirror string, o
 		return fmt.Errorf("slim: %w", err)
 	}
 	return nil
+}
+
+// gcRoots removes the bootstrapped roots no template is built on and no overlay on this host
+// stacks (a sandbox or a build running on one): what a changed BOOTSTRAP line left behind.
+func (s *Store) gcRoots() (freed int64, err error) {
+	all, err := s.List()
+	if err != nil {
+		return 0, err
+	}
+	used := map[string]bool{}
+	for _, t := range all {
+		used[t.Root] = true
+	}
+	mounted := mountedLowers()
+	for _, t := range all {
+		if t.Bootstrap == nil || t.Root != "" || used[t.Name] || mounted[t.Rootfs] {
+			continue
+		}
+		if err := s.Remove(t.Name); err != nil {
+			return freed, err
+		}
+		freed += t.SizeBytes
+	}
+	return freed, nil
 }

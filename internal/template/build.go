@@ -177,6 +177,14 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 			out.Printf("==> freed %d KiB of layers nothing uses", freed>>10)
 		}
 	}
+	if spec.Replace && spec.Bootstrap != nil {
+		// A changed BOOTSTRAP line leaves the root the replaced build stood on.
+		if freed, err := s.gcRoots(); err != nil {
+			out.Printf("==> free unused roots: %v", err)
+		} else if freed > 0 {
+			out.Printf("==> freed %d MiB of bootstrapped roots nothing uses", freed>>20)
+		}
+	}
 	return s.Get(spec.Name)
 }
 

@@ -247,9 +247,20 @@ func (s *Store) gcLayers() (freed int64, err error) {
 // (a sandbox, or a build, running on them): read from the lowerdir options in mountinfo.
 func mountedLayers() map[string]bool {
 	keys := map[string]bool{}
+	for dir := range mountedLowers() {
+		if filepath.Base(dir) == "diff" && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "layers" {
+			keys[filepath.Base(filepath.Dir(dir))] = true
+		}
+	}
+	return keys
+}
+
+// mountedLowers are the lower dirs of every overlay on this host, from mountinfo.
+func mountedLowers() map[string]bool {
+	dirs := map[string]bool{}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return keys
+		return dirs
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		_, opts, ok := strings.Cut(line, " - overlay ")
@@ -262,14 +273,11 @@ func mountedLayers() map[string]bool {
 				continue
 			}
 			for _, dir := range strings.Split(lower, ":") {
-				dir = unescapeMountinfo(dir)
-				if filepath.Base(dir) == "diff" && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "layers" {
-					keys[filepath.Base(filepath.Dir(dir))] = true
-				}
+				dirs[unescapeMountinfo(dir)] = true
 			}
 		}
 	}
-	return keys
+	return dirs
 }
 
 // holdLayers keeps gcLayers off while a build runs: a shared lock on the layers directory.

@@ -54,6 +54,8 @@ type Template struct {
 	// (a create request's own collectLogs wins); nil means on.
 	CollectLogs *bool `json:"collect_logs,omitempty"`
 
+	// Bootstrap is the BOOTSTRAP line a root template was debootstrapped from.
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
 	// Image is the OCI image a root template was unpacked from (reference@digest).
 	Image string `json:"image,omitempty"`
 	// Root is the template whose full rootfs lies below Layers; "" when this template is one.
