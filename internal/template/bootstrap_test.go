@@ -136,6 +136,16 @@ func TestBootstrapSteps(t *testing.T) {
 			t.Fatalf("usage of based = %+v, want shared %d (the root) and its own layers", u, root.SizeBytes)
 		}
 	})
+	t.Run("a root others are built on is not replaced", func(t *testing.T) {
+		_, err := store.Build(ctx, template.Spec{Name: b.RootName(), From: "based", Replace: true,
+			Steps: []template.Step{{Kind: template.StepRun, Args: []string{"true", "root"}}}}, nil)
+		if !errors.Is(err, template.ErrInUse) || !strings.Contains(err.Error(), "template based is built on it") {
+			t.Fatalf("err = %v, want ErrInUse naming based", err)
+		}
+		if root, err := store.Get(b.RootName()); err != nil || root.Root != "" {
+			t.Fatalf("the root after a refused replace: %+v, %v", root, err)
+		}
+	})
 	t.Run("a spec with both a bootstrap and a from is refused", func(t *testing.T) {
 		_, err := store.Build(ctx, template.Spec{Name: "both", From: "based", Bootstrap: &b}, nil)
 		if !errors.Is(err, template.ErrInvalid) {

@@ -109,8 +109,13 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	defer release()
-	if _, err := s.Get(spec.Name); err == nil && !spec.Replace {
+	if old, err := s.Get(spec.Name); err == nil && !spec.Replace {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, ErrExists)
+	} else if err == nil && old.Root == "" {
+		// Layers stand on a root's rootfs: replacing it would pull the ground from under them.
+		if on := s.builtOn(spec.Name); on != "" {
+			return nil, fmt.Errorf("%w: build template %s: template %s is built on it; remove that first", ErrInUse, spec.Name, on)
+		}
 	}
 	start := time.Now()
 	build := filepath.Join(s.dir, ".build-"+spec.Name+"-"+randomSuffix())

@@ -216,12 +216,8 @@ func (s *Store) Remove(name string) error {
 	if err := ValidName(name); err != nil {
 		return fmt.Errorf("remove template: %w", err)
 	}
-	if all, err := s.List(); err == nil {
-		for _, t := range all {
-			if t.Root == name {
-				return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, t.Name)
-			}
-		}
+	if on := s.builtOn(name); on != "" {
+		return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, on)
 	}
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
@@ -250,6 +246,17 @@ func (s *Store) Remove(name string) error {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
 	}
 	return nil
+}
+
+// builtOn names a template whose layers stand on the root template name, "" when none does.
+func (s *Store) builtOn(name string) string {
+	all, _ := s.List()
+	for _, t := range all {
+		if t.Root == name {
+			return t.Name
+		}
+	}
+	return ""
 }
 
 // VisibleTo reports whether team may see and start sandboxes from t.
