@@ -42,8 +42,8 @@ type Spec struct {
 	Mirror string
 	// Key names the definition the build makes (the base's BaseKey), recorded as the template's.
 	Key string
-	// Run are shell commands run in order, as root, inside a container on the new rootfs with
-	// the host's network. The build fails at the first that exits non-zero.
+	// Run are shell commands run in order, as root, inside a container on the new rootfs in
+	// Network. The build fails at the first that exits non-zero.
 	Run []string
 
 	// Steps are the steps of a template built in layers on From, after Run (which become RUN
