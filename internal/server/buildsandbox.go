@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
@@ -63,6 +64,17 @@ func (n teamNetwork) Attach(ctx context.Context, id string) (string, string, err
 }
 
 func (n teamNetwork) Detach(ctx context.Context, id string) error { return n.netw.Detach(ctx, id) }
+
+func (n teamNetwork) String() string {
+	if n.egress == nil {
+		return "the internet (the team's network: no egress rules)"
+	}
+	p, err := n.egress.Policy(n.team)
+	if err != nil {
+		return "the team's network: " + err.Error()
+	}
+	return fmt.Sprintf("the team's network: internet %v, allow out %v, deny out %v", p.AllowInternet, p.AllowOutStrings(), network.Strings(p.DenyOut))
+}
 
 // buildFiles is a set of the builds' files (records or uploads) as retention sees a dataset.
 type buildFiles struct{ files template.Files }

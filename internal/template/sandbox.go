@@ -9,10 +9,11 @@ import (
 // build, the server's network manager under the team's egress policy. Attach gives the step
 // id a pinned network namespace to join and a resolv.conf to mount on its /etc/resolv.conf
 // (both "" for a namespace with only loopback); Detach removes them once the step's
-// processes are gone.
+// processes are gone. String says what the network lets through, for the build's log.
 type StepNetwork interface {
 	Attach(ctx context.Context, id string) (netns, resolvConf string, err error)
 	Detach(ctx context.Context, id string) error
+	String() string
 }
 
 // Loopback is the StepNetwork of no way out: each step gets a namespace of its own with only
@@ -23,6 +24,7 @@ type loopback struct{}
 
 func (loopback) Attach(context.Context, string) (string, string, error) { return "", "", nil }
 func (loopback) Detach(context.Context, string) error                   { return nil }
+func (loopback) String() string                                         { return "no network but loopback" }
 
 // Sandbox is how the steps of a team's build are confined, as the team's sandboxes are.
 type Sandbox struct {

@@ -54,6 +54,10 @@ func TestBuildsRunUnderTheTeamsRules(t *testing.T) {
 		if err != nil || !strings.Contains(log, "status=200") {
 			t.Fatalf("build: %v\n%s", err, log)
 		}
+		want := fmt.Sprintf("==> steps run in a sandbox: 2 CPUs, 512 MB, the team's network: internet false, allow out [%s/32]", in.Addr)
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not say where the steps ran (%q):\n%s", want, log)
+		}
 	})
 	t.Run("a step reaching a host the team's egress denies fails the build", func(t *testing.T) {
 		log, err := build("denied", curl(in.Other.String()), 0)
