@@ -19,6 +19,7 @@ import (
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/templates"
 )
 
 // printJSON writes v as indented JSON, for --json.
@@ -130,20 +131,31 @@ func newTemplateCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&templateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	var from, dockerfilePath string
+	var from, dockerfilePath, mirror string
 	var run, buildArgs []string
 	var force, replace bool
 	build := &cobra.Command{
 		Use:   "build NAME [CONTEXT]",
-		Short: "Build a template: a Debian base when --from is empty, else layers of --run steps on --from T (cached), or of -f Dockerfile",
+		Short: "Build a template: the base definition (templates/base) when --from and -f are empty, else layers of --run steps on --from T (cached), or of -f Dockerfile",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ts, _, err := server.OpenTemplates(cmd.Context(), data, templateDir)
 			if err != nil {
 				return err
 			}
-			spec := template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace}
-			if dockerfilePath != "" {
+			spec := template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace, Mirror: mirror}
+			switch {
+			case dockerfilePath == "" && from == "":
+				if len(run) > 0 || len(args) > 1 {
+					return fmt.Errorf("--run and a build context need --from or -f: without them the build is the base definition")
+				}
+				base, err := templates.BaseSpec(ts, args[0], mirror)
+				if err != nil {
+					return err
+				}
+				base.Force, base.Replace = force, replace
+				spec = base
+			case dockerfilePath != "":
 				ctxDir := "."
 				if len(args) > 1 {
 					ctxDir = args[1]
@@ -151,7 +163,7 @@ func newTemplateCmd() *cobra.Command {
 				if spec, err = dockerfileSpec(cmd.Context(), ts, spec, dockerfilePath, ctxDir, buildArgs); err != nil {
 					return err
 				}
-			} else if len(args) > 1 {
+			case len(args) > 1:
 				return fmt.Errorf("a build context is for -f Dockerfile builds")
 			}
 			t, err := ts.Build(cmd.Context(), spec, os.Stdout)
@@ -174,6 +186,7 @@ func newTemplateCmd() *cobra.Command {
 	build.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "a Dockerfile ARG value, KEY=VALUE (repeatable)")
 	build.Flags().BoolVar(&force, "skip-cache", false, "rebuild every step instead of reusing cached layers")
 	build.Flags().BoolVar(&replace, "replace", false, "replace a template of the same name when the build succeeds")
+	build.Flags().StringVar(&mirror, "mirror", "", "Debian mirror URL a BOOTSTRAP line downloads from; the host's apt source when empty")
 
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List templates with the disk each owns and shares with others", Args: cobra.NoArgs,
@@ -246,7 +259,7 @@ func newTemplateCmd() *cobra.Command {
 		Short: "Print the key of this cove's base template definition (caches of built bases are keyed by it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Println(template.BaseKey(""))
+			fmt.Println(templates.BaseKey())
 			return nil
 		},
 	}

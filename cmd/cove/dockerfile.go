@@ -63,7 +63,9 @@ func dockerfileSpec(ctx context.Context, ts *template.Store, spec template.Spec,
 	if spec.From != "" || len(spec.Run) > 0 {
 		return spec, fmt.Errorf("-f takes the base and the steps from the Dockerfile: drop --from and --run")
 	}
-	if _, err := ts.Get(def.From); err != nil {
+	if def.Bootstrap != nil {
+		spec.Bootstrap = def.Bootstrap
+	} else if _, err := ts.Get(def.From); err != nil {
 		// Not a template: an image, pulled with $COVE_REGISTRY_USERNAME/PASSWORD when set.
 		img, ierr := ts.EnsureImage(ctx, def.From, oci.Credentials{Username: os.Getenv("COVE_REGISTRY_USERNAME"),
 			Password: os.Getenv("COVE_REGISTRY_PASSWORD")}, os.Stdout)
@@ -72,8 +74,8 @@ func dockerfileSpec(ctx context.Context, ts *template.Store, spec template.Spec,
 		}
 		def.From = img.Name
 	}
-	uploads := filepath.Join(ts.Dir(), ".uploads")
-	if err := os.MkdirAll(uploads, 0o755); err != nil {
+	uploads, err := ts.HostUploads()
+	if err != nil {
 		return spec, err
 	}
 	if err := def.Pack(ctxDir, uploads); err != nil {

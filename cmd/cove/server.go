@@ -55,8 +55,9 @@ func newServerCmd() *cobra.Command {
 		Use:   "server",
 		Short: "Run Cove: the E2B-compatible REST API, the sandbox proxy and /metrics on one port",
 		Long: `cove server brings Cove up on this machine. On first run it installs the Debian packages
-it needs (runc, debootstrap), builds the base template from Debian bookworm (about a minute,
-progress shown), creates a team and an API key, and prints how to point the E2B SDK at it.`,
+it needs (runc, debootstrap), builds the base template from its definition (templates/base:
+Debian bookworm, about a minute, progress shown), creates a team and an API key, and prints
+how to point the E2B SDK at it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -135,7 +136,8 @@ progress shown), creates a team and an API key, and prints how to point the E2B 
 	f.IntVar(&cfg.Quotas.Default.VCPUs, "quota-vcpus", 0, "vCPUs a team's sandboxes may hold in all (0: no limit)")
 	f.IntVar(&cfg.Quotas.Default.MemoryMB, "quota-memory-mb", 0, "memory in MB a team's sandboxes may hold in all (0: no limit)")
 	f.Float64Var(&cfg.Quotas.Default.CreatesPerSec, "quota-creates-per-sec", 0, "sandbox creates per second a team may make, in bursts up to its ceiling (0: no limit)")
-	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N}}}`)
+	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N,`+
+		`"egress":{"allow_internet_access":false,"allow_out":["CIDR or host"],"deny_out":["CIDR"]}}}} (egress: the network the team's template builds run in)`)
 	f.IntVar(&cfg.VolumeSizeMB, "volume-size-mb", 1024, "a new volume's size in MiB when its create does not say (sizeMB): a sparse ext4 image, and writes past it get ENOSPC (content uploads 507); 0: volumes are plain directories without a quota")
 	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
 	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines, build_logs; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines, build_logs 720h:10000 logs")

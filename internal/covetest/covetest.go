@@ -22,6 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/templates"
 )
 
 // TemplatesEnv names the shared template store; TemplatesDefault is used when it is unset.
@@ -74,14 +75,14 @@ func Skip(t testing.TB) {
 }
 
 // TemplatesDir is the shared template store: the subdirectory of $COVE_TEST_TEMPLATES (or
-// TemplatesDefault) named by the base's definition (template.BaseKey), so that a machine whose
+// TemplatesDefault) named by the base's definition (templates.BaseKey), so that a machine whose
 // cached base was built from an older definition builds the new one beside it.
 func TemplatesDir() string {
 	root := os.Getenv(TemplatesEnv)
 	if root == "" {
 		root = TemplatesDefault
 	}
-	return filepath.Join(root, template.BaseKey(""))
+	return filepath.Join(root, templates.BaseKey())
 }
 
 // Templates returns the shared template store, building the base template there first when
@@ -95,20 +96,25 @@ func Templates(t testing.TB) string {
 	scratch := t.TempDir()
 	cmd := exec.Command(Binary(t), "template", "build", "base", "--data", scratch, "--templates", dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "base", "meta.json")); serr == nil {
+			return dir // another test binary built it meanwhile (builds of one name take turns)
+		}
 		t.Fatalf("build the shared base template in %s: %v\n%s", dir, err, tail(out, 4000))
 	}
 	return dir
 }
 
 // OwnTemplates returns a new template store of the test's own whose base template is the
-// shared one (a symlink): a server on it builds templates without writing to the shared store.
+// shared one: symlinks to the shared base, the root it is built on and its layers. A server on
+// it builds templates without writing to the shared store.
 func OwnTemplates(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "templates")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	ts, err := template.OpenAt(dir, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(Templates(t), "base"), filepath.Join(dir, "base")); err != nil {
+	if err := ts.Link(Templates(t), templates.BaseName); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/network"
 )
 
 // Quota bounds what one team may hold at once and how fast it may create. Zero means no
@@ -20,6 +21,28 @@ type Quota struct {
 	// CreatesPerSec is the sustained create rate; a team may create up to its ceiling (at
 	// least one) at once.
 	CreatesPerSec float64 `json:"creates_per_sec"`
+	// Egress is the network policy the team's template builds run under; nil lets their
+	// steps reach the internet, as a sandbox does by default.
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// Egress is a team's network policy in E2B's words: allow_internet_access false denies
+// everything allow_out does not name; deny_out takes CIDRs and addresses, allow_out also
+// hostnames.
+type Egress struct {
+	AllowInternetAccess *bool    `json:"allow_internet_access,omitempty"`
+	AllowOut            []string `json:"allow_out,omitempty"`
+	DenyOut             []string `json:"deny_out,omitempty"`
+}
+
+// Policy is e as a network policy of team; a nil e is open. Errors name the field.
+func (e *Egress) Policy(team string) (network.Policy, error) {
+	if e == nil {
+		return network.Policy{AllowInternet: true, Team: team}, nil
+	}
+	p, err := network.ParsePolicy(network.Spec{AllowInternet: e.AllowInternetAccess, AllowOut: e.AllowOut, DenyOut: e.DenyOut}, true)
+	p.Team = team
+	return p, err
 }
 
 // Quotas is every team's quota: Default, overridden whole by Teams[id].
@@ -59,6 +82,9 @@ func ParseQuotas(r io.Reader) (Quotas, error) {
 func (q Quota) valid() error {
 	if q.Sandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.CreatesPerSec < 0 || math.IsNaN(q.CreatesPerSec) {
 		return errors.New("limits must not be negative")
+	}
+	if _, err := q.Egress.Policy(""); err != nil {
+		return fmt.Errorf("egress: %w", err)
 	}
 	return nil
 }

@@ -85,6 +85,9 @@ func TestParseQuotas(t *testing.T) {
 		{"a default and a team parse", `{"default":{"sandboxes":20},"teams":{"t1":{"vcpus":8,"memory_mb":4096,"creates_per_sec":1.5}}}`, true},
 		{"an unknown field is refused", `{"default":{"sandbox":20}}`, false},
 		{"a negative limit is refused", `{"teams":{"t1":{"vcpus":-1}}}`, false},
+		{"a team's egress parses", `{"default":{"sandboxes":20},"teams":{"t1":{"vcpus":8,"egress":{"allow_internet_access":false,"allow_out":["198.18.1.2","pkg.example.com"]}}}}`, true},
+		{"an egress rule that is neither a CIDR nor a hostname is refused", `{"teams":{"t1":{"egress":{"allow_out":["not an address"]}}}}`, false},
+		{"a hostname in deny_out is refused", `{"default":{"egress":{"deny_out":["example.com"]}}}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +97,9 @@ func TestParseQuotas(t *testing.T) {
 			}
 			if tt.ok && (q.For("t1").VCPUs != 8 || q.For("other").Sandboxes != 20) {
 				t.Errorf("quotas %+v", q)
+			}
+			if p, err := q.For("t1").Egress.Policy("t1"); tt.ok && (err != nil || p.Team != "t1" || (q.For("t1").Egress != nil) == p.AllowInternet) {
+				t.Errorf("t1's egress policy %+v, %v", p, err)
 			}
 		})
 	}

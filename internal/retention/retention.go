@@ -1,5 +1,6 @@
 // Package retention gives every store that grows with use an end: a TTL and a size cap per
-// dataset (events, webhook deliveries, metric samples, command records, log lines, build logs), pruned
+// dataset (events, webhook deliveries, metric samples, command records, log lines, template
+// build records, uploads and build logs), pruned
 // in small batches by one background loop, and reported in `cove admin status` and on
 // /metrics.
 //
@@ -14,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +39,8 @@ func Defaults() map[store.Dataset]Policy {
 		store.DatasetSamples:    {TTL: 24 * time.Hour, MaxRows: 5_000_000},
 		store.DatasetCommands:   {TTL: 7 * 24 * time.Hour, MaxRows: 1_000_000},
 		store.DatasetLogs:       {TTL: 7 * 24 * time.Hour, MaxRows: 50_000_000},
+		store.DatasetBuilds:     {TTL: 30 * 24 * time.Hour, MaxRows: 10_000},
+		store.DatasetUploads:    {TTL: 7 * 24 * time.Hour, MaxRows: 10_000},
 		store.DatasetBuildLogs:  {TTL: 30 * 24 * time.Hour, MaxRows: 10_000},
 	}
 }
@@ -46,12 +48,12 @@ func Defaults() map[store.Dataset]Policy {
 // Config configures a Retainer.
 type Config struct {
 	Store store.RetentionStore
-	// BuildLogs keeps the templates' build log files (template.Store.BuildLogs); nil: this
-	// retainer leaves them alone and does not report them.
-	BuildLogs store.RetentionStore
-	Policies  map[store.Dataset]Policy // Defaults() for a dataset missing here
-	Interval  time.Duration            // between passes; 1 min when 0
-	Batch     int                      // rows per write transaction; 1000 when 0
+	// Files keep the datasets that live in files (store.Dataset.InFiles); one missing here
+	// is not pruned nor shown.
+	Files    map[store.Dataset]store.RetentionStore
+	Policies map[store.Dataset]Policy // Defaults() for a dataset missing here
+	Interval time.Duration            // between passes; 1 min when 0
+	Batch    int                      // rows per write transaction; 1000 when 0
 	// Pause is the yield between batches, for writers; 10 ms when 0.
 	Pause  time.Duration
 	Logger *slog.Logger
@@ -122,13 +124,17 @@ func (r *Retainer) Run(ctx context.Context) {
 // Pass prunes every dataset once, by age then by cap, and refreshes the gauges.
 func (r *Retainer) Pass(ctx context.Context) {
 	now := time.Now()
-	for _, d := range r.datasets() {
+	for _, d := range store.Datasets() {
+		st := r.storeFor(d)
+		if st == nil {
+			continue
+		}
 		p := r.cfg.Policies[d]
-		ttl, capped := r.prune(ctx, d, p, now)
+		ttl, capped := r.prune(ctx, st, d, p, now)
 		if ttl+capped > 0 {
 			r.cfg.Logger.Info("retention: pruned", telemetry.KeyDataset, d.String(), telemetry.KeyTTLRows, ttl, telemetry.KeyCapRows, capped)
 		}
-		if u, err := r.storeOf(d).Usage(ctx, d, false); err == nil {
+		if u, err := st.Usage(ctx, d, false); err == nil {
 			r.gauges(d, u, now, false)
 		}
 	}
@@ -137,20 +143,14 @@ func (r *Retainer) Pass(ctx context.Context) {
 	r.mu.Unlock()
 }
 
-// datasets lists the datasets this retainer keeps: every one, but build logs without a
-// Config.BuildLogs.
-func (r *Retainer) datasets() []store.Dataset {
-	ds := store.Datasets()
-	if r.cfg.BuildLogs == nil {
-		ds = slices.DeleteFunc(ds, func(d store.Dataset) bool { return d == store.DatasetBuildLogs })
+// storeFor is what keeps d: Config.Files for a dataset in files, else Config.Store; nil
+// when nothing keeps it here.
+func (r *Retainer) storeFor(d store.Dataset) store.RetentionStore {
+	if st, ok := r.cfg.Files[d]; ok {
+		return st
 	}
-	return ds
-}
-
-// storeOf is where dataset d lives.
-func (r *Retainer) storeOf(d store.Dataset) store.RetentionStore {
-	if d == store.DatasetBuildLogs {
-		return r.cfg.BuildLogs
+	if d.InFiles() {
+		return nil
 	}
 	return r.cfg.Store
 }
@@ -160,7 +160,7 @@ func (r *Retainer) storeOf(d store.Dataset) store.RetentionStore {
 const maxBatches = 1000
 
 // prune deletes d's rows past p in batches, pausing between them.
-func (r *Retainer) prune(ctx context.Context, d store.Dataset, p Policy, now time.Time) (ttl, capped int64) {
+func (r *Retainer) prune(ctx context.Context, st store.RetentionStore, d store.Dataset, p Policy, now time.Time) (ttl, capped int64) {
 	batches := func(why string, one func() (int64, error)) int64 {
 		var total int64
 		for i := 0; i < maxBatches && ctx.Err() == nil; i++ {
@@ -186,10 +186,10 @@ func (r *Retainer) prune(ctx context.Context, d store.Dataset, p Policy, now tim
 	}
 	if p.TTL > 0 {
 		before := now.Add(-p.TTL)
-		ttl = batches("ttl", func() (int64, error) { return r.storeOf(d).PruneBefore(ctx, d, before, r.cfg.Batch) })
+		ttl = batches("ttl", func() (int64, error) { return st.PruneBefore(ctx, d, before, r.cfg.Batch) })
 	}
 	if p.MaxRows > 0 {
-		capped = batches("cap", func() (int64, error) { return r.storeOf(d).PruneOverCap(ctx, d, p.MaxRows, r.cfg.Batch) })
+		capped = batches("cap", func() (int64, error) { return st.PruneOverCap(ctx, d, p.MaxRows, r.cfg.Batch) })
 	}
 	r.mu.Lock()
 	r.pruned[d] += ttl + capped
@@ -221,8 +221,12 @@ func (r *Retainer) Status(ctx context.Context) ([]Status, error) {
 	}
 	r.mu.Unlock()
 	out := make([]Status, 0, len(store.Datasets()))
-	for _, d := range r.datasets() {
-		u, err := r.storeOf(d).Usage(ctx, d, true)
+	for _, d := range store.Datasets() {
+		st := r.storeFor(d)
+		if st == nil {
+			continue
+		}
+		u, err := st.Usage(ctx, d, true)
 		if err != nil {
 			return nil, fmt.Errorf("status of %s: %w", d, err)
 		}

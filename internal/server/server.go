@@ -49,6 +49,7 @@ import (
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/reason"
+	shipped "github.com/cove-dev/cove/templates"
 )
 
 // Config configures Run.
@@ -274,16 +275,20 @@ func (s *instance) openTemplates(ctx context.Context) error {
 	s.templates, s.rt = templates, rt
 	telemetry.WatchDisk("data", s.cfg.DataDir)
 	telemetry.WatchDisk("templates", templates.Dir())
-	base, err := templates.Get("base")
-	if err == nil && base.From == "" && base.Key != template.BaseKey(base.Suite) {
+	base, err := templates.Get(shipped.BaseName)
+	if err == nil && base.Key != shipped.BaseKey() {
 		s.say("the base template was built from another definition than this cove's (key %q, this cove's %q): "+
-			"`cove template rm base` and restart to build the current one (with user's passwordless sudo, pip, iproute2)",
-			base.Key, template.BaseKey(base.Suite))
+			"`cove template build base --replace` rebuilds it from the current one, reusing the steps that did not change",
+			base.Key, shipped.BaseKey())
 	}
 	if errors.Is(err, template.ErrNotFound) && !s.cfg.NoBuild {
-		s.say("building the base template (Debian bookworm, about a minute, first run only)")
+		s.say("building the base template from templates/base (Debian bookworm, about a minute, first run only)")
 		begun := time.Now()
-		if _, err := templates.Build(ctx, template.Spec{Name: "base"}, s.progress); err != nil {
+		spec, err := shipped.BaseSpec(templates, shipped.BaseName, "")
+		if err != nil {
+			return fmt.Errorf("build base template: %w", err)
+		}
+		if _, err := templates.Build(ctx, spec, s.progress); err != nil {
 			return fmt.Errorf("build base template: %w", err)
 		}
 		s.say("base template ready in %s", time.Since(begun).Round(time.Second))
@@ -416,15 +421,16 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	s.onClose(smp.Close)
-	s.retainer = retention.New(retention.Config{Store: s.db, BuildLogs: s.templates.BuildLogs(), Policies: policies(s.cfg), Logger: s.cfg.Logger})
-	go s.retainer.Run(ctx)
 	builds, err := template.OpenBuilds(s.templates, s.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}
 	s.onClose(func() error { builds.Close(); return nil })
 	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
+	builds.SetSandbox(buildSandbox(s.cfg, s.netw))
 	s.builds = builds
+	s.retainer = retention.New(retention.Config{Store: s.db, Files: buildRetention(builds, s.templates), Policies: policies(s.cfg), Logger: s.cfg.Logger})
+	go s.retainer.Run(ctx)
 	return nil
 }
 

@@ -16,12 +16,20 @@ const (
 	DatasetSamples    Dataset = "metric_samples"     // per-sandbox resource samples
 	DatasetCommands   Dataset = "command_records"    // ended commands' records
 	DatasetLogs       Dataset = "log_lines"          // collected log lines
+	DatasetBuilds     Dataset = "template_builds"    // finished template build records (files)
+	DatasetUploads    Dataset = "template_uploads"   // archives uploaded for COPY steps (files)
 	DatasetBuildLogs  Dataset = "build_logs"         // templates' build log files
 )
 
 // Datasets lists every Dataset, in the order status shows them.
 func Datasets() []Dataset {
-	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs, DatasetBuildLogs}
+	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs, DatasetBuilds, DatasetUploads, DatasetBuildLogs}
+}
+
+// InFiles reports whether d lives in files beside the store (the template builds' records
+// records, uploads and build logs) rather than in the store itself.
+func (d Dataset) InFiles() bool {
+	return d == DatasetBuilds || d == DatasetUploads || d == DatasetBuildLogs
 }
 
 // String returns the dataset's name.

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,22 +21,6 @@ import (
 	"github.com/cove-dev/cove/internal/runtime"
 )
 
-// DefaultSuite is the Debian suite base templates are bootstrapped from.
-const DefaultSuite = "bookworm"
-
-// DefaultInclude are the packages a base template adds to debootstrap's minbase: what E2B's
-// default template offers commands run through envd (python with pip, git, curl, sudo for the
-// user, ps and ip).
-var DefaultInclude = []string{
-	"bash", "coreutils", "procps", "iproute2", "python3", "python3-pip", "python-is-python3",
-	"curl", "ca-certificates", "git", "sudo",
-}
-
-// baseSetup versions what bootstrap does to a base beyond installing DefaultInclude (the
-// account, sudoers, pip's configuration, slimming). Bump it whenever that changes, so that
-// BaseKey changes and cached bases are rebuilt.
-const baseSetup = 2
-
 // User is the unprivileged account every base template has, as E2B templates do.
 const (
 	UserName = "user"
@@ -50,17 +32,19 @@ const (
 type Spec struct {
 	// Name of the new template.
 	Name string
-	// From is the template to start from; "" bootstraps a Debian base.
+	// From is the template to start from; "" when Bootstrap makes the root.
 	From string
-	// Run are shell commands run in order, as root, inside a container on the new rootfs with
-	// the host's network. The build fails at the first that exits non-zero.
-	Run []string
-	// Suite is the Debian suite of a base; DefaultSuite when empty.
-	Suite string
-	// Mirror is the Debian mirror of a base; the host's apt source for Suite when empty.
+	// Bootstrap makes the root the steps build on from nothing (a Debian debootstrapped,
+	// cached as a root template of its own); it replaces From.
+	Bootstrap *Bootstrap
+	// Mirror is where Bootstrap downloads Debian from; the host's apt source for its suite
+	// when empty. It is not part of any cache key: it says where, not what.
 	Mirror string
-	// Include are the packages a base adds to minbase; DefaultInclude when nil.
-	Include []string
+	// Key names the definition the build makes (the base's BaseKey), recorded as the template's.
+	Key string
+	// Run are shell commands run in order, as root, inside a container on the new rootfs in
+	// Network. The build fails at the first that exits non-zero.
+	Run []string
 
 	// Steps are the steps of a template built in layers on From, after Run (which become RUN
 	// steps as root). A template with a From is always built in layers.
@@ -71,6 +55,11 @@ type Spec struct {
 	StartCmd, ReadyCmd string
 	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
 	CPUCount, MemoryMB int
+	// Network is the network RUN steps reach the world through; nil is the host's (builds
+	// an operator runs on the host). A team's builds run in the team's (Builds.SetSandbox).
+	Network StepNetwork
+	// Limits caps each RUN step's container; zero fields fall back to CPUCount and MemoryMB.
+	Limits runtime.Limits
 	// Force rebuilds every step instead of reusing cached layers.
 	Force bool
 	// Replace lets the build replace a ready template of the same name (atomically, when the
@@ -93,7 +82,16 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if err := ValidName(spec.Name); err != nil {
 		return nil, fmt.Errorf("build template: %w", err)
 	}
-	if spec.From != "" {
+	switch {
+	case spec.From != "" && spec.Bootstrap != nil:
+		return nil, fmt.Errorf("%w: build template %s: give a template to start from or a bootstrap, not both", ErrInvalid, spec.Name)
+	case spec.From == "" && spec.Bootstrap == nil:
+		return nil, fmt.Errorf("%w: build template %s: a template to start from (FROM) or a bootstrap (BOOTSTRAP) is required", ErrInvalid, spec.Name)
+	case spec.Bootstrap != nil:
+		if err := spec.Bootstrap.Validate(); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+	default:
 		if from, _ := SplitTag(spec.From); ValidName(from) != nil { // "name" or "name:tag"
 			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, ValidName(from))
 		}
@@ -101,23 +99,23 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if (len(spec.Run) > 0 || len(spec.Steps) > 0) && s.rt == nil {
 		return nil, fmt.Errorf("%w: build template %s: run steps need a runtime", ErrInvalid, spec.Name)
 	}
-	if spec.From == "" && len(spec.Steps) > 0 {
-		return nil, fmt.Errorf("%w: build template %s: steps need a template to start from", ErrInvalid, spec.Name)
-	}
 	for i, st := range spec.Steps {
 		if err := st.validate(len(spec.Run) + i); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
 	}
-	if spec.From != "" {
-		release, err := s.lockName(ctx, spec.Name)
-		if err != nil {
-			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
-		}
-		defer release()
+	release, err := s.lockName(ctx, spec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
-	if _, err := s.Get(spec.Name); err == nil && !spec.Replace {
+	defer release()
+	if old, err := s.Get(spec.Name); err == nil && !spec.Replace {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, ErrExists)
+	} else if err == nil && old.Root == "" {
+		// Layers stand on a root's rootfs: replacing it would pull the ground from under them.
+		if on := s.builtOn(spec.Name); on != "" {
+			return nil, fmt.Errorf("%w: build template %s: template %s is built on it; remove that first", ErrInUse, spec.Name, on)
+		}
 	}
 	start := time.Now()
 	build := filepath.Join(s.dir, ".build-"+spec.Name+"-"+randomSuffix())
@@ -155,26 +153,17 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		}
 	}()
 
-	t := &Template{Name: spec.Name, From: spec.From, Run: spec.Run, BuildID: spec.BuildID, TeamID: spec.TeamID}
-	rootfs := filepath.Join(build, "rootfs")
-	if spec.From == "" {
-		t.Suite = spec.Suite
-		if t.Suite == "" {
-			t.Suite = DefaultSuite
+	t := &Template{Name: spec.Name, Key: spec.Key, Run: spec.Run, BuildID: spec.BuildID, TeamID: spec.TeamID}
+	if spec.Bootstrap != nil {
+		root, res, err := s.bootstrapRoot(ctx, *spec.Bootstrap, spec.Mirror, out)
+		if err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, &StepError{Index: 0, Step: Step{Kind: "BOOTSTRAP", Args: spec.Bootstrap.args()}, Err: err})
 		}
-		t.Include = spec.Include
-		if t.Include == nil {
-			t.Include = DefaultInclude
-			t.Key = BaseKey(t.Suite)
-		}
-		if err := bootstrap(ctx, rootfs, t.Suite, spec.Mirror, t.Include, out); err != nil {
-			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
-		}
-		t.SizeBytes = treeSize(rootfs)
-	} else {
-		if err := s.buildSteps(ctx, spec, t, out); err != nil {
-			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
-		}
+		spec.From, t.Built = root.Name, []StepResult{res}
+	}
+	t.From = spec.From
+	if err := s.buildSteps(ctx, spec, t, out); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	t.CreatedAt = time.Now().UTC()
 	t.BuildTime = time.Since(start).Seconds()
@@ -191,6 +180,14 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 			out.Printf("==> free unused layers: %v", err)
 		} else if freed > 0 {
 			out.Printf("==> freed %d KiB of layers nothing uses", freed>>10)
+		}
+	}
+	if spec.Replace && spec.Bootstrap != nil {
+		// A changed BOOTSTRAP line leaves the root the replaced build stood on.
+		if freed, err := s.gcRoots(); err != nil {
+			out.Printf("==> free unused roots: %v", err)
+		} else if freed > 0 {
+			out.Printf("==> freed %d MiB of bootstrapped roots nothing uses", freed>>20)
 		}
 	}
 	return s.Get(spec.Name)
@@ -276,91 +273,6 @@ func (s *Store) publish(build, name string, replace bool) error {
 	return os.Rename(build, final)
 }
 
-// bootstrap debootstraps a minbase Debian into rootfs, slims it and adds the user account.
-func bootstrap(ctx context.Context, rootfs, suite, mirror string, include []string, out *lineWriter) error {
-	out.Printf("==> host packages: debootstrap")
-	if err := EnsureHostPackages(ctx, "debootstrap"); err != nil {
-		return err
-	}
-	if mirror == "" {
-		m, err := AptMirror(suite)
-		if err != nil {
-			return err
-		}
-		mirror = m
-	}
-	out.Printf("==> debootstrap %s (minbase + %s)", suite, strings.Join(include, ","))
-	args := []string{"--variant=minbase"}
-	if len(include) > 0 {
-		args = append(args, "--include="+strings.Join(include, ","))
-	}
-	args = append(args, suite, rootfs, mirror)
-	if err := command(ctx, out, "debootstrap", args...); err != nil {
-		return fmt.Errorf("debootstrap: %w", err)
-	}
-	out.Printf("==> slim: drop apt lists, caches, docs, man pages, locales")
-	if err := slim(rootfs); err != nil {
-		return fmt.Errorf("slim: %w", err)
-	}
-	out.Printf("==> user %s (uid %d, home %s, passwordless sudo)", UserName, UserID, UserHome)
-	if err := addUser(rootfs); err != nil {
-		return fmt.Errorf("add user: %w", err)
-	}
-	if err := configure(rootfs); err != nil {
-		return fmt.Errorf("configure: %w", err)
-	}
-	return nil
-}
-
-// BaseKey names the definition of a base built from suite with DefaultInclude: it changes
-// whenever the suite, the packages or bootstrap's setup change. Caches of built bases (the
-// test template store) keep one base per key, so a new definition is built afresh.
-func BaseKey(suite string) string {
-	if suite == "" {
-		suite = DefaultSuite
-	}
-	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", suite, strings.Join(DefaultInclude, ","), baseSetup))
-	return suite + "-" + hex.EncodeToString(h[:6])
-}
-
-// configFiles are written into a base after debootstrap: the user's passwordless sudo (as
-// in E2B templates), and pip allowed to install beside Debian's packages (PEP 668 would
-// refuse `pip install` outside a venv, which E2B users do not expect).
-var configFiles = []struct {
-	path    string
-	mode    os.FileMode
-	content string
-}{
-	{"etc/sudoers.d/" + UserName, 0o440, UserName + " ALL=(ALL:ALL) NOPASSWD: ALL\n"},
-	{"etc/pip.conf", 0o644, "[global]\nbreak-system-packages = true\n"},
-}
-
-func configure(rootfs string) error {
-	for _, f := range configFiles {
-		path := filepath.Join(rootfs, f.path)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, []byte(f.content), f.mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(path, f.mode); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// dpkgSlim keeps later package installs (template Run steps) as slim as the base.
-const dpkgSlim = `# Cove templates carry no documentation or translations.
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/man/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/locale/*
-path-include /usr/share/locale/locale.alias
-`
-
 func slim(rootfs string) error {
 	globs := []string{
 		"var/lib/apt/lists/*", "var/cache/apt/*.bin", "var/cache/apt/archives/*.deb",
@@ -380,14 +292,7 @@ func slim(rootfs string) error {
 	if err := keepOnly(filepath.Join(rootfs, "usr/share/doc"), func(p string) bool { return filepath.Base(p) == "copyright" }); err != nil {
 		return err
 	}
-	if err := keepOnly(filepath.Join(rootfs, "usr/share/locale"), func(p string) bool { return filepath.Base(p) == "locale.alias" }); err != nil {
-		return err
-	}
-	cfg := filepath.Join(rootfs, "etc/dpkg/dpkg.cfg.d")
-	if err := os.MkdirAll(cfg, 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(cfg, "cove-slim"), []byte(dpkgSlim), 0o644)
+	return keepOnly(filepath.Join(rootfs, "usr/share/locale"), func(p string) bool { return filepath.Base(p) == "locale.alias" })
 }
 
 // keepOnly deletes every file under dir that keep rejects, and the directories left empty.
@@ -420,60 +325,9 @@ func keepOnly(dir string, keep func(path string) bool) error {
 	return nil
 }
 
-// addUser adds the unprivileged account by editing the account files, as useradd would.
-func addUser(rootfs string) error {
-	etc := filepath.Join(rootfs, "etc")
-	lines := map[string]string{
-		"passwd":  fmt.Sprintf("%s:x:%d:%d::%s:/bin/bash\n", UserName, UserID, UserID, UserHome),
-		"group":   fmt.Sprintf("%s:x:%d:\n", UserName, UserID),
-		"shadow":  fmt.Sprintf("%s:*:%d:0:99999:7:::\n", UserName, time.Now().Unix()/86400),
-		"gshadow": fmt.Sprintf("%s:!::\n", UserName),
-	}
-	for file, line := range lines {
-		path := filepath.Join(etc, file)
-		old, err := os.ReadFile(path)
-		if errors.Is(err, os.ErrNotExist) && (file == "shadow" || file == "gshadow") {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(string(old), UserName+":") || strings.Contains(string(old), "\n"+UserName+":") {
-			continue
-		}
-		if len(old) > 0 && old[len(old)-1] != '\n' {
-			old = append(old, '\n')
-		}
-		fi, _ := os.Stat(path)
-		if err := os.WriteFile(path, append(old, line...), fi.Mode().Perm()); err != nil {
-			return err
-		}
-	}
-	home := filepath.Join(rootfs, UserHome)
-	if err := os.MkdirAll(home, 0o750); err != nil {
-		return err
-	}
-	skel := filepath.Join(etc, "skel")
-	if entries, err := os.ReadDir(skel); err == nil {
-		for _, e := range entries {
-			if b, err := os.ReadFile(filepath.Join(skel, e.Name())); err == nil && e.Type().IsRegular() {
-				if err := os.WriteFile(filepath.Join(home, e.Name()), b, 0o644); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return filepath.WalkDir(home, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, UserID, UserID)
-	})
-}
-
-// runStep runs one shell command in a container whose root is rootfs itself, with the host's
-// network so that package managers can download. It fails with an *ExitError when the command
-// does not exit 0.
+// runStep runs one shell command in a container whose root is rootfs itself, in cmd.Network
+// (the host's when nil) so that package managers can download. It fails with an *ExitError
+// when the command does not exit 0.
 func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *lineWriter) error {
 	id := "build-" + randomSuffix()
 	out.startStep(out.step) // the error's last lines are this command's
@@ -481,7 +335,7 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 	if cmd.Home != "" {
 		env = append(env, "HOME="+cmd.Home)
 	}
-	sb, err := s.rt.Create(ctx, runtime.Spec{
+	spec := runtime.Spec{
 		ID:      id,
 		Rootfs:  rootfs,
 		Direct:  true,
@@ -492,7 +346,19 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		UID:     cmd.UID,
 		GID:     cmd.GID,
 		Limits:  cmd.Limits,
-	})
+	}
+	if cmd.Network != nil {
+		netns, resolv, err := cmd.Network.Attach(ctx, id)
+		if err != nil {
+			return fmt.Errorf("build step network: %w", err)
+		}
+		defer cmd.Network.Detach(context.WithoutCancel(ctx), id) // after Destroy, deferred below
+		spec.Network, spec.Netns = runtime.NetworkLoopback, netns
+		if fi, err := os.Lstat(filepath.Join(rootfs, "etc/resolv.conf")); resolv != "" && err == nil && fi.Mode().IsRegular() {
+			spec.Binds = append(spec.Binds, runtime.Bind{Source: resolv, Target: "/etc/resolv.conf", ReadOnly: true})
+		}
+	}
+	sb, err := s.rt.Create(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -532,6 +398,7 @@ type shellCmd struct {
 	Cwd      string
 	Env      []string
 	Limits   runtime.Limits // the template's cpuCount and memoryMB; PIDs always bounded
+	Network  StepNetwork    // nil: the host's
 }
 
 // ExitError is a build command that failed: its exit status and its last output lines.

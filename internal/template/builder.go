@@ -1,6 +1,7 @@
 package template
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +15,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // StepResult is what a build did for one step: its layer, whether the layer came from the
@@ -111,8 +110,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 				lowers = append([]string{s.LayerDiff(k)}, lowers...)
 			}
 			out.Printf("==> [%d/%d] %s", i+1, len(steps), st)
-			limits := runtime.Limits{PIDs: 4096, MemoryBytes: int64(spec.MemoryMB) << 20, CPUs: float64(spec.CPUCount)}
-			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, s.stepFunc(st, c, spec.Files, limits, out))
+			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, s.stepFunc(st, c, spec, out))
 			if err != nil {
 				return &StepError{Index: i + 1, Step: st, Err: err}
 			}
@@ -150,7 +148,11 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 }
 
 // stepFunc is what a RUN, COPY or WORKDIR step does to the merged view of its layer.
-func (s *Store) stepFunc(st Step, c buildContext, files FileSource, limits runtime.Limits, out *lineWriter) stepRun {
+func (s *Store) stepFunc(st Step, c buildContext, spec Spec, out *lineWriter) stepRun {
+	files, limits := spec.Files, spec.Limits
+	limits.PIDs = cmp.Or(limits.PIDs, 4096)
+	limits.MemoryBytes = cmp.Or(limits.MemoryBytes, int64(spec.MemoryMB)<<20)
+	limits.CPUs = cmp.Or(limits.CPUs, float64(spec.CPUCount))
 	env := make([]string, 0, len(c.Env))
 	for k, v := range c.Env {
 		env = append(env, k+"="+v)
@@ -174,7 +176,7 @@ func (s *Store) stepFunc(st Step, c buildContext, files FileSource, limits runti
 			if err := mkdirOwned(merged, cwd, uid, gid); err != nil {
 				return err
 			}
-			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits}, out)
+			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits, Network: spec.Network}, out)
 		case StepWorkdir:
 			uid, gid, _, err := lookupUser(merged, c.User)
 			if err != nil {

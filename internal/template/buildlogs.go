@@ -1,18 +1,16 @@
 package template
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/cove-dev/cove/internal/store"
 )
 
-// BuildLogs is the templates' build log files as a retention dataset (store.DatasetBuildLogs):
+// BuildLogs is the templates' build log files as a retention dataset (build_logs), a set like
+// Files:
 // a row is one template's log, its time the log's last write, its bytes the file's size. A
 // pruned log is deleted; its template stays, and its page says the log is gone. Each log is
 // also cut at 64 MiB as it is written (maxBuildLog).
@@ -20,8 +18,6 @@ type BuildLogs struct{ s *Store }
 
 // BuildLogs returns the store's build logs for retention.
 func (s *Store) BuildLogs() BuildLogs { return BuildLogs{s} }
-
-var _ store.RetentionStore = BuildLogs{}
 
 // buildLog is one template's log file on disk.
 type buildLog struct {
@@ -48,39 +44,25 @@ func (b BuildLogs) logs() ([]buildLog, error) {
 	return out, nil
 }
 
-func check(d store.Dataset) error {
-	if d != store.DatasetBuildLogs {
-		return fmt.Errorf("template build logs: not the %s dataset", d)
-	}
-	return nil
-}
-
-// Usage implements store.RetentionStore.
-func (b BuildLogs) Usage(_ context.Context, d store.Dataset, _ bool) (store.Usage, error) {
-	if err := check(d); err != nil {
-		return store.Usage{}, err
-	}
+// Kept counts the build logs.
+func (b BuildLogs) Kept() (Kept, error) {
 	logs, err := b.logs()
 	if err != nil {
-		return store.Usage{}, err
+		return Kept{}, err
 	}
-	var u store.Usage
+	var k Kept
 	for _, l := range logs {
-		u.Rows++
-		u.Bytes += l.size
+		k.Count++
+		k.Bytes += l.size
 	}
 	if len(logs) > 0 {
-		u.Oldest = logs[0].mod
+		k.Oldest = logs[0].mod
 	}
-	return u, nil
+	return k, nil
 }
 
-// PruneBefore implements store.RetentionStore: it deletes up to batch logs last written
-// before before.
-func (b BuildLogs) PruneBefore(_ context.Context, d store.Dataset, before time.Time, batch int) (int64, error) {
-	if err := check(d); err != nil {
-		return 0, err
-	}
+// PruneBefore deletes up to batch logs last written before before.
+func (b BuildLogs) PruneBefore(before time.Time, batch int) (int64, error) {
 	logs, err := b.logs()
 	if err != nil {
 		return 0, err
@@ -92,12 +74,8 @@ func (b BuildLogs) PruneBefore(_ context.Context, d store.Dataset, before time.T
 	return b.remove(logs[:n], before)
 }
 
-// PruneOverCap implements store.RetentionStore: it deletes the oldest logs, up to batch,
-// while more than maxRows are kept.
-func (b BuildLogs) PruneOverCap(_ context.Context, d store.Dataset, maxRows int64, batch int) (int64, error) {
-	if err := check(d); err != nil {
-		return 0, err
-	}
+// PruneOverCap deletes the oldest logs, up to batch, while more than maxRows are kept.
+func (b BuildLogs) PruneOverCap(maxRows int64, batch int) (int64, error) {
 	logs, err := b.logs()
 	if err != nil {
 		return 0, err

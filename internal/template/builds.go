@@ -17,6 +17,7 @@ import (
 
 	ggcrname "github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/template/oci"
 )
 
@@ -118,10 +119,12 @@ type Builds struct {
 	mu     sync.Mutex
 	logs   map[string][]LogEntry // by build id, for builds of this process
 	cancel map[string]context.CancelFunc
+	using  map[string]int // "<team>/<hash>": uploads builds of this process read (see use)
 	wg     sync.WaitGroup
 
-	sink func(*BuildRecord, LogEntry)
-	read func(r *BuildRecord) ([]LogEntry, error)
+	sink    func(*BuildRecord, LogEntry)
+	read    func(r *BuildRecord) ([]LogEntry, error)
+	sandbox Sandbox
 }
 
 // SetLogStore sends every build log line to sink as it is written (the server's log store,
@@ -134,7 +137,7 @@ func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*Build
 // OpenBuilds opens the build records under dir, failing those a crash left behind; the
 // builds build into store.
 func OpenBuilds(store *Store, dir string) (*Builds, error) {
-	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}}
+	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}, using: map[string]int{}}
 	for _, d := range []string{b.dir(), b.Uploads()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -248,6 +251,9 @@ func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, req
 	}
 	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
 		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, CreatedAt: time.Now().UTC()}
+	if _, _, _, err := b.stepSandbox(r); err != nil {
+		return nil, err // over the team's limits
+	}
 	return r, b.save(r)
 }
 
@@ -291,12 +297,15 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 			return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
 		}
 	}
+	release := b.use(r.TeamID, req) // retention keeps the uploads from here on
 	for i, st := range req.Steps {
 		if err := st.validate(i); err != nil {
+			release()
 			return err
 		}
 		if st.Kind == StepCopy {
 			if !b.HasUpload(r.TeamID, st.FilesHash) {
+				release()
 				return fmt.Errorf("%w: step %d (COPY %s): no files were uploaded for hash %s", ErrInvalid, i+1, st.Args[0], st.FilesHash)
 			}
 		}
@@ -304,6 +313,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	now := time.Now().UTC()
 	r.Status, r.StartedAt = BuildBuilding, &now
 	if err := b.save(r); err != nil {
+		release()
 		return err
 	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -314,6 +324,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	go func() {
 		defer b.wg.Done()
 		defer cancel()
+		defer release()
 		b.run(bctx, r, req)
 	}()
 	return nil
@@ -342,7 +353,13 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		}
 		req.FromTemplate = t.Name
 	}
-	spec := Spec{Name: r.Template, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
+	net, cpus, mem, err := b.stepSandbox(r)
+	if err != nil {
+		b.finish(r, nil, err)
+		return
+	}
+	b.log(r, "base", "info", fmt.Sprintf("==> steps run in a sandbox: %d CPUs, %d MB, %s", cpus, mem, net))
+	spec := Spec{Name: r.Template, Network: net, Limits: runtime.Limits{CPUs: float64(cpus), MemoryBytes: int64(mem) << 20}, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID,
 		Log: func(step, line string) { b.log(r, step, "info", line) }}

@@ -201,3 +201,10 @@ func mkdirAllRoot(root *os.Root, dir string, uid, gid int) error {
 	}
 	return root.Lchown(dir, uid, gid)
 }
+
+// HostUploads is the store's directory of archives packed on the host (the COPY sources of
+// Dockerfile builds run by the cove CLI and of the base definition), a DirSource.
+func (s *Store) HostUploads() (string, error) {
+	dir := filepath.Join(s.dir, ".uploads")
+	return dir, os.MkdirAll(dir, 0o755)
+}

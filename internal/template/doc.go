@@ -1,8 +1,8 @@
 // Package template builds and stores the read-only root filesystems sandboxes start from.
 //
 // The one idea: a template exists under its name only when it is complete. Every build (a
-// Debian base bootstrapped with debootstrap, or a copy of another template changed by Run
-// steps executed in a runc container) happens in a hidden directory of the store and is renamed
+// root: a Debian bootstrapped with debootstrap or an imported image; or layers of steps on
+// one, RUN steps executed in a runc container) happens in a hidden directory of the store and is renamed
 // into <data>/templates/<name> as its last act; a failed, cancelled or crashed build leaves only
 // its log. A ready template is never written again: sandboxes see it through an overlay.
 //

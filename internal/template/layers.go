@@ -247,9 +247,20 @@ func (s *Store) gcLayers() (freed int64, err error) {
 // (a sandbox, or a build, running on them): read from the lowerdir options in mountinfo.
 func mountedLayers() map[string]bool {
 	keys := map[string]bool{}
+	for dir := range mountedLowers() {
+		if filepath.Base(dir) == "diff" && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "layers" {
+			keys[filepath.Base(filepath.Dir(dir))] = true
+		}
+	}
+	return keys
+}
+
+// mountedLowers are the lower dirs of every overlay on this host, from mountinfo.
+func mountedLowers() map[string]bool {
+	dirs := map[string]bool{}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return keys
+		return dirs
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		_, opts, ok := strings.Cut(line, " - overlay ")
@@ -262,14 +273,11 @@ func mountedLayers() map[string]bool {
 				continue
 			}
 			for _, dir := range strings.Split(lower, ":") {
-				dir = unescapeMountinfo(dir)
-				if filepath.Base(dir) == "diff" && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "layers" {
-					keys[filepath.Base(filepath.Dir(dir))] = true
-				}
+				dirs[unescapeMountinfo(dir)] = true
 			}
 		}
 	}
-	return keys
+	return dirs
 }
 
 // holdLayers keeps gcLayers off while a build runs: a shared lock on the layers directory.
@@ -405,4 +413,30 @@ func (t *tailLines) add(s string) {
 	if len(t.lines) > t.n {
 		t.lines = t.lines[len(t.lines)-t.n:]
 	}
+}
+
+// Link makes the ready template name of the store in dir usable in s without a copy: s gets
+// symlinks to it, to the root it is built on and to its layers (a test's or benchmark's own
+// store on a shared base this way never writes to the shared one).
+func (s *Store) Link(dir, name string) error {
+	t, err := readMeta(filepath.Join(dir, name))
+	if err != nil {
+		return fmt.Errorf("link template %s from %s: %w", name, dir, err)
+	}
+	links := []string{name}
+	if t.Root != "" {
+		links = append(links, t.Root)
+	}
+	for _, k := range t.Layers {
+		links = append(links, filepath.Join("layers", k))
+	}
+	if err := os.MkdirAll(s.layersDir(), 0o755); err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := os.Symlink(filepath.Join(dir, l), filepath.Join(s.dir, l)); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("link template %s: %w", name, err)
+		}
+	}
+	return nil
 }

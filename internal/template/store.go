@@ -39,11 +39,12 @@ var (
 // Template is a ready, read-only root filesystem and what it was built from.
 type Template struct {
 	Name    string   `json:"name"`
-	From    string   `json:"from,omitempty"`  // parent template; "" for a debootstrapped base
-	Suite   string   `json:"suite,omitempty"` // Debian suite of a base
+	From    string   `json:"from,omitempty"`  // parent template; "" for a root (bootstrapped, imported)
+	Suite   string   `json:"suite,omitempty"` // Debian suite of a bootstrapped root
 	Include []string `json:"include,omitempty"`
-	// Key is BaseKey of a base built with the default packages: a base whose key differs
-	// from the running cove's was built from an older definition.
+	// Key names the definition the template was built from: the base's is its definition's
+	// key (templates.BaseKey), so a base whose key differs from the running cove's was built
+	// from another definition; a bootstrapped root's is its BOOTSTRAP line's Bootstrap.Key.
 	Key       string    `json:"key,omitempty"`
 	Run       []string  `json:"run,omitempty"` // build steps, in order
 	CreatedAt time.Time `json:"created_at"`
@@ -53,6 +54,8 @@ type Template struct {
 	// (a create request's own collectLogs wins); nil means on.
 	CollectLogs *bool `json:"collect_logs,omitempty"`
 
+	// Bootstrap is the BOOTSTRAP line a root template was debootstrapped from.
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
 	// Image is the OCI image a root template was unpacked from (reference@digest).
 	Image string `json:"image,omitempty"`
 	// Root is the template whose full rootfs lies below Layers; "" when this template is one.
@@ -213,12 +216,8 @@ func (s *Store) Remove(name string) error {
 	if err := ValidName(name); err != nil {
 		return fmt.Errorf("remove template: %w", err)
 	}
-	if all, err := s.List(); err == nil {
-		for _, t := range all {
-			if t.Root == name {
-				return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, t.Name)
-			}
-		}
+	if on := s.builtOn(name); on != "" {
+		return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, on)
 	}
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
@@ -247,6 +246,17 @@ func (s *Store) Remove(name string) error {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
 	}
 	return nil
+}
+
+// builtOn names a template whose layers stand on the root template name, "" when none does.
+func (s *Store) builtOn(name string) string {
+	all, _ := s.List()
+	for _, t := range all {
+		if t.Root == name {
+			return t.Name
+		}
+	}
+	return ""
 }
 
 // VisibleTo reports whether team may see and start sandboxes from t.

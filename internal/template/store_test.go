@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -204,81 +203,4 @@ func TestOpenRemovesInterruptedBuilds(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(leftover)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("leftover build still there: %v", err)
 	}
-}
-
-// TestBuildDebianBase debootstraps the real base template (≈ 40 s and the Debian mirror):
-// run it with COVE_TEST_DEBOOTSTRAP=1.
-func TestBuildDebianBase(t *testing.T) {
-	if os.Getenv("COVE_TEST_DEBOOTSTRAP") != "1" {
-		t.Skip("template: set COVE_TEST_DEBOOTSTRAP=1 to debootstrap a base template (≈ 40 s, needs the Debian mirror)")
-	}
-	rt := runtimetest.Runc(t)
-	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progress bytes.Buffer
-	t0 := time.Now()
-	tpl, err := store.Build(ctx, template.Spec{Name: "base"}, &progress)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, progress.String())
-	}
-	t.Logf("base built in %s, %d MB", time.Since(t0), tpl.SizeBytes>>20)
-	if tpl.Key != template.BaseKey("") {
-		t.Errorf("meta key %q, want BaseKey %q", tpl.Key, template.BaseKey(""))
-	}
-	for _, p := range []string{"usr/bin/python3", "usr/bin/python", "usr/bin/pip", "usr/bin/git", "usr/bin/curl", "bin/bash", "bin/ps",
-		"usr/bin/ip", "usr/bin/sudo", "etc/sudoers.d/user", "etc/pip.conf", "etc/ssl/certs/ca-certificates.crt"} {
-		if _, err := os.Stat(filepath.Join(tpl.Rootfs, p)); err != nil {
-			t.Errorf("base lacks %s: %v", p, err)
-		}
-	}
-	if lists, _ := filepath.Glob(filepath.Join(tpl.Rootfs, "var/lib/apt/lists/*_Packages")); len(lists) > 0 {
-		t.Errorf("apt lists kept: %v", lists)
-	}
-	if fi, err := os.Stat(filepath.Join(tpl.Rootfs, "home/user")); err != nil || fi.Sys() == nil {
-		t.Errorf("no /home/user: %v", err)
-	}
-	out, err := exec.Command("chroot", tpl.Rootfs, "stat", "-c", "%u:%g %U", "/home/user").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "1000:1000 user" {
-		t.Errorf("/home/user owner = %q, %v", out, err)
-	}
-
-	t.Run("a sandbox on the base runs python3 as user", func(t *testing.T) {
-		id := newID("base")
-		sb, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, UID: 1000, GID: 1000, Cwd: "/home/user",
-			Args: []string{"/usr/bin/python3", "-c", "import os,socket; print(os.getuid(), socket.gethostname(), os.getcwd())"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rt.Destroy(ctx, id) })
-		if err := rt.Start(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		var stdout bytes.Buffer
-		stdout.ReadFrom(sb.Stdout)
-		if want := "1000 " + id + " /home/user\n"; stdout.String() != want {
-			t.Fatalf("stdout = %q, want %q", stdout.String(), want)
-		}
-	})
-	t.Run("user has passwordless sudo in a sandbox on the base", func(t *testing.T) {
-		out := runOn(t, rt, "sudo", runtime.Spec{Rootfs: tpl.Rootfs, UID: 1000, GID: 1000, Cwd: "/home/user",
-			Args: []string{"/usr/bin/sudo", "-n", "id", "-u"}})
-		if out != "0\n" {
-			t.Fatalf("sudo -n id -u as user: stdout %q, want 0", out)
-		}
-	})
-	t.Run("a derived template installs a package over the host network", func(t *testing.T) {
-		d, err := store.Build(ctx, template.Spec{Name: "with-jq", From: "base", Run: []string{"apt-get update -q && apt-get install -y -q --no-install-recommends jq && rm -rf /var/lib/apt/lists/*"}}, &progress)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, progress.String())
-		}
-		if _, err := os.Stat(filepath.Join(d.Rootfs, "usr/bin/jq")); err != nil {
-			t.Fatal(err)
-		}
-		if docs, _ := filepath.Glob(filepath.Join(d.Rootfs, "usr/share/man/man1/jq*")); len(docs) > 0 {
-			t.Errorf("dpkg excludes ignored: %v", docs)
-		}
-	})
 }

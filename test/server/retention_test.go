@@ -16,7 +16,7 @@ import (
 // events and build logs (a year: the test templates are shared), and reads `cove admin status` and /metrics: every dataset, its TTL and cap, and
 // how big it is now.
 func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
-	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--retain", "events=1h:500", "--retain", "build_logs=8760h:1000"}})
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--retain", "events=1h:500", "--retain", "build_logs=8760h:1000", "--retain", "template_builds=2h:50"}})
 	a := client{t: t, url: s.URL, key: s.Key}
 	id := a.create(nil)
 	run(t, s, id, "echo kept", "req-retention")
@@ -47,9 +47,12 @@ func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
 		for i, d := range st {
 			got[d.Dataset] = i
 		}
-		ev := st[got["events"]]
-		if len(st) != 6 || ev.TTLSeconds != 3600 || ev.MaxRows != 500 || ev.Rows < 2 || ev.Bytes <= 0 {
+		ev, builds := st[got["events"]], st[got["template_builds"]]
+		if len(st) != 8 || ev.TTLSeconds != 3600 || ev.MaxRows != 500 || ev.Rows < 2 || ev.Bytes <= 0 {
 			t.Errorf("status %+v", st)
+		}
+		if _, ok := got["template_uploads"]; !ok || builds.Dataset != "template_builds" || builds.TTLSeconds != 7200 || builds.MaxRows != 50 {
+			t.Errorf("template builds and uploads in %+v", st)
 		}
 		if i, ok := got["build_logs"]; !ok || st[i].TTLSeconds != 8760*3600 || st[i].MaxRows != 1000 {
 			t.Errorf("build_logs: want a TTL of 8760h and a cap of 1000 logs in %+v", st)
@@ -60,7 +63,7 @@ func TestAdminStatusShowsWhatEachStoreKeeps(t *testing.T) {
 	})
 	t.Run("the table names each dataset", func(t *testing.T) {
 		out := admin()
-		for _, w := range []string{"DATASET", "events", "webhook_deliveries", "metric_samples", "command_records", "log_lines", "build_logs", "1h0m0s"} {
+		for _, w := range []string{"DATASET", "events", "webhook_deliveries", "metric_samples", "command_records", "log_lines", "build_logs", "template_builds", "template_uploads", "1h0m0s"} {
 			if !strings.Contains(out, w) {
 				t.Errorf("table lacks %q:\n%s", w, out)
 			}

@@ -4,8 +4,9 @@
 // The one idea: a Dockerfile is read as the steps E2B's builder would send, with Docker's
 // meaning (RUN as root unless USER says otherwise, WORKDIR relative to the last one, ARG and
 // ENV substituted where Docker substitutes them). Only what Cove can build is accepted: FROM,
-// RUN, COPY, ADD (local files), ENV, ARG, WORKDIR, USER, CMD and ENTRYPOINT. Anything else is
-// an error naming its line, never silently skipped.
+// RUN, COPY, ADD (local files), ENV, ARG, WORKDIR, USER, CMD and ENTRYPOINT, and Cove's own
+// BOOTSTRAP in place of FROM (a Debian root debootstrapped: the base template's first line).
+// Anything else is an error naming its line, never silently skipped.
 package dockerfile
 
 import (
@@ -36,6 +37,8 @@ type Copy struct {
 type Definition struct {
 	// From is the FROM reference: a Cove template name or an OCI image reference.
 	From string
+	// Bootstrap is the BOOTSTRAP line (suite, then packages), which replaces FROM.
+	Bootstrap *template.Bootstrap
 	// Steps are the builder steps, in order; COPY steps have no FilesHash yet (see Copies).
 	Steps []template.Step
 	// Copies are the COPY steps' sources, relative to the build context.
@@ -89,12 +92,25 @@ func Parse(r io.Reader, args map[string]string) (*Definition, error) {
 			return os.Expand(s, func(k string) string { return vars[k] })
 		}
 		rest := l.rest
-		if l.instr != "FROM" && d.From == "" && l.instr != "ARG" {
+		if l.instr != "FROM" && l.instr != "BOOTSTRAP" && d.From == "" && d.Bootstrap == nil && l.instr != "ARG" {
 			return nil, bad("comes before FROM")
 		}
 		switch l.instr {
+		case "BOOTSTRAP":
+			if d.From != "" || d.Bootstrap != nil {
+				return nil, bad("one FROM or BOOTSTRAP per Dockerfile")
+			}
+			f := strings.Fields(expand(rest))
+			if len(f) == 0 {
+				return nil, bad("want BOOTSTRAP suite [package...]")
+			}
+			b := template.Bootstrap{Suite: f[0], Include: f[1:]}
+			if err := b.Validate(); err != nil {
+				return nil, bad("%v", err)
+			}
+			d.Bootstrap = &b
 		case "FROM":
-			if d.From != "" {
+			if d.From != "" || d.Bootstrap != nil {
 				return nil, bad("multi-stage builds are not supported: one FROM per Dockerfile")
 			}
 			f := strings.Fields(expand(rest))
@@ -219,10 +235,10 @@ func Parse(r io.Reader, args map[string]string) (*Definition, error) {
 				entrypoint = c
 			}
 		default:
-			return nil, bad("instruction %s is not supported (FROM, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT are)", l.instr)
+			return nil, bad("instruction %s is not supported (FROM, BOOTSTRAP, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT are)", l.instr)
 		}
 	}
-	if d.From == "" {
+	if d.From == "" && d.Bootstrap == nil {
 		return nil, fmt.Errorf("%w: no FROM instruction", ErrSyntax)
 	}
 	d.StartCmd = strings.TrimSpace(entrypoint + " " + cmd)

@@ -65,6 +65,19 @@ CMD --port 8000
 	}
 }
 
+func TestParseBootstrap(t *testing.T) {
+	d, err := dockerfile.Parse(strings.NewReader("ARG SUITE=bookworm\nBOOTSTRAP ${SUITE} python3 \\\n  git\nRUN useradd user\nUSER user\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.From != "" || d.Bootstrap == nil || d.Bootstrap.Suite != "bookworm" || strings.Join(d.Bootstrap.Include, ",") != "python3,git" {
+		t.Fatalf("from %q, bootstrap %+v", d.From, d.Bootstrap)
+	}
+	if len(d.Steps) != 2 || d.Steps[0].Args[0] != "useradd user" || d.Steps[0].Args[1] != "root" {
+		t.Fatalf("steps = %+v, want the RUN as root, then USER", d.Steps)
+	}
+}
+
 func TestParseRefusesWhatCoveCannotBuild(t *testing.T) {
 	for _, tc := range []struct{ name, df, want string }{
 		{"an unsupported instruction names its line", "FROM base\nRUN true\nEXPOSE 80\n", "line 3 (EXPOSE)"},
@@ -76,6 +89,10 @@ func TestParseRefusesWhatCoveCannotBuild(t *testing.T) {
 		{"no FROM at all", "# nothing\n", "no FROM"},
 		{"a dangling continuation", "FROM base\nRUN true \\\n", "continuation"},
 		{"a bad exec form", "FROM base\nCMD [\"a\", 1]\n", "JSON array"},
+		{"BOOTSTRAP after FROM", "FROM base\nBOOTSTRAP bookworm\n", "line 2 (BOOTSTRAP): one FROM or BOOTSTRAP"},
+		{"FROM after BOOTSTRAP", "BOOTSTRAP bookworm\nFROM base\n", "line 2 (FROM)"},
+		{"BOOTSTRAP without a suite", "BOOTSTRAP\n", "want BOOTSTRAP suite"},
+		{"BOOTSTRAP with a flag for a package", "BOOTSTRAP bookworm --foreign\n", "not a Debian package name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := dockerfile.Parse(strings.NewReader(tc.df), nil)

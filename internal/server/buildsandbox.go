@@ -1,0 +1,109 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/template"
+)
+
+// buildSandbox confines the steps of a team's template build as the team's sandboxes are:
+// in a network of the server's network manager under the team's egress policy (loopback
+// only when the server gives sandboxes no network), never the host's, and with the CPUs and
+// memory the build asked for (a sandbox's defaults when it did not), within the team's quota.
+func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
+	return template.Sandbox{
+		Network: func(team string) template.StepNetwork {
+			if netw == nil {
+				return template.Loopback
+			}
+			return teamNetwork{netw: netw, egress: cfg.Quotas.For(team).Egress, team: team}
+		},
+		Limits: func(team string, cpus, memoryMB int) (int, int, error) {
+			q := cfg.Quotas.For(team)
+			if q.VCPUs > 0 && cpus > q.VCPUs {
+				return 0, 0, fmt.Errorf("%w: cpuCount %d is over the team's limit of %d vCPUs", template.ErrInvalid, cpus, q.VCPUs)
+			}
+			if q.MemoryMB > 0 && memoryMB > q.MemoryMB {
+				return 0, 0, fmt.Errorf("%w: memoryMB %d is over the team's limit of %d MB", template.ErrInvalid, memoryMB, q.MemoryMB)
+			}
+			cpus, memoryMB = cmp.Or(cpus, 2), cmp.Or(memoryMB, cfg.SandboxMemoryMB, 512) // the orchestrator's defaults
+			if q.VCPUs > 0 {
+				cpus = min(cpus, q.VCPUs)
+			}
+			if q.MemoryMB > 0 {
+				memoryMB = min(memoryMB, q.MemoryMB)
+			}
+			return cpus, memoryMB, nil
+		},
+	}
+}
+
+// teamNetwork attaches build steps to the network manager under the team's egress policy.
+type teamNetwork struct {
+	netw   orchestrator.Network
+	egress *orchestrator.Egress
+	team   string
+}
+
+func (n teamNetwork) Attach(ctx context.Context, id string) (string, string, error) {
+	p, err := n.egress.Policy(n.team)
+	if err != nil {
+		return "", "", err
+	}
+	att, err := n.netw.Attach(ctx, id, p)
+	if err != nil {
+		return "", "", err
+	}
+	return att.Netns, att.ResolvConf, nil
+}
+
+func (n teamNetwork) Detach(ctx context.Context, id string) error { return n.netw.Detach(ctx, id) }
+
+func (n teamNetwork) String() string {
+	if n.egress == nil {
+		return "the internet (the team's network: no egress rules)"
+	}
+	p, err := n.egress.Policy(n.team)
+	if err != nil {
+		return "the team's network: " + err.Error()
+	}
+	return fmt.Sprintf("the team's network: internet %v, allow out %v, deny out %v", p.AllowInternet, p.AllowOutStrings(), network.Strings(p.DenyOut))
+}
+
+// keptFiles is a set of files the templates keep (build records, uploads, build logs).
+type keptFiles interface {
+	Kept() (template.Kept, error)
+	PruneBefore(before time.Time, batch int) (int64, error)
+	PruneOverCap(maxRows int64, batch int) (int64, error)
+}
+
+// buildFiles is a set of the templates' files as retention sees a dataset.
+type buildFiles struct{ files keptFiles }
+
+func (f buildFiles) Usage(_ context.Context, _ store.Dataset, _ bool) (store.Usage, error) {
+	k, err := f.files.Kept()
+	return store.Usage{Rows: k.Count, Bytes: k.Bytes, Oldest: k.Oldest}, err
+}
+
+func (f buildFiles) PruneBefore(_ context.Context, _ store.Dataset, before time.Time, batch int) (int64, error) {
+	return f.files.PruneBefore(before, batch)
+}
+
+func (f buildFiles) PruneOverCap(_ context.Context, _ store.Dataset, maxRows int64, batch int) (int64, error) {
+	return f.files.PruneOverCap(maxRows, batch)
+}
+
+// buildRetention gives retention the builds' records and uploads and the templates' build logs.
+func buildRetention(b *template.Builds, t *template.Store) map[store.Dataset]store.RetentionStore {
+	return map[store.Dataset]store.RetentionStore{
+		store.DatasetBuilds:    buildFiles{b.Records()},
+		store.DatasetUploads:   buildFiles{b.UploadFiles()},
+		store.DatasetBuildLogs: buildFiles{t.BuildLogs()},
+	}
+}

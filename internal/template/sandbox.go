@@ -1,0 +1,60 @@
+package template
+
+import (
+	"context"
+	"fmt"
+)
+
+// StepNetwork is the network a build's RUN steps reach the world through: for a team's
+// build, the server's network manager under the team's egress policy. Attach gives the step
+// id a pinned network namespace to join and a resolv.conf to mount on its /etc/resolv.conf
+// (both "" for a namespace with only loopback); Detach removes them once the step's
+// processes are gone. String says what the network lets through, for the build's log.
+type StepNetwork interface {
+	Attach(ctx context.Context, id string) (netns, resolvConf string, err error)
+	Detach(ctx context.Context, id string) error
+	String() string
+}
+
+// Loopback is the StepNetwork of no way out: each step gets a namespace of its own with only
+// loopback (a server without networking builds its teams' templates this way).
+var Loopback StepNetwork = loopback{}
+
+type loopback struct{}
+
+func (loopback) Attach(context.Context, string) (string, string, error) { return "", "", nil }
+func (loopback) Detach(context.Context, string) error                   { return nil }
+func (loopback) String() string                                         { return "no network but loopback" }
+
+// Sandbox is how the steps of a team's build are confined, as the team's sandboxes are.
+type Sandbox struct {
+	// Network returns the network of team's build steps; nil, or a nil result, is Loopback.
+	Network func(team string) StepNetwork
+	// Limits returns the CPUs and memory a step of team's build runs with, given what the
+	// build asked for (0: not asked), or an error wrapping ErrInvalid that names the field
+	// over the team's limit.
+	Limits func(team string, cpuCount, memoryMB int) (cpus, memory int, err error)
+}
+
+// SetSandbox confines the builds asked for over the API from now on: their RUN steps run
+// in sb's network and under its limits instead of the host's network. Call it before the
+// first build starts.
+func (b *Builds) SetSandbox(sb Sandbox) { b.sandbox = sb }
+
+// stepSandbox is the network and limits of r's steps.
+func (b *Builds) stepSandbox(r *BuildRecord) (StepNetwork, int, int, error) {
+	net := Loopback
+	if b.sandbox.Network != nil {
+		if n := b.sandbox.Network(r.TeamID); n != nil {
+			net = n
+		}
+	}
+	cpus, mem := r.CPUCount, r.MemoryMB
+	if b.sandbox.Limits != nil {
+		var err error
+		if cpus, mem, err = b.sandbox.Limits(r.TeamID, r.CPUCount, r.MemoryMB); err != nil {
+			return nil, 0, 0, fmt.Errorf("build %s: %w", r.ID, err)
+		}
+	}
+	return net, cpus, mem, nil
+}

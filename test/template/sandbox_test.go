@@ -1,0 +1,89 @@
+package template_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// TestBuildsRunUnderTheTeamsRules builds templates whose RUN steps reach hosts of a fake
+// internet, on a server whose teams' egress allows one host and denies everything else, and
+// whose teams may use at most 2 vCPUs and 768 MB: the steps get the team's network (not the
+// host's) and the build's memory limit, and a build over the team's limits is refused.
+func TestBuildsRunUnderTheTeamsRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cove server: skipped under -short")
+	}
+	covetest.Skip(t)
+	in := nettest.New(t)
+	off := false
+	quotas := orchestrator.Quotas{Default: orchestrator.Quota{VCPUs: 2, MemoryMB: 768,
+		Egress: &orchestrator.Egress{AllowInternetAccess: &off, AllowOut: []string{in.Addr.String()}}}}
+	b, _ := json.Marshal(quotas)
+	file := filepath.Join(t.TempDir(), "quotas.json")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--quotas", file}})
+	client := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	build := func(name, cmd string, memoryMB int) (string, error) {
+		var lines []string
+		_, err := client.BuildTemplate(ctx, name, cove.TemplateDefinition{FromTemplate: "base", Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{cmd}}}},
+			cove.TemplateBuildOptions{MemoryMB: memoryMB, OnLog: func(e cove.BuildLogEntry) { lines = append(lines, e.Message) }})
+		return strings.Join(lines, "\n"), err
+	}
+	curl := func(addr string) string {
+		return fmt.Sprintf("curl -sS -o /dev/null -w 'status=%%{http_code}\\n' --max-time 5 http://%s/", addr)
+	}
+	t.Run("a step reaches a host the team's egress allows", func(t *testing.T) {
+		log, err := build("allowed", curl(in.Addr.String()), 0)
+		if err != nil || !strings.Contains(log, "status=200") {
+			t.Fatalf("build: %v\n%s", err, log)
+		}
+		want := fmt.Sprintf("==> steps run in a sandbox: 2 CPUs, 512 MB, the team's network: internet false, allow out [%s/32]", in.Addr)
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not say where the steps ran (%q):\n%s", want, log)
+		}
+	})
+	t.Run("a step reaching a host the team's egress denies fails the build", func(t *testing.T) {
+		log, err := build("denied", curl(in.Other.String()), 0)
+		var be *cove.BuildError
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "exit status") || strings.Contains(log, "status=200") {
+			t.Fatalf("err = %v, want a failed step\n%s", err, log)
+		}
+	})
+	t.Run("a step does not run in the host's network", func(t *testing.T) {
+		log, err := build("netns", "cat /proc/net/dev", 0)
+		hostLinks, _ := os.ReadFile("/proc/net/dev")
+		if err != nil || !strings.Contains(log, "lo:") || strings.Contains(log, in.Link+":") || !strings.Contains(string(hostLinks), in.Link+":") {
+			t.Fatalf("build: %v; the step's links:\n%s", err, log)
+		}
+	})
+	t.Run("a step runs with the build's memory limit", func(t *testing.T) {
+		log, err := build("limits", "echo mem=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)", 640)
+		if err != nil || !strings.Contains(log, fmt.Sprintf("mem=%d", 640<<20)) {
+			t.Fatalf("build: %v\n%s", err, log)
+		}
+	})
+	t.Run("a build asking for more memory than the team may use is refused", func(t *testing.T) {
+		_, err := build("too-big", "true", 4096)
+		var ce *cove.Error
+		if !errors.As(err, &ce) || ce.StatusCode != 400 || !strings.Contains(err.Error(), "memoryMB 4096 is over the team's limit of 768") {
+			t.Fatalf("err = %v, want a 400 naming memoryMB", err)
+		}
+	})
+}
