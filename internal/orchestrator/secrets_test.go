@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cove-dev/cove/reason"
 	"github.com/cove-dev/cove/internal/vault"
+	"github.com/cove-dev/cove/reason"
 )
 
 func TestASandboxsSecretsAreKeptWhileItLives(t *testing.T) {
