@@ -12,6 +12,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // maxUpload bounds one uploaded COPY archive.
@@ -415,6 +416,8 @@ type templateJSON struct {
 	SpawnCount    int                 `json:"spawnCount"`
 	CreatedBy     *string             `json:"createdBy"`
 	Builds        []templateBuildJSON `json:"builds"`
+	// StartSnapshot is Cove's: the snapshot the template's sandboxes start from.
+	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
 }
 
 func (a *api) templateJSON(t *template.Template) templateJSON {
@@ -423,6 +426,9 @@ func (a *api) templateJSON(t *template.Template) templateJSON {
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, EnvdVersion: EnvdVersion, BuildCount: len(recs),
 		CreatedAt: t.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: t.CreatedAt.Format(time.RFC3339Nano),
 		DiskSizeMB: int(t.SizeBytes >> 20), Builds: []templateBuildJSON{}}
+	if sn := t.StartSnapshot; sn != nil {
+		j.StartSnapshot = &cove.TemplateStartSnapshot{BuildID: sn.BuildID, SizeBytes: sn.Bytes, ReadyMS: sn.ReadyMS, SnapshotMS: sn.SnapshotMS, CreatedAt: sn.CreatedAt}
+	}
 	for _, r := range recs {
 		b := templateBuildJSON{BuildID: r.ID, Status: r.Status.String(), CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 			CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.CreatedAt.Format(time.RFC3339Nano), EnvdVersion: EnvdVersion}

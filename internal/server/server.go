@@ -286,6 +286,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		return err
 	}
 	denials.Store(orch)
+	templates.SetStartSnapshotter(orch) // builds with a start command snapshot it once ready
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}

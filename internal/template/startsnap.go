@@ -1,0 +1,103 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// A template with a start command is started once at the end of its build, in a build
+// sandbox; once its ready check passes, a memory snapshot of that sandbox (its processes,
+// memory and the files they wrote) is kept in the template's directory, <name>/start-snapshot/,
+// and sandboxes of the template are restored from it: the start command is already running,
+// nothing waits for the ready check at create. The snapshot is published with the template
+// (one rename), tied to the build that took it, and deleted with it.
+//
+// Where checkpoints are unavailable (no CRIU, a runtime without them, a build on the host
+// without a server) the template has no snapshot: sandboxes run the start command at create
+// and wait for the ready check, and the build log says so.
+
+// StartSnapshotDir is the directory of a template's start snapshot, inside the template's.
+const StartSnapshotDir = "start-snapshot"
+
+// StartSnapshot is a template's start snapshot: a sandbox of the template checkpointed once
+// its start command passed its ready check.
+type StartSnapshot struct {
+	BuildID string `json:"build_id,omitempty"` // the build that took it
+	Bytes   int64  `json:"bytes"`              // on disk
+	// ReadyMS is how long the start command took to pass its ready check; SnapshotMS how
+	// long the checkpoint and its export took.
+	ReadyMS    int64 `json:"ready_ms"`
+	SnapshotMS int64 `json:"snapshot_ms"`
+	// Network says the build sandbox had a network (its resolv.conf and CA bundle mounts):
+	// a sandbox restored from the snapshot needs the same mounts, so a server without
+	// sandbox networks (or with) starts the command instead.
+	Network   bool      `json:"network"`
+	CreatedAt time.Time `json:"created_at"`
+	// Dir holds the snapshot's files (the runtime's export), for runtime.Spec.Restore.
+	Dir string `json:"-"`
+}
+
+// ErrNoStartSnapshot: checkpoints are not available here; sandboxes of the template start
+// the command at create instead.
+var ErrNoStartSnapshot = errors.New("start snapshots unavailable")
+
+// StartSnapshotter takes start snapshots (the orchestrator, which runs sandboxes).
+type StartSnapshotter interface {
+	// SnapshotStart starts a sandbox of t (resolved: Rootfs and LayerDirs set), runs its
+	// start command, waits for its ready check, then checkpoints the sandbox and exports the
+	// checkpoint to dir (which must not exist) and destroys it. It fails with
+	// ErrNoStartSnapshot before starting anything when checkpoints are unavailable. Progress
+	// lines go to log.
+	SnapshotStart(ctx context.Context, t *Template, dir string, log func(line string)) (*StartSnapshot, error)
+}
+
+// SetStartSnapshotter makes builds of templates with a start command take a start snapshot
+// with s. Without one (a build on the host) they take none. Call it before builds start.
+func (s *Store) SetStartSnapshotter(ss StartSnapshotter) { s.starter = ss }
+
+// startSnapshot takes t's start snapshot into the build directory when t has a start
+// command or a ready check; t.StartSnapshot records it. A ready check that never passes
+// fails the build, as it would fail every create.
+func (s *Store) startSnapshot(ctx context.Context, build string, t *Template, out *lineWriter) error {
+	if t.StartCmd == "" && t.ReadyCmd == "" {
+		return nil
+	}
+	out.startStep("finalize")
+	const fallback = "each sandbox of the template runs the start command and waits for its ready check at create"
+	if s.starter == nil {
+		out.Printf("==> start snapshot: none (built without a server to run the start command): %s", fallback)
+		return nil
+	}
+	hold, err := s.holdLayers() // the build's new layers are in no template yet
+	if err != nil {
+		return err
+	}
+	defer hold()
+	rt := *t
+	if err := s.resolve(&rt); err != nil {
+		return err
+	}
+	if rt.Root == "" {
+		rt.Rootfs = filepath.Join(build, "rootfs")
+	}
+	out.Printf("==> start command: %q, ready check: %q (once, in a build sandbox)", t.StartCmd, t.ReadyCmd)
+	dir := filepath.Join(build, StartSnapshotDir)
+	snap, err := s.starter.SnapshotStart(ctx, &rt, dir, func(line string) { out.Printf("%s", line) })
+	if errors.Is(err, ErrNoStartSnapshot) {
+		out.Printf("==> start snapshot: unavailable (%v): %s", err, fallback)
+		return nil
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("start command: %w", err)
+	}
+	snap.BuildID = t.BuildID
+	t.StartSnapshot = snap
+	out.Printf("==> start snapshot: %.1f MiB, ready check passed in %d ms, checkpoint in %d ms: sandboxes start from it",
+		float64(snap.Bytes)/(1<<20), snap.ReadyMS, snap.SnapshotMS)
+	return nil
+}
