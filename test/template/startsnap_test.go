@@ -141,6 +141,10 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("the official npm SDK's setStartCmd with waitForPort gives the same", func(t *testing.T) {
+		covetest.RunSDKScenarios(t, "startsnap.test.mjs", server.URL, server.Key)
+	})
+
 	t.Run("deleting the template deletes its snapshot", func(t *testing.T) {
 		dir := filepath.Join(templates, "started", "start-snapshot")
 		if _, err := os.Stat(dir); err != nil {
