@@ -105,8 +105,8 @@ func (o *Orchestrator) startSnapshot(tmpl *template.Template, req CreateRequest)
 	if _, err := o.checkpointer(); err != nil {
 		return nil, err.Error()
 	}
-	if _, err := os.Stat(filepath.Join(sn.Dir, "checkpoint")); err != nil {
-		return nil, "its files are gone (a tag of an earlier build?)"
+	if _, err := os.Stat(filepath.Join(sn.Dir, "checkpoint")); sn.Dir == "" || err != nil {
+		return nil, "its files went with the build it was taken in (a tag of an earlier build)"
 	}
 	return sn, ""
 }

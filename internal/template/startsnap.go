@@ -101,3 +101,16 @@ func (s *Store) startSnapshot(ctx context.Context, build string, t *Template, ou
 		float64(snap.Bytes)/(1<<20), snap.ReadyMS, snap.SnapshotMS)
 	return nil
 }
+
+// taggedStartSnapshot points the start snapshot of t, tag of name, at the files of name's
+// while name is still the build the tag names; a tag of an earlier build has none (its
+// build's snapshot went with the template it replaced), and its sandboxes run the command.
+func (s *Store) taggedStartSnapshot(name string, t *Template) {
+	if t.StartSnapshot == nil {
+		return
+	}
+	t.StartSnapshot.Dir = ""
+	if cur, err := readMeta(filepath.Join(s.dir, name)); err == nil && cur.StartSnapshot != nil && cur.StartSnapshot.BuildID == t.StartSnapshot.BuildID && cur.BuildID == t.BuildID {
+		t.StartSnapshot.Dir = cur.StartSnapshot.Dir
+	}
+}

@@ -141,6 +141,24 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("a tag of the build restores its snapshot; once the name is rebuilt the tag starts the command", func(t *testing.T) {
+		if first == nil {
+			t.Skip("the first sandbox failed")
+		}
+		if err := client.TagTemplate(ctx, "started", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		_, tagged := runIn(ctx, t, client, "started:v1")
+		if tagged[1] != first[1] || tagged[3] != "200" {
+			t.Fatalf("from the tag %q, from the name %q", tagged, first)
+		}
+		buildStartTemplate(ctx, t, client, "started")
+		_, after := runIn(ctx, t, client, "started:v1")
+		if after[1] == first[1] || after[0] != after[2] || after[3] != "200" {
+			t.Fatalf("from the tag after a rebuild %q, before %q", after, first)
+		}
+	})
+
 	t.Run("the official npm SDK's setStartCmd with waitForPort gives the same", func(t *testing.T) {
 		covetest.RunSDKScenarios(t, "startsnap.test.mjs", server.URL, server.Key)
 	})
