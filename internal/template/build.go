@@ -176,7 +176,7 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
 	}
-	if err := s.startSnapshot(ctx, build, t, out); err != nil {
+	if err := s.startSnapshot(ctx, build, t, spec.Force, out); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	t.CreatedAt = time.Now().UTC()

@@ -34,9 +34,15 @@ func skipWithoutCheckpoints(t *testing.T) {
 // buildStartTemplate builds name on base with startMarker and readyCheck, returning its log.
 func buildStartTemplate(ctx context.Context, t *testing.T, client *cove.Client, name string) string {
 	t.Helper()
+	return buildStartTemplateWith(ctx, t, client, name, "echo built > /tmp/built-at-build")
+}
+
+// buildStartTemplateWith builds name with the RUN step run.
+func buildStartTemplateWith(ctx context.Context, t *testing.T, client *cove.Client, name, run string) string {
+	t.Helper()
 	var lines []string
 	st, err := client.BuildTemplate(ctx, name, cove.TemplateDefinition{FromTemplate: "base", StartCmd: startMarker, ReadyCmd: readyCheck,
-		Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo built > /tmp/built-at-build"}}}},
+		Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{run}}}},
 		cove.TemplateBuildOptions{OnLog: func(e cove.BuildLogEntry) { lines = append(lines, e.Message) }})
 	log := strings.Join(lines, "\n")
 	if err != nil || st.Status != "ready" {
@@ -141,21 +147,34 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
-	t.Run("a tag of the build restores its snapshot; once the name is rebuilt the tag starts the command", func(t *testing.T) {
+	t.Run("a rebuild with nothing changed reuses the snapshot, and so does a tag of that build", func(t *testing.T) {
 		if first == nil {
 			t.Skip("the first sandbox failed")
 		}
 		if err := client.TagTemplate(ctx, "started", "v1"); err != nil {
 			t.Fatal(err)
 		}
-		_, tagged := runIn(ctx, t, client, "started:v1")
-		if tagged[1] != first[1] || tagged[3] != "200" {
-			t.Fatalf("from the tag %q, from the name %q", tagged, first)
+		if log := buildStartTemplate(ctx, t, client, "started"); !strings.Contains(log, "==> start snapshot: cached") {
+			t.Fatalf("the rebuild took a new snapshot:\n%s", log)
 		}
-		buildStartTemplate(ctx, t, client, "started")
-		_, after := runIn(ctx, t, client, "started:v1")
-		if after[1] == first[1] || after[0] != after[2] || after[3] != "200" {
-			t.Fatalf("from the tag after a rebuild %q, before %q", after, first)
+		for _, ref := range []string{"started", "started:v1"} {
+			if _, now := runIn(ctx, t, client, ref); now[1] != first[1] || now[3] != "200" {
+				t.Fatalf("from %s %q, before the rebuild %q", ref, now, first)
+			}
+		}
+	})
+
+	t.Run("a rebuild with a changed step takes a new snapshot; the tag of the old build then starts the command", func(t *testing.T) {
+		if first == nil {
+			t.Skip("the first sandbox failed")
+		}
+		if log := buildStartTemplateWith(ctx, t, client, "started", "echo changed > /tmp/built-at-build"); strings.Contains(log, "cached, taken") {
+			t.Fatalf("the changed build reused the snapshot:\n%s", log)
+		}
+		_, renewed := runIn(ctx, t, client, "started")
+		_, tagged := runIn(ctx, t, client, "started:v1")
+		if renewed[1] == first[1] || tagged[1] == first[1] || tagged[1] == renewed[1] || tagged[0] != tagged[2] || tagged[3] != "200" {
+			t.Fatalf("before %q, the name now %q, the old tag %q", first, renewed, tagged)
 		}
 	})
 
