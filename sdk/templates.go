@@ -61,6 +61,8 @@ type TemplateBuildStatus struct {
 		Step       string          `json:"step,omitempty"`
 		LogEntries []BuildLogEntry `json:"logEntries"`
 	} `json:"reason,omitempty"`
+	// StartSnapshot is the start snapshot a ready build took or reused (Cove's extension).
+	StartSnapshot *TemplateStartSnapshot `json:"startSnapshot,omitempty"`
 }
 
 // TemplateInfo is a template as the API lists it.

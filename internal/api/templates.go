@@ -292,6 +292,8 @@ type buildStatusJSON struct {
 	LogEntries []buildLogJSON   `json:"logEntries"`
 	Logs       []string         `json:"logs"`
 	Reason     *buildReasonJSON `json:"reason,omitempty"`
+	// StartSnapshot is Cove's: the start snapshot the build took or reused.
+	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
 }
 
 func logsJSON(entries []template.LogEntry) []buildLogJSON {
@@ -331,6 +333,7 @@ func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, c caller) erro
 	if rec.Reason != nil {
 		out.Reason = &buildReasonJSON{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
 	}
+	out.StartSnapshot = startSnapshotJSON(rec.StartSnapshot)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -426,9 +429,7 @@ func (a *api) templateJSON(t *template.Template) templateJSON {
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, EnvdVersion: EnvdVersion, BuildCount: len(recs),
 		CreatedAt: t.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: t.CreatedAt.Format(time.RFC3339Nano),
 		DiskSizeMB: int(t.SizeBytes >> 20), Builds: []templateBuildJSON{}}
-	if sn := t.StartSnapshot; sn != nil {
-		j.StartSnapshot = &cove.TemplateStartSnapshot{BuildID: sn.BuildID, SizeBytes: sn.Bytes, ReadyMS: sn.ReadyMS, SnapshotMS: sn.SnapshotMS, CreatedAt: sn.CreatedAt}
-	}
+	j.StartSnapshot = startSnapshotJSON(t.StartSnapshot)
 	for _, r := range recs {
 		b := templateBuildJSON{BuildID: r.ID, Status: r.Status.String(), CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 			CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.CreatedAt.Format(time.RFC3339Nano), EnvdVersion: EnvdVersion}
@@ -534,4 +535,12 @@ func (a *api) templateAlias(w http.ResponseWriter, r *http.Request, c caller) er
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": t.Public || t.TeamID == ""})
 	return nil
+}
+
+// startSnapshotJSON is a template's start snapshot as the API shows it; nil without one.
+func startSnapshotJSON(sn *template.StartSnapshot) *cove.TemplateStartSnapshot {
+	if sn == nil {
+		return nil
+	}
+	return &cove.TemplateStartSnapshot{BuildID: sn.BuildID, SizeBytes: sn.Bytes, ReadyMS: sn.ReadyMS, SnapshotMS: sn.SnapshotMS, CreatedAt: sn.CreatedAt}
 }

@@ -187,7 +187,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	// Told before the sandbox is published: from then on the evictor or a kill may change it
 	// (sb is e.sb, guarded by e.mu), and its created event must come before its killed one.
 	out := copySandbox(sb)
-	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause})
+	created := &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause}
+	if snap != nil {
+		created.StartSnapshotBuild = snap.BuildID
+	}
+	o.emit(ctx, events.SandboxCreated, out, created)
 	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())

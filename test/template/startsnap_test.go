@@ -141,9 +141,25 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
-	t.Run("creates restore the snapshot rather than start the command", func(t *testing.T) {
+	t.Run("creates restore the snapshot rather than start the command, and their created events say from which build", func(t *testing.T) {
 		if n := strings.Count(server.Logs(), "sandbox restored from its template's start snapshot"); n < 2 {
 			t.Fatalf("%d restores logged", n)
+		}
+		info, err := client.Template(ctx, "started")
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := client.Events(ctx, "", cove.EventOptions{Types: []string{cove.EventSandboxCreated}})
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("%d created events, %v", len(evs), err)
+		}
+		d, err := evs[0].Data()
+		if c, ok := d.(*cove.CreatedEventData); err != nil || !ok || c.StartSnapshotBuild != info.BuildID {
+			t.Fatalf("created event %s: %+v %v (build %s)", evs[0].EventData, d, err, info.BuildID)
+		}
+		st, err := client.TemplateBuild(ctx, "started", info.BuildID, 0)
+		if err != nil || st.StartSnapshot == nil || st.StartSnapshot.SizeBytes != info.StartSnapshot.SizeBytes {
+			t.Fatalf("build status %+v %v", st, err)
 		}
 	})
 
