@@ -129,8 +129,11 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
-	t.Run("each sandbox is independent: its own files", func(t *testing.T) {
+	t.Run("each sandbox is independent: its own files and hostname", func(t *testing.T) {
 		one, _ := runIn(ctx, t, client, "started")
+		if res, err := one.Commands.Run(ctx, "hostname"); err != nil || res.Stdout != one.ID+"\n" {
+			t.Errorf("hostname %q, %v; want the sandbox's id %s", res.Stdout, err, one.ID)
+		}
 		if _, err := one.Commands.Run(ctx, "echo mine > /tmp/own"); err != nil {
 			t.Fatal(err)
 		}
