@@ -110,6 +110,9 @@ type CreatedEventData struct {
 	ForkedFrom string `json:"forked_from,omitempty"`
 	SnapshotID string `json:"snapshot_id,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
+	// StartSnapshotBuild is the template build whose start snapshot the sandbox was
+	// restored from, its start command running; "" when the command ran at create.
+	StartSnapshotBuild string `json:"start_snapshot_build,omitempty"`
 }
 
 // ConnectedEventData is a connected event's payload: the TTL after the connect.

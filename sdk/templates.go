@@ -61,6 +61,8 @@ type TemplateBuildStatus struct {
 		Step       string          `json:"step,omitempty"`
 		LogEntries []BuildLogEntry `json:"logEntries"`
 	} `json:"reason,omitempty"`
+	// StartSnapshot is the start snapshot a ready build took or reused (Cove's extension).
+	StartSnapshot *TemplateStartSnapshot `json:"startSnapshot,omitempty"`
 }
 
 // TemplateInfo is a template as the API lists it.
@@ -74,6 +76,20 @@ type TemplateInfo struct {
 	BuildCount  int       `json:"buildCount"`
 	CreatedAt   time.Time `json:"createdAt"`
 	BuildStatus string    `json:"buildStatus"`
+	// StartSnapshot is set when the template's sandboxes start from a snapshot taken at
+	// the end of its build, its start command running and past its ready check.
+	StartSnapshot *TemplateStartSnapshot `json:"startSnapshot,omitempty"`
+}
+
+// TemplateStartSnapshot is a template's start snapshot (Cove's extension of E2B's template).
+type TemplateStartSnapshot struct {
+	BuildID   string `json:"buildID"`
+	SizeBytes int64  `json:"sizeBytes"` // on disk
+	// ReadyMS is how long the start command took to pass its ready check at build: the
+	// wait a create from the template no longer has. SnapshotMS is the checkpoint's time.
+	ReadyMS    int64     `json:"readyMs"`
+	SnapshotMS int64     `json:"snapshotMs"`
+	CreatedAt  time.Time `json:"createdAt"`
 }
 
 // BuildError is a template build that failed: its message names the step and its last lines.

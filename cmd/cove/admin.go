@@ -215,10 +215,10 @@ func newTemplateCmd() *cobra.Command {
 				return printJSON(rows)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tFROM\tLAYERS\tOWN\tSHARED\tCREATED")
+			fmt.Fprintln(tw, "NAME\tFROM\tLAYERS\tOWN\tSHARED\tSTART SNAPSHOT\tCREATED")
 			for _, t := range all {
 				u := use[t.Name]
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", t.Name, t.From, len(t.Layers), humanBytes(u.Own), humanBytes(u.Shared), t.CreatedAt.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.From, len(t.Layers), humanBytes(u.Own), humanBytes(u.Shared), startSnapshotColumn(t), t.CreatedAt.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -452,4 +452,17 @@ func printDiskUsage(usage []cove.DiskUsage) error {
 		fmt.Fprintln(tw, "(no team has a paused sandbox or a snapshot on disk)")
 	}
 	return tw.Flush()
+}
+
+// startSnapshotColumn describes a template's start snapshot for `cove template ls`: its size
+// and the ready-check wait it saves each create; "-" without a start command, "none" for a
+// start command sandboxes run at create.
+func startSnapshotColumn(t *template.Template) string {
+	switch {
+	case t.StartSnapshot != nil:
+		return fmt.Sprintf("%s, ready %d ms", humanBytes(t.StartSnapshot.Bytes), t.StartSnapshot.ReadyMS)
+	case t.StartCmd != "" || t.ReadyCmd != "":
+		return "none"
+	}
+	return "-"
 }

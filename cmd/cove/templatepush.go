@@ -135,6 +135,9 @@ func newTemplateAPICmds() []*cobra.Command {
 			fmt.Println(e.Message)
 		}
 		fmt.Println("status:", st.Status)
+		if sn := st.StartSnapshot; sn != nil {
+			fmt.Printf("start snapshot: %.1f MiB, ready check passed in %d ms (build %s)\n", float64(sn.SizeBytes)/(1<<20), sn.ReadyMS, sn.BuildID)
+		}
 		if st.Reason != nil {
 			fmt.Println("reason:", st.Reason.Message)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // maxUpload bounds one uploaded COPY archive.
@@ -291,6 +292,8 @@ type buildStatusJSON struct {
 	LogEntries []buildLogJSON   `json:"logEntries"`
 	Logs       []string         `json:"logs"`
 	Reason     *buildReasonJSON `json:"reason,omitempty"`
+	// StartSnapshot is Cove's: the start snapshot the build took or reused.
+	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
 }
 
 func logsJSON(entries []template.LogEntry) []buildLogJSON {
@@ -330,6 +333,7 @@ func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, c caller) erro
 	if rec.Reason != nil {
 		out.Reason = &buildReasonJSON{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
 	}
+	out.StartSnapshot = startSnapshotJSON(rec.StartSnapshot)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -415,6 +419,8 @@ type templateJSON struct {
 	SpawnCount    int                 `json:"spawnCount"`
 	CreatedBy     *string             `json:"createdBy"`
 	Builds        []templateBuildJSON `json:"builds"`
+	// StartSnapshot is Cove's: the snapshot the template's sandboxes start from.
+	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
 }
 
 func (a *api) templateJSON(t *template.Template) templateJSON {
@@ -423,6 +429,7 @@ func (a *api) templateJSON(t *template.Template) templateJSON {
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, EnvdVersion: EnvdVersion, BuildCount: len(recs),
 		CreatedAt: t.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: t.CreatedAt.Format(time.RFC3339Nano),
 		DiskSizeMB: int(t.SizeBytes >> 20), Builds: []templateBuildJSON{}}
+	j.StartSnapshot = startSnapshotJSON(t.StartSnapshot)
 	for _, r := range recs {
 		b := templateBuildJSON{BuildID: r.ID, Status: r.Status.String(), CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
 			CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.CreatedAt.Format(time.RFC3339Nano), EnvdVersion: EnvdVersion}
@@ -528,4 +535,12 @@ func (a *api) templateAlias(w http.ResponseWriter, r *http.Request, c caller) er
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": t.Public || t.TeamID == ""})
 	return nil
+}
+
+// startSnapshotJSON is a template's start snapshot as the API shows it; nil without one.
+func startSnapshotJSON(sn *template.StartSnapshot) *cove.TemplateStartSnapshot {
+	if sn == nil {
+		return nil
+	}
+	return &cove.TemplateStartSnapshot{BuildID: sn.BuildID, SizeBytes: sn.Bytes, ReadyMS: sn.ReadyMS, SnapshotMS: sn.SnapshotMS, CreatedAt: sn.CreatedAt}
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/redact"
@@ -146,12 +145,25 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Binds:  binds,
 		Start:  true,
 	}
+	// A template's start snapshot has its start command running and ready: restore it.
+	snap, why := o.startSnapshot(tmpl, req)
+	if why != "" {
+		o.logger(ctx).Info("the template's start snapshot is not used (" + why + "): the start command runs at create")
+	}
+	if snap != nil {
+		spec.Start, spec.Restore = false, snap.Dir
+	}
 	stage = "network"
 	if ctx, err = o.attachNetwork(ctx, sb, req, &spec); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	stage = "runtime"
 	rsb, err := o.cfg.Runtime.Create(ctx, spec)
+	if err != nil && snap != nil {
+		o.logger(ctx).Warn("restore from the template's start snapshot failed: the start command runs at create", telemetry.KeyError, err.Error())
+		snap, spec.Start, spec.Restore = nil, true, ""
+		rsb, err = o.cfg.Runtime.Create(ctx, spec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -162,33 +174,20 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
 	}
-	init := envdapi.Init{EnvVars: withTemplateEnv(tmpl.Env, req.EnvVars), CollectOutput: o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs)}
+	// A restored envd is told again: this sandbox's token, environment and collection.
+	init := templateInit(tmpl, req.EnvVars)
+	init.CollectOutput = o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs)
 	if sb.EnvdAccessToken != "" {
 		init.AccessToken = &sb.EnvdAccessToken
-	}
-	if hasUser(tmpl.Rootfs, template.UserName) {
-		user, home := template.UserName, template.UserHome
-		init.DefaultUser, init.DefaultWorkdir = &user, &home
-	}
-	if tmpl.User != "" {
-		init.DefaultUser = &tmpl.User
-	}
-	if tmpl.Workdir != "" {
-		init.DefaultWorkdir = &tmpl.Workdir
 	}
 	if err = postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
 	}
-	if tmpl.StartCmd != "" || tmpl.ReadyCmd != "" {
+	if snap != nil {
+		o.logger(ctx).Info("sandbox restored from its template's start snapshot: the start command runs, ready", telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	} else if tmpl.StartCmd != "" || tmpl.ReadyCmd != "" {
 		stage = "start_cmd"
-		var user, cwd string
-		if init.DefaultUser != nil {
-			user = *init.DefaultUser
-		}
-		if init.DefaultWorkdir != nil {
-			cwd = *init.DefaultWorkdir
-		}
-		if err = startTemplateCmd(ctx, e.envd, sb.EnvdAccessToken, user, cwd, tmpl.StartCmd, tmpl.ReadyCmd); err != nil {
+		if err = startTemplateCmd(ctx, e.envd, sb.EnvdAccessToken, deref(init.DefaultUser), deref(init.DefaultWorkdir), tmpl.StartCmd, tmpl.ReadyCmd); err != nil {
 			return nil, fmt.Errorf("template %s in sandbox %s: %w", tmpl.Name, sb.ID, err)
 		}
 	}
@@ -199,7 +198,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	// Told before the sandbox is published: from then on the evictor or a kill may change it
 	// (sb is e.sb, guarded by e.mu), and its created event must come before its killed one.
 	out := copySandbox(sb)
-	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause})
+	created := &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause}
+	if snap != nil {
+		created.StartSnapshotBuild = snap.BuildID
+	}
+	o.emit(ctx, events.SandboxCreated, out, created)
 	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())

@@ -326,6 +326,13 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		errR.Close()
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
+	if s.Restore != "" {
+		if err := setHostname(pid, s.ID); err != nil {
+			outR.Close()
+			errR.Close()
+			return nil, fmt.Errorf("create %s: hostname: %w", s.ID, err)
+		}
+	}
 	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
 	if err := r.reap(sb); err != nil {
 		outR.Close()

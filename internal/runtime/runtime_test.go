@@ -899,9 +899,9 @@ func TestCheckpointAndRestore(t *testing.T) {
 			t.Errorf("restoring a running sandbox: %v, want ErrExists", err)
 		}
 	})
-	t.Run("an exported checkpoint starts independent copies with the same memory and files", func(t *testing.T) {
+	t.Run("an exported checkpoint starts independent copies with the same memory and files, each named by its own id", func(t *testing.T) {
 		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
-			`v=$(cat /proc/sys/kernel/random/uuid); echo $v > /file; echo value-$v; trap 'echo answer-$v-$(cat /file)' USR1; while :; do sleep 0.05; done`)})
+			`v=$(cat /proc/sys/kernel/random/uuid); echo $v > /file; echo value-$v; trap 'echo answer-$v-$(cat /file)-$(hostname)' USR1; while :; do sleep 0.05; done`)})
 		s.stdout.waitFor(t, "value-", 10*time.Second)
 		value := strings.TrimSpace(strings.TrimPrefix(s.stdout.String(), "value-"))
 		if _, err := r.Checkpoint(context.Background(), s.id); err != nil {
@@ -918,7 +918,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 		if err := syscall.Kill(child.sb.Pid, syscall.SIGUSR1); err != nil {
 			t.Fatal(err)
 		}
-		child.stdout.waitFor(t, "answer-"+value+"-"+value, 10*time.Second)
+		child.stdout.waitFor(t, "answer-"+value+"-"+value+"-"+child.id, 10*time.Second)
 	})
 	t.Run("touched zero pages take no disk and random ones do, and the sandbox restores", func(t *testing.T) {
 		for _, c := range []struct {

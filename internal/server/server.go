@@ -405,6 +405,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	}
 	s.orch = orch
 	s.denials.Store(orch)
+	s.templates.SetStartSnapshotter(orch) // builds with a start command snapshot it once ready
 	return orch.Recover(ctx)
 }
 

@@ -165,6 +165,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if err := s.buildSteps(ctx, spec, t, out); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
+	if err := s.startSnapshot(ctx, build, t, spec.Force, out); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	}
 	t.CreatedAt = time.Now().UTC()
 	t.BuildTime = time.Since(start).Seconds()
 	if err := writeMeta(build, t); err != nil {

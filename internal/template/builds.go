@@ -86,6 +86,8 @@ type BuildRecord struct {
 	CreatedAt  time.Time    `json:"created_at"`
 	StartedAt  *time.Time   `json:"started_at,omitempty"`
 	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+	// StartSnapshot is the start snapshot the build took (startsnap.go); nil without one.
+	StartSnapshot *StartSnapshot `json:"start_snapshot,omitempty"`
 }
 
 // BuildRequest is the definition a requested build runs (E2B's TemplateBuildStartV2).
@@ -389,6 +391,7 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 		r.Reason.Lines = logs
 	} else {
 		r.Status, r.Steps = BuildReady, t.Built
+		r.StartSnapshot = t.StartSnapshot
 		for _, tag := range r.Tags {
 			if tag == DefaultTag {
 				continue

@@ -84,6 +84,9 @@ type Template struct {
 	Public bool `json:"public,omitempty"`
 	// Built says, step by step, what the last build did.
 	Built []StepResult `json:"built,omitempty"`
+	// StartSnapshot is the snapshot sandboxes start from, taken once the start command
+	// passed its ready check at the end of the build (startsnap.go); nil without one.
+	StartSnapshot *StartSnapshot `json:"start_snapshot,omitempty"`
 
 	// Rootfs is the template's root directory: a sandbox's read-only lower layer (for a
 	// template built in steps, its root's rootfs).
@@ -98,8 +101,9 @@ type Template struct {
 // directory exists under its name only once its build has completed: builds happen in
 // <data>/templates/.build-* and are renamed into place, so a reader never sees half a template.
 type Store struct {
-	dir string
-	rt  runtime.Runtime
+	dir     string
+	rt      runtime.Runtime
+	starter StartSnapshotter // takes start snapshots; nil: builds take none
 
 	mu sync.Mutex // serialises the final renames
 }
@@ -322,6 +326,9 @@ func readMeta(dir string) (*Template, error) {
 	}
 	t.Rootfs = filepath.Join(dir, "rootfs")
 	t.BuildLog = filepath.Join(dir, "build.log")
+	if t.StartSnapshot != nil {
+		t.StartSnapshot.Dir = filepath.Join(dir, StartSnapshotDir)
+	}
 	return &t, nil
 }
 

@@ -120,6 +120,7 @@ func (s *Store) getTagged(name, tag string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.taggedStartSnapshot(name, t)
 	return t, s.resolve(t)
 }
 
