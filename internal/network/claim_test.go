@@ -2,9 +2,14 @@ package network_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
+	"time"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/network"
@@ -18,7 +23,7 @@ func TestRestartReclaims(t *testing.T) {
 	in := nettest.New(t)
 	srv := nettest.ReserveServer(t)
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
-		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir()}
+		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM}
 	start := func(t *testing.T) *network.Manager {
 		t.Helper()
 		m, err := network.New(context.Background(), cfg)
@@ -42,6 +47,12 @@ func TestRestartReclaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const secret = "Bearer planted-secret-after-restart"
+	ruled, err := first.Attach(context.Background(), "sb-rules", network.Policy{AllowInternet: true,
+		Transforms: []network.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// What the restart must keep beside the slot: an update's policy and the inbound settings.
 	if err := first.Update(context.Background(), "sb-kept", denyOther); err != nil {
 		t.Fatal(err)
@@ -52,7 +63,7 @@ func TestRestartReclaims(t *testing.T) {
 	}
 	ca := string(first.CAPEM())
 	t.Cleanup(func() { // whatever a failure left behind
-		for _, a := range []*network.Attachment{kept, rebuilt, orphan} {
+		for _, a := range []*network.Attachment{kept, rebuilt, orphan, ruled} {
 			_ = runtime.RemoveNetns(a.Netns)
 		}
 	})
@@ -69,7 +80,7 @@ func TestRestartReclaims(t *testing.T) {
 
 	second := start(t)
 	t.Cleanup(func() {
-		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan"} {
+		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan", "sb-rules"} {
 			_ = second.Detach(context.Background(), id)
 		}
 	})
@@ -108,6 +119,26 @@ func TestRestartReclaims(t *testing.T) {
 		}
 		if string(second.CAPEM()) != ca {
 			t.Error("the restarted manager signs with another CA: adopted sandboxes would not trust its HTTPS interception")
+		}
+	})
+	t.Run("an HTTPS request under a header rule gets the header, under the CA the sandbox trusted before", func(t *testing.T) {
+		if _, err := second.Reclaim(context.Background(), "sb-rules"); err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM([]byte(ca))
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return nettest.DialIn(ctx, ruled.Netns, network, net.JoinHostPort(in.Addr.String(), "443"))
+			}}}
+		res, err := c.Get("https://web.test/after-restart")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		reqs := in.Requests()
+		if got := reqs[len(reqs)-1]; got.Header.Get("Authorization") != secret || got.Path != "/after-restart" {
+			t.Fatalf("the test host saw %+v", got)
 		}
 	})
 	t.Run("a sandbox nobody re-claims loses its namespace and link", func(t *testing.T) {
