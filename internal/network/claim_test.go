@@ -9,7 +9,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/network"
@@ -53,6 +56,10 @@ func TestRestartReclaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	relinked, err := first.Attach(context.Background(), "sb-relinked", denyOther)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// What the restart must keep beside the slot: an update's policy and the inbound settings.
 	if err := first.Update(context.Background(), "sb-kept", denyOther); err != nil {
 		t.Fatal(err)
@@ -63,7 +70,7 @@ func TestRestartReclaims(t *testing.T) {
 	}
 	ca := string(first.CAPEM())
 	t.Cleanup(func() { // whatever a failure left behind
-		for _, a := range []*network.Attachment{kept, rebuilt, orphan, ruled} {
+		for _, a := range []*network.Attachment{kept, rebuilt, orphan, ruled, relinked} {
 			_ = runtime.RemoveNetns(a.Netns)
 		}
 	})
@@ -78,9 +85,13 @@ func TestRestartReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Its host link is gone, its namespace is not (the sandbox's processes would be in it).
+	nsBefore := inode(t, relinked.Netns)
+	deleteLinkOf(t, relinked.Gateway)
+
 	second := start(t)
 	t.Cleanup(func() {
-		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan", "sb-rules"} {
+		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan", "sb-rules", "sb-relinked"} {
 			_ = second.Detach(context.Background(), id)
 		}
 	})
@@ -141,6 +152,18 @@ func TestRestartReclaims(t *testing.T) {
 			t.Fatalf("the test host saw %+v", got)
 		}
 	})
+	t.Run("a sandbox whose link is gone gets a new one into the namespace it is in", func(t *testing.T) {
+		a, err := second.Reclaim(context.Background(), "sb-relinked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inode(t, a.Netns); got != nsBefore {
+			t.Fatalf("namespace inode %d, want the one it had, %d", got, nsBefore)
+		}
+		if body, err := get(a.Netns, in.URL("http", "/")); err != nil {
+			t.Fatalf("egress after the restart: %q, %v", body, err)
+		}
+	})
 	t.Run("a sandbox nobody re-claims loses its namespace and link", func(t *testing.T) {
 		if err := second.DropUnclaimed(context.Background()); err != nil {
 			t.Fatal(err)
@@ -172,4 +195,35 @@ func mustPolicy(t *testing.T, m *network.Manager, id string) network.Policy {
 		t.Fatalf("no policy for %s", id)
 	}
 	return p
+}
+
+// inode is the inode of the namespace pinned at path: the same inode, the same namespace.
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// deleteLinkOf deletes the host link holding addr.
+func deleteLinkOf(t *testing.T, addr netip.Addr) {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
+		for _, a := range addrs {
+			if a.IP.Equal(addr.AsSlice()) {
+				if err := netlink.LinkDel(l); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("no link holds %s", addr)
 }

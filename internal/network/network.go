@@ -110,9 +110,9 @@ type Manager struct {
 	window map[deniedKey]*Denied
 
 	mu       sync.Mutex
-	used     map[int]bool     // slot indexes in use or warming
-	next     int              // where the search for a free index starts (delays reuse)
-	attached map[string]*held // by sandbox id
+	used     map[int]bool      // slot indexes in use or warming
+	next     int               // where the search for a free index starts (delays reuse)
+	attached map[string]*held  // by sandbox id
 	claims   map[string]*claim // recorded by an earlier server, not re-claimed yet, by sandbox id
 	byAddr   map[netip.Addr]*held
 	warm     chan *slot

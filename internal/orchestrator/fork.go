@@ -172,10 +172,10 @@ type origin struct {
 	metadata               map[string]string
 	secure                 bool
 	autoPause, autoResume  bool
-	allowInternet          bool   // the copy's egress
+	allowInternet          bool // the copy's egress
 	network                *network.Policy
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
-	forkedFrom, snapshotID string // where the copy came from, for the created event
+	forkedFrom, snapshotID string          // where the copy came from, for the created event
 }
 
 // createFromSnapshot starts a sandbox from a snapshot of the caller's team.
