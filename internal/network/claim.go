@@ -171,9 +171,12 @@ func (m *Manager) Reclaim(ctx context.Context, id string) (*Attachment, error) {
 		return nil, errors.Join(fmt.Errorf("reclaim network of %s: %w", id, err), m.release(s))
 	}
 	if !slotIntact(s) {
-		// Whatever is left of it goes; then the same slot is made again.
-		if err := m.removeSlot(s); err != nil {
-			return fail(err)
+		// The link goes with its peer; the namespace, if it is still pinned, stays (the
+		// sandbox's processes may be in it). Then the slot is made again around it.
+		if l, err := netlink.LinkByName(s.link); err == nil {
+			if err := netlink.LinkDel(l); err != nil {
+				return fail(fmt.Errorf("delete %s: %w", s.link, err))
+			}
 		}
 		if err := m.buildSlot(s); err != nil {
 			return fail(err)

@@ -2,9 +2,17 @@ package network_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/network"
@@ -18,7 +26,7 @@ func TestRestartReclaims(t *testing.T) {
 	in := nettest.New(t)
 	srv := nettest.ReserveServer(t)
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
-		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir()}
+		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM}
 	start := func(t *testing.T) *network.Manager {
 		t.Helper()
 		m, err := network.New(context.Background(), cfg)
@@ -42,6 +50,16 @@ func TestRestartReclaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const secret = "Bearer planted-secret-after-restart"
+	ruled, err := first.Attach(context.Background(), "sb-rules", network.Policy{AllowInternet: true,
+		Transforms: []network.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relinked, err := first.Attach(context.Background(), "sb-relinked", denyOther)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// What the restart must keep beside the slot: an update's policy and the inbound settings.
 	if err := first.Update(context.Background(), "sb-kept", denyOther); err != nil {
 		t.Fatal(err)
@@ -52,7 +70,7 @@ func TestRestartReclaims(t *testing.T) {
 	}
 	ca := string(first.CAPEM())
 	t.Cleanup(func() { // whatever a failure left behind
-		for _, a := range []*network.Attachment{kept, rebuilt, orphan} {
+		for _, a := range []*network.Attachment{kept, rebuilt, orphan, ruled, relinked} {
 			_ = runtime.RemoveNetns(a.Netns)
 		}
 	})
@@ -67,9 +85,13 @@ func TestRestartReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Its host link is gone, its namespace is not (the sandbox's processes would be in it).
+	nsBefore := inode(t, relinked.Netns)
+	deleteLinkOf(t, relinked.Gateway)
+
 	second := start(t)
 	t.Cleanup(func() {
-		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan"} {
+		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan", "sb-rules", "sb-relinked"} {
 			_ = second.Detach(context.Background(), id)
 		}
 	})
@@ -110,6 +132,38 @@ func TestRestartReclaims(t *testing.T) {
 			t.Error("the restarted manager signs with another CA: adopted sandboxes would not trust its HTTPS interception")
 		}
 	})
+	t.Run("an HTTPS request under a header rule gets the header, under the CA the sandbox trusted before", func(t *testing.T) {
+		if _, err := second.Reclaim(context.Background(), "sb-rules"); err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM([]byte(ca))
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return nettest.DialIn(ctx, ruled.Netns, network, net.JoinHostPort(in.Addr.String(), "443"))
+			}}}
+		res, err := c.Get("https://web.test/after-restart")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		reqs := in.Requests()
+		if got := reqs[len(reqs)-1]; got.Header.Get("Authorization") != secret || got.Path != "/after-restart" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("a sandbox whose link is gone gets a new one into the namespace it is in", func(t *testing.T) {
+		a, err := second.Reclaim(context.Background(), "sb-relinked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inode(t, a.Netns); got != nsBefore {
+			t.Fatalf("namespace inode %d, want the one it had, %d", got, nsBefore)
+		}
+		if body, err := get(a.Netns, in.URL("http", "/")); err != nil {
+			t.Fatalf("egress after the restart: %q, %v", body, err)
+		}
+	})
 	t.Run("a sandbox nobody re-claims loses its namespace and link", func(t *testing.T) {
 		if err := second.DropUnclaimed(context.Background()); err != nil {
 			t.Fatal(err)
@@ -141,4 +195,35 @@ func mustPolicy(t *testing.T, m *network.Manager, id string) network.Policy {
 		t.Fatalf("no policy for %s", id)
 	}
 	return p
+}
+
+// inode is the inode of the namespace pinned at path: the same inode, the same namespace.
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// deleteLinkOf deletes the host link holding addr.
+func deleteLinkOf(t *testing.T, addr netip.Addr) {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
+		for _, a := range addrs {
+			if a.IP.Equal(addr.AsSlice()) {
+				if err := netlink.LinkDel(l); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("no link holds %s", addr)
 }

@@ -63,15 +63,19 @@ func (m *Manager) slotAt(index int) *slot {
 	}
 }
 
-// buildSlot makes slot s on the host. On error it removes what it made.
+// buildSlot makes slot s on the host, in the namespace pinned at its path if there is one (a
+// re-claimed slot whose link is gone: the sandbox's processes are in that namespace). On
+// error it removes the slot.
 func (m *Manager) buildSlot(s *slot) (err error) {
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.removeSlot(s))
 		}
 	}()
-	if err := runtime.CreateNetns(s.netns); err != nil {
-		return fmt.Errorf("netns: %w", err)
+	if _, err := os.Stat(s.netns); err != nil { // a re-claimed slot may keep its namespace
+		if err := runtime.CreateNetns(s.netns); err != nil {
+			return fmt.Errorf("netns: %w", err)
+		}
 	}
 	ns, err := netns.GetFromPath(s.netns)
 	if err != nil {

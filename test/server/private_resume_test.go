@@ -33,17 +33,12 @@ func TestPrivatePortsDoNotAutoResume(t *testing.T) {
 			if token == "" {
 				t.Fatalf("create did not return a traffic access token: %v", created)
 			}
-			requestID := regexp.MustCompile(` \(request id [^)]*\)`)
 			port := func(headers ...string) (int, string) {
 				code, body, _ := cl().do(http.MethodGet, "/", nil, append([]string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "8000"}, headers...)...)
 				msg, _ := body["message"].(string)
-				return code, requestID.ReplaceAllString(msg, "")
+				return code, requestIDNote.ReplaceAllString(msg, "")
 			}
-			state := func() string {
-				_, body, _ := cl().do(http.MethodGet, "/sandboxes/"+id, nil)
-				s, _ := body["state"].(string)
-				return s
-			}
+			state := func() string { return stateOf(cl(), id) }
 			runningCode, runningMsg := port()
 			if runningCode != http.StatusForbidden {
 				t.Fatalf("a running sandbox's private port without the token: %d %q, want 403", runningCode, runningMsg)
@@ -96,17 +91,12 @@ func TestSecureSandboxDoesNotAutoResumeWithoutItsAccessToken(t *testing.T) {
 	}
 	id := created["sandboxID"].(string)
 	token, _ := created["envdAccessToken"].(string)
-	requestID := regexp.MustCompile(` \(request id [^)]*\)`)
 	envd := func(headers ...string) (int, string) {
 		code, body, _ := cl.do(http.MethodGet, "/envs", nil, append([]string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "49983"}, headers...)...)
 		msg, _ := body["message"].(string)
-		return code, requestID.ReplaceAllString(msg, "")
+		return code, requestIDNote.ReplaceAllString(msg, "")
 	}
-	state := func() string {
-		_, body, _ := cl.do(http.MethodGet, "/sandboxes/"+id, nil)
-		s, _ := body["state"].(string)
-		return s
-	}
+	state := func() string { return stateOf(cl, id) }
 	type answer struct {
 		code int
 		msg  string
@@ -147,4 +137,14 @@ func TestSecureSandboxDoesNotAutoResumeWithoutItsAccessToken(t *testing.T) {
 			t.Fatalf("the sandbox is %s, want running", got)
 		}
 	})
+}
+
+// requestIDNote is the request id an error message ends with: it differs between two answers.
+var requestIDNote = regexp.MustCompile(` \(request id [^)]*\)`)
+
+// stateOf is sandbox id's state as getInfo reports it.
+func stateOf(cl client, id string) string {
+	_, body, _ := cl.do(http.MethodGet, "/sandboxes/"+id, nil)
+	s, _ := body["state"].(string)
+	return s
 }
