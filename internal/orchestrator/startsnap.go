@@ -27,8 +27,11 @@ var _ template.StartSnapshotter = (*Orchestrator)(nil)
 // token (each sandbox restored from the snapshot gets its own at create) and no record: a
 // crash mid-build leaves a runtime sandbox that Recover destroys.
 func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, dir string, log func(string)) (_ *template.StartSnapshot, err error) {
-	ck, err := o.checkpointer()
-	if err != nil {
+	ck, ok := o.cfg.Runtime.(runtime.Checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: this runtime cannot checkpoint sandboxes", template.ErrNoStartSnapshot)
+	}
+	if err := ck.CanCheckpoint(); err != nil {
 		return nil, fmt.Errorf("%w: %v", template.ErrNoStartSnapshot, err)
 	}
 	sb := &store.Sandbox{ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
