@@ -1,7 +1,10 @@
 package template_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -144,6 +151,32 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("each restored sandbox's envd takes its own access token, though the build sandbox had none", func(t *testing.T) {
+		a, b := createSecure(t, server, "started"), createSecure(t, server, "started")
+		for _, c := range []struct {
+			name, id, token string
+			want            connect.Code // 0: success
+		}{
+			{"no token is refused", a.SandboxID, "", connect.CodeUnauthenticated},
+			{"another copy's token is refused", a.SandboxID, b.EnvdAccessToken, connect.CodeUnauthenticated},
+			{"its own token is taken", a.SandboxID, a.EnvdAccessToken, 0},
+			{"and the other copy's own", b.SandboxID, b.EnvdAccessToken, 0},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				req := connect.NewRequest(&process.ListRequest{})
+				req.Header().Set("E2b-Sandbox-Id", c.id)
+				req.Header().Set("E2b-Sandbox-Port", "49983")
+				if c.token != "" {
+					req.Header().Set("X-Access-Token", c.token)
+				}
+				_, err := processconnect.NewProcessClient(http.DefaultClient, server.URL).List(ctx, req)
+				if got := connect.CodeOf(err); (c.want == 0) != (err == nil) || c.want != 0 && got != c.want {
+					t.Errorf("process.List: %v (code %v), want code %v", err, got, c.want)
+				}
+			})
+		}
+	})
+
 	t.Run("creates restore the snapshot rather than start the command, and their created events say from which build", func(t *testing.T) {
 		if n := strings.Count(server.Logs(), "sandbox restored from its template's start snapshot"); n < 2 {
 			t.Fatalf("%d restores logged", n)
@@ -251,4 +284,27 @@ func TestWithoutCheckpointsTemplatesStartTheCommandAtCreate(t *testing.T) {
 			t.Fatalf("both sandboxes have the marker of one start: %q %q", first, second)
 		}
 	})
+}
+
+// createSecure creates a secure sandbox of template through the REST API, for its token.
+func createSecure(t *testing.T, server *covetest.Server, template string) cove.CreatedSandbox {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"templateID": template, "secure": true})
+	req, _ := http.NewRequest(http.MethodPost, server.URL+"/sandboxes", bytes.NewReader(body))
+	req.Header.Set("X-API-Key", server.Key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var sb cove.CreatedSandbox
+	if err := json.NewDecoder(res.Body).Decode(&sb); err != nil || res.StatusCode != http.StatusCreated || sb.EnvdAccessToken == "" {
+		t.Fatalf("create: %s, %+v, %v", res.Status, sb, err)
+	}
+	t.Cleanup(func() {
+		c := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+		_ = c.Kill(context.Background(), sb.SandboxID)
+	})
+	return sb
 }
