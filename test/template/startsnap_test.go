@@ -151,6 +151,30 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("a restored sandbox pauses to disk, resumes and forks as any other, its start command running on", func(t *testing.T) {
+		if first == nil {
+			t.Skip("the first sandbox failed")
+		}
+		sb, _ := runIn(ctx, t, client, "started")
+		if err := sb.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Resume(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		forks, err := sb.Fork(ctx, cove.ForkOptions{Count: 1})
+		if err != nil || len(forks) != 1 || forks[0].Err != nil {
+			t.Fatalf("fork: %+v %v", forks, err)
+		}
+		t.Cleanup(func() { _ = forks[0].Sandbox.Kill(context.Background()) })
+		for _, s := range []*cove.Sandbox{sb, forks[0].Sandbox} {
+			res, err := s.Commands.Run(ctx, whatRuns+"; hostname")
+			if out := strings.Fields(res.Stdout); err != nil || len(out) != 5 || out[1] != first[1] || out[0] != out[2] || out[3] != "200" || out[4] != s.ID {
+				t.Errorf("%s: %q %v; the build's start was %q", s.ID, res.Stdout, err, first)
+			}
+		}
+	})
+
 	t.Run("each restored sandbox's envd takes its own access token, though the build sandbox had none", func(t *testing.T) {
 		a, b := createSecure(t, server, "started"), createSecure(t, server, "started")
 		for _, c := range []struct {
