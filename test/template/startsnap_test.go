@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -331,4 +332,32 @@ func createSecure(t *testing.T, server *covetest.Server, template string) cove.C
 		_ = c.Kill(context.Background(), sb.SandboxID)
 	})
 	return sb
+}
+
+func TestATemplatesBuildSandboxCountsAgainstTheTeamsQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cove server: skipped under -short")
+	}
+	skipWithoutCheckpoints(t)
+	server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--quota-sandboxes", "1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+	sb, err := client.Create(ctx, cove.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a build while the team holds its one sandbox fails naming the quota", func(t *testing.T) {
+		_, err := client.BuildTemplate(ctx, "over", cove.TemplateDefinition{FromTemplate: "base", StartCmd: startMarker, ReadyCmd: readyCheck}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "concurrent sandboxes") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("once the sandbox is gone the build runs", func(t *testing.T) {
+		if err := sb.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		buildStartTemplate(ctx, t, client, "over")
+	})
 }
