@@ -84,7 +84,8 @@ func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, 
 		return nil, fmt.Errorf("init envd in the build sandbox: %w", err)
 	}
 	begun := time.Now()
-	if err := startTemplateCmd(ctx, c, "", deref(init.DefaultUser), deref(init.DefaultWorkdir), t.StartCmd, t.ReadyCmd); err != nil {
+	startOut := func(line string) { log("    start: " + line) }
+	if err := startTemplateCmdLogged(ctx, c, "", deref(init.DefaultUser), deref(init.DefaultWorkdir), t.StartCmd, t.ReadyCmd, startOut); err != nil {
 		return nil, err
 	}
 	ready := time.Since(begun)

@@ -101,6 +101,16 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("the start command's output is in the build log", func(t *testing.T) {
+		var lines []string
+		_, err := client.BuildTemplate(ctx, "chatty", cove.TemplateDefinition{FromTemplate: "base",
+			StartCmd: `echo starting the server; sleep 1; exec python3 -m http.server 8125`, ReadyCmd: `curl -sf -o /dev/null http://127.0.0.1:8125/`},
+			cove.TemplateBuildOptions{OnLog: func(e cove.BuildLogEntry) { lines = append(lines, e.Message) }})
+		if log := strings.Join(lines, "\n"); err != nil || !strings.Contains(log, "    start: starting the server") {
+			t.Fatalf("%v\n%s", err, log)
+		}
+	})
+
 	t.Run("the template lists its snapshot with its size and the ready check's time", func(t *testing.T) {
 		info, err := client.Template(ctx, "started")
 		if err != nil {
