@@ -371,3 +371,26 @@ func TestATemplatesBuildSandboxCountsAgainstTheTeamsQuota(t *testing.T) {
 		buildStartTemplate(ctx, t, client, "over")
 	})
 }
+
+func TestAHostBuildTakesNoStartSnapshotAndSaysSo(t *testing.T) {
+	covetest.Skip(t)
+	templates := covetest.OwnTemplates(t)
+	ctxDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM base\nCMD sleep infinity\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(covetest.Binary(t), "template", "build", "on-host", "--data", t.TempDir(), "--templates", templates,
+		"-f", filepath.Join(ctxDir, "Dockerfile"), ctxDir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "==> start snapshot: none (built without a server") {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	ls, err := exec.Command(covetest.Binary(t), "template", "ls", "--data", t.TempDir(), "--templates", templates).CombinedOutput()
+	if err != nil || !strings.Contains(string(ls), "on-host") {
+		t.Fatalf("ls: %v\n%s", err, ls)
+	}
+	for _, line := range strings.Split(string(ls), "\n") {
+		if strings.HasPrefix(line, "on-host ") && !strings.Contains(line, " none ") {
+			t.Fatalf("the ls line of a start command without a snapshot does not say none: %q", line)
+		}
+	}
+}
