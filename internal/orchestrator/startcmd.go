@@ -1,11 +1,13 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,7 +25,17 @@ const readyTimeout = 60 * time.Second
 // tagged "start") and waits until the ready check exits 0, as E2B does before a sandbox made
 // from the template is handed out.
 func startTemplateCmd(ctx context.Context, c *http.Client, token, user, cwd, startCmd, readyCmd string) error {
+	return startTemplateCmdLogged(ctx, c, token, user, cwd, startCmd, readyCmd, nil)
+}
+
+// startTemplateCmdLogged is startTemplateCmd that, when out is not nil, also gives out the
+// start command's output lines until the ready check passes (a build's log shows them).
+func startTemplateCmdLogged(ctx context.Context, c *http.Client, token, user, cwd, startCmd, readyCmd string, out func(string)) error {
 	client := processconnect.NewProcessClient(c, "http://envd")
+	var following sync.WaitGroup
+	defer following.Wait()
+	followCtx, stopFollowing := context.WithCancel(ctx) // ends the output's stream, not the process
+	defer stopFollowing()
 	run := func(ctx context.Context, cmd, tag string, wait bool) (int32, error) {
 		cfg := &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}}
 		if cwd != "" {
@@ -42,13 +54,31 @@ func startTemplateCmd(ctx context.Context, c *http.Client, token, user, cwd, sta
 		if id := telemetry.RequestID(ctx); id != "" {
 			req.Header().Set(telemetry.HeaderRequestID, id)
 		}
+		if !wait && out != nil {
+			ctx = followCtx
+		}
 		stream, err := client.Start(ctx, req)
 		if err != nil {
 			return 0, err
 		}
-		defer stream.Close()
+		closeStream := true
+		defer func() {
+			if closeStream {
+				stream.Close()
+			}
+		}()
 		for stream.Receive() {
 			ev := stream.Msg().GetEvent()
+			if ev.GetStart() != nil && !wait && out != nil {
+				closeStream = false
+				following.Add(1)
+				go func() {
+					defer following.Done()
+					defer stream.Close()
+					followOutput(stream, out)
+				}()
+				return 0, nil
+			}
 			if ev.GetStart() != nil && !wait {
 				return 0, nil // the process outlives its stream
 			}
@@ -76,12 +106,40 @@ func startTemplateCmd(ctx context.Context, c *http.Client, token, user, cwd, sta
 	for {
 		code, err := run(ctx, readyCmd, "", true)
 		if err == nil && code == 0 {
+			stopFollowing()
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("ready check %q did not pass within %s (last exit code %d, error %v)", readyCmd, readyTimeout, code, err)
 		case <-tick.C:
+		}
+	}
+}
+
+// followOutput gives out the lines of the process's output on stream until it ends.
+func followOutput(stream *connect.ServerStreamForClient[process.StartResponse], out func(string)) {
+	var partial [2][]byte // stdout's and stderr's unfinished lines
+	for stream.Receive() {
+		d := stream.Msg().GetEvent().GetData()
+		if d == nil {
+			continue
+		}
+		for i, b := range [][]byte{d.GetStdout(), d.GetStderr()} {
+			partial[i] = append(partial[i], b...)
+			for {
+				line, rest, ok := bytes.Cut(partial[i], []byte("\n"))
+				if !ok {
+					break
+				}
+				out(string(line))
+				partial[i] = rest
+			}
+		}
+	}
+	for _, p := range partial {
+		if len(p) > 0 {
+			out(string(p))
 		}
 	}
 }

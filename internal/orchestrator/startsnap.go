@@ -23,17 +23,33 @@ import (
 var _ template.StartSnapshotter = (*Orchestrator)(nil)
 
 // SnapshotStart implements template.StartSnapshotter. The build sandbox has the template's
-// size, a network as sandboxes have (with internet access, as build steps have), no access
-// token (each sandbox restored from the snapshot gets its own at create) and no record: a
-// crash mid-build leaves a runtime sandbox that Recover destroys.
+// size (counted against the team's quotas), a network as sandboxes have (with internet
+// access, as build steps have), no access token (each sandbox restored from the snapshot
+// gets its own at create) and no record: a crash mid-build leaves a runtime sandbox that
+// Recover destroys.
 func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, dir string, log func(string)) (_ *template.StartSnapshot, err error) {
-	ck, err := o.checkpointer()
-	if err != nil {
+	ck, ok := o.cfg.Runtime.(runtime.Checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: this runtime cannot checkpoint sandboxes", template.ErrNoStartSnapshot)
+	}
+	if err := ck.CanCheckpoint(); err != nil {
 		return nil, fmt.Errorf("%w: %v", template.ErrNoStartSnapshot, err)
 	}
 	sb := &store.Sandbox{ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
 		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB)}
 	ctx = sandboxLog(ctx, sb)
+	// The build sandbox counts against its team's quotas while it runs, as a sandbox does.
+	o.mu.Lock()
+	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, time.Now())
+	o.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("build sandbox: %w", err)
+	}
+	defer func() {
+		o.mu.Lock()
+		delete(o.creating, sb.ID)
+		o.mu.Unlock()
+	}()
 	spec := runtime.Spec{
 		ID: sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
@@ -68,7 +84,8 @@ func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, 
 		return nil, fmt.Errorf("init envd in the build sandbox: %w", err)
 	}
 	begun := time.Now()
-	if err := startTemplateCmd(ctx, c, "", deref(init.DefaultUser), deref(init.DefaultWorkdir), t.StartCmd, t.ReadyCmd); err != nil {
+	startOut := func(line string) { log("    start: " + line) }
+	if err := startTemplateCmdLogged(ctx, c, "", deref(init.DefaultUser), deref(init.DefaultWorkdir), t.StartCmd, t.ReadyCmd, startOut); err != nil {
 		return nil, err
 	}
 	ready := time.Since(begun)

@@ -22,7 +22,7 @@ func TestStartSnapshotsNeedARuntimeThatCheckpoints(t *testing.T) {
 	t.Run("a build's start snapshot is refused as unavailable before any sandbox starts", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "snap")
 		_, err := h.o.SnapshotStart(h.ctx("req-build"), tmpl, dir, func(string) {})
-		if !errors.Is(err, template.ErrNoStartSnapshot) || !strings.Contains(err.Error(), "cannot snapshot") {
+		if !errors.Is(err, template.ErrNoStartSnapshot) || !strings.Contains(err.Error(), "cannot checkpoint") {
 			t.Fatalf("err = %v, want ErrNoStartSnapshot saying why", err)
 		}
 		if ids, _ := h.rt.List(context.Background()); len(ids) != 0 {

@@ -114,7 +114,7 @@ func (s *Store) startSnapshot(ctx context.Context, build string, t *Template, fo
 	out.Printf("==> start command: %q, ready check: %q (once, in a build sandbox)", t.StartCmd, t.ReadyCmd)
 	snap, err := s.starter.SnapshotStart(ctx, &rt, dir, func(line string) { out.Printf("%s", line) })
 	if errors.Is(err, ErrNoStartSnapshot) {
-		out.Printf("==> start snapshot: unavailable (%v): %s", err, fallback)
+		out.Printf("==> start snapshot: unavailable (%s): %s", strings.TrimPrefix(err.Error(), ErrNoStartSnapshot.Error()+": "), fallback)
 		return nil
 	}
 	if err != nil {

@@ -1,7 +1,11 @@
 package template_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -93,6 +101,16 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("the start command's output is in the build log", func(t *testing.T) {
+		var lines []string
+		_, err := client.BuildTemplate(ctx, "chatty", cove.TemplateDefinition{FromTemplate: "base",
+			StartCmd: `echo starting the server; sleep 1; exec python3 -m http.server 8125`, ReadyCmd: `curl -sf -o /dev/null http://127.0.0.1:8125/`},
+			cove.TemplateBuildOptions{OnLog: func(e cove.BuildLogEntry) { lines = append(lines, e.Message) }})
+		if log := strings.Join(lines, "\n"); err != nil || !strings.Contains(log, "    start: starting the server") {
+			t.Fatalf("%v\n%s", err, log)
+		}
+	})
+
 	t.Run("the template lists its snapshot with its size and the ready check's time", func(t *testing.T) {
 		info, err := client.Template(ctx, "started")
 		if err != nil {
@@ -141,6 +159,56 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		res, err := other.Commands.Run(ctx, "test -e /tmp/own && echo shared || echo own")
 		if err != nil || res.Stdout != "own\n" {
 			t.Fatalf("%q %v", res.Stdout, err)
+		}
+	})
+
+	t.Run("a restored sandbox pauses to disk, resumes and forks as any other, its start command running on", func(t *testing.T) {
+		if first == nil {
+			t.Skip("the first sandbox failed")
+		}
+		sb, _ := runIn(ctx, t, client, "started")
+		if err := sb.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Resume(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		forks, err := sb.Fork(ctx, cove.ForkOptions{Count: 1})
+		if err != nil || len(forks) != 1 || forks[0].Err != nil {
+			t.Fatalf("fork: %+v %v", forks, err)
+		}
+		t.Cleanup(func() { _ = forks[0].Sandbox.Kill(context.Background()) })
+		for _, s := range []*cove.Sandbox{sb, forks[0].Sandbox} {
+			res, err := s.Commands.Run(ctx, whatRuns+"; hostname")
+			if out := strings.Fields(res.Stdout); err != nil || len(out) != 5 || out[1] != first[1] || out[0] != out[2] || out[3] != "200" || out[4] != s.ID {
+				t.Errorf("%s: %q %v; the build's start was %q", s.ID, res.Stdout, err, first)
+			}
+		}
+	})
+
+	t.Run("each restored sandbox's envd takes its own access token, though the build sandbox had none", func(t *testing.T) {
+		a, b := createSecure(t, server, "started"), createSecure(t, server, "started")
+		for _, c := range []struct {
+			name, id, token string
+			want            connect.Code // 0: success
+		}{
+			{"no token is refused", a.SandboxID, "", connect.CodeUnauthenticated},
+			{"another copy's token is refused", a.SandboxID, b.EnvdAccessToken, connect.CodeUnauthenticated},
+			{"its own token is taken", a.SandboxID, a.EnvdAccessToken, 0},
+			{"and the other copy's own", b.SandboxID, b.EnvdAccessToken, 0},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				req := connect.NewRequest(&process.ListRequest{})
+				req.Header().Set("E2b-Sandbox-Id", c.id)
+				req.Header().Set("E2b-Sandbox-Port", "49983")
+				if c.token != "" {
+					req.Header().Set("X-Access-Token", c.token)
+				}
+				_, err := processconnect.NewProcessClient(http.DefaultClient, server.URL).List(ctx, req)
+				if got := connect.CodeOf(err); (c.want == 0) != (err == nil) || c.want != 0 && got != c.want {
+					t.Errorf("process.List: %v (code %v), want code %v", err, got, c.want)
+				}
+			})
 		}
 	})
 
@@ -251,4 +319,78 @@ func TestWithoutCheckpointsTemplatesStartTheCommandAtCreate(t *testing.T) {
 			t.Fatalf("both sandboxes have the marker of one start: %q %q", first, second)
 		}
 	})
+}
+
+// createSecure creates a secure sandbox of template through the REST API, for its token.
+func createSecure(t *testing.T, server *covetest.Server, template string) cove.CreatedSandbox {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"templateID": template, "secure": true})
+	req, _ := http.NewRequest(http.MethodPost, server.URL+"/sandboxes", bytes.NewReader(body))
+	req.Header.Set("X-API-Key", server.Key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var sb cove.CreatedSandbox
+	if err := json.NewDecoder(res.Body).Decode(&sb); err != nil || res.StatusCode != http.StatusCreated || sb.EnvdAccessToken == "" {
+		t.Fatalf("create: %s, %+v, %v", res.Status, sb, err)
+	}
+	t.Cleanup(func() {
+		c := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+		_ = c.Kill(context.Background(), sb.SandboxID)
+	})
+	return sb
+}
+
+func TestATemplatesBuildSandboxCountsAgainstTheTeamsQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cove server: skipped under -short")
+	}
+	skipWithoutCheckpoints(t)
+	server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--quota-sandboxes", "1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := cove.NewClient(cove.Config{APIURL: server.URL, APIKey: server.Key})
+	sb, err := client.Create(ctx, cove.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a build while the team holds its one sandbox fails naming the quota", func(t *testing.T) {
+		_, err := client.BuildTemplate(ctx, "over", cove.TemplateDefinition{FromTemplate: "base", StartCmd: startMarker, ReadyCmd: readyCheck}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "concurrent sandboxes") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("once the sandbox is gone the build runs", func(t *testing.T) {
+		if err := sb.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		buildStartTemplate(ctx, t, client, "over")
+	})
+}
+
+func TestAHostBuildTakesNoStartSnapshotAndSaysSo(t *testing.T) {
+	covetest.Skip(t)
+	templates := covetest.OwnTemplates(t)
+	ctxDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM base\nCMD sleep infinity\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(covetest.Binary(t), "template", "build", "on-host", "--data", t.TempDir(), "--templates", templates,
+		"-f", filepath.Join(ctxDir, "Dockerfile"), ctxDir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "==> start snapshot: none (built without a server") {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	ls, err := exec.Command(covetest.Binary(t), "template", "ls", "--data", t.TempDir(), "--templates", templates).CombinedOutput()
+	if err != nil || !strings.Contains(string(ls), "on-host") {
+		t.Fatalf("ls: %v\n%s", err, ls)
+	}
+	for _, line := range strings.Split(string(ls), "\n") {
+		if strings.HasPrefix(line, "on-host ") && !strings.Contains(line, " none ") {
+			t.Fatalf("the ls line of a start command without a snapshot does not say none: %q", line)
+		}
+	}
 }
