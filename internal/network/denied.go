@@ -327,6 +327,27 @@ func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 	}
 }
 
+// flushDenied hands the samples of id not yet reported to the OnDenied callback at once: a
+// network detached between two flushes (a build step that ended) still reports what its
+// rules refused, before Detach returns.
+func (m *Manager) flushDenied(ctx context.Context, id string) {
+	m.dmu.Lock()
+	var mine []Denied
+	for k, d := range m.window {
+		if k.id == id {
+			delete(m.window, k)
+			mine = append(mine, *d)
+		}
+	}
+	m.dmu.Unlock()
+	if m.cfg.OnDenied == nil {
+		return
+	}
+	for _, d := range mine[:min(len(mine), maxPerFlush)] {
+		m.cfg.OnDenied(ctx, d)
+	}
+}
+
 // ruleText names the rule that refused dst in the user's words.
 func ruleText(k DenyKind, dst netip.Addr, p Policy, cfg Config) string {
 	switch k {

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -74,6 +77,30 @@ func (n teamNetwork) String() string {
 		return "the team's network: " + err.Error()
 	}
 	return fmt.Sprintf("the team's network: internet %v, allow out %v, deny out %v", p.AllowInternet, p.AllowOutStrings(), network.Strings(p.DenyOut))
+}
+
+// buildDenied records a sample of the connections the network refused a template build's
+// RUN step, as the orchestrator does a sandbox's: a line in the build's log (so a failing
+// step explains itself), a log line and a network.denied event naming the build. It reports
+// false when d is not a build step's.
+func buildDenied(ctx context.Context, templates *template.Store, bus *events.Bus, logger *slog.Logger, d network.Denied) bool {
+	data := events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First)
+	step, ok := templates.StepLog(d.SandboxID, data.String())
+	if !ok {
+		return false
+	}
+	data.BuildID = step.BuildID
+	ctx = telemetry.With(telemetry.WithRequestID(telemetry.WithLogger(ctx, logger), orchestrator.SystemRequestID),
+		telemetry.KeySandboxID, step.ID, telemetry.KeyBuildID, step.BuildID, telemetry.KeyTeamID, step.TeamID, telemetry.KeyTemplateID, step.Template)
+	telemetry.Logger(ctx).Info("network connection denied", telemetry.KeyNetworkDestination, data.Destination, telemetry.KeyNetworkPort, data.Port,
+		telemetry.KeyNetworkProtocol, d.Proto, telemetry.KeyNetworkRule, d.Rule, telemetry.KeyNetworkDenyKind, data.DenyKind, telemetry.KeyNetworkPackets, d.Count)
+	if step.TeamID != "" {
+		ev := events.Event{Type: events.SandboxNetworkDenied, SandboxID: step.ID, TemplateID: step.Template, TeamID: step.TeamID, Data: data}
+		if err := bus.Emit(ctx, ev); err != nil {
+			telemetry.Logger(ctx).Warn("event not recorded", telemetry.KeyError, err.Error())
+		}
+	}
+	return true
 }
 
 // keptFiles is a set of files the templates keep (build records, uploads, build logs).

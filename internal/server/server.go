@@ -365,6 +365,9 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	}
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
+			return
+		}
 		if o := s.denials.Load(); o != nil {
 			o.NetworkDenied(ctx, d)
 		}

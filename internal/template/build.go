@@ -350,12 +350,27 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		GID:     cmd.GID,
 		Limits:  cmd.Limits,
 	}
+	detach := func() {}
 	if cmd.Network != nil {
 		netns, resolv, err := cmd.Network.Attach(ctx, id)
 		if err != nil {
 			return fmt.Errorf("build step network: %w", err)
 		}
-		defer cmd.Network.Detach(context.WithoutCancel(ctx), id) // after Destroy, deferred below
+		// Connections the step's network refuses become lines of its log (StepLog) until
+		// Detach, which hands over the samples not yet reported: after Destroy (deferred
+		// below), and before a failure takes the step's last lines.
+		step := cmd.Build
+		step.ID = id
+		s.steps.Store(id, &runningStep{step: step, out: out})
+		var detached bool
+		detach = func() {
+			if !detached {
+				detached = true
+				cmd.Network.Detach(context.WithoutCancel(ctx), id)
+				s.steps.Delete(id)
+			}
+		}
+		defer detach()
 		spec.Network, spec.Netns = runtime.NetworkLoopback, netns
 		if fi, err := os.Lstat(filepath.Join(rootfs, "etc/resolv.conf")); resolv != "" && err == nil && fi.Mode().IsRegular() {
 			spec.Binds = append(spec.Binds, runtime.Bind{Source: resolv, Target: "/etc/resolv.conf", ReadOnly: true})
@@ -387,6 +402,7 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		return derr
 	}
 	wg.Wait()
+	detach()
 	if exit.OOMKilled || exit.Signal != "" || exit.Code != 0 {
 		return &ExitError{Code: exit.Code, Signal: exit.Signal, OOMKilled: exit.OOMKilled, Tail: out.lastLines()}
 	}
@@ -402,6 +418,7 @@ type shellCmd struct {
 	Env      []string
 	Limits   runtime.Limits // the template's cpuCount and memoryMB; PIDs always bounded
 	Network  StepNetwork    // nil: the host's
+	Build    BuildStep      // the build it is a step of (ID is set by runStep)
 }
 
 // ExitError is a build command that failed: its exit status and its last output lines.

@@ -176,7 +176,8 @@ func (s *Store) stepFunc(st Step, c buildContext, spec Spec, out *lineWriter) st
 			if err := mkdirOwned(merged, cwd, uid, gid); err != nil {
 				return err
 			}
-			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits, Network: spec.Network}, out)
+			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits, Network: spec.Network,
+				Build: BuildStep{BuildID: spec.BuildID, TeamID: spec.TeamID, Template: spec.Name}}, out)
 		case StepWorkdir:
 			uid, gid, _, err := lookupUser(merged, c.User)
 			if err != nil {

@@ -58,3 +58,29 @@ func (b *Builds) stepSandbox(r *BuildRecord) (StepNetwork, int, int, error) {
 	}
 	return net, cpus, mem, nil
 }
+
+// BuildStep is a RUN step of a build as its network sees it: ID is the id the step attached
+// to its StepNetwork with, the others say whose build it is (BuildID "" for a build an
+// operator ran on the host).
+type BuildStep struct {
+	ID, BuildID, TeamID, Template string
+}
+
+// runningStep is a RUN step attached to a StepNetwork, and its build's log.
+type runningStep struct {
+	step BuildStep
+	out  *lineWriter
+}
+
+// StepLog writes line to the log of the build whose RUN step attached to its network as id
+// (between Attach and Detach), so that what the network did to the step (a refused
+// connection) shows among the step's own output. It reports false when no step is id.
+func (s *Store) StepLog(id, line string) (BuildStep, bool) {
+	v, ok := s.steps.Load(id)
+	if !ok {
+		return BuildStep{}, false
+	}
+	r := v.(*runningStep)
+	r.out.Printf("==> network: %s", line)
+	return r.step, true
+}

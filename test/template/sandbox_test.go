@@ -59,12 +59,35 @@ func TestBuildsRunUnderTheTeamsRules(t *testing.T) {
 			t.Errorf("the log does not say where the steps ran (%q):\n%s", want, log)
 		}
 	})
-	t.Run("a step reaching a host the team's egress denies fails the build", func(t *testing.T) {
+	t.Run("a step reaching a host the team's egress denies fails the build and says which rule refused it", func(t *testing.T) {
 		log, err := build("denied", curl(in.Other.String()), 0)
 		var be *cove.BuildError
 		if !errors.As(err, &be) || !strings.Contains(be.Message, "exit status") || strings.Contains(log, "status=200") {
 			t.Fatalf("err = %v, want a failed step\n%s", err, log)
 		}
+		refused := fmt.Sprintf("to %s:80/tcp denied by allowInternetAccess false", in.Other)
+		if !strings.Contains(log, "==> network: ") || !strings.Contains(log, refused) {
+			t.Errorf("the build log does not say the network refused %q:\n%s", refused, log)
+		}
+		if !strings.Contains(be.Message, refused) {
+			t.Errorf("the failure's last lines do not say the network refused %q: %s", refused, be.Message)
+		}
+		evs, err := client.Events(ctx, "", cove.EventOptions{Types: []string{cove.EventSandboxNetworkDenied}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []string
+		for _, e := range evs {
+			d, err := e.Data()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dd := d.(*cove.NetworkDeniedEventData)
+			if found = append(found, dd.BuildID+": "+dd.String()); dd.BuildID == be.BuildID && dd.Destination == in.Other.String() {
+				return
+			}
+		}
+		t.Errorf("no network.denied event names build %s and %s: %q", be.BuildID, in.Other, found)
 	})
 	t.Run("a step does not run in the host's network", func(t *testing.T) {
 		log, err := build("netns", "cat /proc/net/dev", 0)
