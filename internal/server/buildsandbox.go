@@ -18,9 +18,11 @@ import (
 // buildSandbox confines the steps of a team's template build as the team's sandboxes are:
 // in a network of the server's network manager under the team's egress policy (loopback
 // only when the server gives sandboxes no network), never the host's, and with the CPUs and
-// memory the build asked for (a sandbox's defaults when it did not), within the team's quota.
+// memory the build asked for (a sandbox's defaults when it did not), within the team's quota,
+// and each step's writes on a disk of a sandbox's size.
 func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
 	return template.Sandbox{
+		DiskSizeMB: cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
 		Network: func(team string) template.StepNetwork {
 			if netw == nil {
 				return template.Loopback

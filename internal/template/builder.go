@@ -110,7 +110,11 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 				lowers = append([]string{s.LayerDiff(k)}, lowers...)
 			}
 			out.Printf("==> [%d/%d] %s", i+1, len(steps), st)
-			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, s.stepFunc(st, c, spec, out))
+			var disk int64 // RUN steps write into a disk of the build's size; COPY's are the uploads'
+			if st.Kind == StepRun {
+				disk = spec.Limits.DiskBytes
+			}
+			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, disk, s.stepFunc(st, c, spec, out))
 			if err != nil {
 				return &StepError{Index: i + 1, Step: st, Err: err}
 			}

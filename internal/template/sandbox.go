@@ -34,6 +34,9 @@ type Sandbox struct {
 	// build asked for (0: not asked), or an error wrapping ErrInvalid that names the field
 	// over the team's limit.
 	Limits func(team string, cpuCount, memoryMB int) (cpus, memory int, err error)
+	// DiskSizeMB is the disk each RUN step writes its changes into, as a sandbox's disk: a
+	// write past it gets ENOSPC and fails the build. 0: the store's disk, unbounded.
+	DiskSizeMB int
 }
 
 // SetSandbox confines the builds asked for over the API from now on: their RUN steps run
