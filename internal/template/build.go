@@ -91,6 +91,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		if err := spec.Bootstrap.Validate(); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
+		if err := ValidMirror(spec.Mirror); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
 	default:
 		if from, _ := SplitTag(spec.From); ValidName(from) != nil { // "name" or "name:tag"
 			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, ValidName(from))
