@@ -107,6 +107,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
 	}
+	if d, ok := spec.Files.(DirSource); ok {
+		defer holdArchives(string(d), spec.Steps)() // retention leaves what the COPYs read
+	}
 	release, err := s.lockName(ctx, spec.Name)
 	if err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
