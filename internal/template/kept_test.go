@@ -67,15 +67,8 @@ func TestBuildFilesArePruned(t *testing.T) {
 	ctxDir := t.TempDir()
 	upload := func(t *testing.T, name string) string {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(ctxDir, name), []byte(name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var tar bytes.Buffer
-		hash, err := template.ArchiveContext(ctxDir, name, "/", &tar)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := builds.Upload("team-1", hash, &tar, 1<<20); err != nil {
+		hash, tar := archiveFile(t, ctxDir, name)
+		if err := builds.Upload("team-1", hash, tar, 1<<20); err != nil {
 			t.Fatal(err)
 		}
 		return hash
@@ -143,14 +136,7 @@ func TestHostArchivesArePruned(t *testing.T) {
 	ctxDir := t.TempDir()
 	pack := func(t *testing.T, name string) string {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(ctxDir, name), []byte(name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var tar bytes.Buffer
-		hash, err := template.ArchiveContext(ctxDir, name, "/", &tar)
-		if err != nil {
-			t.Fatal(err)
-		}
+		hash, tar := archiveFile(t, ctxDir, name)
 		p := filepath.Join(dir, hash+".tar")
 		if err := os.WriteFile(p, tar.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
@@ -206,4 +192,18 @@ func TestHostArchivesArePruned(t *testing.T) {
 			t.Fatalf("pruned %d (%v); read %v", n, err, exists(read))
 		}
 	})
+}
+
+// archiveFile writes name (holding its own name) into ctxDir and returns its COPY archive.
+func archiveFile(t *testing.T, ctxDir, name string) (hash string, tar *bytes.Buffer) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(ctxDir, name), []byte(name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tar = new(bytes.Buffer)
+	hash, err := template.ArchiveContext(ctxDir, name, "/", tar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash, tar
 }
