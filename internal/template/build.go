@@ -60,6 +60,9 @@ type Spec struct {
 	Network StepNetwork
 	// Limits caps each RUN step's container; zero fields fall back to CPUCount and MemoryMB.
 	Limits runtime.Limits
+	// DiskImages is the directory, of this process alone, that keeps the formatted disk image
+	// of each size Limits.DiskBytes gives the RUN steps; the store's layers directory when "".
+	DiskImages string
 	// Force rebuilds every step instead of reusing cached layers.
 	Force bool
 	// Replace lets the build replace a ready template of the same name (atomically, when the

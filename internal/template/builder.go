@@ -114,7 +114,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 			if st.Kind == StepRun {
 				disk = spec.Limits.DiskBytes
 			}
-			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, disk, s.stepFunc(st, c, spec, out))
+			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, stepDisk{size: disk, images: spec.DiskImages}, s.stepFunc(st, c, spec, out))
 			if err != nil {
 				return &StepError{Index: i + 1, Step: st, Err: err}
 			}

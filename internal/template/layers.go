@@ -3,6 +3,7 @@ package template
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -115,10 +116,12 @@ type stepRun func(ctx context.Context, merged string) error
 // buildLayer makes the layer key on top of lowers (topmost first, the root's rootfs last)
 // unless it exists. It reports whether the layer was already there.
 //
-// With disk > 0 the step writes into a disk of its own of that many bytes, as a disk-limited
-// sandbox does (runtime.NewDisk): a write past it gets ENOSPC and fails the step, and the
-// host's disk gives the step no more. The layer is copied off that disk when the step succeeds.
-func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers []string, disk int64, run stepRun) (cached bool, err error) {
+// With a disk size the step writes into a disk of its own of that many bytes, as a
+// disk-limited sandbox does (runtime.NewDisk): a write past it gets ENOSPC and fails the
+// step, and the host's disk gives the step no more. The layer is copied off that disk when
+// the step succeeds.
+func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers []string, sd stepDisk, run stepRun) (cached bool, err error) {
+	disk := sd.size
 	if _, err := s.readLayer(key); err == nil {
 		return true, nil
 	}
@@ -147,7 +150,7 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 	upper := work // where diff and wdir are while the step runs
 	if disk > 0 {
 		upper = filepath.Join(work, "disk")
-		if err := mountStepDisk(s.layersDir(), work, upper, disk); err != nil {
+		if err := mountStepDisk(cmp.Or(sd.images, s.layersDir()), work, upper, disk); err != nil {
 			return false, err
 		}
 		defer runtime.UnmountDisk(upper) // before the deferred removal of work on failure
@@ -209,6 +212,13 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		return false, fmt.Errorf("publish layer %s: %w", key, err)
 	}
 	return false, nil
+}
+
+// stepDisk is the disk a step writes into: size bytes (0: the store's disk, unbounded), its
+// formatted image kept in images.
+type stepDisk struct {
+	size   int64
+	images string
 }
 
 // mountStepDisk mounts at mnt a new disk of size bytes, its image in work (the pristine
