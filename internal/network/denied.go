@@ -327,10 +327,11 @@ func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 	}
 }
 
-// flushDenied hands the samples of id not yet reported to the OnDenied callback at once: a
-// network detached between two flushes (a build step that ended) still reports what its
-// rules refused, before Detach returns.
-func (m *Manager) flushDenied(ctx context.Context, id string) {
+// FlushDenied hands the samples of id not yet reported to the OnDenied callback now, in
+// the caller's goroutine: one about to Detach a network that lived shorter than a flush (a
+// build step) reports what its rules refused first. The caller must hold no lock OnDenied
+// takes.
+func (m *Manager) FlushDenied(ctx context.Context, id string) {
 	m.dmu.Lock()
 	var mine []Denied
 	for k, d := range m.window {

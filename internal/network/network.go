@@ -428,7 +428,6 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	m.flushDenied(ctx, id)
 	m.unrecord(id)
 	m.removeTrustBundle(id)
 	if err := m.dropSlot(ctx, h.slot); err != nil {

@@ -68,7 +68,19 @@ func (n teamNetwork) Attach(ctx context.Context, id string) (string, string, err
 	return att.Netns, att.ResolvConf, nil
 }
 
-func (n teamNetwork) Detach(ctx context.Context, id string) error { return n.netw.Detach(ctx, id) }
+// Detach reports the connections the step's network refused and not yet reported (into
+// the build's log, see buildDenied), then removes the network.
+func (n teamNetwork) Detach(ctx context.Context, id string) error {
+	if f, ok := n.netw.(deniedFlusher); ok {
+		f.FlushDenied(ctx, id)
+	}
+	return n.netw.Detach(ctx, id)
+}
+
+// deniedFlusher is the network manager's FlushDenied.
+type deniedFlusher interface {
+	FlushDenied(ctx context.Context, id string)
+}
 
 func (n teamNetwork) String() string {
 	if n.egress == nil {
