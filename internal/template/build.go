@@ -366,8 +366,8 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 			return fmt.Errorf("build step network: %w", err)
 		}
 		// Connections the step's network refuses become lines of its log (StepLog) until
-		// Detach, which hands over the samples not yet reported: after Destroy (deferred
-		// below), and before a failure takes the step's last lines.
+		// Detach, which reports those not yet reported: after Destroy (deferred below), and
+		// before a failure takes the step's last lines.
 		step := cmd.Build
 		step.ID = id
 		s.steps.Store(id, &runningStep{step: step, out: out})

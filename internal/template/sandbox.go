@@ -9,7 +9,9 @@ import (
 // build, the server's network manager under the team's egress policy. Attach gives the step
 // id a pinned network namespace to join and a resolv.conf to mount on its /etc/resolv.conf
 // (both "" for a namespace with only loopback); Detach removes them once the step's
-// processes are gone. String says what the network lets through, for the build's log.
+// processes are gone, first reporting the connections the network refused the step that
+// it has not reported yet (Store.StepLog takes them into the build's log while the step is
+// attached). String says what the network lets through, for the build's log.
 type StepNetwork interface {
 	Attach(ctx context.Context, id string) (netns, resolvConf string, err error)
 	Detach(ctx context.Context, id string) error
