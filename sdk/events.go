@@ -136,7 +136,7 @@ type PausedEventData struct {
 // NetworkDeniedEventData is a network.denied event's payload: the destination, its port (0
 // without one), the protocol, the rule that refused it in the user's words and its kind,
 // and how many packets the sample saw since FirstAt. BuildID is set when the connection was
-// a template build's RUN step's (the event's sandbox id is then the step's).
+// a template build's RUN step's (the event's sandbox id is then the build's too).
 type NetworkDeniedEventData struct {
 	Caller
 	Destination string    `json:"destination"`

@@ -109,7 +109,8 @@ func buildDenied(ctx context.Context, templates *template.Store, bus *events.Bus
 	telemetry.Logger(ctx).Info("network connection denied", telemetry.KeyNetworkDestination, data.Destination, telemetry.KeyNetworkPort, data.Port,
 		telemetry.KeyNetworkProtocol, d.Proto, telemetry.KeyNetworkRule, d.Rule, telemetry.KeyNetworkDenyKind, data.DenyKind, telemetry.KeyNetworkPackets, d.Count)
 	if step.TeamID != "" {
-		ev := events.Event{Type: events.SandboxNetworkDenied, SandboxID: step.ID, TemplateID: step.Template, TeamID: step.TeamID, Data: data}
+		// Under the build's id, as its log lines are: GET /events/sandboxes/{buildID} lists them.
+		ev := events.Event{Type: events.SandboxNetworkDenied, SandboxID: cmp.Or(step.BuildID, step.ID), TemplateID: step.Template, TeamID: step.TeamID, Data: data}
 		if err := bus.Emit(ctx, ev); err != nil {
 			telemetry.Logger(ctx).Warn("event not recorded", telemetry.KeyError, err.Error())
 		}

@@ -73,7 +73,7 @@ func TestBuildsRunUnderTheTeamsRules(t *testing.T) {
 		if !strings.Contains(be.Message, refused) {
 			t.Errorf("the failure's last lines do not say the network refused %q: %s", refused, be.Message)
 		}
-		evs, err := client.Events(ctx, "", cove.EventOptions{Types: []string{cove.EventSandboxNetworkDenied}})
+		evs, err := client.Events(ctx, be.BuildID, cove.EventOptions{Types: []string{cove.EventSandboxNetworkDenied}})
 		if err != nil {
 			t.Fatal(err)
 		}
