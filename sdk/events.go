@@ -135,7 +135,8 @@ type PausedEventData struct {
 
 // NetworkDeniedEventData is a network.denied event's payload: the destination, its port (0
 // without one), the protocol, the rule that refused it in the user's words and its kind,
-// and how many packets the sample saw since FirstAt.
+// and how many packets the sample saw since FirstAt. BuildID is set when the connection was
+// a template build's RUN step's (the event's sandbox id is then the build's too).
 type NetworkDeniedEventData struct {
 	Caller
 	Destination string    `json:"destination"`
@@ -145,6 +146,20 @@ type NetworkDeniedEventData struct {
 	DenyKind    string    `json:"deny_kind"`
 	Packets     int       `json:"packets"`
 	FirstAt     time.Time `json:"first_at"`
+	BuildID     string    `json:"build_id,omitempty"`
+}
+
+// String is the sample in words: "3 connection attempts to 1.2.3.4:443/tcp denied by denyOut 0.0.0.0/0".
+func (d *NetworkDeniedEventData) String() string {
+	dst := d.Destination
+	if d.Port > 0 {
+		dst = fmt.Sprintf("%s:%d", dst, d.Port)
+	}
+	noun := "connection attempts"
+	if d.Packets == 1 {
+		noun = "connection attempt"
+	}
+	return fmt.Sprintf("%d %s to %s/%s denied by %s", d.Packets, noun, dst, d.Protocol, d.Rule)
 }
 
 // CheckpointedEventData is a checkpointed event's payload: why (a fork or a snapshot), how

@@ -88,7 +88,7 @@ func explainNetwork(ctx context.Context, c *cove.Client, id string) {
 				continue
 			}
 			explained[i] = true
-			parts = append(parts, deniedText(d))
+			parts = append(parts, d.String())
 		}
 		if len(parts) > 0 {
 			fmt.Printf("%s exited %d: %s\n", commandLine(r.Command, r.Args), *r.ExitCode, strings.Join(parts, "; "))
@@ -97,26 +97,13 @@ func explainNetwork(ctx context.Context, c *cove.Client, id string) {
 	var rest []string
 	for i, d := range denied {
 		if !explained[i] {
-			rest = append(rest, fmt.Sprintf("  %s %s", evs[i].Timestamp.Format(time.RFC3339), deniedText(d)))
+			rest = append(rest, fmt.Sprintf("  %s %s", evs[i].Timestamp.Format(time.RFC3339), d.String()))
 		}
 	}
 	if len(rest) > 0 {
 		fmt.Println("connections the network rules refused (sampled, newest first):")
 		fmt.Println(strings.Join(rest, "\n"))
 	}
-}
-
-// deniedText is "3 connection attempts to 1.2.3.4:443/tcp denied by denyOut 0.0.0.0/0".
-func deniedText(d *cove.NetworkDeniedEventData) string {
-	dst := d.Destination
-	if d.Port > 0 {
-		dst = fmt.Sprintf("%s:%d", dst, d.Port)
-	}
-	noun := "connection attempts"
-	if d.Packets == 1 {
-		noun = "connection attempt"
-	}
-	return fmt.Sprintf("%d %s to %s/%s denied by %s", d.Packets, noun, dst, d.Protocol, d.Rule)
 }
 
 // commandLine shows what ran: the script of a shell's -c, or the command and its arguments.

@@ -16,6 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
 )
 
@@ -69,6 +70,9 @@ how to point the E2B SDK at it.`,
 				return fmt.Errorf("--on-stop: %w", err)
 			}
 			cfg.OnStop = onStopAction
+			if err := template.ValidMirror(cfg.Mirror); err != nil {
+				return fmt.Errorf("--mirror: %w", err)
+			}
 			if pauseKind != "" {
 				if cfg.PauseKind, err = reason.ParsePauseKind(pauseKind); err != nil {
 					return fmt.Errorf("--pause: %w (want snapshot or freeze)", err)
@@ -143,6 +147,7 @@ how to point the E2B SDK at it.`,
 	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines, build_logs; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines, build_logs 720h:10000 logs")
 	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
+	f.StringVar(&cfg.Mirror, "mirror", envOr("COVE_MIRROR", ""), "Debian mirror URL the base template's first build downloads from; the machine's apt sources when empty [$COVE_MIRROR]")
 	f.StringVar(&pauseKind, "pause", envOr("COVE_PAUSE", ""), "how a pause that does not say pauses: snapshot (processes and memory to disk, RAM freed, survives restarts; needs CRIU 4) or freeze (in RAM); empty: snapshot where CRIU works [$COVE_PAUSE]")
 	f.IntVar(&cfg.SandboxMemoryMB, "sandbox-memory-mb", 512, "each sandbox's memory limit in MiB")
 	f.StringVar(&onStop, "on-stop", envOr("COVE_ON_STOP", "keep"), "what stopping the server (SIGTERM, SIGINT) does to sandboxes: keep them running for the next start to adopt, or kill them (reason server_shutdown) [$COVE_ON_STOP]")

@@ -327,6 +327,28 @@ func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 	}
 }
 
+// FlushDenied hands the samples of id not yet reported to the OnDenied callback now, in
+// the caller's goroutine: one about to Detach a network that lived shorter than a flush (a
+// build step) reports what its rules refused first. The caller must hold no lock OnDenied
+// takes.
+func (m *Manager) FlushDenied(ctx context.Context, id string) {
+	m.dmu.Lock()
+	var mine []Denied
+	for k, d := range m.window {
+		if k.id == id {
+			delete(m.window, k)
+			mine = append(mine, *d)
+		}
+	}
+	m.dmu.Unlock()
+	if m.cfg.OnDenied == nil {
+		return
+	}
+	for _, d := range mine[:min(len(mine), maxPerFlush)] {
+		m.cfg.OnDenied(ctx, d)
+	}
+}
+
 // ruleText names the rule that refused dst in the user's words.
 func ruleText(k DenyKind, dst netip.Addr, p Policy, cfg Config) string {
 	switch k {

@@ -4,20 +4,25 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 )
 
 // buildSandbox confines the steps of a team's template build as the team's sandboxes are:
 // in a network of the server's network manager under the team's egress policy (loopback
 // only when the server gives sandboxes no network), never the host's, and with the CPUs and
-// memory the build asked for (a sandbox's defaults when it did not), within the team's quota.
+// memory the build asked for (a sandbox's defaults when it did not), within the team's quota,
+// and each step's writes on a disk of a sandbox's size.
 func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
 	return template.Sandbox{
+		DiskSizeMB: cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
 		Network: func(team string) template.StepNetwork {
 			if netw == nil {
 				return template.Loopback
@@ -63,7 +68,19 @@ func (n teamNetwork) Attach(ctx context.Context, id string) (string, string, err
 	return att.Netns, att.ResolvConf, nil
 }
 
-func (n teamNetwork) Detach(ctx context.Context, id string) error { return n.netw.Detach(ctx, id) }
+// Detach reports the connections the step's network refused and not yet reported (into
+// the build's log, see buildDenied), then removes the network.
+func (n teamNetwork) Detach(ctx context.Context, id string) error {
+	if f, ok := n.netw.(deniedFlusher); ok {
+		f.FlushDenied(ctx, id)
+	}
+	return n.netw.Detach(ctx, id)
+}
+
+// deniedFlusher is the network manager's FlushDenied.
+type deniedFlusher interface {
+	FlushDenied(ctx context.Context, id string)
+}
 
 func (n teamNetwork) String() string {
 	if n.egress == nil {
@@ -74,6 +91,31 @@ func (n teamNetwork) String() string {
 		return "the team's network: " + err.Error()
 	}
 	return fmt.Sprintf("the team's network: internet %v, allow out %v, deny out %v", p.AllowInternet, p.AllowOutStrings(), network.Strings(p.DenyOut))
+}
+
+// buildDenied records a sample of the connections the network refused a template build's
+// RUN step, as the orchestrator does a sandbox's: a line in the build's log (so a failing
+// step explains itself), a log line and a network.denied event naming the build. It reports
+// false when d is not a build step's.
+func buildDenied(ctx context.Context, templates *template.Store, bus *events.Bus, logger *slog.Logger, d network.Denied) bool {
+	data := events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First)
+	step, ok := templates.StepLog(d.SandboxID, data.String())
+	if !ok {
+		return false
+	}
+	data.BuildID = step.BuildID
+	ctx = telemetry.With(telemetry.WithRequestID(telemetry.WithLogger(ctx, logger), orchestrator.SystemRequestID),
+		telemetry.KeySandboxID, step.ID, telemetry.KeyBuildID, step.BuildID, telemetry.KeyTeamID, step.TeamID, telemetry.KeyTemplateID, step.Template)
+	telemetry.Logger(ctx).Info("network connection denied", telemetry.KeyNetworkDestination, data.Destination, telemetry.KeyNetworkPort, data.Port,
+		telemetry.KeyNetworkProtocol, d.Proto, telemetry.KeyNetworkRule, d.Rule, telemetry.KeyNetworkDenyKind, data.DenyKind, telemetry.KeyNetworkPackets, d.Count)
+	if step.TeamID != "" {
+		// Under the build's id, as its log lines are: GET /events/sandboxes/{buildID} lists them.
+		ev := events.Event{Type: events.SandboxNetworkDenied, SandboxID: cmp.Or(step.BuildID, step.ID), TemplateID: step.Template, TeamID: step.TeamID, Data: data}
+		if err := bus.Emit(ctx, ev); err != nil {
+			telemetry.Logger(ctx).Warn("event not recorded", telemetry.KeyError, err.Error())
+		}
+	}
+	return true
 }
 
 // keptFiles is a set of files the templates keep (build records, uploads, build logs).

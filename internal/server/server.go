@@ -96,6 +96,9 @@ type Config struct {
 	SandboxMemoryMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
+	// Mirror is the Debian mirror that first build downloads from (template.ValidMirror);
+	// the machine's apt sources when empty.
+	Mirror string
 	// NoNetwork leaves every sandbox loopback only (allowInternetAccess is reported false);
 	// otherwise Network configures their egress (veth, address pool, NAT, DNS, nftables).
 	NoNetwork bool
@@ -284,7 +287,10 @@ func (s *instance) openTemplates(ctx context.Context) error {
 	if errors.Is(err, template.ErrNotFound) && !s.cfg.NoBuild {
 		s.say("building the base template from templates/base (Debian bookworm, about a minute, first run only)")
 		begun := time.Now()
-		spec, err := shipped.BaseSpec(templates, shipped.BaseName, "")
+		if s.cfg.Mirror != "" {
+			s.say("debian from the mirror %s", s.cfg.Mirror)
+		}
+		spec, err := shipped.BaseSpec(templates, shipped.BaseName, s.cfg.Mirror)
 		if err != nil {
 			return fmt.Errorf("build base template: %w", err)
 		}
@@ -365,6 +371,9 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	}
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
+			return
+		}
 		if o := s.denials.Load(); o != nil {
 			o.NetworkDenied(ctx, d)
 		}

@@ -17,7 +17,7 @@ const (
 	DatasetCommands   Dataset = "command_records"    // ended commands' records
 	DatasetLogs       Dataset = "log_lines"          // collected log lines
 	DatasetBuilds     Dataset = "template_builds"    // finished template build records (files)
-	DatasetUploads    Dataset = "template_uploads"   // archives uploaded for COPY steps (files)
+	DatasetUploads    Dataset = "template_uploads"   // archives uploaded or packed on the host for COPY steps (files)
 	DatasetBuildLogs  Dataset = "build_logs"         // templates' build log files
 )
 

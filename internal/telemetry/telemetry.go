@@ -31,6 +31,7 @@ const (
 	KeyErrorType   = "error.type"
 	KeySandboxID   = "sandbox.id"
 	KeyTemplateID  = "template.id"
+	KeyBuildID     = "build.id" // a template build's
 	KeyTeamID      = "team.id"
 	KeyKillReason  = "kill_reason"
 	KeySuppressed  = "log.suppressed"

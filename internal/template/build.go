@@ -60,6 +60,9 @@ type Spec struct {
 	Network StepNetwork
 	// Limits caps each RUN step's container; zero fields fall back to CPUCount and MemoryMB.
 	Limits runtime.Limits
+	// DiskImages is the directory, of this process alone, that keeps the formatted disk image
+	// of each size Limits.DiskBytes gives the RUN steps; the store's layers directory when "".
+	DiskImages string
 	// Force rebuilds every step instead of reusing cached layers.
 	Force bool
 	// Replace lets the build replace a ready template of the same name (atomically, when the
@@ -91,6 +94,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		if err := spec.Bootstrap.Validate(); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
+		if err := ValidMirror(spec.Mirror); err != nil {
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
 	default:
 		if from, _ := SplitTag(spec.From); ValidName(from) != nil { // "name" or "name:tag"
 			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, ValidName(from))
@@ -103,6 +109,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		if err := st.validate(len(spec.Run) + i); err != nil {
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
+	}
+	if d, ok := spec.Files.(DirSource); ok {
+		defer holdArchives(string(d), spec.Steps)() // retention leaves what the COPYs read
 	}
 	release, err := s.lockName(ctx, spec.Name)
 	if err != nil {
@@ -350,12 +359,27 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		GID:     cmd.GID,
 		Limits:  cmd.Limits,
 	}
+	detach := func() {}
 	if cmd.Network != nil {
 		netns, resolv, err := cmd.Network.Attach(ctx, id)
 		if err != nil {
 			return fmt.Errorf("build step network: %w", err)
 		}
-		defer cmd.Network.Detach(context.WithoutCancel(ctx), id) // after Destroy, deferred below
+		// Connections the step's network refuses become lines of its log (StepLog) until
+		// Detach, which reports those not yet reported: after Destroy (deferred below), and
+		// before a failure takes the step's last lines.
+		step := cmd.Build
+		step.ID = id
+		s.steps.Store(id, &runningStep{step: step, out: out})
+		var detached bool
+		detach = func() {
+			if !detached {
+				detached = true
+				cmd.Network.Detach(context.WithoutCancel(ctx), id)
+				s.steps.Delete(id)
+			}
+		}
+		defer detach()
 		spec.Network, spec.Netns = runtime.NetworkLoopback, netns
 		if fi, err := os.Lstat(filepath.Join(rootfs, "etc/resolv.conf")); resolv != "" && err == nil && fi.Mode().IsRegular() {
 			spec.Binds = append(spec.Binds, runtime.Bind{Source: resolv, Target: "/etc/resolv.conf", ReadOnly: true})
@@ -387,6 +411,7 @@ func (s *Store) runStep(ctx context.Context, rootfs string, cmd shellCmd, out *l
 		return derr
 	}
 	wg.Wait()
+	detach()
 	if exit.OOMKilled || exit.Signal != "" || exit.Code != 0 {
 		return &ExitError{Code: exit.Code, Signal: exit.Signal, OOMKilled: exit.OOMKilled, Tail: out.lastLines()}
 	}
@@ -402,6 +427,7 @@ type shellCmd struct {
 	Env      []string
 	Limits   runtime.Limits // the template's cpuCount and memoryMB; PIDs always bounded
 	Network  StepNetwork    // nil: the host's
+	Build    BuildStep      // the build it is a step of (ID is set by runStep)
 }
 
 // ExitError is a build command that failed: its exit status and its last output lines.

@@ -110,7 +110,11 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 				lowers = append([]string{s.LayerDiff(k)}, lowers...)
 			}
 			out.Printf("==> [%d/%d] %s", i+1, len(steps), st)
-			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, s.stepFunc(st, c, spec, out))
+			var disk int64 // RUN steps write into a disk of the build's size; COPY's are the uploads'
+			if st.Kind == StepRun {
+				disk = spec.Limits.DiskBytes
+			}
+			cached, err := s.buildLayer(ctx, key, below, st.String(), lowers, stepDisk{size: disk, images: spec.DiskImages}, s.stepFunc(st, c, spec, out))
 			if err != nil {
 				return &StepError{Index: i + 1, Step: st, Err: err}
 			}
@@ -176,7 +180,8 @@ func (s *Store) stepFunc(st Step, c buildContext, spec Spec, out *lineWriter) st
 			if err := mkdirOwned(merged, cwd, uid, gid); err != nil {
 				return err
 			}
-			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits, Network: spec.Network}, out)
+			return s.runStep(ctx, merged, shellCmd{Cmd: st.Args[0], UID: uint32(uid), GID: uint32(gid), Home: home, Cwd: cwd, Env: env, Limits: limits, Network: spec.Network,
+				Build: BuildStep{BuildID: spec.BuildID, TeamID: spec.TeamID, Template: spec.Name}}, out)
 		case StepWorkdir:
 			uid, gid, _, err := lookupUser(merged, c.User)
 			if err != nil {

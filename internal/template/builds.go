@@ -360,10 +360,14 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		b.finish(r, nil, err)
 		return
 	}
-	b.log(r, "base", "info", fmt.Sprintf("==> steps run in a sandbox: %d CPUs, %d MB, %s", cpus, mem, net))
-	spec := Spec{Name: r.Template, Network: net, Limits: runtime.Limits{CPUs: float64(cpus), MemoryBytes: int64(mem) << 20}, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
+	disk := "no disk limit"
+	if b.sandbox.DiskSizeMB > 0 {
+		disk = fmt.Sprintf("%d MB of disk per step", b.sandbox.DiskSizeMB)
+	}
+	b.log(r, "base", "info", fmt.Sprintf("==> steps run in a sandbox: %d CPUs, %d MB, %s, %s", cpus, mem, disk, net))
+	spec := Spec{Name: r.Template, Network: net, Limits: runtime.Limits{CPUs: float64(cpus), MemoryBytes: int64(mem) << 20, DiskBytes: int64(b.sandbox.DiskSizeMB) << 20}, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
-		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID,
+		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID, DiskImages: b.dir(),
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)
 	b.finish(r, t, err)

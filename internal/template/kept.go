@@ -7,12 +7,14 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files is a set of files Builds keeps that grows with use, for retention to bound: the
-// build records (Builds.Records) or the uploaded archives (Builds.UploadFiles). Files still
-// needed are counted but never pruned: records of builds waiting or building, uploads a
-// build of this process is using.
+// build records (Builds.Records) or the uploaded archives (Builds.UploadFiles, which
+// include the archives the CLI packs for host builds). Files still needed are counted but
+// never pruned: records of builds waiting or building, uploads a build is using.
 type Files struct {
 	list func() ([]keptFile, error)
 }
@@ -24,6 +26,8 @@ type keptFile struct {
 	at       time.Time
 	needed   bool
 	onRemove func()
+	// shared: other processes' builds may read it; it goes only while none holds its lock.
+	shared bool
 }
 
 // Kept is what a set holds now.
@@ -76,7 +80,15 @@ func (f Files) prune(batch int, goes func(kf keptFile, total int) bool) (int64, 
 		if kf.needed {
 			continue
 		}
-		if err := os.Remove(kf.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if kf.shared {
+			gone, err := removeUnheld(kf.path)
+			if err != nil {
+				return n, err
+			}
+			if !gone {
+				continue
+			}
+		} else if err := os.Remove(kf.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return n, err
 		}
 		if kf.onRemove != nil {
@@ -122,7 +134,8 @@ func (b *Builds) Records() Files {
 	}}
 }
 
-// UploadFiles are the uploaded archives of every team: each ages from its upload.
+// UploadFiles are the uploaded archives of every team, each aging from its upload, and the
+// archives the cove CLI packed for host builds (<templates>/.uploads).
 func (b *Builds) UploadFiles() Files {
 	return Files{list: func() ([]keptFile, error) {
 		teams, err := os.ReadDir(b.Uploads())
@@ -151,8 +164,79 @@ func (b *Builds) UploadFiles() Files {
 				out = append(out, keptFile{path: filepath.Join(dir, e.Name()), size: fi.Size(), at: fi.ModTime(), needed: needed})
 			}
 		}
-		return out, nil
+		host, err := b.store.hostArchives()
+		return append(out, host...), err
 	}}
+}
+
+// hostArchives are the archives the cove CLI packed into the store for host builds
+// (HostUploads), each aging from when it was packed. One a build of any process reads (it
+// holds the archive's shared lock, see holdArchives) is kept.
+func (s *Store) hostArchives() ([]keptFile, error) {
+	dir := filepath.Join(s.dir, ".uploads")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var out []keptFile
+	for _, e := range entries {
+		hash, ok := strings.CutSuffix(e.Name(), ".tar")
+		fi, err := e.Info()
+		if !ok || !validHash(hash) || err != nil || !fi.Mode().IsRegular() {
+			continue // being packed (.pack-*)
+		}
+		p := filepath.Join(dir, e.Name())
+		out = append(out, keptFile{path: p, size: fi.Size(), at: fi.ModTime(), shared: true})
+	}
+	return out, nil
+}
+
+// holdArchives takes a shared lock on each archive of dir that steps' COPYs read, until
+// release: retention, in whichever process, leaves them alone meanwhile.
+func holdArchives(dir string, steps []Step) (release func()) {
+	var held []*os.File
+	for _, st := range steps {
+		if st.Kind != StepCopy || !validHash(st.FilesHash) {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, st.FilesHash+".tar"))
+		if err != nil {
+			continue // the step's own open says what is missing
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+			f.Close()
+			continue
+		}
+		held = append(held, f)
+	}
+	return func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}
+}
+
+// removeUnheld removes the archive at p unless a build holds it (holdArchives), keeping
+// its lock while it does so; it reports whether p is gone.
+func removeUnheld(p string) (bool, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
 }
 
 // use marks the uploads req's COPY steps read as needed by a build of team until release.

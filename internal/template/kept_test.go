@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/template"
 )
@@ -64,15 +67,8 @@ func TestBuildFilesArePruned(t *testing.T) {
 	ctxDir := t.TempDir()
 	upload := func(t *testing.T, name string) string {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(ctxDir, name), []byte(name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var tar bytes.Buffer
-		hash, err := template.ArchiveContext(ctxDir, name, "/", &tar)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := builds.Upload("team-1", hash, &tar, 1<<20); err != nil {
+		hash, tar := archiveFile(t, ctxDir, name)
+		if err := builds.Upload("team-1", hash, tar, 1<<20); err != nil {
 			t.Fatal(err)
 		}
 		return hash
@@ -123,4 +119,91 @@ func TestBuildFilesArePruned(t *testing.T) {
 			t.Fatalf("pruned %d; used %v fresh %v", n, builds.HasUpload("team-1", used), builds.HasUpload("team-1", fresh))
 		}
 	})
+}
+
+// TestHostArchivesArePruned bounds the archives the CLI packs for host builds as the API's
+// uploads: old ones go, but never one a host build (of any process) is reading.
+func TestHostArchivesArePruned(t *testing.T) {
+	_, store := busyboxStore(t)
+	builds, err := template.OpenBuilds(store, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := store.HostUploads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxDir := t.TempDir()
+	pack := func(t *testing.T, name string) string {
+		t.Helper()
+		hash, tar := archiveFile(t, ctxDir, name)
+		p := filepath.Join(dir, hash+".tar")
+		if err := os.WriteFile(p, tar.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		aged := time.Now().Add(-48 * time.Hour)
+		if err := os.Chtimes(p, aged, aged); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old, read := pack(t, "old.txt"), pack(t, "read.txt")
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	// A host build copies read.txt, then runs until cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.Build(ctx, template.Spec{Name: "host-copy", From: "busybox", Files: template.DirSource(dir), Steps: []template.Step{
+			{Kind: template.StepCopy, Args: []string{"read.txt", "/read.txt"}, FilesHash: strings.TrimSuffix(filepath.Base(read), ".tar")},
+			{Kind: template.StepRun, Args: []string{"sleep 600", "root"}},
+		}}, nil)
+		done <- err
+	}()
+	held := func() bool { // the build's shared lock on the archive
+		f, err := os.Open(read)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+	}
+	for deadline := time.Now().Add(time.Minute); !held(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the host build never took its archive")
+		}
+	}
+	t.Run("an old archive a host build reads is kept; other old archives go", func(t *testing.T) {
+		n, err := builds.UploadFiles().PruneBefore(time.Now().Add(-24*time.Hour), 100)
+		if err != nil || n != 1 || exists(old) || !exists(read) {
+			t.Fatalf("pruned %d (%v); old %v read %v", n, err, exists(old), exists(read))
+		}
+	})
+	t.Run("the archive goes once the build is over", func(t *testing.T) {
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("the cancelled build succeeded")
+		}
+		if k, err := builds.UploadFiles().Kept(); err != nil || k.Count != 1 {
+			t.Fatalf("kept %+v (%v), want the one archive counted", k, err)
+		}
+		n, err := builds.UploadFiles().PruneOverCap(0, 100)
+		if err != nil || n != 1 || exists(read) {
+			t.Fatalf("pruned %d (%v); read %v", n, err, exists(read))
+		}
+	})
+}
+
+// archiveFile writes name (holding its own name) into ctxDir and returns its COPY archive.
+func archiveFile(t *testing.T, ctxDir, name string) (hash string, tar *bytes.Buffer) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(ctxDir, name), []byte(name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tar = new(bytes.Buffer)
+	hash, err := template.ArchiveContext(ctxDir, name, "/", tar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash, tar
 }

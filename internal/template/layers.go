@@ -2,6 +2,8 @@ package template
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // A template built in steps is a list of layers on a root template (a full rootfs such as
@@ -110,7 +115,13 @@ type stepRun func(ctx context.Context, merged string) error
 
 // buildLayer makes the layer key on top of lowers (topmost first, the root's rootfs last)
 // unless it exists. It reports whether the layer was already there.
-func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers []string, run stepRun) (cached bool, err error) {
+//
+// With a disk size the step writes into a disk of its own of that many bytes, as a
+// disk-limited sandbox does (runtime.NewDisk): a write past it gets ENOSPC and fails the
+// step, and the host's disk gives the step no more. The layer is copied off that disk when
+// the step succeeds.
+func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers []string, sd stepDisk, run stepRun) (cached bool, err error) {
+	disk := sd.size
 	if _, err := s.readLayer(key); err == nil {
 		return true, nil
 	}
@@ -136,12 +147,22 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		}
 	}()
 	diff, wdir, merged := filepath.Join(work, "diff"), filepath.Join(work, "work"), filepath.Join(work, "merged")
-	for _, d := range []string{diff, wdir, merged} {
+	upper := work // where diff and wdir are while the step runs
+	if disk > 0 {
+		upper = filepath.Join(work, "disk")
+		if err := mountStepDisk(cmp.Or(sd.images, s.layersDir()), work, upper, disk); err != nil {
+			return false, err
+		}
+		defer runtime.UnmountDisk(upper) // before the deferred removal of work on failure
+	}
+	runDiff := filepath.Join(upper, "diff")
+	wdir = filepath.Join(upper, "work")
+	for _, d := range []string{runDiff, wdir, merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return false, err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), diff, wdir)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), runDiff, wdir)
 	if len(opts) >= os.Getpagesize() {
 		return false, fmt.Errorf("%w: too many layers for one overlay mount", ErrInvalid)
 	}
@@ -155,11 +176,27 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		}
 	}
 	if runErr != nil {
+		if disk > 0 && diskFull(upper) {
+			runErr = diskFullError(runErr, disk)
+		}
 		return false, runErr
 	}
 	for _, d := range []string{wdir, merged} {
 		if err := os.RemoveAll(d); err != nil {
 			return false, err
+		}
+	}
+	if disk > 0 {
+		if out, err := exec.CommandContext(ctx, "cp", "-a", "--", runDiff, diff).CombinedOutput(); err != nil {
+			return false, fmt.Errorf("copy layer off the step's disk: %w: %s", err, bytes.TrimSpace(out))
+		}
+		if err := runtime.UnmountDisk(upper); err != nil {
+			return false, err
+		}
+		for _, p := range []string{upper, filepath.Join(work, "disk.img")} {
+			if err := os.Remove(p); err != nil {
+				return false, err
+			}
 		}
 	}
 	l := Layer{Key: key, Parent: parent, Step: text, SizeBytes: diskUsage(diff), CreatedAt: time.Now().UTC(),
@@ -175,6 +212,49 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		return false, fmt.Errorf("publish layer %s: %w", key, err)
 	}
 	return false, nil
+}
+
+// stepDisk is the disk a step writes into: size bytes (0: the store's disk, unbounded), its
+// formatted image kept in images.
+type stepDisk struct {
+	size   int64
+	images string
+}
+
+// mountStepDisk mounts at mnt a new disk of size bytes, its image in work (the pristine
+// image of each size kept in imageDir).
+func mountStepDisk(imageDir, work, mnt string, size int64) error {
+	img := filepath.Join(work, "disk.img")
+	if err := runtime.NewDisk(imageDir, img, size); err != nil {
+		return fmt.Errorf("build step disk: %w", err)
+	}
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return err
+	}
+	if err := runtime.MountDisk(img, mnt); err != nil {
+		return fmt.Errorf("build step disk: %w", err)
+	}
+	return nil
+}
+
+// diskFull reports whether the filesystem of dir has (about) no room left.
+func diskFull(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Bavail*uint64(st.Bsize) < 1<<20 || st.Ffree == 0
+}
+
+// diskFullError says that a failed step filled its disk, in the failure's last lines.
+func diskFullError(err error, disk int64) error {
+	line := fmt.Sprintf("==> ENOSPC: the step filled the build's disk (%d MB): its writes past that size failed", disk>>20)
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		ee.Tail = append(ee.Tail, line)
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.TrimPrefix(line, "==> "))
 }
 
 // diskUsage is the disk space the files under dir take (allocated blocks, each inode once).

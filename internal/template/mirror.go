@@ -3,11 +3,35 @@ package template
 import (
 	"bufio"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 )
+
+// ValidMirror checks a Debian mirror URL as debootstrap takes it: http, https or file, with a
+// host (a path for file). "" is valid: the machine's apt sources.
+func ValidMirror(mirror string) error {
+	if mirror == "" {
+		return nil
+	}
+	u, err := url.Parse(mirror)
+	if err != nil {
+		return fmt.Errorf("%w: mirror %q: %v", ErrInvalid, mirror, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file":
+		return fmt.Errorf("%w: mirror %q: want an http, https or file URL", ErrInvalid, mirror)
+	case u.Scheme == "file" && (u.Host != "" || u.Path == ""):
+		return fmt.Errorf("%w: mirror %q: want file:///path", ErrInvalid, mirror)
+	case u.Scheme != "file" && u.Host == "":
+		return fmt.Errorf("%w: mirror %q: the URL names no host", ErrInvalid, mirror)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%w: mirror %q: credentials, a query or a fragment are not part of a mirror URL", ErrInvalid, mirror)
+	}
+	return nil
+}
 
 // AptMirror returns the Debian mirror this machine's apt uses for suite, read from the deb822
 // files in /etc/apt/sources.list.d/*.sources and the one-line /etc/apt/sources.list{,.d/*.list}.

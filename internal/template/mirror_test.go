@@ -98,3 +98,28 @@ func TestEnsureHostPackages(t *testing.T) {
 		}
 	})
 }
+
+func TestValidMirror(t *testing.T) {
+	for _, tc := range []struct {
+		name, mirror string
+		ok           bool
+	}{
+		{"no mirror is the machine's apt sources", "", true},
+		{"an http URL with a path is a mirror", "http://mirror.example/debian", true},
+		{"an https URL is a mirror", "https://mirror.example/debian/", true},
+		{"a file URL with a path is a mirror", "file:///srv/debian", true},
+		{"an ftp URL is refused", "ftp://mirror.example/debian", false},
+		{"a bare host is refused", "mirror.example/debian", false},
+		{"an http URL without a host is refused", "http:///debian", false},
+		{"a file URL with a host is refused", "file://host/srv/debian", false},
+		{"credentials in the URL are refused", "http://u:p@mirror.example/debian", false},
+		{"a query is refused", "http://mirror.example/debian?x=1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidMirror(tc.mirror)
+			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+				t.Fatalf("ValidMirror(%q) = %v, want ok %v", tc.mirror, err, tc.ok)
+			}
+		})
+	}
+}

@@ -9,7 +9,9 @@ import (
 // build, the server's network manager under the team's egress policy. Attach gives the step
 // id a pinned network namespace to join and a resolv.conf to mount on its /etc/resolv.conf
 // (both "" for a namespace with only loopback); Detach removes them once the step's
-// processes are gone. String says what the network lets through, for the build's log.
+// processes are gone, first reporting the connections the network refused the step that
+// it has not reported yet (Store.StepLog takes them into the build's log while the step is
+// attached). String says what the network lets through, for the build's log.
 type StepNetwork interface {
 	Attach(ctx context.Context, id string) (netns, resolvConf string, err error)
 	Detach(ctx context.Context, id string) error
@@ -34,6 +36,9 @@ type Sandbox struct {
 	// build asked for (0: not asked), or an error wrapping ErrInvalid that names the field
 	// over the team's limit.
 	Limits func(team string, cpuCount, memoryMB int) (cpus, memory int, err error)
+	// DiskSizeMB is the disk each RUN step writes its changes into, as a sandbox's disk: a
+	// write past it gets ENOSPC and fails the build. 0: the store's disk, unbounded.
+	DiskSizeMB int
 }
 
 // SetSandbox confines the builds asked for over the API from now on: their RUN steps run
@@ -57,4 +62,30 @@ func (b *Builds) stepSandbox(r *BuildRecord) (StepNetwork, int, int, error) {
 		}
 	}
 	return net, cpus, mem, nil
+}
+
+// BuildStep is a RUN step of a build as its network sees it: ID is the id the step attached
+// to its StepNetwork with, the others say whose build it is (BuildID "" for a build an
+// operator ran on the host).
+type BuildStep struct {
+	ID, BuildID, TeamID, Template string
+}
+
+// runningStep is a RUN step attached to a StepNetwork, and its build's log.
+type runningStep struct {
+	step BuildStep
+	out  *lineWriter
+}
+
+// StepLog writes line to the log of the build whose RUN step attached to its network as id
+// (between Attach and Detach), so that what the network did to the step (a refused
+// connection) shows among the step's own output. It reports false when no step is id.
+func (s *Store) StepLog(id, line string) (BuildStep, bool) {
+	v, ok := s.steps.Load(id)
+	if !ok {
+		return BuildStep{}, false
+	}
+	r := v.(*runningStep)
+	r.out.Printf("==> network: %s", line)
+	return r.step, true
 }

@@ -106,6 +106,8 @@ type Store struct {
 	starter StartSnapshotter // takes start snapshots; nil: builds take none
 
 	mu sync.Mutex // serialises the final renames
+
+	steps sync.Map // id of a running RUN step in a StepNetwork → *runningStep
 }
 
 var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) }) // compiled on first use, not at every start of the binary
