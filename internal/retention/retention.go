@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	cove "github.com/cove-dev/cove/sdk"
+
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -59,18 +61,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Status is one dataset's line in `cove admin status`: what it keeps, for how long, and how
+// Status is one dataset's line in `cove admin status` (the SDK's StoreStatus, the one shape of
+// GET /admin/status): what it keeps, for how long, and how
 // big it is now.
-type Status struct {
-	Dataset     string    `json:"dataset"`
-	TTLSeconds  int64     `json:"ttlSeconds"` // 0: no TTL
-	MaxRows     int64     `json:"maxRows"`    // 0: no cap
-	Rows        int64     `json:"rows"`
-	Bytes       int64     `json:"bytes"`
-	Oldest      time.Time `json:"oldest,omitzero"`
-	PrunedTotal int64     `json:"prunedTotal"` // since the server started
-	LastPruneAt time.Time `json:"lastPruneAt,omitzero"`
-}
+type Status = cove.StoreStatus
 
 // Retainer runs the prune loop and answers status.
 type Retainer struct {
