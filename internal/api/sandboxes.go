@@ -175,7 +175,11 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, c caller) error {
 		w.Header().Set("X-Next-Token", page.Next)
 	}
 	w.Header().Set("X-Total-Running", strconv.Itoa(page.Total))
-	writeJSON(w, http.StatusOK, a.details(page.Sandboxes))
+	out, err := a.details(r.Context(), page.Sandboxes)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -210,7 +214,11 @@ func (a *api) listLegacy(w http.ResponseWriter, r *http.Request, c caller) error
 		f.Next = page.Next
 	}
 	w.Header().Set("X-Total-Running", strconv.Itoa(total))
-	writeJSON(w, http.StatusOK, a.details(all))
+	out, err := a.details(r.Context(), all)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

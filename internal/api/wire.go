@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+
 	"github.com/cove-dev/cove/internal/store"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -64,12 +66,19 @@ func (a *api) detail(sb *store.Sandbox, withToken bool) sandboxJSON {
 	return out
 }
 
-func (a *api) details(sbs []*store.Sandbox) []sandboxJSON {
+// details renders a listing; each entry carries its volumeMounts, as E2B's ListedSandbox does.
+func (a *api) details(ctx context.Context, sbs []*store.Sandbox) ([]sandboxJSON, error) {
 	out := make([]sandboxJSON, 0, len(sbs))
 	for _, sb := range sbs {
-		out = append(out, a.detail(sb, false))
+		d := a.detail(sb, false)
+		mounts, err := a.volumeMountsOf(ctx, sb.TeamID, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		d.VolumeMounts = mounts
+		out = append(out, d)
 	}
-	return out
+	return out, nil
 }
 
 // domain is null when Cove has no sandbox domain, so SDKs keep their configured URLs.

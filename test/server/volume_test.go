@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // TestOfficialSDKVolumes runs test/compat/volume.test.mjs: the npm SDK's Volume class and
@@ -72,6 +76,77 @@ func TestVolumeContentAuth(t *testing.T) {
 		}
 		if code, out, _ := a.do(http.MethodPost, "/volumes", map[string]any{"name": "auth-big", "sizeMB": -1}); code != http.StatusBadRequest || !strings.Contains(out["message"].(string), "sizeMB") {
 			t.Errorf("a negative size: %d %v", code, out)
+		}
+	})
+}
+
+// TestVolumeMountsListed: GET /v2/sandboxes and the legacy GET /sandboxes give each sandbox's
+// volumeMounts, as E2B's ListedSandbox does and as GET /sandboxes/{id} does.
+func TestVolumeMountsListed(t *testing.T) {
+	covetest.Skip(t)
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--network=false", "--volume-size-mb", "8"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	vol, err := c.CreateVolumeWith(ctx, "listed-vol", cove.VolumeOptions{SizeMB: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cove.VolumeMount{Name: vol.Name, Path: "/mnt/listed", ReadOnly: true}
+	with, err := c.Create(ctx, cove.SandboxOptions{Timeout: 3 * time.Minute, VolumeMounts: []cove.VolumeMount{want}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { with.Kill(context.Background()) })
+	without, err := c.Create(ctx, cove.SandboxOptions{Timeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { without.Kill(context.Background()) })
+	t.Run("the v2 listing gives each sandbox its own mounts", func(t *testing.T) {
+		seen := 0
+		for info, err := range c.List(ctx, cove.ListOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch info.SandboxID {
+			case with.ID:
+				seen++
+				if len(info.VolumeMounts) != 1 || info.VolumeMounts[0] != want {
+					t.Errorf("listed mounts of the sandbox with a volume: %+v, want [%+v]", info.VolumeMounts, want)
+				}
+			case without.ID:
+				seen++
+				if len(info.VolumeMounts) != 0 {
+					t.Errorf("listed mounts of the sandbox without a volume: %+v", info.VolumeMounts)
+				}
+			}
+		}
+		if seen != 2 {
+			t.Errorf("saw %d of the 2 sandboxes in the listing", seen)
+		}
+	})
+	t.Run("the legacy listing gives them too", func(t *testing.T) {
+		a := client{t: t, url: s.URL, key: s.Key}
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/sandboxes", nil)
+		req.Header.Set("X-API-Key", a.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var list []cove.SandboxInfo
+		if err := json.NewDecoder(res.Body).Decode(&list); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET /sandboxes: %d %v", res.StatusCode, err)
+		}
+		found := false
+		for _, info := range list {
+			if info.SandboxID == with.ID {
+				found = len(info.VolumeMounts) == 1 && info.VolumeMounts[0] == want
+			}
+		}
+		if !found {
+			t.Errorf("GET /sandboxes did not list %s with mount %+v: %+v", with.ID, want, list)
 		}
 	})
 }
