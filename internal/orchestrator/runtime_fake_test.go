@@ -53,8 +53,8 @@ type fakeSandbox struct {
 	ports map[int]string // other ports inside the sandbox: address to dial on loopback
 
 	stdoutW, stderrW *io.PipeWriter
-	exit             chan runtime.Exit // buffered 1: the init's exit
-	exited           chan struct{}     // closed at the exit
+	exit             runtime.Exit  // the init's exit, set before exited is closed
+	exited           chan struct{} // closed at the exit: every Wait sees it
 	oom              chan uint64
 	exitOnce         sync.Once
 	downOnce         sync.Once
@@ -102,7 +102,7 @@ func newFakeSandbox(id string, down bool) (*fakeSandbox, *runtime.Sandbox) {
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
 	sb := &fakeSandbox{id: id, state: runtime.StateRunning, ports: map[int]string{}, stdoutW: outW, stderrW: errW,
-		exit: make(chan runtime.Exit, 1), exited: make(chan struct{}), oom: make(chan uint64, 8)}
+		exited: make(chan struct{}), oom: make(chan uint64, 8)}
 	sb.envd = envd.New(envd.Config{
 		Logger: slog.New(slog.NewJSONHandler(errW, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Sink:   process.NewSink(outW, process.Budget{}),
@@ -146,8 +146,8 @@ func (f *fakeRuntime) Wait(ctx context.Context, id string) (runtime.Exit, error)
 		return runtime.Exit{}, err
 	}
 	select {
-	case ex := <-sb.exit:
-		return ex, nil
+	case <-sb.exited:
+		return sb.exit, nil
 	case <-ctx.Done():
 		return runtime.Exit{}, ctx.Err()
 	}
@@ -241,7 +241,7 @@ func (sb *fakeSandbox) killProcesses(ctx context.Context) {
 // endInit makes the sandbox's init exit, once.
 func (sb *fakeSandbox) endInit(ex runtime.Exit) {
 	sb.exitOnce.Do(func() {
-		sb.exit <- ex
+		sb.exit = ex
 		close(sb.exited)
 		close(sb.oom)
 	})
