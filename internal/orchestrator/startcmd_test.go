@@ -2,9 +2,12 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,4 +80,57 @@ func TestATemplatesStartCommandRunsOrItsSnapshotIsRestored(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestABuildTakesAStartSnapshotOnceTheReadyCheckPasses(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("needs bash on the host: envd runs in-process here")
+	}
+	h := newHarness(t, withCheckpoints)
+	marker := filepath.Join(t.TempDir(), "started")
+	tmpl, err := h.templates.Get("base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.StartCmd, tmpl.ReadyCmd = "echo warming up; touch "+marker+"; exec sleep 60", "test -f "+marker
+	dir := filepath.Join(t.TempDir(), template.StartSnapshotDir)
+	var lines []string
+	var mu sync.Mutex
+	sn, err := h.o.SnapshotStart(h.ctx("req-build"), tmpl, dir, func(l string) { mu.Lock(); lines = append(lines, l); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.rt.mu.Lock()
+	made := slices.Clone(h.rt.made)
+	h.rt.mu.Unlock()
+	t.Run("the snapshot is the build sandbox's checkpoint, exported to the template's dir", func(t *testing.T) {
+		origin, err := os.ReadFile(filepath.Join(dir, "checkpoint", "origin"))
+		if err != nil || len(made) != 1 || string(origin) != made[0] || sn.Bytes != ckBytes || sn.Dir != dir {
+			t.Errorf("origin %q (%v), made %v, snapshot %+v", origin, err, made, sn)
+		}
+	})
+	t.Run("the build's log shows the start command's output and the ready time", func(t *testing.T) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(lines, "    start: warming up") {
+			t.Errorf("log %q", lines)
+		}
+	})
+	t.Run("the build sandbox is gone and counts against no quota", func(t *testing.T) {
+		if !h.rt.wasDestroyed(made[0]) {
+			t.Error("not destroyed")
+		}
+		h.o.mu.Lock()
+		n := len(h.o.creating)
+		h.o.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%d creating", n)
+		}
+	})
+	t.Run("a runtime that cannot checkpoint here refuses before starting anything", func(t *testing.T) {
+		h.ck().setErr(func(c *ckRuntime) { c.canErr = errFake })
+		if _, err := h.o.SnapshotStart(h.ctx("req-build"), tmpl, filepath.Join(t.TempDir(), "x"), func(string) {}); !errors.Is(err, template.ErrNoStartSnapshot) {
+			t.Errorf("err %v", err)
+		}
+	})
 }
