@@ -48,7 +48,7 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 	if err != nil {
 		// It runs on, reachable through its namespace, without egress: better than killed.
 		o.logger(ctx).Error("sandbox adopted without its network", "error", err.Error())
-		sb.AllowInternet = false
+		sb.AllowInternet, err = false, nil // handled: without this the sandbox was killed below
 	}
 	defer func() {
 		if err != nil {

@@ -30,9 +30,10 @@ import (
 type fakeRuntime struct {
 	mu        sync.Mutex
 	sandboxes map[string]*fakeSandbox
-	leftovers []string // ids List reports that no Create made (a crash's leftovers)
-	destroyed []string // every id Destroy was called for, in order
-	made      []string // every id Create made
+	leftovers []string                // ids List reports that no Create made (a crash's leftovers)
+	destroyed []string                // every id Destroy was called for, in order
+	made      []string                // every id Create made
+	specs     map[string]runtime.Spec // what each Create was asked for, by id
 
 	// Errors the next calls return, set by a test.
 	createErr, freezeErr, thawErr, listErr error
@@ -52,14 +53,15 @@ type fakeSandbox struct {
 	ports map[int]string // other ports inside the sandbox: address to dial on loopback
 
 	stdoutW, stderrW *io.PipeWriter
-	exit             chan runtime.Exit // buffered 1: the init's exit
-	exited           chan struct{}     // closed at the exit
+	exit             runtime.Exit  // the init's exit, set before exited is closed
+	exited           chan struct{} // closed at the exit: every Wait sees it
 	oom              chan uint64
 	exitOnce         sync.Once
+	downOnce         sync.Once
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{sandboxes: map[string]*fakeSandbox{}, created: make(chan string, 64)}
+	return &fakeRuntime{sandboxes: map[string]*fakeSandbox{}, specs: map[string]runtime.Spec{}, created: make(chan string, 64)}
 }
 
 func (f *fakeRuntime) get(id string) (*fakeSandbox, error) {
@@ -82,10 +84,25 @@ func (f *fakeRuntime) Create(ctx context.Context, spec runtime.Spec) (*runtime.S
 	if createErr != nil {
 		return nil, createErr
 	}
+	sb, rsb := newFakeSandbox(spec.ID, down)
+	f.mu.Lock()
+	f.sandboxes[spec.ID] = sb
+	f.made = append(f.made, spec.ID)
+	f.specs[spec.ID] = spec
+	f.mu.Unlock()
+	f.created <- spec.ID
+	if gate != nil {
+		<-gate
+	}
+	return rsb, nil
+}
+
+// newFakeSandbox starts a sandbox's envd (broken when down) on loopback, with its pipes.
+func newFakeSandbox(id string, down bool) (*fakeSandbox, *runtime.Sandbox) {
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
-	sb := &fakeSandbox{id: spec.ID, state: runtime.StateRunning, ports: map[int]string{}, stdoutW: outW, stderrW: errW,
-		exit: make(chan runtime.Exit, 1), exited: make(chan struct{}), oom: make(chan uint64, 8)}
+	sb := &fakeSandbox{id: id, state: runtime.StateRunning, ports: map[int]string{}, stdoutW: outW, stderrW: errW,
+		exited: make(chan struct{}), oom: make(chan uint64, 8)}
 	sb.envd = envd.New(envd.Config{
 		Logger: slog.New(slog.NewJSONHandler(errW, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Sink:   process.NewSink(outW, process.Budget{}),
@@ -95,15 +112,7 @@ func (f *fakeRuntime) Create(ctx context.Context, spec runtime.Spec) (*runtime.S
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "envd is broken", http.StatusBadGateway) })
 	}
 	sb.http = httptest.NewServer(h)
-	f.mu.Lock()
-	f.sandboxes[spec.ID] = sb
-	f.made = append(f.made, spec.ID)
-	f.mu.Unlock()
-	f.created <- spec.ID
-	if gate != nil {
-		<-gate
-	}
-	return &runtime.Sandbox{ID: spec.ID, Pid: 1, Stdout: outR, Stderr: errR}, nil
+	return sb, &runtime.Sandbox{ID: id, Pid: 1, Stdout: outR, Stderr: errR}
 }
 
 func (f *fakeRuntime) Start(ctx context.Context, id string) error { _, err := f.get(id); return err }
@@ -137,8 +146,8 @@ func (f *fakeRuntime) Wait(ctx context.Context, id string) (runtime.Exit, error)
 		return runtime.Exit{}, err
 	}
 	select {
-	case ex := <-sb.exit:
-		return ex, nil
+	case <-sb.exited:
+		return sb.exit, nil
 	case <-ctx.Done():
 		return runtime.Exit{}, ctx.Err()
 	}
@@ -199,14 +208,22 @@ func (f *fakeRuntime) Destroy(ctx context.Context, id string) error {
 	if sb == nil {
 		return nil
 	}
-	// The pipes go first: envd dies with the sandbox and writes no end record of its own.
-	_ = sb.stdoutW.Close()
-	_ = sb.stderrW.Close()
-	sb.killProcesses(ctx)
-	sb.http.Close()
-	sb.envd.Close()
-	sb.endInit(runtime.Exit{Code: -1, Signal: "killed"})
+	sb.shutDown(ctx, runtime.Exit{Code: -1, Signal: "killed"})
 	return nil
+}
+
+// shutDown ends the sandbox's envd and init once: at a destroy, a checkpoint, or when another
+// server takes it over.
+func (sb *fakeSandbox) shutDown(ctx context.Context, ex runtime.Exit) {
+	sb.downOnce.Do(func() {
+		// The pipes go first: envd dies with the sandbox and writes no end record of its own.
+		_ = sb.stdoutW.Close()
+		_ = sb.stderrW.Close()
+		sb.killProcesses(ctx)
+		sb.http.Close()
+		sb.envd.Close()
+	})
+	sb.endInit(ex)
 }
 
 func (sb *fakeSandbox) killProcesses(ctx context.Context) {
@@ -224,7 +241,7 @@ func (sb *fakeSandbox) killProcesses(ctx context.Context) {
 // endInit makes the sandbox's init exit, once.
 func (sb *fakeSandbox) endInit(ex runtime.Exit) {
 	sb.exitOnce.Do(func() {
-		sb.exit <- ex
+		sb.exit = ex
 		close(sb.exited)
 		close(sb.oom)
 	})

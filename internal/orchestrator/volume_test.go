@@ -1,0 +1,181 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/snapshot"
+	"github.com/cove-dev/cove/reason"
+)
+
+// withVolumes gives the harness a volume store of plain directories (sized volumes are
+// loop-mounted images: root and mkfs, tested in internal/snapshot).
+func withVolumes(t *testing.T) option {
+	vols, err := snapshot.OpenVolumes(filepath.Join(t.TempDir(), "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *Config) { c.Volumes = vols }
+}
+
+func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
+	h := newHarness(t, withVolumes(t), withSnapshots(t, filepath.Join(t.TempDir(), "snapshots")))
+	ctx := h.ctx("req-vol")
+	vol, err := h.o.CreateVolume(ctx, h.team, "data", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := h.create(CreateRequest{VolumeMounts: []VolumeMount{{Name: "data", Path: "/data/"}}})
+
+	t.Run("the writer's sandbox gets the volume's directory bound read-write at the clean path", func(t *testing.T) {
+		h.rt.mu.Lock()
+		binds := h.rt.specs[writer.ID].Binds
+		h.rt.mu.Unlock()
+		want := runtime.Bind{Source: h.o.cfg.Volumes.DataDir(vol.ID), Target: "/data"}
+		if !slices.Contains(binds, want) {
+			t.Errorf("binds %+v lack %+v", binds, want)
+		}
+		mounts, err := h.o.VolumeMountsOf(ctx, h.team, writer.ID)
+		if err != nil || !slices.Equal(mounts, []VolumeMount{{Name: "data", Path: "/data"}}) {
+			t.Errorf("mounts %+v, %v", mounts, err)
+		}
+	})
+	t.Run("a second read-write mount is a conflict and starts nothing", func(t *testing.T) {
+		before, _ := h.rt.List(context.Background())
+		_, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team, VolumeMounts: []VolumeMount{{Name: vol.ID, Path: "/data"}}})
+		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), writer.ID) {
+			t.Fatalf("create: %v; want a conflict naming %s", err, writer.ID)
+		}
+		if after, _ := h.rt.List(context.Background()); len(after) != len(before) {
+			t.Errorf("runtime sandboxes %v, were %v", after, before)
+		}
+	})
+	var readers []string
+	t.Run("many sandboxes mount it read-only beside the writer", func(t *testing.T) {
+		for range 2 {
+			sb := h.create(CreateRequest{VolumeMounts: []VolumeMount{{Name: "data", Path: "/ro", ReadOnly: true}}})
+			readers = append(readers, sb.ID)
+			if m, _ := h.o.VolumeMountsOf(ctx, h.team, sb.ID); len(m) != 1 || !m[0].ReadOnly {
+				t.Errorf("mounts of a reader %+v", m)
+			}
+		}
+	})
+	t.Run("a sandbox with volumes cannot be forked yet", func(t *testing.T) {
+		if _, err := h.o.Fork(ctx, h.team, writer.ID, 1, 0); !errors.Is(err, ErrConflict) {
+			t.Errorf("fork: %v", err)
+		}
+	})
+	t.Run("a mounted volume cannot be deleted", func(t *testing.T) {
+		if err := h.o.DeleteVolume(ctx, h.team, "data"); !errors.Is(err, ErrConflict) {
+			t.Errorf("delete: %v", err)
+		}
+	})
+	t.Run("once its sandboxes are killed the volume is deleted and gone", func(t *testing.T) {
+		for _, id := range append([]string{writer.ID}, readers...) {
+			if err := h.o.Kill(ctx, h.team, id, reason.KillRequest, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.o.DeleteVolume(ctx, h.team, "data"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.o.Volume(ctx, h.team, vol.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("volume after its delete: %v", err)
+		}
+	})
+}
+
+func TestVolumeRequestsAreChecked(t *testing.T) {
+	h := newHarness(t, withVolumes(t))
+	ctx := h.ctx("req-vol")
+	vol, err := h.o.CreateVolume(ctx, h.team, "cache", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a volume is found by id and name by its team, and by id alone for its content", func(t *testing.T) {
+		for _, key := range []string{vol.ID, "cache"} {
+			if got, err := h.o.Volume(ctx, h.team, key); err != nil || got.ID != vol.ID {
+				t.Errorf("volume %s: %v, %v", key, got, err)
+			}
+		}
+		if got, err := h.o.VolumeByID(ctx, vol.ID); err != nil || got.Token != vol.Token {
+			t.Errorf("by id: %v, %v", got, err)
+		}
+		if l, err := h.o.ListVolumes(ctx, h.team); err != nil || len(l) != 1 {
+			t.Errorf("list: %v, %v", l, err)
+		}
+		if n, err := h.o.VolumeUsage(ctx, vol); n != 0 || err != nil {
+			t.Errorf("usage of a volume without a size: %d, %v", n, err)
+		}
+		f, err := h.o.VolumeFiles(ctx, vol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+	})
+	for _, tt := range []struct {
+		name string
+		call func() error
+		want error
+		says string
+	}{
+		{"another team's volume is not found", func() error { _, err := h.o.Volume(ctx, "other-team", "cache"); return err }, ErrNotFound, "not found"},
+		{"an unknown id is not found", func() error { _, err := h.o.VolumeByID(ctx, "vol-0000000000000000"); return err }, ErrNotFound, "not found"},
+		{"a second volume of the name is a conflict", func() error { _, err := h.o.CreateVolume(ctx, h.team, "cache", 0); return err }, ErrConflict, "exists"},
+		{"a bad name is invalid, naming the field", func() error { _, err := h.o.CreateVolume(ctx, h.team, "-bad name", 0); return err }, ErrInvalid, "name:"},
+		{"a bad size is invalid, naming the field", func() error { _, err := h.o.CreateVolume(ctx, h.team, "tiny", -1); return err }, ErrInvalid, "sizeMB:"},
+		{"deleting another team's volume is not found", func() error { return h.o.DeleteVolume(ctx, "other-team", vol.ID) }, ErrNotFound, "not found"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.call(); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("err %v; want %v saying %q", err, tt.want, tt.says)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name   string
+		mounts []VolumeMount
+	}{
+		{"a relative mount path is invalid", []VolumeMount{{Name: "cache", Path: "data"}}},
+		{"a mount on / is invalid", []VolumeMount{{Name: "cache", Path: "/"}}},
+		{"a mount under /.cove is invalid", []VolumeMount{{Name: "cache", Path: "/.cove/x"}}},
+		{"one path mounted twice is invalid", []VolumeMount{{Name: "cache", Path: "/a", ReadOnly: true}, {Name: "cache", Path: "/a/", ReadOnly: true}}},
+		{"an unknown volume is invalid", []VolumeMount{{Name: "nope", Path: "/a"}}},
+	} {
+		t.Run(tt.name+" and starts nothing", func(t *testing.T) {
+			_, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team, VolumeMounts: tt.mounts})
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "volumeMounts") {
+				t.Errorf("create: %v; want invalid volumeMounts", err)
+			}
+			if ids, _ := h.rt.List(context.Background()); len(ids) != 0 {
+				t.Errorf("runtime holds %v", ids)
+			}
+		})
+	}
+	t.Run("a server without volumes refuses them and lists none", func(t *testing.T) {
+		h := newHarness(t)
+		if _, err := h.o.CreateVolume(ctx, h.team, "x", 0); !errors.Is(err, ErrInvalid) {
+			t.Errorf("create volume: %v", err)
+		}
+		if _, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team, VolumeMounts: []VolumeMount{{Name: "x", Path: "/x"}}}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("create with a mount: %v", err)
+		}
+		if _, err := h.o.Volume(ctx, h.team, "x"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("volume: %v", err)
+		}
+		if _, err := h.o.VolumeByID(ctx, "x"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("volume by id: %v", err)
+		}
+		if l, err := h.o.ListVolumes(ctx, h.team); l != nil || err != nil {
+			t.Errorf("list: %v, %v", l, err)
+		}
+		if m, err := h.o.VolumeMountsOf(ctx, h.team, "x"); m != nil || err != nil {
+			t.Errorf("mounts: %v, %v", m, err)
+		}
+	})
+}
