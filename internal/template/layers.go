@@ -146,8 +146,8 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 			}
 		}
 	}()
-	diff, wdir, merged := filepath.Join(work, "diff"), filepath.Join(work, "work"), filepath.Join(work, "merged")
-	upper := work // where diff and wdir are while the step runs
+	diff, merged := filepath.Join(work, "diff"), filepath.Join(work, "merged")
+	upper := work // where the step's diff and overlay work dir are while it runs
 	if disk > 0 {
 		upper = filepath.Join(work, "disk")
 		if err := mountStepDisk(cmp.Or(sd.images, s.layersDir()), work, upper, disk); err != nil {
@@ -156,7 +156,7 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		defer runtime.UnmountDisk(upper) // before the deferred removal of work on failure
 	}
 	runDiff := filepath.Join(upper, "diff")
-	wdir = filepath.Join(upper, "work")
+	wdir := filepath.Join(upper, "work")
 	for _, d := range []string{runDiff, wdir, merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return false, err
