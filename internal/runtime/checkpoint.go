@@ -253,13 +253,22 @@ func criuLogErrors(file string) string {
 		return ""
 	}
 	var errs []string
+	last := ""
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, "Error (") && !strings.Contains(l, "RLIMIT_NOFILE") {
 			errs = append(errs, strings.TrimSpace(l))
 		}
+		if strings.TrimSpace(l) != "" {
+			last = strings.TrimSpace(l)
+		}
 	}
 	if len(errs) == 0 {
-		return ""
+		// Killed on a timeout, CRIU logs no error: where it stopped is the clue (such as
+		// "Waiting for 1234 to trap", a breakpoint that never fires).
+		if last == "" {
+			return ""
+		}
+		return " (criu stopped at: " + last + ")"
 	}
 	if len(errs) > 5 {
 		errs = errs[len(errs)-5:]
