@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds CRIU 4.1.1, what Cove's snapshot pause needs, into /usr/local/sbin/criu: Debian 12
 # packages CRIU 3.17, which fails on current kernels. The source is Debian trixie's (through
-# apt's deb-src, from the mirror this machine already uses), with Cove's two patches for
-# Linux 6.16+ and for running without CAP_SYS_RESOURCE (scripts/criu/*.patch), and network
+# apt's deb-src, from the mirror this machine already uses), with Cove's patches for Linux
+# 6.16+, for running without CAP_SYS_RESOURCE, and for machines whose hardware breakpoints
+# never fire (scripts/criu/*.patch), and network
 # locking off by default (a sandbox's network is its own namespace). About two minutes.
 # Idempotent; prints what it does.
 set -euo pipefail

@@ -139,4 +139,5 @@ func (o *Orchestrator) Detach(ctx context.Context) {
 		e.mu.Unlock()
 	}
 	o.logger(ctx).Info("server let go of its sandboxes; the next start adopts them", telemetry.KeySandboxes, n)
+	o.releaseVolumes(ctx)
 }

@@ -47,6 +47,18 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 		return nil, err
 	}
 	ctx = sandboxLog(ctx, e.sb)
+	// The copies mount the parent's volumes, read-only ones as they are; a volume has one
+	// writer, so a read-write one refuses the fork before anything is checkpointed.
+	mounts, err := o.volumeMountsByID(e.sb.TeamID, id)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", id, err)
+	}
+	for _, m := range mounts {
+		if !m.ReadOnly {
+			return nil, fmt.Errorf("fork %s: %w: it mounts volume %s read-write at %s, and a volume has one writer, so its copies could not mount it (mount it with readOnly: true to fork)",
+				id, ErrConflict, o.volumeName(m.Name), m.Path)
+		}
+	}
 	dir := o.cfg.Snapshots.TempDir()
 	defer os.RemoveAll(dir)
 	src, _, err := o.exportInPlace(ctx, e, dir, "fork")
@@ -54,7 +66,7 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
 	from := origin{team: src.TeamID, allowInternet: src.AllowInternet, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
-		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id}
+		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id, volumes: mounts}
 	from.network, from.inbound = o.networkConfig(e)
 	out := make([]ForkResult, count)
 	for i := range out {
@@ -74,7 +86,14 @@ func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name stri
 		return nil, err
 	}
 	ctx = sandboxLog(ctx, e.sb)
+	mounts, err := o.volumeMountsByID(e.sb.TeamID, id)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
 	sn := &snapshot.Snapshot{ID: snapshot.NewID(), Name: name, CreatedAt: time.Now().UTC()}
+	for _, m := range mounts {
+		sn.Volumes = append(sn.Volumes, snapshot.VolumeMount{VolumeID: m.Name, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
 	dir := o.cfg.Snapshots.Dir(sn.ID)
 	src, n, err := o.exportInPlace(ctx, e, dir, "snapshot")
 	if err != nil {
@@ -150,8 +169,6 @@ func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose
 		return copySandbox(e.sb), n, err
 	case e.sb.State == store.StatePaused:
 		return nil, 0, fmt.Errorf("%w: sandbox %s is frozen: resume it first", ErrConflict, e.sb.ID)
-	case len(e.volumes) > 0:
-		return nil, 0, fmt.Errorf("%w: sandbox %s has volumes mounted: forks and snapshots of such sandboxes are not supported yet", ErrConflict, e.sb.ID)
 	}
 	e.closeAll()
 	if e.envd != nil {
@@ -191,6 +208,7 @@ type origin struct {
 	network                *network.Policy
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string          // where the copy came from, for the created event
+	volumes                []VolumeMount   // the origin's volumes (Name is the id), mounted again at the same paths
 }
 
 // createFromSnapshot starts a sandbox from a snapshot of the caller's team.
@@ -214,9 +232,15 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 		// envd comes back with the snapshot's memory, and its environment with it.
 		o.logger(ctx).Info("envVars ignored: a sandbox from a snapshot keeps the snapshot's environment", telemetry.KeyEnvNames, len(req.EnvVars))
 	}
+	if len(req.VolumeMounts) > 0 {
+		return nil, fmt.Errorf("%w: volumeMounts: a sandbox from a snapshot mounts the snapshot's volumes, at the paths its processes use", ErrInvalid)
+	}
 	from := origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
 		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet,
 		network: req.Network, inbound: network.Inbound{MaskRequestHost: req.MaskRequestHost, HTTPSPorts: req.HTTPSPorts}}
+	for _, m := range sn.Volumes {
+		from.volumes = append(from.volumes, VolumeMount{Name: m.VolumeID, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
 	if req.PrivateTraffic {
 		from.inbound.TrafficToken = randomHex(16)
 	}
@@ -253,6 +277,18 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		sb.Metadata = map[string]string{}
 	}
 	ctx = sandboxLog(ctx, sb)
+	o.mu.Lock()
+	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now) // a copy counts against the team's quotas as a create does
+	o.mu.Unlock()
+	if err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
+		return nil, err
+	}
+	defer func() {
+		o.mu.Lock()
+		delete(o.creating, sb.ID) // registered by now, or failed
+		o.mu.Unlock()
+	}()
 	// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, from.forkedFrom, from.snapshotID)}
 	if err := o.keepSecrets(ctx, e); err != nil {
@@ -275,6 +311,18 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Restore: dir,
 	}
+	// Its processes may hold files open on the origin's volumes: the same volumes at the same
+	// paths, or no copy.
+	for _, m := range from.volumes {
+		if _, err := o.cfg.Volumes.Get(from.team, m.Name); err != nil {
+			return nil, fmt.Errorf("%w: the volume at %s its processes used (%s) was deleted", ErrConflict, m.Path, m.Name)
+		}
+	}
+	vb, vids, err := o.volumeBinds(from.team, sb.ID, from.volumes)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
+	}
+	spec.Binds, e.volumes = append(spec.Binds, vb...), vids
 	// The copy's processes come back in a network of its own, with the same mounts
 	// (resolv.conf, the CA bundle) as the sandbox they were checkpointed in, and its rules.
 	req := withPorts(e, CreateRequest{AllowInternet: from.allowInternet, Network: from.network, PrivateTraffic: from.inbound.TrafficToken != "",

@@ -281,3 +281,20 @@ func TestSnapshotsStartNewSandboxesAndCountOnDisk(t *testing.T) {
 		}
 	})
 }
+
+func TestForkedCopiesCountAgainstTheTeamsQuota(t *testing.T) {
+	h := newHarness(t, withSnapshots(t, filepath.Join(t.TempDir(), "snapshots")),
+		func(c *Config) { c.Quotas = Quotas{Default: Quota{Sandboxes: 2}} })
+	parent := h.create(CreateRequest{})
+	res, err := h.o.Fork(h.ctx("req-fork"), h.team, parent.ID, 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quota *QuotaError
+	if res[0].Err != nil || !errors.As(res[1].Err, &quota) || quota.Limit != "concurrent sandboxes" {
+		t.Fatalf("copies %v, %v: want the first made and the second over the quota of 2", res[0].Err, res[1].Err)
+	}
+	if l, _ := h.rt.List(context.Background()); len(l) != 2 {
+		t.Errorf("runtime sandboxes %v, want the parent and one copy", l)
+	}
+}

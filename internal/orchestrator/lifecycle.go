@@ -678,4 +678,5 @@ func (o *Orchestrator) Shutdown(ctx context.Context) {
 	for _, e := range o.entries() {
 		_ = o.kill(ctx, e, reason.KillServerShutdown, "", "")
 	}
+	o.releaseVolumes(ctx)
 }

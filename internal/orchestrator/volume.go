@@ -138,6 +138,46 @@ func (o *Orchestrator) VolumeMountsOf(ctx context.Context, teamID, sandboxID str
 	return out, nil
 }
 
+// volumeMountsByID returns the volumes sandbox sandboxID mounts as its leases say (an adopted
+// sandbox's too), each named by the volume's id: what a copy of it mounts again.
+func (o *Orchestrator) volumeMountsByID(teamID, sandboxID string) ([]VolumeMount, error) {
+	if o.cfg.Volumes == nil {
+		return nil, nil
+	}
+	mounts, err := o.cfg.Volumes.MountsOf(teamID, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]VolumeMount, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, VolumeMount{Name: m.Volume.ID, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return out, nil
+}
+
+// releaseVolumes unmounts the sized volumes no sandbox of this server still mounts: the last
+// step of a stop, after the sandboxes were killed or let go.
+func (o *Orchestrator) releaseVolumes(ctx context.Context) {
+	if o.cfg.Volumes == nil {
+		return
+	}
+	ids, err := o.cfg.Volumes.UnmountIdle(o.holdsVolumes)
+	if err != nil {
+		o.logger(ctx).Error("volumes left mounted at the stop", telemetry.KeyError, err.Error())
+	}
+	if len(ids) > 0 {
+		o.logger(ctx).Info("volumes unmounted at the stop", telemetry.KeyVolumes, len(ids))
+	}
+}
+
+// volumeName is volume id's name, or the id of a volume gone.
+func (o *Orchestrator) volumeName(id string) string {
+	if vol, err := o.cfg.Volumes.ByID(id); err == nil {
+		return vol.Name
+	}
+	return id
+}
+
 // VolumeByID returns a volume by id, of whichever team: the content API authenticates by
 // the volume's own token.
 func (o *Orchestrator) VolumeByID(ctx context.Context, id string) (*snapshot.Volume, error) {

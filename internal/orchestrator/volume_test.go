@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/reason"
@@ -65,10 +66,64 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a sandbox with volumes cannot be forked yet", func(t *testing.T) {
-		if _, err := h.o.Fork(ctx, h.team, writer.ID, 1, 0); !errors.Is(err, ErrConflict) {
-			t.Errorf("fork: %v", err)
+	t.Run("a sandbox writing a volume is not forked, and nothing is checkpointed: its copies could not write it", func(t *testing.T) {
+		_, err := h.o.Fork(ctx, h.team, writer.ID, 1, 0)
+		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "volume data read-write at /data") {
+			t.Errorf("fork: %v; want a conflict naming the volume and its path", err)
 		}
+		for _, ev := range h.events(writer.ID) {
+			if ev.Type == string(events.SandboxCheckpointed) {
+				t.Errorf("the refused fork checkpointed the writer: %s", ev.Data)
+			}
+		}
+	})
+	t.Run("a reader's forks mount the volume read-only at the same path", func(t *testing.T) {
+		res, err := h.o.Fork(ctx, h.team, readers[0], 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := runtime.Bind{Source: h.o.cfg.Volumes.DataDir(vol.ID), Target: "/ro", ReadOnly: true}
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			h.rt.mu.Lock()
+			binds := h.rt.specs[r.Sandbox.ID].Binds
+			h.rt.mu.Unlock()
+			if !slices.Contains(binds, want) {
+				t.Errorf("copy binds %+v lack %+v", binds, want)
+			}
+			if m, _ := h.o.VolumeMountsOf(ctx, h.team, r.Sandbox.ID); !slices.Equal(m, []VolumeMount{{Name: "data", Path: "/ro", ReadOnly: true}}) {
+				t.Errorf("copy mounts %+v", m)
+			}
+			readers = append(readers, r.Sandbox.ID)
+		}
+	})
+	var snap *snapshot.Snapshot
+	t.Run("a writer's snapshot keeps its mounts; a sandbox from it writes the volume once the writer is gone", func(t *testing.T) {
+		var err error
+		if snap, err = h.o.CreateSnapshot(ctx, h.team, writer.ID, "with-data"); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(snap.Volumes, []snapshot.VolumeMount{{VolumeID: vol.ID, Path: "/data"}}) {
+			t.Errorf("snapshot volumes %+v", snap.Volumes)
+		}
+		_, err = h.o.Create(h.ctx("req-from-snap"), CreateRequest{TeamID: h.team, TemplateID: snap.ID})
+		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), writer.ID) {
+			t.Fatalf("create from the snapshot while the writer lives: %v; want a conflict naming %s", err, writer.ID)
+		}
+		_, err = h.o.Create(h.ctx("req-from-snap"), CreateRequest{TeamID: h.team, TemplateID: snap.ID, VolumeMounts: []VolumeMount{{Name: "data", Path: "/x"}}})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "volumeMounts") {
+			t.Errorf("create from the snapshot with mounts of its own: %v; want invalid naming volumeMounts", err)
+		}
+		if err := h.o.Kill(ctx, h.team, writer.ID, reason.KillRequest, ""); err != nil {
+			t.Fatal(err)
+		}
+		sb := h.create(CreateRequest{TemplateID: snap.ID})
+		if m, _ := h.o.VolumeMountsOf(ctx, h.team, sb.ID); !slices.Equal(m, []VolumeMount{{Name: "data", Path: "/data"}}) {
+			t.Errorf("mounts of the sandbox from the snapshot %+v", m)
+		}
+		readers = append(readers, sb.ID) // killed with the rest below
 	})
 	t.Run("a mounted volume cannot be deleted", func(t *testing.T) {
 		if err := h.o.DeleteVolume(ctx, h.team, "data"); !errors.Is(err, ErrConflict) {
@@ -76,13 +131,16 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 		}
 	})
 	t.Run("once its sandboxes are killed the volume is deleted and gone", func(t *testing.T) {
-		for _, id := range append([]string{writer.ID}, readers...) {
+		for _, id := range readers {
 			if err := h.o.Kill(ctx, h.team, id, reason.KillRequest, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if err := h.o.DeleteVolume(ctx, h.team, "data"); err != nil {
 			t.Fatal(err)
+		}
+		if _, err := h.o.Create(h.ctx("req-from-snap"), CreateRequest{TeamID: h.team, TemplateID: snap.ID}); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
+			t.Errorf("create from a snapshot whose volume is deleted: %v", err)
 		}
 		if _, err := h.o.Volume(ctx, h.team, vol.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("volume after its delete: %v", err)

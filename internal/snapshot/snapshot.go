@@ -42,6 +42,16 @@ type Snapshot struct {
 	// the snapshot get (each in a namespace and address of its own). Nil: it had no network.
 	Network *network.Policy `json:"network,omitempty"`
 	Inbound network.Inbound `json:"inbound,omitzero"`
+	// Volumes are the volumes the sandbox mounted: sandboxes started from the snapshot mount
+	// them again, as they are then (a volume is not part of the snapshot).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+}
+
+// VolumeMount is a volume mounted at a path in a sandbox, by the volume's id.
+type VolumeMount struct {
+	VolumeID string `json:"volumeId"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
 // Store is the snapshots under one directory.

@@ -339,6 +339,39 @@ func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, aliv
 	return nil
 }
 
+// UnmountIdle unmounts the sized volumes no live sandbox mounts (alive says), so a server
+// that stops leaves no loop mount behind but those of the sandboxes that outlive it. It
+// returns the ids of the volumes it unmounted; the next Mount (OpenVolumes at the next
+// start, a create, the content API) mounts them again.
+func (v *Volumes) UnmountIdle(alive func(sandboxID string) bool) ([]string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	entries, err := os.ReadDir(v.dir)
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	var out []string
+	var errs []error
+	for _, e := range entries {
+		if !volumeID.MatchString(e.Name()) {
+			continue
+		}
+		vol, err := v.read(e.Name())
+		if err != nil || vol.SizeBytes == 0 || len(v.holders(vol.ID, alive)) > 0 {
+			continue
+		}
+		if mounted, err := runtime.IsMountPoint(v.DataDir(vol.ID)); err != nil || !mounted {
+			continue
+		}
+		if err := runtime.UnmountDisk(v.DataDir(vol.ID)); err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", vol.Name, err))
+			continue
+		}
+		out = append(out, vol.ID)
+	}
+	return out, errors.Join(errs...)
+}
+
 // Holders returns the live sandboxes that mount vol, sorted.
 func (v *Volumes) Holders(vol *Volume, alive func(sandboxID string) bool) []string {
 	v.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -306,6 +307,28 @@ func TestVolumeQuota(t *testing.T) {
 			t.Errorf("the new mount does not see the held filesystem's write: %q", b)
 		}
 		_ = os.Remove(filepath.Join(hold, "via-hold"))
+	})
+	t.Run("a stop unmounts the sized volumes no live sandbox holds, and keeps the held ones", func(t *testing.T) {
+		idle, err := vs.Create("t1", "idle", 4<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := vs.Claim(vol, "sb-live", "/data", false, func(string) bool { return true }); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := vs.UnmountIdle(func(id string) bool { return id == "sb-live" })
+		if err != nil || !slices.Equal(ids, []string{idle.ID}) {
+			t.Fatalf("unmounted %v, %v; want only %s", ids, err, idle.ID)
+		}
+		if m, _ := runtime.IsMountPoint(vs.DataDir(idle.ID)); m {
+			t.Errorf("the idle volume is still mounted")
+		}
+		if m, _ := runtime.IsMountPoint(vs.DataDir(vol.ID)); !m {
+			t.Errorf("the held volume was unmounted")
+		}
+		if err := vs.Delete("t1", idle.ID, func(string) bool { return false }); err != nil {
+			t.Fatal(err)
+		}
 	})
 	t.Run("a deleted volume is unmounted and gone", func(t *testing.T) {
 		files.Close()

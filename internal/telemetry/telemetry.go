@@ -107,6 +107,7 @@ const (
 	KeyVolumeID            = "volume.id"
 	KeyVolumeName          = "volume.name"
 	KeyVolumeSizeBytes     = "volume.size_bytes"
+	KeyVolumes             = "volumes"
 
 	// envd's processes, files and streams.
 	KeyProcessCommand      = "process.command"

@@ -61,14 +61,39 @@ func TestForkAndSnapshotVerbs(t *testing.T) {
 		if r := c.run("volume", "rm", vol); r.code == 0 || !strings.Contains(r.stderr, "mounted") {
 			t.Errorf("rm of a mounted volume: %s", r)
 		}
-		if r := c.run("sandbox", "fork", second); r.code == 0 || !strings.Contains(r.stderr, "volumes") {
-			t.Errorf("fork of a sandbox with a volume: %s", r)
+		if r := c.run("sandbox", "fork", second); r.code == 0 || !strings.Contains(r.stderr, "volume cli-data read-write at /mnt/data") {
+			t.Errorf("fork of a sandbox writing a volume: %s", r)
 		}
+		// A snapshot keeps the mounts: a sandbox from it mounts the volume again, read-write
+		// once the writer is gone; a reader's forks mount it read-only.
+		snap := strings.TrimSpace(c.ok("snapshot", "create", second).stdout)
 		c.ok("sandbox", "kill", second)
+		third := c.create("--template", snap)
+		if out := c.ok("exec", third, "--", "sh -c 'echo third >> /mnt/data/f; cat /mnt/data/f'").stdout; !strings.Contains(out, "kept\nagain\nthird") {
+			t.Errorf("the volume in a sandbox from the snapshot: %q", out)
+		}
+		reader := c.create("--volume", "cli-data:/mnt/data:ro")
+		kids := strings.Fields(c.ok("sandbox", "fork", reader, "--count", "1").stdout)
+		if len(kids) != 1 {
+			t.Fatalf("fork of the reader printed %q", kids)
+		}
+		if out := c.ok("exec", kids[0], "--", "cat /mnt/data/f").stdout; !strings.Contains(out, "third") {
+			t.Errorf("the volume in the reader's fork: %q", out)
+		}
+		if r := c.run("exec", kids[0], "--", "sh -c 'echo no > /mnt/data/no'"); r.code == 0 || !strings.Contains(r.stdout+r.stderr, "Read-only file system") {
+			t.Errorf("a write in the fork's read-only mount: %s", r)
+		}
+		for _, id := range []string{third, reader, kids[0]} {
+			c.ok("sandbox", "kill", id)
+		}
 		c.ok("volume", "rm", "cli-data")
 		if out := c.ok("volume", "list").stdout; strings.Contains(out, vol) {
 			t.Errorf("a deleted volume is listed: %q", out)
 		}
+		if r := c.run("sandbox", "create", "--template", snap); r.code == 0 || !strings.Contains(r.stderr, "was deleted") {
+			t.Errorf("create from a snapshot whose volume is deleted: %s", r)
+		}
+		c.ok("snapshot", "rm", snap)
 		if r := c.run("sandbox", "create", "--volume", "cli-data:/mnt/data"); r.code == 0 || !strings.Contains(r.stderr, "volume") {
 			t.Errorf("create with a deleted volume: %s", r)
 		}

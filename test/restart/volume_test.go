@@ -115,4 +115,39 @@ func TestVolumesAcrossACrash(t *testing.T) {
 			t.Errorf("a mount of %s is left", vol.ID)
 		}
 	})
+	t.Run("a stop unmounts the volumes no sandbox holds and keeps the held ones for the sandboxes that outlive it", func(t *testing.T) {
+		idle, err := c.CreateVolumeWith(ctx, "idle-vol", cove.VolumeOptions{SizeMB: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := c.CreateVolumeWith(ctx, "held-vol", cove.VolumeOptions{SizeMB: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder, err := c.Create(ctx, cove.SandboxOptions{Timeout: 5 * time.Minute, VolumeMounts: []cove.VolumeMount{{Name: held.Name, Path: "/mnt/h"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mounted := func(id string) bool {
+			b, _ := os.ReadFile("/proc/self/mountinfo")
+			return bytes.Contains(b, []byte(id+"/data"))
+		}
+		if !mounted(idle.ID) || !mounted(held.ID) {
+			t.Fatalf("before the stop: idle mounted %v, held mounted %v", mounted(idle.ID), mounted(held.ID))
+		}
+		s.Stop() // OnStop keep: the holder runs on
+		if mounted(idle.ID) || !mounted(held.ID) {
+			t.Errorf("after the stop: idle mounted %v (want false), held mounted %v (want true)", mounted(idle.ID), mounted(held.ID))
+		}
+		s.Restart()
+		c = cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+		if err := c.Kill(ctx, holder.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{idle.ID, held.ID} {
+			if err := c.DeleteVolume(ctx, v); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 }
