@@ -1,0 +1,218 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/logs"
+	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/template"
+)
+
+func TestStopActions(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want StopAction
+		err  bool
+	}{{"keep", StopKeep, false}, {"kill", StopKill, false}, {"", "", true}, {"pause", "", true}} {
+		got, err := ParseStopAction(tt.in)
+		if got != tt.want || (err != nil) != tt.err {
+			t.Errorf("ParseStopAction(%q) = %q, %v", tt.in, got, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "keep or kill") {
+			t.Errorf("ParseStopAction(%q) error %q names no choice", tt.in, err)
+		}
+	}
+	if StopAction("").String() != "keep" || StopKill.String() != "kill" {
+		t.Errorf("String: %q %q", StopAction("").String(), StopKill.String())
+	}
+}
+
+// fakeNetwork records attaches and detaches; only what build steps use is implemented.
+type fakeNetwork struct {
+	orchestrator.Network
+	mu       sync.Mutex
+	attached map[string]network.Policy
+	flushed  []string
+	err      error
+}
+
+func (f *fakeNetwork) Attach(_ context.Context, id string, p network.Policy) (*network.Attachment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.attached[id] = p
+	return &network.Attachment{Netns: "/run/netns/" + id, ResolvConf: "/run/resolv/" + id}, nil
+}
+
+func (f *fakeNetwork) Detach(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.attached, id)
+	return nil
+}
+
+func (f *fakeNetwork) FlushDenied(_ context.Context, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushed = append(f.flushed, id)
+}
+
+func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
+	no := false
+	cfg := Config{SandboxMemoryMB: 768, Quotas: orchestrator.Quotas{Teams: map[string]orchestrator.Quota{
+		"small":  {VCPUs: 1, MemoryMB: 256},
+		"closed": {Egress: &orchestrator.Egress{AllowInternetAccess: &no, AllowOut: []string{"198.18.0.0/15"}}},
+		"broken": {Egress: &orchestrator.Egress{DenyOut: []string{"not-a-cidr/99"}}},
+	}}}
+	t.Run("limits: the defaults, clamped to the team's quota, and over it an error naming the field", func(t *testing.T) {
+		sb := buildSandbox(cfg, nil)
+		if sb.DiskSizeMB != 1024 {
+			t.Errorf("disk %d, want the sandbox default 1024", sb.DiskSizeMB)
+		}
+		for _, tt := range []struct {
+			team             string
+			cpus, mem        int
+			wantCPU, wantMem int
+			wantErr          string
+		}{
+			{"open", 0, 0, 2, 768, ""},
+			{"open", 4, 2048, 4, 2048, ""},
+			{"small", 0, 0, 1, 256, ""},
+			{"small", 2, 0, 0, 0, "cpuCount 2"},
+			{"small", 1, 512, 0, 0, "memoryMB 512"},
+		} {
+			cpus, mem, err := sb.Limits(tt.team, tt.cpus, tt.mem)
+			if tt.wantErr != "" {
+				if !errors.Is(err, template.ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("%s %d/%d: %v, want invalid naming %q", tt.team, tt.cpus, tt.mem, err, tt.wantErr)
+				}
+				continue
+			}
+			if err != nil || cpus != tt.wantCPU || mem != tt.wantMem {
+				t.Errorf("%s %d/%d: %d/%d %v, want %d/%d", tt.team, tt.cpus, tt.mem, cpus, mem, err, tt.wantCPU, tt.wantMem)
+			}
+		}
+	})
+	t.Run("a server without networking builds on loopback", func(t *testing.T) {
+		if n := buildSandbox(cfg, nil).Network("open"); n != template.Loopback {
+			t.Errorf("network %v, want loopback", n)
+		}
+	})
+	t.Run("steps attach under the team's egress, flush their denials and detach", func(t *testing.T) {
+		netw := &fakeNetwork{attached: map[string]network.Policy{}}
+		n := buildSandbox(cfg, netw).Network("closed")
+		netns, resolv, err := n.Attach(context.Background(), "step-1")
+		if err != nil || netns != "/run/netns/step-1" || resolv != "/run/resolv/step-1" {
+			t.Fatalf("attach: %q %q %v", netns, resolv, err)
+		}
+		p := netw.attached["step-1"]
+		if p.AllowInternet || p.Team != "closed" || !slices.Equal(p.AllowOutStrings(), []string{"198.18.0.0/15"}) {
+			t.Errorf("policy %+v: want the team's, closed but for 198.18.0.0/15", p)
+		}
+		if s := n.String(); !strings.Contains(s, "internet false") || !strings.Contains(s, "198.18.0.0/15") {
+			t.Errorf("String: %q", s)
+		}
+		if err := n.Detach(context.Background(), "step-1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, left := netw.attached["step-1"]; left || !slices.Equal(netw.flushed, []string{"step-1"}) {
+			t.Errorf("after detach: attached %v, flushed %v", netw.attached, netw.flushed)
+		}
+		if s := buildSandbox(cfg, netw).Network("open").String(); !strings.Contains(s, "no egress rules") {
+			t.Errorf("an open team's network: %q", s)
+		}
+	})
+	t.Run("a team whose egress does not parse gets no network, and says why", func(t *testing.T) {
+		netw := &fakeNetwork{attached: map[string]network.Policy{}}
+		n := buildSandbox(cfg, netw).Network("broken")
+		if _, _, err := n.Attach(context.Background(), "step-2"); err == nil || len(netw.attached) != 0 {
+			t.Errorf("attach: %v, attached %v", err, netw.attached)
+		}
+		if s := n.String(); !strings.Contains(s, "the team's network: ") {
+			t.Errorf("String: %q", s)
+		}
+	})
+	t.Run("an attach the network refuses fails the step", func(t *testing.T) {
+		netw := &fakeNetwork{attached: map[string]network.Policy{}, err: errors.New("pool exhausted")}
+		if _, _, err := buildSandbox(cfg, netw).Network("open").Attach(context.Background(), "step-3"); err == nil || !strings.Contains(err.Error(), "pool exhausted") {
+			t.Errorf("attach: %v", err)
+		}
+	})
+}
+
+// pagedLogs is a LogStore that keeps what it is given and answers in pages of two.
+type pagedLogs struct {
+	mu    sync.Mutex
+	lines []store.LogLine
+}
+
+func (p *pagedLogs) InsertLogs(_ context.Context, lines []store.LogLine) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lines = append(p.lines, lines...)
+	return nil
+}
+
+func (p *pagedLogs) QueryLogs(_ context.Context, q store.LogQuery) (*store.LogPage, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var mine []store.LogLine
+	for _, l := range p.lines {
+		if l.TeamID == q.TeamID && l.SandboxID == q.SandboxID && l.Source == q.Source {
+			mine = append(mine, l)
+		}
+	}
+	from := 0
+	if q.After != nil {
+		from = int(q.After.Seq)
+	}
+	to := min(from+2, len(mine))
+	page := &store.LogPage{Lines: mine[from:to]}
+	if to < len(mine) {
+		page.Next = &store.LogPosition{Seq: int64(to)}
+	}
+	return page, nil
+}
+
+func (p *pagedLogs) PruneLogs(context.Context, time.Time) (int64, error) { return 0, nil }
+
+func TestBuildLogsGoToTheLogStoreUnderTheBuildAndComeBackInOrder(t *testing.T) {
+	db := &pagedLogs{}
+	in := logs.NewIngester(db, logs.Config{MaxLinesPerSecPerSandbox: -1})
+	sink := buildLogSink(in)
+	r := &template.BuildRecord{ID: "build-1", Template: "tpl", TeamID: "team-1", RequestID: "req-1"}
+	var want []string
+	for i, step := range []string{"base", "1", "1", "2", "finalize"} {
+		msg := "line " + string(rune('a'+i))
+		want = append(want, step+":"+msg)
+		sink(r, template.LogEntry{Time: time.Unix(int64(1000+i), 0), Level: "info", Message: msg, Step: step})
+	}
+	sink(&template.BuildRecord{ID: "build-2", TeamID: "team-1"}, template.LogEntry{Message: "another build's"})
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := buildLogReader(db)(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []string
+	for _, e := range got {
+		read = append(read, e.Step+":"+e.Message)
+	}
+	if !slices.Equal(read, want) {
+		t.Errorf("read back %q, want %q (over three pages)", read, want)
+	}
+	if db.lines[0].RequestID != "req-1" || db.lines[0].TemplateID != "tpl" || db.lines[0].Fields["build.id"] != "build-1" {
+		t.Errorf("stored line %+v: want the build's request id, template and id", db.lines[0])
+	}
+}
