@@ -92,18 +92,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
-	o.mu.Lock()
-	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now)
-	o.mu.Unlock()
+	release, err := o.reserve(sb, now)
 	if err != nil {
-		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
 		return nil, err
 	}
-	defer func() {
-		o.mu.Lock()
-		delete(o.creating, sb.ID) // when the create failed
-		o.mu.Unlock()
-	}()
+	defer release() // registered live by now, or failed
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
 	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
 	ctx = sandboxLog(ctx, sb)

@@ -277,18 +277,11 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		sb.Metadata = map[string]string{}
 	}
 	ctx = sandboxLog(ctx, sb)
-	o.mu.Lock()
-	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now) // a copy counts against the team's quotas as a create does
-	o.mu.Unlock()
+	release, err := o.reserve(sb, now) // a copy counts against the team's quotas as a create does
 	if err != nil {
-		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
 		return nil, err
 	}
-	defer func() {
-		o.mu.Lock()
-		delete(o.creating, sb.ID) // registered by now, or failed
-		o.mu.Unlock()
-	}()
+	defer release()
 	// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
 	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, from.forkedFrom, from.snapshotID)}
 	if err := o.keepSecrets(ctx, e); err != nil {

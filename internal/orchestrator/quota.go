@@ -10,6 +10,8 @@ import (
 
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Quota bounds what one team may hold at once and how fast it may create. Zero means no
@@ -158,3 +160,20 @@ func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time)
 
 // Unwrap makes a quota refusal a resource-exhausted error: 429 in E2B's shape.
 func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
+
+// reserve admits sb against its team's quotas (as admit) and returns the release of its
+// reservation, for when it is registered live or its create failed.
+func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func(), err error) {
+	o.mu.Lock()
+	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now)
+	o.mu.Unlock()
+	if err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
+		return nil, err
+	}
+	return func() {
+		o.mu.Lock()
+		delete(o.creating, sb.ID)
+		o.mu.Unlock()
+	}, nil
+}

@@ -124,23 +124,18 @@ func (o *Orchestrator) ListVolumes(ctx context.Context, teamID string) ([]*snaps
 
 // VolumeMountsOf returns the volumes a team's sandbox mounts (E2B's volumeMounts of its info).
 func (o *Orchestrator) VolumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]VolumeMount, error) {
-	if o.cfg.Volumes == nil {
-		return nil, nil
-	}
-	mounts, err := o.cfg.Volumes.MountsOf(teamID, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]VolumeMount, 0, len(mounts))
-	for _, m := range mounts {
-		out = append(out, VolumeMount{Name: m.Volume.Name, Path: m.Path, ReadOnly: m.ReadOnly})
-	}
-	return out, nil
+	return o.volumeMounts(teamID, sandboxID, func(v *snapshot.Volume) string { return v.Name })
 }
 
-// volumeMountsByID returns the volumes sandbox sandboxID mounts as its leases say (an adopted
-// sandbox's too), each named by the volume's id: what a copy of it mounts again.
+// volumeMountsByID returns the volumes sandbox sandboxID mounts, each named by the volume's
+// id: what a copy of it mounts again.
 func (o *Orchestrator) volumeMountsByID(teamID, sandboxID string) ([]VolumeMount, error) {
+	return o.volumeMounts(teamID, sandboxID, func(v *snapshot.Volume) string { return v.ID })
+}
+
+// volumeMounts returns the volumes a sandbox mounts as its leases say (an adopted sandbox's
+// too), each named by name.
+func (o *Orchestrator) volumeMounts(teamID, sandboxID string, name func(*snapshot.Volume) string) ([]VolumeMount, error) {
 	if o.cfg.Volumes == nil {
 		return nil, nil
 	}
@@ -150,7 +145,7 @@ func (o *Orchestrator) volumeMountsByID(teamID, sandboxID string) ([]VolumeMount
 	}
 	out := make([]VolumeMount, 0, len(mounts))
 	for _, m := range mounts {
-		out = append(out, VolumeMount{Name: m.Volume.ID, Path: m.Path, ReadOnly: m.ReadOnly})
+		out = append(out, VolumeMount{Name: name(m.Volume), Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out, nil
 }
