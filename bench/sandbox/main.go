@@ -40,7 +40,6 @@ import (
 
 const (
 	envdPort  = 49983
-	netnsDir  = "/run/cove/netns" // runtime.Config's default, which cove server uses
 	memcgRoot = "/sys/fs/cgroup/memory/cove"
 )
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +33,13 @@ func (b *bench) phaseProxy(ctx context.Context) error {
 
 	// Direct: the same sandbox's envd over a connection dialed inside its netns, as the
 	// server's proxy does, minus the proxy.
-	ns := filepath.Join(netnsDir, id)
+	// The sandbox's namespace is the network manager's when the server gives sandboxes a
+	// network, the runtime's pinned one when not: any of its processes' is the same.
+	procs, err := os.ReadFile(filepath.Join(memcgRoot, id, "cgroup.procs"))
+	if err != nil || len(strings.Fields(string(procs))) == 0 {
+		return fmt.Errorf("sandbox %s's processes: %q %v", id, procs, err)
+	}
+	ns := filepath.Join("/proc", strings.Fields(string(procs))[0], "ns", "net")
 	direct := &http.Client{Transport: &http.Transport{
 		Protocols: http1(), MaxIdleConnsPerHost: 4, DisableCompression: true,
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
