@@ -307,6 +307,9 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	// Its processes may hold files open on the origin's volumes: the same volumes at the same
 	// paths, or no copy.
 	for _, m := range from.volumes {
+		if o.cfg.Volumes == nil {
+			break // volumeBinds says why
+		}
 		if _, err := o.cfg.Volumes.Get(from.team, m.Name); err != nil {
 			return nil, fmt.Errorf("%w: the volume at %s its processes used (%s) was deleted", ErrConflict, m.Path, m.Name)
 		}

@@ -118,7 +118,9 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	// finds it frozen. It seizes the processes and thaws the cgroup itself; on a failure
 	// before that, the thaw here lets the sandbox run on.
 	freezer := filepath.Join(cgroupRoot, "freezer", r.cgroupPath(id))
-	if _, err := os.Stat(filepath.Join(freezer, "freezer.state")); err == nil {
+	_, err := os.Stat(filepath.Join(freezer, "freezer.state"))
+	frozen := err == nil
+	if frozen {
 		if err := freezeV1(ctx, freezer, freezePatience); err != nil {
 			sb.checkpointing.Store(false)
 			return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
@@ -126,7 +128,9 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	}
 	if _, err := r.runc(ctx, "checkpoint", "--image-path", img, "--work-path", work, id); err != nil {
 		sb.checkpointing.Store(false)
-		_ = thawV1(filepath.Join(freezer, "freezer.state"))
+		if frozen {
+			_ = thawV1(filepath.Join(freezer, "freezer.state"))
+		}
 		log := filepath.Join(work, "dump.log")
 		// A full disk may not even let CRIU log why: look at the disk too, before the
 		// half-written images are removed.
