@@ -134,7 +134,7 @@ func (o *Orchestrator) volumeMountsByID(teamID, sandboxID string) ([]VolumeMount
 }
 
 // volumeMounts returns the volumes a sandbox mounts as its leases say (an adopted sandbox's
-// too), each named by name.
+// too), each named as name says.
 func (o *Orchestrator) volumeMounts(teamID, sandboxID string, name func(*snapshot.Volume) string) ([]VolumeMount, error) {
 	if o.cfg.Volumes == nil {
 		return nil, nil
