@@ -2,6 +2,8 @@ package runtime_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -972,6 +974,45 @@ func TestCheckpointAndRestore(t *testing.T) {
 		if _, err := r.Restore(context.Background(), s.id); err != nil {
 			t.Errorf("restore after the failed export: %v", err)
 		}
+	})
+	t.Run("a checkpoint whose tmpfs images an older CRIU gzipped restores, /dev/shm and all", func(t *testing.T) {
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+			`echo kept > /dev/shm/f; echo ready; trap 'echo answer-$(cat /dev/shm/f)' USR1; while :; do sleep 0.05; done`)})
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		if _, err := r.Checkpoint(context.Background(), s.id); err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		// The runtime's data dir is one of the parent test's temp dirs (runtimetest.Runc).
+		imgs, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestCheckpointAndRestore*", "*", s.id, "checkpoint", "tmpfs-dev-*.img"))
+		if len(imgs) == 0 {
+			t.Fatal("no tmpfs images in the checkpoint")
+		}
+		for _, img := range imgs {
+			plain, err := os.ReadFile(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plain) > 1 && plain[0] == 0x1f && plain[1] == 0x8b {
+				t.Fatalf("%s is gzipped already: CRIU writes plain tar (scripts/criu/0004)", img)
+			}
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			_, _ = zw.Write(plain)
+			_ = zw.Close()
+			if err := os.WriteFile(img, buf.Bytes(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sb, err := r.Restore(context.Background(), s.id)
+		if err != nil {
+			t.Fatalf("restore from gzipped tmpfs images: %v", err)
+		}
+		out := collect(sb.Stdout)
+		collect(sb.Stderr)
+		if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		out.waitFor(t, "answer-kept", 10*time.Second)
 	})
 	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {
 		if _, err := r.Restore(context.Background(), newID(t)); !errors.Is(err, runtime.ErrNoCheckpoint) {
