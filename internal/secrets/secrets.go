@@ -70,7 +70,9 @@ func Open(path string) (*Store, error) {
 	return s, nil
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+// validName is compiled on first use, not at package init, which every envd start (the
+// same binary) would pay.
+var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`) })
 
 func checkMetadata(md map[string]string) error {
 	if len(md) > 32 {
@@ -113,7 +115,7 @@ func (s *Store) find(team, ref string) *secret {
 // Create stores a new secret with its first version.
 func (s *Store) Create(team, name, value string, md map[string]string) (Info, error) {
 	name = strings.ToLower(name)
-	if !validName.MatchString(name) || strings.HasPrefix(name, "sec_") {
+	if !validName().MatchString(name) || strings.HasPrefix(name, "sec_") {
 		return Info{}, fmt.Errorf("%w: name %q: 1 to 128 of [a-z0-9._-], starting with a letter or digit, not sec_", ErrInvalid, name)
 	}
 	if err := errors.Join(checkValue(value), checkMetadata(md)); err != nil {
