@@ -864,6 +864,22 @@ func memoryHolder(source string, mb int64) string {
 		echo ready; trap 'echo answer' USR1; while :; do sleep 0.05; done`, source, mb, mb<<10)
 }
 
+// restoreAndAsk restores checkpointed sandbox id and sends its init SIGUSR1, which the
+// checkpoint tests' scripts answer on stdout; it returns that stdout.
+func restoreAndAsk(t *testing.T, r *runtime.Runc, id string) *output {
+	t.Helper()
+	sb, err := r.Restore(context.Background(), id)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	out := collect(sb.Stdout)
+	collect(sb.Stderr)
+	if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestCheckpointAndRestore(t *testing.T) {
 	r, rootfs := newRuntime(t)
 	if err := r.CanCheckpoint(); err != nil {
@@ -887,16 +903,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 		if _, err := r.Stats(context.Background(), s.id); err == nil {
 			t.Errorf("the checkpointed sandbox still has cgroups with stats: its memory is not freed")
 		}
-		sb, err := r.Restore(context.Background(), s.id)
-		if err != nil {
-			t.Fatalf("restore: %v", err)
-		}
-		out := collect(sb.Stdout)
-		collect(sb.Stderr)
-		if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
-			t.Fatal(err)
-		}
-		out.waitFor(t, "answer-"+value, 10*time.Second)
+		restoreAndAsk(t, r, s.id).waitFor(t, "answer-"+value, 10*time.Second)
 		if _, err := r.Restore(context.Background(), s.id); !errors.Is(err, runtime.ErrExists) {
 			t.Errorf("restoring a running sandbox: %v, want ErrExists", err)
 		}
@@ -941,16 +948,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 			if info.Bytes+info.ZeroBytes < c.mb<<20 || !c.wantDisk(info.Bytes, c.mb) {
 				t.Errorf("%d MB of %s touched: checkpoint %+v", c.mb, c.source, info)
 			}
-			sb, err := r.Restore(context.Background(), s.id)
-			if err != nil {
-				t.Fatalf("restore: %v", err)
-			}
-			out := collect(sb.Stdout)
-			collect(sb.Stderr)
-			if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
-				t.Fatal(err)
-			}
-			out.waitFor(t, "answer", 10*time.Second)
+			restoreAndAsk(t, r, s.id).waitFor(t, "answer", 10*time.Second)
 		}
 	})
 	t.Run("an export that does not fit is ErrNoSpace and leaves nothing", func(t *testing.T) {
@@ -1003,16 +1001,7 @@ func TestCheckpointAndRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		sb, err := r.Restore(context.Background(), s.id)
-		if err != nil {
-			t.Fatalf("restore from gzipped tmpfs images: %v", err)
-		}
-		out := collect(sb.Stdout)
-		collect(sb.Stderr)
-		if err := syscall.Kill(sb.Pid, syscall.SIGUSR1); err != nil {
-			t.Fatal(err)
-		}
-		out.waitFor(t, "answer-kept", 10*time.Second)
+		restoreAndAsk(t, r, s.id).waitFor(t, "answer-kept", 10*time.Second)
 	})
 	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {
 		if _, err := r.Restore(context.Background(), newID(t)); !errors.Is(err, runtime.ErrNoCheckpoint) {
