@@ -306,15 +306,11 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	}
 	// Its processes may hold files open on the origin's volumes: the same volumes at the same
 	// paths, or no copy.
-	for _, m := range from.volumes {
-		if o.cfg.Volumes == nil {
-			break // volumeBinds says why
-		}
-		if _, err := o.cfg.Volumes.Get(from.team, m.Name); err != nil {
-			return nil, fmt.Errorf("%w: the volume at %s its processes used (%s) was deleted", ErrConflict, m.Path, m.Name)
-		}
-	}
 	vb, vids, err := o.volumeBinds(from.team, sb.ID, from.volumes)
+	if errors.Is(err, snapshot.ErrVolumeNotFound) {
+		// Not the caller's mounts: the origin's, one of them deleted since.
+		return nil, fmt.Errorf("%w: a volume its processes used was deleted (%v)", ErrConflict, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
 	}

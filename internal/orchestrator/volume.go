@@ -38,7 +38,7 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 		}
 		vol, err := o.cfg.Volumes.Get(teamID, m.Name)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
+			return nil, nil, fmt.Errorf("%w: volumeMounts: %w", ErrInvalid, err)
 		}
 		if err := o.cfg.Volumes.Mount(vol); err != nil {
 			return nil, nil, err
@@ -50,7 +50,7 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrConflict, err)
 			}
 			if errors.Is(err, snapshot.ErrVolumeNotFound) {
-				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
+				return nil, nil, fmt.Errorf("%w: volumeMounts: %w", ErrInvalid, err)
 			}
 			return nil, nil, err
 		}
