@@ -174,7 +174,7 @@ func (m *Manager) Reclaim(ctx context.Context, id string) (*Attachment, error) {
 		// The link goes with its peer; the namespace, if it is still pinned, stays (the
 		// sandbox's processes may be in it). Then the slot is made again around it.
 		if l, err := netlink.LinkByName(s.link); err == nil {
-			if err := netlink.LinkDel(l); err != nil {
+			if err := deleteLink(l); err != nil {
 				return fail(fmt.Errorf("delete %s: %w", s.link, err))
 			}
 		}

@@ -211,11 +211,17 @@ func inode(t *testing.T, path string) uint64 {
 func deleteLinkOf(t *testing.T, addr netip.Addr) {
 	t.Helper()
 	links, err := netlink.LinkList()
+	for i := 0; errors.Is(err, netlink.ErrDumpInterrupted) && i < 10; i++ {
+		links, err = netlink.LinkList() // another test's namespace went away meanwhile
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range links {
-		addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+		for i := 0; errors.Is(err, netlink.ErrDumpInterrupted) && i < 10; i++ {
+			addrs, err = netlink.AddrList(l, netlink.FAMILY_V4)
+		}
 		for _, a := range addrs {
 			if a.IP.Equal(addr.AsSlice()) {
 				if err := netlink.LinkDel(l); err != nil {

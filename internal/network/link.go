@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/runtime"
 )
@@ -130,7 +131,7 @@ func (m *Manager) buildSlot(s *slot) (err error) {
 func (m *Manager) removeSlot(s *slot) error {
 	var errs []error
 	if l, err := netlink.LinkByName(s.link); err == nil {
-		if err := netlink.LinkDel(l); err != nil {
+		if err := deleteLink(l); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s: %w", s.link, err))
 		}
 	}
@@ -148,14 +149,14 @@ func (m *Manager) removeSlot(s *slot) error {
 // recorded (m.claims), which they re-claim.
 func (m *Manager) sweep() error {
 	var errs []error
-	links, err := netlink.LinkList()
+	links, err := consistentDump(netlink.LinkList)
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
 		name := l.Attrs().Name
 		if rest, ok := strings.CutPrefix(name, m.cfg.LinkPrefix+"-"); ok && isDigits(rest) && !m.claimed(name) {
-			if err := netlink.LinkDel(l); err != nil {
+			if err := deleteLink(l); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
 			}
 		}
@@ -180,6 +181,31 @@ func (m *Manager) sweep() error {
 	return errors.Join(errs...)
 }
 
+// dumpAttempts bounds the re-reads of a netlink dump that a concurrent change interrupted.
+const dumpAttempts = 10
+
+// consistentDump reads a netlink dump again while the kernel says a change interrupted it
+// (NLM_F_DUMP_INTR: links come and go while another server or the kernel's namespace cleanup
+// works), so a sweep never acts on a half list nor fails for a neighbour's change.
+func consistentDump[T any](dump func() ([]T, error)) ([]T, error) {
+	for i := 1; ; i++ {
+		v, err := dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || i == dumpAttempts {
+			return v, err
+		}
+	}
+}
+
+// deleteLink deletes a link; one already gone is not an error. The kernel removes a veth
+// pair by itself when its peer's namespace is freed, which it does asynchronously: a link
+// listed a moment ago may be gone by the time it is deleted.
+func deleteLink(l netlink.Link) error {
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return err
+	}
+	return nil
+}
+
 func isDigits(s string) bool {
 	if s == "" {
 		return false
@@ -199,7 +225,7 @@ func ipnet(a netip.Addr, bits int) *net.IPNet {
 // checkPoolFree refuses a pool that overlaps a route this server did not make: another
 // server's pool, or a network the host is on.
 func (m *Manager) checkPoolFree() error {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := consistentDump(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
