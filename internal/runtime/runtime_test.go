@@ -859,9 +859,13 @@ func TestAdopt(t *testing.T) {
 // memoryHolder is a script whose dd holds mb MB read from source in its memory (blocked
 // writing into a pipe nobody reads); it prints ready once they are in, and answer on SIGUSR1.
 func memoryHolder(source string, mb int64) string {
+	// Ready once dd has read its whole block (its rchar, bytes returned by read(2)): dd then
+	// blocks writing to sleep, which never reads. Its RSS is no sign: dd's own text counts
+	// there, so RSS reached the size with a megabyte of the block still unread (a CI run
+	// checkpointed 15.9 MiB for "16 MB of /dev/urandom").
 	return fmt.Sprintf(`dd if=%s bs=%dM count=2 iflag=fullblock 2>/dev/null | sleep 100000 &
-		while :; do kb=$(awk '/VmRSS/{print $2}' /proc/$(pidof dd)/status 2>/dev/null); [ "${kb:-0}" -ge %d ] && break; sleep 0.05; done
-		echo ready; trap 'echo answer' USR1; while :; do sleep 0.05; done`, source, mb, mb<<10)
+		while :; do b=$(awk '/^rchar/{print $2}' /proc/$(pidof dd)/io 2>/dev/null); [ "${b:-0}" -ge %d ] && break; sleep 0.05; done
+		echo ready; trap 'echo answer' USR1; while :; do sleep 0.05; done`, source, mb, mb<<20)
 }
 
 // restoreAndAsk restores checkpointed sandbox id and sends its init SIGUSR1, which the
