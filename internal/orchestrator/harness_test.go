@@ -186,13 +186,15 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	}
 }
 
-// waitKilled waits until the sandbox's record says killed.
+// waitKilled waits until the kill of the sandbox has ended: its record says killed, and
+// the "sandbox killed" line, the kill's last step (after the record, then the event), is
+// logged.
 func (h *harness) waitKilled(id string) *store.Sandbox {
 	h.t.Helper()
 	var sb *store.Sandbox
-	h.waitFor("sandbox "+id+" is recorded killed", func() bool {
+	h.waitFor("the kill of "+id+" is recorded and logged", func() bool {
 		sb = h.record(id)
-		return sb.State == store.StateKilled
+		return sb.State == store.StateKilled && len(h.logLines("sandbox killed", id)) > 0
 	})
 	return sb
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,10 @@ func TestTimerExpiry(t *testing.T) {
 	t.Run("a sandbox with auto-pause is paused at its timeout, not killed", func(t *testing.T) {
 		h := newHarness(t)
 		sb := h.create(CreateRequest{Timeout: 20 * time.Millisecond, AutoPause: true})
-		h.waitFor("the sandbox is paused", func() bool { return h.record(sb.ID).State == store.StatePaused })
+		// The record says paused a moment before the event is stored: wait for both.
+		h.waitFor("the sandbox is paused and its event stored", func() bool {
+			return h.record(sb.ID).State == store.StatePaused && slices.Contains(eventTypes(h.events(sb.ID)), string(events.SandboxPaused))
+		})
 		ev, _ := h.event(sb.ID, events.SandboxPaused)
 		if ev.RequestID != SystemRequestID {
 			t.Errorf("pause event request id %q, want %q", ev.RequestID, SystemRequestID)

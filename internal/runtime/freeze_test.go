@@ -96,11 +96,18 @@ func TestFreezeV1WaitsForEveryTask(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Before the freeze every task is named, the busy shell among them.
+	if got, want := unfrozenTasks(dir), fmt.Sprintf("%d (sh) ", busy.Process.Pid); !strings.HasPrefix(got, "; not frozen: ") || !strings.Contains(got, want) {
+		t.Errorf("unfrozenTasks of a thawed cgroup = %q, want it to name %q", got, want)
+	}
 	if err := freezeV1(context.Background(), dir, freezePatience); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); strings.TrimSpace(string(b)) != "FROZEN" {
 		t.Errorf("freezer.state = %s after freezeV1, want FROZEN", b)
+	}
+	if got := unfrozenTasks(dir); got != "" {
+		t.Errorf("unfrozenTasks of a frozen cgroup = %q, want none", got)
 	}
 	if err := thawV1(filepath.Join(dir, "freezer.state")); err != nil {
 		t.Fatal(err)

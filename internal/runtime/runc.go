@@ -501,11 +501,50 @@ func freezeV1(ctx context.Context, dir string, patience time.Duration) error {
 			return nil
 		}
 		if time.Since(begun) > patience || ctx.Err() != nil {
-			err := fmt.Errorf("cgroup freezer still %s after %v", state, time.Since(begun).Round(time.Millisecond))
+			err := fmt.Errorf("cgroup freezer still %s after %v%s", state, time.Since(begun).Round(time.Millisecond), unfrozenTasks(dir))
 			return errors.Join(err, context.Cause(ctx), thawV1(file))
 		}
 		time.Sleep(wait)
 	}
+}
+
+// unfrozenTasks names, for a freeze that did not take, the tasks of the freezer cgroup dir
+// that are not in the refrigerator: their pid, command, state and where they wait (wchan),
+// such as "; not frozen: 1234 (sleep) D in folio_wait_bit". At most five are named.
+func unfrozenTasks(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, pid := range strings.Fields(string(b)) {
+		wchan, _ := os.ReadFile("/proc/" + pid + "/wchan")
+		if w := string(wchan); w == "__refrigerator" || w == "do_freezer_trap" {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue // it exited meanwhile
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses, so cut at the last ')'.
+		desc := pid
+		if open, end := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')'); open > 0 && end > open {
+			desc += " " + string(stat[open:end+1])
+			if f := strings.Fields(string(stat[end+1:])); len(f) > 0 {
+				desc += " " + f[0]
+			}
+		}
+		if len(wchan) > 0 && string(wchan) != "0" {
+			desc += " in " + string(wchan)
+		}
+		if out = append(out, desc); len(out) == 5 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; not frozen: " + strings.Join(out, ", ")
 }
 
 func thawV1(file string) error { return os.WriteFile(file, []byte("THAWED"), 0) }
