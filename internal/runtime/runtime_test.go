@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -994,11 +995,16 @@ func TestCheckpointAndRestore(t *testing.T) {
 		if len(imgs) == 0 {
 			t.Fatal("no tmpfs images in the checkpoint")
 		}
+		tars := 0
 		for _, img := range imgs {
 			plain, err := os.ReadFile(img)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if bytes.HasPrefix(plain, []byte("cove-empty-tmpfs ")) {
+				continue // an empty tmpfs: no archive, from any CRIU (scripts/criu/0007)
+			}
+			tars++
 			if len(plain) > 1 && plain[0] == 0x1f && plain[1] == 0x8b {
 				t.Fatalf("%s is gzipped already: CRIU writes plain tar (scripts/criu/0004)", img)
 			}
@@ -1010,7 +1016,34 @@ func TestCheckpointAndRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if tars < 2 { // /dev and /dev/shm hold files
+			t.Fatalf("%d of the tmpfs images %v are archives, want /dev's and /dev/shm's", tars, imgs)
+		}
 		restoreAndAsk(t, r, s.id).waitFor(t, "answer-kept", 10*time.Second)
+	})
+	t.Run("an empty tmpfs is saved as a marker, and restored with its mode and times", func(t *testing.T) {
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+			`chmod 0710 /dev/shm; touch -d @981173106 /dev/shm; echo ready; trap 'echo answer-$(stat -c %a-%Y /dev/shm)-$(ls -A /dev/shm | wc -l)' USR1; while :; do sleep 0.05; done`)})
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		if _, err := r.Checkpoint(context.Background(), s.id); err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		imgs, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestCheckpointAndRestore*", "*", s.id, "checkpoint", "tmpfs-dev-*.img"))
+		var markers []string
+		for _, img := range imgs {
+			b, err := os.ReadFile(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.HasPrefix(b, []byte("cove-empty-tmpfs v1 ")) {
+				markers = append(markers, strings.TrimSpace(string(b)))
+			}
+		}
+		// /proc/acpi and /sys/firmware (runc's masked paths) and the emptied /dev/shm.
+		if len(markers) < 3 || !slices.ContainsFunc(markers, func(m string) bool { return strings.Contains(m, " mode=710 ") }) {
+			t.Fatalf("empty tmpfs markers %q: want three, one with mode=710", markers)
+		}
+		restoreAndAsk(t, r, s.id).waitFor(t, "answer-710-981173106-0", 10*time.Second)
 	})
 	t.Run("restoring a sandbox without a checkpoint says so", func(t *testing.T) {
 		if _, err := r.Restore(context.Background(), newID(t)); !errors.Is(err, runtime.ErrNoCheckpoint) {
