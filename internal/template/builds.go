@@ -299,7 +299,9 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 			return fmt.Errorf("%w: fromTemplate: %v", ErrInvalid, err)
 		}
 	}
-	release := b.use(r.TeamID, req) // retention keeps the uploads from here on
+	// Retention keeps the uploads from here on, until the build lets go of them just before
+	// its record says it ended (so a prune after a finished record finds them free).
+	release := sync.OnceFunc(b.use(r.TeamID, req))
 	for i, st := range req.Steps {
 		if err := st.validate(i); err != nil {
 			release()
@@ -326,8 +328,8 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	go func() {
 		defer b.wg.Done()
 		defer cancel()
-		defer release()
-		b.run(bctx, r, req)
+		defer release() // when run panics
+		b.run(bctx, r, req, release)
 	}()
 	return nil
 }
@@ -342,7 +344,11 @@ func (b *Builds) log(r *BuildRecord, step, level, msg string) {
 	}
 }
 
-func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
+func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest, release func()) {
+	finish := func(t *Template, err error) {
+		release()
+		b.finish(r, t, err)
+	}
 	if req.FromImage != "" {
 		var cred oci.Credentials
 		if a := req.FromImageRegistry; a != nil {
@@ -350,14 +356,14 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		}
 		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, logWriter(func(line string) { b.log(r, "base", "info", line) }))
 		if err != nil {
-			b.finish(r, nil, &StepError{Index: 0, Step: Step{Kind: "FROM", Args: []string{req.FromImage}}, Err: err})
+			finish(nil, &StepError{Index: 0, Step: Step{Kind: "FROM", Args: []string{req.FromImage}}, Err: err})
 			return
 		}
 		req.FromTemplate = t.Name
 	}
 	net, cpus, mem, err := b.stepSandbox(r)
 	if err != nil {
-		b.finish(r, nil, err)
+		finish(nil, err)
 		return
 	}
 	disk := "no disk limit"
@@ -370,7 +376,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest) {
 		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID, DiskImages: b.dir(),
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)
-	b.finish(r, t, err)
+	finish(t, err)
 }
 
 // finish records how the build r ended: t built, or err.
