@@ -210,18 +210,13 @@ func inode(t *testing.T, path string) uint64 {
 // deleteLinkOf deletes the host link holding addr.
 func deleteLinkOf(t *testing.T, addr netip.Addr) {
 	t.Helper()
-	links, err := netlink.LinkList()
-	for i := 0; errors.Is(err, netlink.ErrDumpInterrupted) && i < 10; i++ {
-		links, err = netlink.LinkList() // another test's namespace went away meanwhile
-	}
+	// Another test's namespaces may go away meanwhile: read the dumps as the manager does.
+	links, err := network.ConsistentDump(netlink.LinkList)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range links {
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
-		for i := 0; errors.Is(err, netlink.ErrDumpInterrupted) && i < 10; i++ {
-			addrs, err = netlink.AddrList(l, netlink.FAMILY_V4)
-		}
+		addrs, _ := network.ConsistentDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 		for _, a := range addrs {
 			if a.IP.Equal(addr.AsSlice()) {
 				if err := netlink.LinkDel(l); err != nil {
