@@ -1,0 +1,143 @@
+package redteam
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// echoServer serves, on port 8080 of a sandbox, the request headers it received as its body.
+const echoServer = `cat > /tmp/rt-echo.py <<'PY'
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = str(self.headers).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
+PY
+nohup python3 /tmp/rt-echo.py >/dev/null 2>&1 &
+for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:8080/ && exit 0; sleep 0.1; done; exit 1`
+
+// TestCredentialForwarding sends requests to a user port of a sandbox through Cove's proxy,
+// carrying the caller's API key (X-API-Key, Authorization: Bearer), a console session cookie
+// and the sandbox's access token: the server in the sandbox must receive none of them.
+func TestCredentialForwarding(t *testing.T) {
+	need(t)
+	defer report(t, classCredentials)
+	var created cove.CreatedSandbox
+	if code, body := call(env.keyA, http.MethodPost, "/sandboxes", map[string]any{"templateID": "base", "timeout": 300, "secure": true}, &created); code != http.StatusCreated || created.SandboxID == "" {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	t.Cleanup(func() { call(env.keyA, http.MethodDelete, "/sandboxes/"+created.SandboxID, nil, nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := client(env.keyA).Connect(ctx, created.SandboxID, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := sh(t, sb, echoServer, time.Minute); code != 0 {
+		t.Fatalf("start the echo server: %d %s", code, out)
+	}
+	token := created.EnvdAccessToken
+	if token == "" {
+		t.Fatal("the secure sandbox has no access token")
+	}
+	const session = "rt-session-9f3a77c1"
+	cases := []struct {
+		name, secret string
+		key          string
+		header       http.Header
+	}{
+		{"X-API-Key", env.keyA, env.keyA, nil},
+		{"Authorization: Bearer <key>", env.keyA, "", http.Header{"Authorization": {"Bearer " + env.keyA}}},
+		{"a cove_session cookie", session, "", http.Header{"Cookie": {"cove_session=" + session + "; rt-keep=1"}}},
+		{"a cove_session cookie among others", session, "", http.Header{"Cookie": {"rt-keep=1; cove_session=" + session}}},
+		{"X-Access-Token", token, "", http.Header{"X-Access-Token": {token}}},
+		{"Authorization: Bearer <access token>", token, "", http.Header{"Authorization": {"Bearer " + token}}},
+	}
+	for _, tc := range cases {
+		h := http.Header{"E2b-Sandbox-Id": {created.SandboxID}, "E2b-Sandbox-Port": {"8080"}, "X-Rt-Control": {"arrived"}}
+		for k, v := range tc.header {
+			h[k] = v
+		}
+		code, body := callHeaders(tc.key, http.MethodGet, "/rt-creds", nil, nil, h)
+		switch {
+		case code != http.StatusOK || !strings.Contains(body, "arrived"):
+			probe(t, classCredentials, tc.name, false, fmt.Sprintf("the request did not reach the sandbox's server: %d %.200s", code, body))
+		default:
+			probe(t, classCredentials, tc.name, !strings.Contains(body, tc.secret), "the sandbox's server received it")
+		}
+	}
+}
+
+// TestResourceBounds: a volume far larger than the free disk is refused; a sandbox cannot
+// open 200k eventfds; a fork bomb's sandbox is killed and gone.
+func TestResourceBounds(t *testing.T) {
+	need(t)
+	defer report(t, classBounds)
+	t.Run("a volume far larger than the free disk is refused", func(t *testing.T) {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(env.server.DataDir, &st); err != nil {
+			t.Fatal(err)
+		}
+		free := int64(st.Bavail) * int64(st.Bsize)
+		sizeMB := min(free*8>>20, 1<<20) // the API's own bound is 1 TiB
+		var vol cove.Volume
+		code, body := call(env.keyA, http.MethodPost, "/volumes", map[string]any{"name": "rt-huge", "sizeMB": sizeMB}, &vol)
+		if vol.ID != "" {
+			call(env.keyA, http.MethodDelete, "/volumes/"+url.PathEscape(vol.ID), nil, nil)
+		}
+		probe(t, classBounds, fmt.Sprintf("a volume of %d MiB with %d MiB free", sizeMB, free>>20),
+			code == http.StatusInsufficientStorage || (code >= 400 && code < 500), fmt.Sprintf("answered %d %.200s", code, body))
+	})
+	t.Run("a sandbox cannot open 200k eventfds", func(t *testing.T) {
+		sb := sandbox(t, env.keyA, cove.SandboxOptions{Timeout: 5 * time.Minute})
+		out, code := sh(t, sb, `python3 -c '
+import os, resource
+s, h = resource.getrlimit(resource.RLIMIT_NOFILE)
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (h, h))
+except Exception:
+    pass
+fds = []
+try:
+    while len(fds) < 200000:
+        fds.append(os.eventfd(0))
+except OSError:
+    pass
+print("opened", len(fds))
+'`, 2*time.Minute)
+		n := -1
+		if _, after, ok := strings.Cut(out, "opened "); ok {
+			n, _ = strconv.Atoi(strings.TrimSpace(after))
+		}
+		t.Logf("the sandbox opened %d eventfds (exit %d)", n, code)
+		probe(t, classBounds, "200k eventfds", code != 0 || (n >= 0 && n < 200000), fmt.Sprintf("the sandbox opened %d: exit %d %.200s", n, code, out))
+	})
+	t.Run("a fork bomb's sandbox is killed and gone", func(t *testing.T) {
+		sb := sandbox(t, env.keyA, cove.SandboxOptions{Timeout: 5 * time.Minute})
+		sh(t, sb, `nohup bash -c ':(){ :|:& };:' >/dev/null 2>&1 &`, 20*time.Second)
+		deadline := time.Now().Add(45 * time.Second)
+		code := 0
+		for time.Now().Before(deadline) {
+			if code, _ = call(env.keyA, http.MethodGet, "/sandboxes/"+sb.ID, nil, nil); code == http.StatusNotFound {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		probe(t, classBounds, "a fork bomb", code == http.StatusNotFound, fmt.Sprintf("45 s on, GET of the sandbox answers %d", code))
+	})
+}
