@@ -31,6 +31,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/templates"
@@ -141,6 +142,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cleanups, err := setup(tmp)
+	cleanups = append([]func(){func() { removeData(tmp) }}, cleanups...)
 	defer func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
@@ -160,6 +162,18 @@ func run(m *testing.M) int {
 		covetest.PrintLog(os.Stderr, env.server.LogPath, 400)
 	}
 	return code
+}
+
+// removeData detaches the volumes' images the server left mounted, then removes tmp.
+func removeData(tmp string) {
+	mnts, _ := filepath.Glob(filepath.Join(tmp, "data", "volumes", "vol-*", "data"))
+	for _, mnt := range mnts {
+		if err := runtime.UnmountDisk(mnt); err != nil {
+			fmt.Fprintf(os.Stderr, "redteam: unmount %s: %v\n", mnt, err)
+			return
+		}
+	}
+	_ = os.RemoveAll(tmp)
 }
 
 // setup starts the fake internet, the resolver and the server with two teams.
@@ -246,10 +260,15 @@ var httpClient = &http.Client{Timeout: 2 * time.Minute}
 // call sends in (JSON unless it is []byte or string) with key and decodes the answer into
 // out when out is not nil; it returns the status (0 when the request failed) and the body.
 func call(key, method, path string, in, out any) (int, string) {
-	return callHeaders(key, method, path, in, out, nil)
+	return callAt(env.server.URL, key, method, path, in, out, nil)
 }
 
 func callHeaders(key, method, path string, in, out any, h http.Header) (int, string) {
+	return callAt(env.server.URL, key, method, path, in, out, h)
+}
+
+// callAt is call to the server at base with the headers h.
+func callAt(base, key, method, path string, in, out any, h http.Header) (int, string) {
 	var body io.Reader
 	switch v := in.(type) {
 	case nil:
@@ -261,7 +280,7 @@ func callHeaders(key, method, path string, in, out any, h http.Header) (int, str
 		b, _ := json.Marshal(v)
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, env.server.URL+path, body)
+	req, err := http.NewRequest(method, base+path, body)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -10,8 +10,11 @@ import (
 )
 
 // client is the SDK as team A (the victim) or B (the attacker) uses it.
-func client(key string) *cove.Client {
-	return cove.NewClient(cove.Config{APIURL: env.server.URL, APIKey: key})
+func client(key string) *cove.Client { return clientAt(env.server.URL, key) }
+
+// clientAt is the SDK of the server at base.
+func clientAt(base, key string) *cove.Client {
+	return cove.NewClient(cove.Config{APIURL: base, APIKey: key})
 }
 
 // sandbox creates a sandbox of key's team, killed when t ends.
