@@ -46,7 +46,7 @@ var env struct {
 	teamA    string
 	keyB     string // a second team: the attacker
 	teamB    string
-	in       *nettest.Internet // web.rt resolves to in.Addr
+	in       *nettest.Internet // web.test resolves to in.Addr
 	resolver *resolver         // on in.Other:53, the server's --network-dns
 	apiPort  string
 }
@@ -187,7 +187,7 @@ func setup(tmp string) (cleanups []func(), err error) {
 	}
 	env.in = in
 	cleanups = append(cleanups, in.Close)
-	in.SetName("web.rt", in.Addr)
+	in.SetName("web.test", in.Addr)
 	env.resolver, err = startResolver(in)
 	if err != nil {
 		return cleanups, err
@@ -305,7 +305,7 @@ func callAt(base, key, method, path string, in, out any, h http.Header) (int, st
 	return res.StatusCode, string(b)
 }
 
-// resolver answers DNS on in.Other:53 (web.rt and other.rt, else NXDOMAIN) and records
+// resolver answers DNS on in.Other:53 (web.test and other.test, else NXDOMAIN) and records
 // every name it is asked.
 type resolver struct {
 	mu    sync.Mutex
@@ -351,7 +351,7 @@ func (r *resolver) answer(q []byte, in *nettest.Internet) []byte {
 	r.names = append(r.names, name)
 	r.mu.Unlock()
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired})
-	addrs := map[string]netip.Addr{"web.rt.": in.Addr, "other.rt.": in.Other}
+	addrs := map[string]netip.Addr{"web.test.": in.Addr, "other.test.": in.Other}
 	a, ok := addrs[name]
 	if !ok {
 		b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RCode: dnsmessage.RCodeNameError})
