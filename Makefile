@@ -102,4 +102,6 @@ clean:
 # (the summary's last lines). Needs root; about five minutes.
 .PHONY: redteam
 redteam: build test-templates
-	COVE_REDTEAM=1 $(GO) test -count=1 -v -timeout 20m ./test/redteam/
+	@mkdir -p $(BIN); COVE_REDTEAM=1 $(GO) test -count=1 -v -timeout 20m ./test/redteam/ >$(BIN)/redteam.txt 2>&1; s=$$?; \
+		grep -E '^(--- FAIL|    --- FAIL|panic)|did not hold' $(BIN)/redteam.txt; \
+		sed -n '/^==> red team summary/,$$p' $(BIN)/redteam.txt; exit $$s

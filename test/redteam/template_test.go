@@ -136,18 +136,36 @@ func TestImageCache(t *testing.T) {
 	need(t)
 	defer report(t, classImageCache)
 	registry := ocitest.Registry(t)
+	image := func(content string) v1.Image {
+		return ocitest.Image(t, runtimetest.BusyboxRootfs(t), map[string]string{
+			"bin/bash":     "#!/bin/sh\nexec /bin/sh \"$@\"\n",
+			"rt-image.txt": content,
+		}, v1.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+	}
+	auth := map[string]any{"type": "registry", "username": ocitest.User, "password": ocitest.Password}
+	// Control: a build from an image nobody poisoned has the image's file.
+	ctlRef := registry + "/rt/control:1"
+	ocitest.Push(t, ctlRef, image("control image\n"))
+	tid, bid, refused, body := startBuild(env.server.URL, env.keyA, "rt-from-control", map[string]any{"fromImage": ctlRef, "fromImageRegistry": auth,
+		"steps": []map[string]any{{"type": "RUN", "args": []string{"true"}}}})
+	if refused != 0 {
+		t.Fatalf("control: a build from an image in the test registry was refused (%d %.200s): the class cannot be judged", refused, body)
+	}
+	if st, why := waitBuild(env.server.URL, env.keyA, tid, bid, 3*time.Minute); st != "ready" {
+		t.Fatalf("control: a build from an image in the test registry ended %s: %s", st, why)
+	}
+	if ok, why := createWorks(t, env.server.URL, env.keyA, tid, "grep -q 'control image' /rt-image.txt"); !ok {
+		t.Fatalf("control: a sandbox from the image lacks its file: %s", why)
+	}
 	ref := registry + "/rt/image:1"
-	img := ocitest.Image(t, runtimetest.BusyboxRootfs(t), map[string]string{
-		"bin/bash":     "#!/bin/sh\nexec /bin/sh \"$@\"\n",
-		"rt-image.txt": "from the image\n",
-	}, v1.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+	img := image("from the image\n")
 	ocitest.Push(t, ref, img)
 	digest, err := img.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	poison := "image-" + digest.Hex[:20]
-	tid, bid, refused, body := startBuild(env.server.URL, env.keyB, poison, map[string]any{"fromTemplate": "base",
+	tid, bid, refused, body = startBuild(env.server.URL, env.keyB, poison, map[string]any{"fromTemplate": "base",
 		"steps": []map[string]any{{"type": "RUN", "args": []string{"echo poisoned > /tmp/rt-poisoned.txt; echo poisoned > rt-poisoned.txt"}}}})
 	if refused == 0 {
 		st, why := waitBuild(env.server.URL, env.keyB, tid, bid, 2*time.Minute)
@@ -156,7 +174,7 @@ func TestImageCache(t *testing.T) {
 		t.Logf("team B's template %s: refused %d %.200s", poison, refused, body)
 	}
 	tid, bid, refused, body = startBuild(env.server.URL, env.keyA, "rt-from-image", map[string]any{"fromImage": ref,
-		"fromImageRegistry": map[string]any{"type": "registry", "username": ocitest.User, "password": ocitest.Password},
+		"fromImageRegistry": auth,
 		"steps":             []map[string]any{{"type": "RUN", "args": []string{"true"}}}})
 	if refused != 0 {
 		probe(t, classImageCache, "A's build from the image", false, fmt.Sprintf("A's build was refused: %d %.200s", refused, body))
