@@ -66,7 +66,7 @@ const (
 )
 
 var classOrder = []string{classTemplateNames, classImageCache, classHeaderRules, classInterceptor, classDNS,
-	classPullSSRF, classCredentials, classBounds, classMalformed, classCrossTenant}
+	classPullSSRF, classCredentials, classBounds, classMalformed, classEnvd, classCrossTenant}
 
 // tally counts probes per class.
 var tally = struct {
