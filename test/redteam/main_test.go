@@ -34,6 +34,7 @@ import (
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/oci/ocitest"
 	"github.com/cove-dev/cove/templates"
 )
 
@@ -63,10 +64,11 @@ const (
 	classBounds        = "resource bounds"
 	classMalformed     = "floor: malformed REST requests"
 	classCrossTenant   = "floor: cross-tenant probes"
+	classPlanted       = "floor: planted secrets"
 )
 
 var classOrder = []string{classTemplateNames, classImageCache, classHeaderRules, classInterceptor, classDNS,
-	classPullSSRF, classCredentials, classBounds, classMalformed, classEnvd, classCrossTenant}
+	classPullSSRF, classCredentials, classBounds, classMalformed, classEnvd, classCrossTenant, classPlanted}
 
 // tally counts probes per class.
 var tally = struct {
@@ -299,10 +301,35 @@ func callAt(base, key, method, path string, in, out any, h http.Header) (int, st
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	answers.see(method+" "+path, string(b)+fmt.Sprint(res.Header))
 	if out != nil {
 		_ = json.Unmarshal(b, out)
 	}
 	return res.StatusCode, string(b)
+}
+
+// planted are secret values the classes plant (a team secret, a header rule's value, the
+// registry's password): no answer of the server may ever hold one.
+var planted = []string{victimSecret, headerSecret, ocitest.Password}
+
+// answerLog counts the server's answers and remembers those that held a planted secret.
+type answerLog struct {
+	mu    sync.Mutex
+	seen  int
+	leaks []string
+}
+
+var answers answerLog
+
+func (a *answerLog) see(what, text string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seen++
+	for _, p := range planted {
+		if strings.Contains(text, p) {
+			a.leaks = append(a.leaks, what)
+		}
+	}
 }
 
 // resolver answers DNS on in.Other:53 (web.test and other.test, else NXDOMAIN) and records

@@ -12,6 +12,9 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
+// headerSecret is the value of the header rule that TestHeaderRuleExfiltration plants.
+const headerSecret = "rt-planted-header-4d2c91"
+
 // ruleFor is egress rules that set header name to value on requests to host.
 func ruleFor(host, name, value string) *cove.NetworkRules {
 	return &cove.NetworkRules{Rules: map[string][]cove.Rule{host: {{Transform: cove.Transform{Headers: map[string]string{name: value}}}}}}
@@ -24,7 +27,7 @@ func TestHeaderRuleExfiltration(t *testing.T) {
 	need(t)
 	defer report(t, classHeaderRules)
 	other := nettest.New(t) // a host of the attacker's, in another fake internet
-	const secret = "rt-planted-header-4d2c91"
+	const secret = headerSecret
 	sb := sandbox(t, env.keyA, cove.SandboxOptions{Timeout: 5 * time.Minute, Network: ruleFor("web.test", "X-Rt-Secret", secret)})
 	if out, code := sh(t, sb, "curl -sS --max-time 5 https://web.test/rt-control", time.Minute); code != 0 {
 		t.Logf("control: curl https://web.test/ exited %d: %.200s", code, out)

@@ -13,6 +13,9 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
+// victimSecret is the value of team A's secret.
+const victimSecret = "rt-victim-secret-value-5e1f"
+
 // victim is what team A owns: the ids team B's key is thrown at.
 type victim struct {
 	sandbox, template, templateName, build, volume, volumeName, snapshot, secret string
@@ -46,7 +49,7 @@ func makeVictim(t *testing.T) victim {
 	}
 	v.snapshot = snap.ID
 	t.Cleanup(func() { _ = a.DeleteSnapshot(context.Background(), snap.ID) })
-	sec, err := a.CreateSecret(ctx, "rt-victim-secret", "rt-victim-secret-value-5e1f", nil)
+	sec, err := a.CreateSecret(ctx, "rt-victim-secret", victimSecret, nil)
 	if err != nil {
 		t.Fatalf("team A creates a secret: %v", err)
 	}
@@ -136,6 +139,19 @@ func TestFloorCrossTenant(t *testing.T) {
 		found = found || s.ID == v.snapshot
 	}
 	probe(t, classCrossTenant, "team A still has its snapshot", code == http.StatusOK && found, fmt.Sprintf("answered %d, %d snapshots", code, len(snaps)))
+}
+
+// TestPlantedSecrets runs last: no answer the server gave during the run (bodies and
+// headers, every class) and no line of its log holds a planted secret value.
+func TestPlantedSecrets(t *testing.T) {
+	need(t)
+	defer report(t, classPlanted)
+	answers.mu.Lock()
+	seen, leaks := answers.seen, answers.leaks
+	answers.mu.Unlock()
+	probe(t, classPlanted, fmt.Sprintf("%d answers", seen), len(leaks) == 0, fmt.Sprintf("held a planted secret: %v", leaks))
 	log, _ := os.ReadFile(env.server.LogPath)
-	probe(t, classCrossTenant, "the server's log holds no secret value", !strings.Contains(string(log), "rt-victim-secret-value-5e1f"), "the log holds team A's secret")
+	for _, p := range planted {
+		probe(t, classPlanted, fmt.Sprintf("the server's log and %.12s...", p), !strings.Contains(string(log), p), "the server's log holds it")
+	}
 }
