@@ -6,7 +6,13 @@
 //
 // It runs only with COVE_REDTEAM=1 (make redteam): one server with two teams is started for
 // the whole package, on a template store of its own, with a fake internet (198.18.0.0/15)
-// and a resolver of its own that counts the queries it receives.
+// and a resolver of its own that counts the queries it receives. The template-name class
+// starts a server per name, since a name that works breaks the store for what follows.
+//
+// One test per class, for -run (make redteam RUN=...): TestTemplateNames, TestImageCache,
+// TestHeaderRuleExfiltration, TestInterceptorDestinations, TestDNS, TestPullSSRF,
+// TestCredentialForwarding, TestResourceBounds, TestFloorMalformedRequests, TestFloorEnvd,
+// TestFloorCrossTenant and TestPlantedSecrets (which reads every answer the others got).
 package redteam
 
 import (

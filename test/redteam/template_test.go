@@ -196,12 +196,21 @@ type counter struct {
 
 func listenCounting(t *testing.T, addr string) *counter {
 	t.Helper()
+	c, err := listenCount(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.l.Close() })
+	return c
+}
+
+// listenCount listens on addr and counts the connections until its listener is closed.
+func listenCount(addr string) (*counter, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	c := &counter{l: l}
-	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
 			conn, err := l.Accept()
@@ -212,7 +221,7 @@ func listenCounting(t *testing.T, addr string) *counter {
 			conn.Close()
 		}
 	}()
-	return c
+	return c, nil
 }
 
 // TestPullSSRF: builds from images on the server's own API port, on loopback and on the
