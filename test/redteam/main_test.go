@@ -295,6 +295,9 @@ func callAt(base, key, method, path string, in, out any, h http.Header) (int, st
 	for k, vs := range h {
 		req.Header[k] = vs
 	}
+	if host := h.Get("Host"); host != "" {
+		req.Host = host
+	}
 	if key != "" {
 		req.Header.Set("X-API-Key", key)
 	}
