@@ -83,7 +83,7 @@ func TestFloorCrossTenant(t *testing.T) {
 		{"GET", "/templates/" + tpl, nil}, {"PATCH", "/templates/" + tpl, map[string]any{"public": true}},
 		{"PATCH", "/v2/templates/" + tpl, map[string]any{"public": true}}, {"GET", "/templates/" + tpl + "/builds/" + bld + "/status", nil},
 		{"GET", "/templates/" + tpl + "/builds/" + bld + "/logs", nil}, {"POST", "/v2/templates/" + tpl + "/builds/" + bld, map[string]any{"fromTemplate": "base"}},
-		{"GET", "/templates/" + tpl + "/files/" + strings.Repeat("0", 64), nil}, {"POST", "/templates/tags", map[string]any{"target": v.templateName + ":latest", "tags": []string{"stolen"}}},
+		{"POST", "/templates/tags", map[string]any{"target": v.templateName + ":latest", "tags": []string{"stolen"}}},
 		{"POST", "/templates/tags", map[string]any{"target": v.template + ":latest", "tags": []string{"stolen"}}},
 		{"DELETE", "/templates/tags", map[string]any{"name": v.templateName, "tags": []string{"latest"}}},
 		{"POST", "/sandboxes", map[string]any{"templateID": v.template}}, {"POST", "/sandboxes", map[string]any{"templateID": v.templateName}},
@@ -115,6 +115,28 @@ func TestFloorCrossTenant(t *testing.T) {
 	for _, id := range created {
 		_, _ = call(env.keyB, http.MethodDelete, "/sandboxes/"+url.PathEscape(id), nil, nil)
 	}
+	// An upload link names a template but is the caller team's (E2B's route shape): what B
+	// uploads through a link "for" A's template must not become A's.
+	hash := strings.Repeat("0", 60) + "5eed"
+	var link struct {
+		Present bool   `json:"present"`
+		URL     string `json:"url"`
+	}
+	code, text := call(env.keyB, http.MethodGet, "/templates/"+tpl+"/files/"+hash, nil, &link)
+	if link.URL != "" {
+		if req, err := http.NewRequest(http.MethodPut, link.URL, strings.NewReader("rt-b-upload")); err == nil {
+			if res, err := httpClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}
+	}
+	link.Present = false
+	call(env.keyB, http.MethodGet, "/templates/"+tpl+"/files/"+hash, nil, &link)
+	t.Logf("control: B's upload is present for B: %v", link.Present)
+	link.Present = false
+	codeA, textA := call(env.keyA, http.MethodGet, "/templates/"+tpl+"/files/"+hash, nil, &link)
+	probe(t, classCrossTenant, "B's upload through a link for A's template is not A's", code < 500 && codeA < 500 && !link.Present,
+		fmt.Sprintf("B got %d %.100s; then A got %d %.100s", code, text, codeA, textA))
 	// B's lists name nothing of A's.
 	for _, path := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=running,paused", "/templates", "/v2/templates", "/volumes",
 		"/snapshots", "/snapshots?sandboxID=" + sb, "/secrets", "/teams"} {
@@ -133,7 +155,7 @@ func TestFloorCrossTenant(t *testing.T) {
 		probe(t, classCrossTenant, "team A still has "+path, code == http.StatusOK, fmt.Sprintf("answered %d %.200s", code, text))
 	}
 	var snaps []cove.SnapshotInfo
-	code, _ := call(env.keyA, http.MethodGet, "/snapshots", nil, &snaps)
+	code, _ = call(env.keyA, http.MethodGet, "/snapshots", nil, &snaps)
 	found := false
 	for _, s := range snaps {
 		found = found || s.ID == v.snapshot
