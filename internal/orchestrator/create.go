@@ -50,6 +50,9 @@ type CreateRequest struct {
 	CollectLogs *bool
 	// VolumeMounts mounts the team's volumes into the sandbox, read-write or read-only.
 	VolumeMounts []VolumeMount
+	// AutoPauseKind is how the TTL's auto-pause pauses (reason.PauseFilesystem: E2B's
+	// autoPauseMemory false); the server's default when "".
+	AutoPauseKind reason.PauseKind
 }
 
 // Create starts a sandbox from a template and returns it once envd answers.
@@ -82,6 +85,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Metadata: req.Metadata, CPUCount: orDefault(tmpl.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(tmpl.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
 		AllowInternet: false, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
+		AutoPauseKind: req.AutoPauseKind,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

@@ -170,6 +170,11 @@ type entry struct {
 	detached bool
 	// onDisk: paused as a snapshot: no process runs, resume restores it.
 	onDisk bool
+	// boots counts the sandbox's reboots (filesystem-only pauses resumed): an init's exit
+	// watched from an earlier boot is not the sandbox's death.
+	boots int
+	// bootEnv is envd's environment, kept at a filesystem-only pause for the reboot.
+	bootEnv map[string]string
 	// volumes are the ids of the volumes mounted in the sandbox (as this server made it).
 	volumes []string
 	// trafficToken guards the sandbox's ports when they are private; set at create, as

@@ -229,7 +229,11 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	unlock := r.lock(s.ID)
 	defer unlock()
 	dir := r.dir(s.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if s.Reboot {
+		if r.get(s.ID) != nil {
+			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
+		}
+	} else if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
 		}
@@ -245,7 +249,11 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 
 	root := s.Rootfs
 	layers := dir
-	if !s.Direct && s.Limits.DiskBytes > 0 {
+	if s.Reboot {
+		if layers, s.Netns, err = r.reuseKept(s.ID, s.Limits.DiskBytes); err != nil {
+			return nil, err
+		}
+	} else if !s.Direct && s.Limits.DiskBytes > 0 {
 		if layers, err = mountDisk(r.cfg.DataDir, dir, s.Limits.DiskBytes); err != nil {
 			return nil, fmt.Errorf("create %s: %w", s.ID, err)
 		}
@@ -279,6 +287,9 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}
 	spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
 	cfg, err := json.MarshalIndent(spec, "", "  ")
+	if s.Reboot {
+		cfg, err = os.ReadFile(filepath.Join(dir, "config.json")) // the stopped sandbox's: its binds, env, limits, network
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -87,6 +87,9 @@ type Spec struct {
 	// snapshot) instead of running Args: its upper dir is copied in, and its processes and
 	// memory restored, running, as with Start. Args still describe the init.
 	Restore string
+	// Reboot starts the sandbox afresh on the files FilesKeeper.StopKeepFiles kept for its
+	// id (a filesystem-only pause): its written files are there, nothing of its processes.
+	Reboot bool
 }
 
 // Bind is a host path mounted into the sandbox.
@@ -158,7 +161,8 @@ type Exit struct {
 	Signal    string // the signal's name when killed by one ("killed")
 	OOMKilled bool   // the kernel's OOM killer killed a process of this sandbox
 	At        time.Time
-	// Checkpointed: a checkpoint stopped the init (Checkpointer); the sandbox lives on disk.
+	// Checkpointed: a checkpoint (Checkpointer) or a stop that keeps the files (FilesKeeper)
+	// stopped the init; the sandbox lives on disk.
 	Checkpointed bool
 }
 

@@ -80,6 +80,12 @@ type Sandbox struct {
 	KillAPIKeyID    string // the key whose call killed it, when a client did
 	CreatedBy       string // request id of the create call
 	UpdatedAt       time.Time
+	// AutoPauseKind is how the TTL's auto-pause pauses (reason.PauseFilesystem for E2B's
+	// autoPauseMemory false); the server's default when "".
+	AutoPauseKind reason.PauseKind
+	// PauseKind is how a paused sandbox was paused; "" while it runs. A filesystem pause
+	// has no processes to restore: its resume cold-boots on the kept files.
+	PauseKind reason.PauseKind
 }
 
 // SandboxFilter selects sandboxes for a listing.

@@ -25,7 +25,8 @@ const sandboxColumns = `id, team_id, template_id, alias, state, metadata, env_va
 	cpu_count, memory_mb, disk_size_mb, envd_version, envd_access_token,
 	secure, auto_pause, auto_resume, allow_internet,
 	started_at, end_at, paused_at, killed_at,
-	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at`
+	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at,
+	auto_pause_kind, pause_kind`
 
 var liveStates = []store.SandboxState{store.StateRunning, store.StatePaused}
 
@@ -52,6 +53,7 @@ func sandboxArgs(sb *store.Sandbox) ([]any, error) {
 		sb.Secure, sb.AutoPause, sb.AutoResume, sb.AllowInternet,
 		toMicros(sb.StartedAt), toMicros(sb.EndAt), toNullMicros(sb.PausedAt), toNullMicros(sb.KilledAt),
 		string(sb.KillReason), sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy, toMicros(sb.UpdatedAt),
+		string(sb.AutoPauseKind), string(sb.PauseKind),
 	}, nil
 }
 
@@ -71,7 +73,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanSandbox(row scanner) (*store.Sandbox, error) {
 	sb := &store.Sandbox{}
-	var state, killReason string
+	var state, killReason, autoPauseKind, pauseKind string
 	var metadata, envVarNames sql.NullString
 	var started, end, updated int64
 	var paused, killed sql.NullInt64
@@ -81,10 +83,12 @@ func scanSandbox(row scanner) (*store.Sandbox, error) {
 		&sb.Secure, &sb.AutoPause, &sb.AutoResume, &sb.AllowInternet,
 		&started, &end, &paused, &killed,
 		&killReason, &sb.KillRequestID, &sb.KillAPIKeyID, &sb.CreatedBy, &updated,
+		&autoPauseKind, &pauseKind,
 	); err != nil {
 		return nil, err
 	}
 	sb.State, sb.KillReason = store.SandboxState(state), reason.KillReason(killReason)
+	sb.AutoPauseKind, sb.PauseKind = reason.PauseKind(autoPauseKind), reason.PauseKind(pauseKind)
 	if metadata.Valid {
 		if err := json.Unmarshal([]byte(metadata.String), &sb.Metadata); err != nil {
 			return nil, fmt.Errorf("sandbox %s metadata: %w", sb.ID, err)
@@ -108,7 +112,7 @@ func (db *DB) InsertSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	_, err = db.write.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	switch {
 	case isCode(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY):
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, store.ErrConflict)
@@ -132,7 +136,8 @@ func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		cpu_count = ?, memory_mb = ?, disk_size_mb = ?, envd_version = ?, envd_access_token = ?,
 		secure = ?, auto_pause = ?, auto_resume = ?, allow_internet = ?,
 		started_at = ?, end_at = ?, paused_at = ?, killed_at = ?,
-		kill_reason = ?, kill_request_id = ?, kill_api_key_id = ?, created_by = ?, updated_at = ?
+		kill_reason = ?, kill_request_id = ?, kill_api_key_id = ?, created_by = ?, updated_at = ?,
+		auto_pause_kind = ?, pause_kind = ?
 		WHERE id = ?`, append(args[1:], sb.ID)...)
 	if isCode(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 		return fmt.Errorf("update sandbox %s: team %s: %w", sb.ID, sb.TeamID, store.ErrNotFound)
