@@ -114,3 +114,11 @@ func TestFilesystemPause(t *testing.T) {
 		}
 	})
 }
+
+// TestOfficialSDKFilesystemPause runs test/compat/fspause.test.mjs: the npm SDK's
+// pause({ keepMemory: false }), its lifecycle keepMemory: false and Sandbox.connect.
+func TestOfficialSDKFilesystemPause(t *testing.T) {
+	covetest.Skip(t)
+	s := covetest.Start(t, "")
+	covetest.RunSDKScenarios(t, "fspause.test.mjs", s.URL, s.Key)
+}
