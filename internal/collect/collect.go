@@ -343,6 +343,19 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	c.upsert(ctx, cr)
 }
 
+// SandboxPaused ends the records of commands still running when the sandbox was paused
+// without its memory (every process stopped), storing them under ctx.
+func (c *Collector) SandboxPaused(ctx context.Context, at time.Time) {
+	c.mu.Lock()
+	running := c.running
+	c.running = map[int]*store.CommandRecord{}
+	c.mu.Unlock()
+	for _, cr := range running {
+		cr.EndedAt, cr.Duration, cr.EndCause = at, at.Sub(cr.StartedAt), reason.EndSandboxPaused
+		c.upsert(ctx, cr)
+	}
+}
+
 // SandboxKilled ends the records of commands still running when the sandbox died, storing
 // them under ctx.
 func (c *Collector) SandboxKilled(ctx context.Context, why reason.KillReason, at time.Time) {

@@ -63,7 +63,24 @@ func (o *Orchestrator) stopKeepFiles(ctx context.Context, e *entry) (runtime.Kep
 		o.dropBootEnv(ctx, e)
 		return runtime.KeptFiles{}, err
 	}
+	o.endCommands(ctx, e)
 	return kept, nil
+}
+
+// endCommands ends the records of the commands the stop ended, once the output they wrote
+// before it is read (their pipes end with the processes). Caller holds e.mu.
+func (o *Orchestrator) endCommands(ctx context.Context, e *entry) {
+	if e.collector == nil {
+		return
+	}
+	drained := make(chan struct{})
+	go func() { e.drainers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+		e.collector.SandboxPaused(ctx, time.Now())
+	case <-time.After(5 * time.Second):
+		o.logger(ctx).Warn("the stopped sandbox's output did not end: its running commands' records stay open")
+	}
 }
 
 // keepBootEnv keeps env for e's reboot: in memory, and sealed in the vault so a server that

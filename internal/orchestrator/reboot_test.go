@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	pb "github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
@@ -185,4 +189,39 @@ func TestAnAutoPauseWithoutMemoryKeepsTheFiles(t *testing.T) {
 			t.Errorf("kept files after the kill: %v", err)
 		}
 	})
+}
+
+func TestACommandRunningAtAFilesystemPauseEndsWithIt(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("needs /bin/sh on the host: envd runs in-process here")
+	}
+	h := newHarness(t, withKeptFiles)
+	sb := h.create(CreateRequest{})
+	c := processconnect.NewProcessClient(h.o.envdClient(sb.ID), "http://envd")
+	no := false
+	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec sleep 60"}}, Stdin: &no})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := c.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid uint32
+	for pid == 0 && stream.Receive() {
+		pid = stream.Msg().GetEvent().GetStart().GetPid()
+	}
+	if pid == 0 {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	h.waitFor("the command's start is recorded", func() bool {
+		_, err := h.db.GetCommand(context.Background(), sb.ID, int(pid), time.Time{})
+		return err == nil
+	})
+	if err := h.o.PauseWith(h.ctx("req-pause"), h.team, sb.ID, PauseOptions{Kind: reason.PauseFilesystem}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.db.GetCommand(context.Background(), sb.ID, int(pid), time.Time{})
+	if err != nil || rec.EndedAt.IsZero() || rec.EndCause != reason.EndSandboxPaused {
+		t.Errorf("record after the pause: %+v %v, want it ended with %q", rec, err, reason.EndSandboxPaused)
+	}
 }
