@@ -363,7 +363,14 @@ func (a *api) connect(w http.ResponseWriter, r *http.Request, c caller) error {
 		return err
 	}
 	if body.Memory != nil && !*body.Memory {
-		return fmt.Errorf("%w: memory: a resume that reboots from disk (onResume: 'reboot') is not supported by this Cove server; connect without it to restore the sandbox with its memory", errBadRequest)
+		// A sandbox paused keeping only its files reboots anyway; any other would not.
+		sb, err := a.cfg.Sandboxes.Get(r.Context(), c.team.ID, id)
+		if err != nil {
+			return fmt.Errorf("connect to sandbox %s: %w", id, err)
+		}
+		if sb.State != store.StatePaused || sb.PauseKind.KeepsMemory() {
+			return fmt.Errorf("%w: memory: a resume that reboots from disk (onResume: 'reboot') is supported by this Cove server only for a sandbox paused with keepMemory: false; connect without it to restore the sandbox with its memory", errBadRequest)
+		}
 	}
 	d, err := seconds("timeout", body.Timeout)
 	if err != nil {
