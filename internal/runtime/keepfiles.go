@@ -72,9 +72,7 @@ func (r *Runc) StopKeepFiles(ctx context.Context, id string) (KeptFiles, error) 
 	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		errs = append(errs, err)
 	}
-	r.mu.Lock()
-	delete(r.sandboxes, id)
-	r.mu.Unlock()
+	// sb stays, exited, so Wait reports the stop; the reboot replaces it.
 	if err := removeNetns(r.netnsPath(id)); err != nil {
 		errs = append(errs, err)
 	}
@@ -116,13 +114,27 @@ func (r *Runc) KeptFiles(id string) (KeptFiles, error) {
 		return KeptFiles{}, err
 	}
 	dir := r.dir(id)
-	if !exists(filepath.Join(dir, keptMarker)) || r.get(id) != nil {
+	if !exists(filepath.Join(dir, keptMarker)) || r.runs(id) {
 		return KeptFiles{}, fmt.Errorf("sandbox %s: %w", id, ErrNoKeptFiles)
 	}
 	if exists(filepath.Join(dir, "disk.img")) {
 		return KeptFiles{Bytes: diskBytes(filepath.Join(dir, "disk.img"))}, nil
 	}
 	return KeptFiles{Bytes: diskBytes(filepath.Join(dir, "upper"))}, nil
+}
+
+// runs reports whether sandbox id has an init that has not exited.
+func (r *Runc) runs(id string) bool {
+	sb := r.get(id)
+	if sb == nil {
+		return false
+	}
+	select {
+	case <-sb.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // reuseKept makes a Spec.Reboot create start from sandbox id's kept files and bundle: its

@@ -230,7 +230,7 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	defer unlock()
 	dir := r.dir(s.ID)
 	if s.Reboot {
-		if r.get(s.ID) != nil {
+		if r.runs(s.ID) {
 			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
 		}
 	} else if err := os.Mkdir(dir, 0o700); err != nil {
