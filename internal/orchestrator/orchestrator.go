@@ -229,6 +229,11 @@ func New(cfg Config) (*Orchestrator, error) {
 			}
 		}
 	}
+	if !cfg.PauseKind.KeepsMemory() {
+		// A default pause without memory would turn every auto-resume sandbox's TTL pause
+		// into one traffic cannot resume: it is asked for per sandbox or per pause.
+		return nil, fmt.Errorf("orchestrator: the default pause kind must keep memory (snapshot or freeze), not %s", cfg.PauseKind)
+	}
 	if cfg.CoveBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
