@@ -3,14 +3,12 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -111,27 +109,15 @@ func New(cfg Config) *Console {
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
-		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"fields": pairs,
-		"postmortem": func(raw []byte) string {
-			var m map[string]json.RawMessage
-			if json.Unmarshal(raw, &m) != nil || m["postmortem"] == nil {
-				return ""
-			}
-			var b bytes.Buffer
-			_ = json.Indent(&b, m["postmortem"], "", "  ") // valid: it came from a JSON object
-			return b.String()
-		},
-		"data": func(raw []byte) []metaPair {
-			var m map[string]any
-			_ = json.Unmarshal(raw, &m) // an event's data is a JSON object; anything else shows nothing
-			delete(m, "postmortem")
-			return pairs(m)
-		},
-		"ms":    func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
-		"size":  func(n int64) string { return bytesText(float64(n)) },
-		"deref": func(b *bool) bool { return b != nil && *b },
-		"inc":   func(i int) int { return i + 1 },
+		"utc":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"fields":     pairs,
+		"postmortem": postmortemOf,
+		"data":       eventFields,
+		"ms":         func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"size":       func(n int64) string { return bytesText(float64(n)) },
+		"usize":      func(n uint64) string { return bytesText(float64(n)) },
+		"deref":      func(b *bool) bool { return b != nil && *b },
+		"inc":        func(i int) int { return i + 1 },
 		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
 			if len(as) == 0 {
 				return nil

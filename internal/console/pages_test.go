@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -73,7 +74,7 @@ func TestEventsAndWebhooksPages(t *testing.T) {
 	})
 	t.Run("the events page filters by type", func(t *testing.T) {
 		page := f.get(t, "/dashboard/events?type=sandbox.lifecycle.killed", http.StatusOK)
-		if strings.Contains(page, `<td class="type">sandbox.lifecycle.created`) || !strings.Contains(page, "kill_reason=request") {
+		if strings.Contains(page, `<td class="type">sandbox.lifecycle.created`) || !strings.Contains(page, "kill reason: request") {
 			t.Errorf("type filter:\n%s", page)
 		}
 	})
@@ -194,6 +195,9 @@ func TestTemplatesPage(t *testing.T) {
 	for name, meta := range map[string]string{
 		"base":   `{"name":"base","suite":"bookworm","created_at":"2026-12-01T00:00:00Z","build_seconds":41.5,"size_bytes":183500800}`,
 		"python": `{"name":"python","from":"base","run":["apt-get install -y python3"],"created_at":"2026-12-02T00:00:00Z","build_seconds":12,"size_bytes":1048576,"collect_logs":false}`,
+		"theirs": `{"name":"theirs","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team"}`,
+		"shared": `{"name":"shared","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team","public":true}`,
+		"ours":   `{"name":"ours","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"` + f.team + `"}`,
 	} {
 		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
@@ -224,9 +228,20 @@ func TestTemplatesPage(t *testing.T) {
 		}
 		f.get(t, "/dashboard/templates/python/log", http.StatusForbidden)
 	})
+	t.Run("a team sees its own, public and host templates, never another team's private ones", func(t *testing.T) {
+		page := f.get(t, "/dashboard/templates", http.StatusOK)
+		for _, want := range []string{`data-template="ours"`, `data-template="shared"`, `data-template="base"`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %s", want)
+			}
+		}
+		if strings.Contains(page, `data-template="theirs"`) {
+			t.Errorf("a team sees another team's private template:\n%s", page)
+		}
+	})
 	t.Run("the admin reads the steps and the end of the build log", func(t *testing.T) {
 		f.signIn(t, "", "admin")
-		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") {
+		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") || !strings.Contains(page, `data-template="theirs"`) {
 			t.Errorf("admin's page lacks the steps:\n%s", page)
 		}
 		page := f.get(t, "/dashboard/templates/python/log", http.StatusOK)
@@ -268,4 +283,39 @@ func TestAdminSessionsEndWhenTheTokenChanges(t *testing.T) {
 		})
 	}
 	t.Run("the same token keeps it", func(t *testing.T) { f.get(t, "/dashboard/", http.StatusOK) })
+}
+
+func TestEventPayloadsReadAsText(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	killed := `{"api_key_name":"ci","kill_reason":"timeout","end_at":"2026-12-01T01:00:00Z",
+		"execution":{"started_at":"2026-12-01T00:00:00Z","vcpu_count":2,"memory_mb":512,"execution_time":3108},
+		"postmortem":{"at":"2026-12-01T01:00:00Z","detail":"envd exited: code 2","process_count":3,
+			"processes":[{"pid":41,"ppid":1,"state":"R","command":"python3 train.py","rss_bytes":209715200}],
+			"resources":{"memory_bytes":268435456,"memory_max_bytes":300000000,"memory_limit_bytes":536870912,"oom_kills":1,"cpu_seconds":12.5,"pids":3,"pids_limit":1024},
+			"last_output":["epoch 3 of 10"]}}`
+	if _, err := f.db.InsertEvent(ctx, &store.Event{ID: "ev-killed", Type: "sandbox.lifecycle.killed", Timestamp: at, TeamID: f.team,
+		SandboxID: f.first, RequestID: "req-kill", Data: []byte(killed)}); err != nil {
+		t.Fatal(err)
+	}
+	page := html.UnescapeString(f.get(t, "/dashboard/sandboxes/"+f.first, http.StatusOK))
+	for _, want := range []string{
+		"<dt>kill reason</dt><dd>timeout</dd>", "<dt>execution time</dt><dd>3.108s</dd>", "<dt>execution memory</dt><dd>512 MB</dd>",
+		"<dt>api key name</dt><dd>ci</dd>", "Post-mortem at", "envd exited: code 2",
+		"<td>41</td><td>1</td><td>R</td><td>200.0 MiB</td><td><code>python3 train.py</code></td>",
+		"<dt>memory</dt><dd>256.0 MiB of 512.0 MiB</dd>", "1 of 3 processes", "epoch 3 of 10",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the sandbox page lacks %q", want)
+		}
+	}
+	for _, never := range []string{"map[", `"rss_bytes"`, "execution_time"} {
+		if strings.Contains(page, never) {
+			t.Errorf("the sandbox page shows %q", never)
+		}
+	}
+	if events := html.UnescapeString(f.get(t, "/dashboard/events", http.StatusOK)); !strings.Contains(events, "execution time: 3.108s") || strings.Contains(events, "map[") {
+		t.Errorf("the events page does not read the payload as text")
+	}
 }
