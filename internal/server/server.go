@@ -198,6 +198,7 @@ type instance struct {
 	ingester  *logs.Ingester
 	bus       *events.Bus
 	secrets   *secrets.Store
+	vault     *vault.Vault // seals what the server keeps secret at rest
 	netw      orchestrator.Network
 	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	orch      *orchestrator.Orchestrator
@@ -354,9 +355,15 @@ func (s *instance) startEvents(ctx context.Context) error {
 	return nil
 }
 
-// startNetwork opens the secret store and, unless NoNetwork, sets up sandbox egress.
+// startNetwork opens the vault and the secret store (moving an older release's
+// secrets.json into the store) and, unless NoNetwork, sets up sandbox egress.
 func (s *instance) startNetwork(ctx context.Context) error {
-	secretStore, err := secrets.Open(filepath.Join(s.cfg.DataDir, "secrets.json"))
+	kept, err := vault.Open(filepath.Join(s.cfg.DataDir, "vault"))
+	if err != nil {
+		return err
+	}
+	s.vault = kept
+	secretStore, err := secrets.Open(ctx, s.db, kept, filepath.Join(s.cfg.DataDir, "secrets.json"))
 	if err != nil {
 		return err
 	}
@@ -398,10 +405,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kept, err := vault.Open(filepath.Join(s.cfg.DataDir, "vault"))
-	if err != nil {
-		return err
-	}
+	kept := s.vault
 	cfg := s.cfg
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
