@@ -33,6 +33,18 @@ if [ -f test/compat/package.json ]; then
 		(cd test/compat && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; else npm install --no-audit --no-fund --loglevel=error; fi)
 	fi
 fi
+# A real S3-compatible server for the blob store's and the cluster's tests: versitygw, pinned,
+# built once into bin/ (a few minutes the first time).
+VERSITYGW_VER=v1.8.0
+if [ ! -x bin/versitygw ] || [ "$(cat bin/versitygw.version 2>/dev/null)" != "$VERSITYGW_VER" ]; then
+	echo "deps: building versitygw ${VERSITYGW_VER} into bin/ (a few minutes the first time)"
+	mkdir -p bin
+	if GOBIN="$PWD/bin" CGO_ENABLED=0 go install "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VER}"; then
+		echo "$VERSITYGW_VER" >bin/versitygw.version
+	else
+		echo "deps: versitygw not built; the S3 blob store tests skip" >&2
+	fi
+fi
 # Snapshot pause (CRIU 4): built from source once, about two minutes. Without it pauses
 # freeze and the snapshot tests skip, saying why.
 ./scripts/criu.sh || echo "deps: CRIU 4 not built; pauses will freeze and snapshot tests skip" >&2
