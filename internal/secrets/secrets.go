@@ -50,16 +50,10 @@ func infoOf(r *store.Secret) Info {
 	return Info{ID: r.ID, Name: r.Name, CurrentVersion: r.CurrentVersion, Metadata: md, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
-// Sealer seals values at rest; *vault.Vault is one.
-type Sealer interface {
-	Seal(name string, plain []byte) ([]byte, error)
-	Unseal(name string, sealed []byte) ([]byte, error)
-}
-
 // Store is the team secret store over a record store and a sealer. Safe for concurrent use.
 type Store struct {
 	db   store.Secrets
-	seal Sealer
+	seal store.Sealer
 	mu   sync.Mutex // serialises a secret's read-modify-write (Update's next version)
 }
 
@@ -70,7 +64,7 @@ func sealName(id string, version int64) string { return fmt.Sprintf("secret-%s-v
 // Open returns the store over db and seal. A secrets.json written by an older Cove at
 // legacyPath ("" for none) is moved into db, sealed, then removed: a crash between the two
 // leaves the file, and the next Open skips what db already holds.
-func Open(ctx context.Context, db store.Secrets, seal Sealer, legacyPath string) (*Store, error) {
+func Open(ctx context.Context, db store.Secrets, seal store.Sealer, legacyPath string) (*Store, error) {
 	s := &Store{db: db, seal: seal}
 	if legacyPath != "" {
 		if err := s.importLegacy(ctx, legacyPath); err != nil {

@@ -133,12 +133,23 @@ func adminToken(data string) (string, error) {
 	return token, nil
 }
 
-// OpenStore opens the data dir's store, for CLI verbs that work beside a running server.
+// OpenStore opens the data dir's store with its vault, which seals the secrets records keep,
+// for the server and for CLI verbs that work beside a running server.
 func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
+	db, _, err := openStore(ctx, data)
+	return db, err
+}
+
+func openStore(ctx context.Context, data string) (*sqlite.DB, *vault.Vault, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return sqlite.Open(ctx, dbPath(data))
+	kept, err := vault.Open(filepath.Join(data, "vault"))
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
+	return db, kept, err
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
@@ -306,11 +317,11 @@ func (s *instance) openTemplates(ctx context.Context) error {
 // openStore opens the SQLite store, making the first team, API key and admin token on
 // first run.
 func (s *instance) openStore(ctx context.Context) error {
-	db, err := OpenStore(ctx, s.cfg.DataDir)
+	db, kept, err := openStore(ctx, s.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s.db = db
+	s.db, s.vault = db, kept
 	s.onClose(db.Close)
 	if s.apiKey, err = firstRunKey(ctx, db, s.cfg.DataDir); err != nil {
 		return err
@@ -355,15 +366,10 @@ func (s *instance) startEvents(ctx context.Context) error {
 	return nil
 }
 
-// startNetwork opens the vault and the secret store (moving an older release's
-// secrets.json into the store) and, unless NoNetwork, sets up sandbox egress.
+// startNetwork opens the secret store (moving an older release's secrets.json into the
+// store) and, unless NoNetwork, sets up sandbox egress.
 func (s *instance) startNetwork(ctx context.Context) error {
-	kept, err := vault.Open(filepath.Join(s.cfg.DataDir, "vault"))
-	if err != nil {
-		return err
-	}
-	s.vault = kept
-	secretStore, err := secrets.Open(ctx, s.db, kept, filepath.Join(s.cfg.DataDir, "secrets.json"))
+	secretStore, err := secrets.Open(ctx, s.db, s.vault, filepath.Join(s.cfg.DataDir, "secrets.json"))
 	if err != nil {
 		return err
 	}

@@ -162,3 +162,11 @@ type Activity interface {
 	// [from, to), oldest start first.
 	SandboxSpans(ctx context.Context, teamID string, from, to time.Time) ([]Span, error)
 }
+
+// Sealer seals the secrets a record keeps (envd access tokens, webhook secrets, team secret
+// values) before they reach a store, and opens them again; *vault.Vault is the server's. name
+// is sealed in as associated data, so a sealed value copied into another record does not open.
+type Sealer interface {
+	Seal(name string, plain []byte) ([]byte, error)
+	Unseal(name string, sealed []byte) ([]byte, error)
+}

@@ -10,9 +10,6 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 )
 
-// likeEscaper escapes LIKE's wildcards, with \ as the escape character.
-var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-
 // searchTerms splits a search into the substrings a line must all contain: its
 // whitespace-separated words, and each "double-quoted" phrase whole.
 func searchTerms(s string) []string {

@@ -33,8 +33,8 @@ func validState(s store.SandboxState) bool {
 	return s == store.StateRunning || s == store.StatePaused || s == store.StateKilled
 }
 
-// sandboxArgs returns sb's column values in sandboxColumns order.
-func sandboxArgs(sb *store.Sandbox) ([]any, error) {
+// sandboxArgs returns sb's column values in sandboxColumns order, its token sealed.
+func (db *DB) sandboxArgs(sb *store.Sandbox) ([]any, error) {
 	if !validState(sb.State) {
 		return nil, fmt.Errorf("unknown state %q", sb.State)
 	}
@@ -46,9 +46,13 @@ func sandboxArgs(sb *store.Sandbox) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("env var names: %w", err)
 	}
+	token, err := db.sealText(tokenName(sb.ID), sb.EnvdAccessToken)
+	if err != nil {
+		return nil, err
+	}
 	return []any{
 		sb.ID, sb.TeamID, sb.TemplateID, sb.Alias, string(sb.State), metadata, envVarNames,
-		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken,
+		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, token,
 		sb.Secure, sb.AutoPause, sb.AutoResume, sb.AllowInternet,
 		toMicros(sb.StartedAt), toMicros(sb.EndAt), toNullMicros(sb.PausedAt), toNullMicros(sb.KilledAt),
 		string(sb.KillReason), sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy, toMicros(sb.UpdatedAt),
@@ -69,7 +73,7 @@ func jsonOrNull(v any, isNil bool) (sql.NullString, error) {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanSandbox(row scanner) (*store.Sandbox, error) {
+func (db *DB) scanSandbox(row scanner) (*store.Sandbox, error) {
 	sb := &store.Sandbox{}
 	var state, killReason string
 	var metadata, envVarNames sql.NullString
@@ -97,13 +101,18 @@ func scanSandbox(row scanner) (*store.Sandbox, error) {
 	}
 	sb.StartedAt, sb.EndAt, sb.UpdatedAt = fromMicros(started), fromMicros(end), fromMicros(updated)
 	sb.PausedAt, sb.KilledAt = fromNullMicros(paused), fromNullMicros(killed)
+	token, err := db.openText(tokenName(sb.ID), sb.EnvdAccessToken)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	sb.EnvdAccessToken = token
 	return sb, nil
 }
 
 // InsertSandbox stores a new sandbox record. store.ErrConflict when one with sb.ID exists,
 // store.ErrNotFound when its team does not.
 func (db *DB) InsertSandbox(ctx context.Context, sb *store.Sandbox) error {
-	args, err := sandboxArgs(sb)
+	args, err := db.sandboxArgs(sb)
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
@@ -122,7 +131,7 @@ func (db *DB) InsertSandbox(ctx context.Context, sb *store.Sandbox) error {
 
 // UpdateSandbox replaces the record with sb's id; store.ErrNotFound when there is none.
 func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
-	args, err := sandboxArgs(sb)
+	args, err := db.sandboxArgs(sb)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 	}
@@ -150,7 +159,7 @@ func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 
 // GetSandbox returns sandbox id, whatever its state; store.ErrNotFound when there is none.
 func (db *DB) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
-	sb, err := scanSandbox(db.read.QueryRowContext(ctx,
+	sb, err := db.scanSandbox(db.read.QueryRowContext(ctx,
 		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, store.ErrNotFound)
@@ -260,7 +269,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	// One more row than the page tells whether there is a next page.
-	sbs, err := querySandboxes(ctx, tx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+pageWhere+
+	sbs, err := db.querySandboxes(ctx, tx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+pageWhere+
 		` ORDER BY started_at `+dir+`, id `+dir+` LIMIT ?`, append(pageArgs, limit+1)...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -276,7 +285,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 
 // LiveSandboxes returns every running or paused sandbox of every team, oldest first.
 func (db *DB) LiveSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
-	sbs, err := querySandboxes(ctx, db.read, `SELECT `+sandboxColumns+` FROM sandboxes
+	sbs, err := db.querySandboxes(ctx, db.read, `SELECT `+sandboxColumns+` FROM sandboxes
 		WHERE state IN (?, ?) ORDER BY started_at, id`, string(store.StateRunning), string(store.StatePaused))
 	if err != nil {
 		return nil, fmt.Errorf("live sandboxes: %w", err)
@@ -288,7 +297,7 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func querySandboxes(ctx context.Context, q querier, query string, args ...any) ([]*store.Sandbox, error) {
+func (db *DB) querySandboxes(ctx context.Context, q querier, query string, args ...any) ([]*store.Sandbox, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -296,7 +305,7 @@ func querySandboxes(ctx context.Context, q querier, query string, args ...any) (
 	defer rows.Close()
 	sbs := []*store.Sandbox{}
 	for rows.Next() {
-		sb, err := scanSandbox(rows)
+		sb, err := db.scanSandbox(rows)
 		if err != nil {
 			return nil, err
 		}
