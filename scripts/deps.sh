@@ -2,12 +2,12 @@
 # Installs what Cove's test suite needs on a Debian machine of this kind: Debian packages
 # (runc and busybox-static for the runtime tests, debootstrap for templates, e2fsprogs for sandbox disks, nftables for
 # sandbox egress, Node.js and npm
-# for the official e2b SDK compat test, prometheus for the alert rules and dashboard test, chromium for the console's browser test, gcc for the race detector) and the pinned npm packages of test/compat.
+# for the official e2b SDK compat test, prometheus for the alert rules and dashboard test, chromium for the console's browser test, gcc for the race detector, PostgreSQL 15 for the PostgreSQL store's tests) and the pinned npm packages of test/compat.
 # Idempotent; prints what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(runc busybox-static debootstrap e2fsprogs procps iproute2 nftables nodejs npm prometheus chromium gcc libc6-dev)
+pkgs=(runc busybox-static debootstrap e2fsprogs procps iproute2 nftables nodejs npm prometheus chromium gcc libc6-dev postgresql-15)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

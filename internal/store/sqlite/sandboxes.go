@@ -3,12 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -170,32 +168,6 @@ func (db *DB) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error)
 	return sb, nil
 }
 
-// cursor is the position after the last sandbox of a page, in listing order.
-type cursor struct {
-	order     store.ListOrder
-	startedAt int64 // unix microseconds
-	id        string
-}
-
-func (c cursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(string(c.order) + ":" + strconv.FormatInt(c.startedAt, 10) + ":" + c.id))
-}
-
-func parseCursor(s string) (cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return cursor{}, errors.New("not base64")
-	}
-	order, rest, ok1 := strings.Cut(string(b), ":")
-	at, id, ok2 := strings.Cut(rest, ":")
-	us, err := strconv.ParseInt(at, 10, 64)
-	o, oerr := store.ParseListOrder(order)
-	if !ok1 || !ok2 || err != nil || oerr != nil || order == "" || id == "" {
-		return cursor{}, errors.New("malformed")
-	}
-	return cursor{order: o, startedAt: us, id: id}, nil
-}
-
 // ListSandboxes returns one page of the sandboxes matching f, ordered by start time then
 // id. Pages follow a cursor, not an offset, so a sandbox created between two pages is never
 // seen twice and none already there is skipped.
@@ -247,15 +219,15 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 
 	pageWhere, pageArgs := filter, slices.Clone(args)
 	if f.Next != "" {
-		c, err := parseCursor(f.Next)
+		c, err := store.ParseSandboxCursor(f.Next)
 		if err != nil {
 			return nil, fmt.Errorf("%w: nextToken %q is not a token this server returned (%v)", store.ErrInvalid, f.Next, err)
 		}
-		if c.order != order {
-			return nil, fmt.Errorf("%w: nextToken %q continues a listing in order %s, not %s", store.ErrInvalid, f.Next, c.order, order)
+		if c.Order != order {
+			return nil, fmt.Errorf("%w: nextToken %q continues a listing in order %s, not %s", store.ErrInvalid, f.Next, c.Order, order)
 		}
 		pageWhere += " AND (started_at, id) " + cmp + " (?, ?)"
-		pageArgs = append(pageArgs, c.startedAt, c.id)
+		pageArgs = append(pageArgs, toMicros(c.StartedAt), c.ID)
 	}
 
 	// One read transaction: the page and the total come from the same snapshot.
@@ -277,7 +249,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 	if len(sbs) > limit {
 		sbs = sbs[:limit]
 		last := sbs[limit-1]
-		page.Next = cursor{order: order, startedAt: toMicros(last.StartedAt), id: last.ID}.String()
+		page.Next = store.SandboxCursor{Order: order, StartedAt: last.StartedAt, ID: last.ID}.String()
 	}
 	page.Sandboxes = sbs
 	return page, nil

@@ -3,10 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/cove-dev/cove/internal/store"
 )
@@ -16,8 +13,6 @@ import (
 // sealer made, under a name that ties it to its row ("envd-token-<sandbox id>"). A value
 // without the prefix is one written before sealing began; Open with a sealer seals those.
 
-const sealedPrefix = "sealed:v1:"
-
 // Option configures Open.
 type Option func(*DB)
 
@@ -25,39 +20,16 @@ type Option func(*DB)
 // release left in the clear.
 func WithSealer(s store.Sealer) Option { return func(db *DB) { db.seal = s } }
 
-func tokenName(sandboxID string) string  { return "envd-token-" + sandboxID }
-func webhookName(webhookID string) string { return "webhook-secret-" + webhookID }
+var (
+	tokenName   = store.TokenSealName
+	webhookName = store.WebhookSealName
+)
 
-// sealText returns what to store for plain under name.
 func (db *DB) sealText(name, plain string) (string, error) {
-	if db.seal == nil || plain == "" {
-		return plain, nil
-	}
-	b, err := db.seal.Seal(name, []byte(plain))
-	if err != nil {
-		return "", fmt.Errorf("seal %s: %w", name, err)
-	}
-	return sealedPrefix + base64.RawStdEncoding.EncodeToString(b), nil
+	return store.SealText(db.seal, name, plain)
 }
-
-// openText returns the value a column holds for name.
 func (db *DB) openText(name, stored string) (string, error) {
-	rest, ok := strings.CutPrefix(stored, sealedPrefix)
-	if !ok {
-		return stored, nil
-	}
-	if db.seal == nil {
-		return "", fmt.Errorf("%s is sealed and this store was opened without the vault", name)
-	}
-	b, err := base64.RawStdEncoding.DecodeString(rest)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
-	}
-	plain, err := db.seal.Unseal(name, b)
-	if err != nil {
-		return "", err
-	}
-	return string(plain), nil
+	return store.OpenText(db.seal, name, stored)
 }
 
 // sealClear seals, in one transaction, the envd tokens and webhook secrets written in the

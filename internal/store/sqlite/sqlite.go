@@ -34,7 +34,7 @@ type DB struct {
 	write *sql.DB // one connection: every write goes through it, in BEGIN IMMEDIATE
 	read  *sql.DB // query_only connections, for reads
 
-	stopFill func() // stops the background filling of log chunk filters
+	stopFill func()       // stops the background filling of log chunk filters
 	seal     store.Sealer // seals the secrets records keep; nil: they are stored as given
 }
 
