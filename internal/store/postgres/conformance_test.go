@@ -2,11 +2,17 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/internal/store/storetest"
@@ -70,5 +76,44 @@ func TestOpenNamesABadState(t *testing.T) {
 	_, err := postgres.Open(context.Background(), "postgres://user:hunter2@[bad")
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("open of a malformed address: %v", err)
+	}
+}
+
+// TestEventsLiveInDayPartitions: events are kept in one partition per UTC day, made as the
+// days come, and a day is dropped whole.
+func TestEventsLiveInDayPartitions(t *testing.T) {
+	ctx := context.Background()
+	db := open(t, false)
+	day := time.Date(2026, 12, 1, 23, 59, 0, 0, time.UTC)
+	for i, at := range []time.Time{day, day.Add(2 * time.Minute), day.Add(25 * time.Hour)} {
+		if _, err := db.InsertEvent(ctx, &store.Event{ID: fmt.Sprintf("ev%d", i), Type: "sandbox.lifecycle.created", Timestamp: at, TeamID: "team"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parts := func() []string {
+		rows, err := db.Pool().Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'events' ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	if got := parts(); !reflect.DeepEqual(got, []string{"events_20261201", "events_20261202", "events_20261203"}) {
+		t.Fatalf("partitions %v", got)
+	}
+	n, err := postgres.DropEventDaysBefore(ctx, db, time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	if err != nil || n != 1 {
+		t.Fatalf("dropped %d rows, %v", n, err)
+	}
+	if got := parts(); !reflect.DeepEqual(got, []string{"events_20261202", "events_20261203"}) {
+		t.Fatalf("partitions after the drop %v", got)
+	}
+	page, err := db.ListEvents(ctx, store.EventFilter{TeamID: "team"})
+	if err != nil || len(page.Events) != 2 || page.Events[0].ID != "ev1" {
+		t.Fatalf("events after the drop: %+v %v", page, err)
 	}
 }

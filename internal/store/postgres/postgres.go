@@ -37,8 +37,9 @@ var migrations embed.FS
 
 // DB is the store on one PostgreSQL database. Safe for concurrent use, by many processes.
 type DB struct {
-	pool *pgxpool.Pool
-	seal store.Sealer // seals the secrets records keep; nil: stored as given
+	pool  *pgxpool.Pool
+	seal  store.Sealer // seals the secrets records keep; nil: stored as given
+	parts partitions   // the day partitions this process knows exist
 }
 
 // Option configures Open.
@@ -53,6 +54,7 @@ var (
 	_ store.Activity        = (*DB)(nil)
 	_ store.Secrets         = (*DB)(nil)
 	_ store.ConsoleSessions = (*DB)(nil)
+	_ store.EventStore      = (*DB)(nil)
 )
 
 // Open connects to the database dsn names (postgres://USER@HOST:PORT/DB?…) and brings its

@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -23,6 +24,7 @@ type Engine interface {
 	store.Activity
 	store.Secrets
 	store.ConsoleSessions
+	store.EventStore
 }
 
 // Open opens a new, empty store for one test; sealed stores seal envd tokens with a sealer.
@@ -39,6 +41,8 @@ func Run(t *testing.T, open Open) {
 	t.Run("sealed envd tokens", func(t *testing.T) { sealedTokens(t, open(t, true)) })
 	t.Run("team secrets", func(t *testing.T) { secrets(t, open(t, false)) })
 	t.Run("console sessions", func(t *testing.T) { sessions(t, open(t, false)) })
+	t.Run("events and their listings", func(t *testing.T) { events(t, open(t, false)) })
+	t.Run("webhooks and the delivery outbox", func(t *testing.T) { webhooks(t, open(t, true)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
@@ -386,5 +390,161 @@ func sessions(t *testing.T, s Engine) {
 	}
 	if err := s.DeleteConsoleSession(ctx, "h_unknown"); err != nil {
 		t.Fatalf("deleting an unknown session: %v", err)
+	}
+}
+
+func event(team, sandbox, id, typ string, at time.Time) *store.Event {
+	return &store.Event{ID: id, Type: typ, Timestamp: at, TeamID: team, SandboxID: sandbox, TemplateID: "base",
+		Metadata: map[string]string{"taskId": "t"}, RequestID: "req_" + id, Data: json.RawMessage(`{"kill_reason":"request"}`)}
+}
+
+func eventIDs(p *store.EventPage) []string {
+	var out []string
+	for _, e := range p.Events {
+		out = append(out, e.ID)
+	}
+	return out
+}
+
+func events(t *testing.T, s Engine) {
+	ctx := context.Background()
+	// Events of three days: day partitions, where an engine has them, are made as they come.
+	for i := range 6 {
+		typ := "sandbox.lifecycle.created"
+		if i%2 == 1 {
+			typ = "sandbox.lifecycle.killed"
+		}
+		sb := "sb_a"
+		if i >= 4 {
+			sb = "sb_b"
+		}
+		if _, err := s.InsertEvent(ctx, event("team_a", sb, fmt.Sprintf("ev%d", i), typ, base.Add(time.Duration(i)*12*time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.InsertEvent(ctx, event("team_b", "sb_x", "ev_b", "sandbox.lifecycle.created", base)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.InsertEvent(ctx, event("team_a", "sb_a", "ev0", "sandbox.lifecycle.created", base.Add(72*time.Hour))); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("an id twice, on another day: %v", err)
+	}
+	if _, err := s.InsertEvent(ctx, &store.Event{ID: "ev_bad", Type: "t", TeamID: "team_a", Timestamp: base, Data: json.RawMessage(`[1]`)}); err == nil {
+		t.Fatal("an event whose data is no object was stored")
+	}
+	list := func(f store.EventFilter) *store.EventPage {
+		t.Helper()
+		return must[*store.EventPage](t)(s.ListEvents(ctx, f))
+	}
+	if got := eventIDs(list(store.EventFilter{TeamID: "team_a"})); !reflect.DeepEqual(got, []string{"ev0", "ev1", "ev2", "ev3", "ev4", "ev5"}) {
+		t.Errorf("oldest first: %v", got)
+	}
+	if got := eventIDs(list(store.EventFilter{TeamID: "team_a", Desc: true, SandboxID: "sb_a", Types: []string{"sandbox.lifecycle.killed"}})); !reflect.DeepEqual(got, []string{"ev3", "ev1"}) {
+		t.Errorf("a sandbox's kills, newest first: %v", got)
+	}
+	if got := eventIDs(list(store.EventFilter{TeamID: "team_a", Since: base.Add(12 * time.Hour), Until: base.Add(48 * time.Hour)})); !reflect.DeepEqual(got, []string{"ev1", "ev2", "ev3"}) {
+		t.Errorf("a window: %v", got)
+	}
+	p := list(store.EventFilter{TeamID: "team_a", Limit: 4})
+	if !p.More || len(p.Events) != 4 {
+		t.Fatalf("first page: %v more %v", eventIDs(p), p.More)
+	}
+	last := p.Events[3]
+	p = list(store.EventFilter{TeamID: "team_a", Limit: 4, After: &store.EventPosition{Timestamp: last.Timestamp, ID: last.ID}})
+	if got := eventIDs(p); p.More || !reflect.DeepEqual(got, []string{"ev4", "ev5"}) {
+		t.Errorf("second page: %v more %v", got, p.More)
+	}
+	got := list(store.EventFilter{TeamID: "team_b"}).Events
+	if len(got) != 1 || got[0].Metadata["taskId"] != "t" || got[0].RequestID != "req_ev_b" || !got[0].Timestamp.Equal(base) ||
+		!strings.Contains(string(got[0].Data), `"kill_reason"`) {
+		t.Errorf("round trip: %+v", got)
+	}
+	if _, err := s.ListEvents(ctx, store.EventFilter{}); err == nil {
+		t.Error("a listing without a team")
+	}
+}
+
+func webhooks(t *testing.T, s Engine) {
+	ctx := context.Background()
+	team := must[*store.Team](t)(s.CreateTeam(ctx, "acme"))
+	hook := &store.Webhook{ID: "wh_1", TeamID: team.ID, Name: "ci", URL: "http://198.18.0.1/hook", Events: []string{"sandbox.lifecycle.killed"},
+		Secret: "whsec_signing", CreatedAt: base}
+	if err := s.InsertWebhook(ctx, hook); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertWebhook(ctx, hook); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a webhook twice: %v", err)
+	}
+	if err := s.InsertWebhook(ctx, &store.Webhook{ID: "wh_x", TeamID: "team_absent", Events: []string{}, CreatedAt: base}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a webhook of an unknown team: %v", err)
+	}
+	if got := must[*store.Webhook](t)(s.GetWebhook(ctx, team.ID, "wh_1")); !reflect.DeepEqual(got, hook) {
+		t.Fatalf("round trip %+v", got)
+	}
+	if _, err := s.GetWebhook(ctx, "team_other", "wh_1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another team's webhook: %v", err)
+	}
+	if ws := must[[]*store.Webhook](t)(s.ListWebhooks(ctx, team.ID)); len(ws) != 1 || ws[0].Secret != "whsec_signing" {
+		t.Fatalf("list %+v", ws)
+	}
+	n := must[int](t)(s.InsertEvent(ctx, event(team.ID, "sb", "ev_k", "sandbox.lifecycle.killed", base)))
+	if n != 1 {
+		t.Fatalf("a subscribed event queued %d deliveries", n)
+	}
+	if n := must[int](t)(s.InsertEvent(ctx, event(team.ID, "sb", "ev_c", "sandbox.lifecycle.created", base))); n != 0 {
+		t.Fatalf("an unsubscribed event queued %d deliveries", n)
+	}
+	at, ok, err := s.NextDeliveryAt(ctx)
+	if err != nil || !ok || at.After(time.Now().Add(time.Second)) {
+		t.Fatalf("next delivery %v %v %v", at, ok, err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	due := must[[]*store.DueDelivery](t)(s.ClaimDeliveries(ctx, now.Add(time.Second), now.Add(time.Minute), 10))
+	if len(due) != 1 || due[0].Event.ID != "ev_k" || due[0].Webhook.Secret != "whsec_signing" || due[0].Delivery.EventType != "sandbox.lifecycle.killed" {
+		t.Fatalf("claimed %+v", due)
+	}
+	if again := must[[]*store.DueDelivery](t)(s.ClaimDeliveries(ctx, now.Add(time.Second), now.Add(time.Minute), 10)); len(again) != 0 {
+		t.Fatalf("a leased delivery was claimed twice")
+	}
+	if err := s.ReleaseLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	due = must[[]*store.DueDelivery](t)(s.ClaimDeliveries(ctx, now.Add(time.Second), now.Add(time.Minute), 10))
+	if len(due) != 1 {
+		t.Fatalf("a released delivery is not claimable: %d", len(due))
+	}
+	retry := now.Add(time.Hour)
+	a := &store.DeliveryAttempt{DeliveryID: due[0].Delivery.ID, Attempt: 1, StartedAt: now, StatusCode: 503, Latency: 1500 * time.Microsecond,
+		ErrorClass: "http_status", Error: "503", NextRetryAt: &retry}
+	if err := s.RecordAttempt(ctx, a, store.DeliveryPending); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordAttempt(ctx, a, store.DeliveryPending); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("an attempt twice: %v", err)
+	}
+	if at, ok, _ := s.NextDeliveryAt(ctx); !ok || !at.Equal(retry) {
+		t.Fatalf("next delivery after a retry %v", at)
+	}
+	if err := s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: due[0].Delivery.ID, Attempt: 2, StartedAt: now, StatusCode: 200}, store.DeliveryDelivered); err != nil {
+		t.Fatal(err)
+	}
+	ds := must[[]*store.Delivery](t)(s.ListDeliveries(ctx, team.ID, "wh_1", 0))
+	if len(ds) != 1 || ds[0].State != store.DeliveryDelivered || ds[0].Attempts != 2 || len(ds[0].History) != 2 ||
+		ds[0].History[0].Latency != 1500*time.Microsecond || ds[0].History[0].NextRetryAt == nil || !ds[0].History[0].NextRetryAt.Equal(retry) {
+		t.Fatalf("deliveries %+v", ds)
+	}
+	if _, ok, _ := s.NextDeliveryAt(ctx); ok {
+		t.Fatal("a delivered delivery is still due")
+	}
+	if err := s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "dlv_absent", Attempt: 1}, store.DeliveryFailed); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an attempt of an unknown delivery: %v", err)
+	}
+	if err := s.DeleteWebhook(ctx, team.ID, "wh_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ListDeliveries(ctx, team.ID, "wh_1", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deliveries of a deleted webhook: %v", err)
+	}
+	if err := s.DeleteWebhook(ctx, team.ID, "wh_1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a second delete: %v", err)
 	}
 }
