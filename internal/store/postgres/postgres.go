@@ -55,6 +55,10 @@ var (
 	_ store.Secrets         = (*DB)(nil)
 	_ store.ConsoleSessions = (*DB)(nil)
 	_ store.EventStore      = (*DB)(nil)
+	_ store.LogStore        = (*DB)(nil)
+	_ store.CommandStore    = (*DB)(nil)
+	_ store.MetricStore     = (*DB)(nil)
+	_ store.TraceStore      = (*DB)(nil)
 )
 
 // Open connects to the database dsn names (postgres://USER@HOST:PORT/DB?…) and brings its

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -25,6 +26,12 @@ type Engine interface {
 	store.Secrets
 	store.ConsoleSessions
 	store.EventStore
+	store.LogStore
+	store.CommandStore
+	store.MetricStore
+	store.TraceStore
+	store.RetentionStore
+	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
 // Open opens a new, empty store for one test; sealed stores seal envd tokens with a sealer.
@@ -43,6 +50,11 @@ func Run(t *testing.T, open Open) {
 	t.Run("console sessions", func(t *testing.T) { sessions(t, open(t, false)) })
 	t.Run("events and their listings", func(t *testing.T) { events(t, open(t, false)) })
 	t.Run("webhooks and the delivery outbox", func(t *testing.T) { webhooks(t, open(t, true)) })
+	t.Run("log lines", func(t *testing.T) { logs(t, open(t, false)) })
+	t.Run("command records", func(t *testing.T) { commands(t, open(t, false)) })
+	t.Run("metric samples", func(t *testing.T) { samples(t, open(t, false)) })
+	t.Run("a request's trace", func(t *testing.T) { traces(t, open(t, false)) })
+	t.Run("retention", func(t *testing.T) { retention(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
@@ -546,5 +558,349 @@ func webhooks(t *testing.T, s Engine) {
 	}
 	if err := s.DeleteWebhook(ctx, team.ID, "wh_1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a second delete: %v", err)
+	}
+}
+
+func line(team, sandbox string, at time.Time, level, msg string) store.LogLine {
+	return store.LogLine{Time: at, SandboxID: sandbox, TeamID: team, TemplateID: "base", Level: level, Source: store.SourceProcess,
+		Stream: "stdout", PID: 7, Message: msg}
+}
+
+func messages(p *store.LogPage) []string {
+	var out []string
+	for _, l := range p.Lines {
+		out = append(out, l.Message)
+	}
+	return out
+}
+
+func logs(t *testing.T, s Engine) {
+	ctx := context.Background()
+	var batch []store.LogLine
+	for i := range 10 {
+		l := line("team", "sb", base.Add(time.Duration(i)*time.Millisecond), []string{"debug", "info", "warn", "error"}[i%4], fmt.Sprintf("Line %d of the BUILD", i))
+		if i == 3 {
+			l.RequestID, l.Stream, l.PID = "req_3", "stderr", 9
+			l.Fields = map[string]any{"s": "a\"b", "n": 1.5, "b": false, "z": nil, "o": map[string]any{"k": []any{1.0, "x"}}, "dotted.key": "v"}
+		}
+		batch = append(batch, l)
+	}
+	// Two of one microsecond keep their order; a line of the next day lands in its own day.
+	batch = append(batch, line("team", "sb", base.Add(20*time.Millisecond), "info", "same µs first"),
+		line("team", "sb", base.Add(20*time.Millisecond), "info", "same µs second"),
+		line("team", "other", base, "info", "another sandbox"), line("team_b", "sb", base, "info", "another team"))
+	if err := s.InsertLogs(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	// A batch of its own: an engine may keep a batch's lines together until all are old.
+	if err := s.InsertLogs(ctx, []store.LogLine{line("team", "sb", base.Add(30*time.Hour), "info", "tomorrow")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertLogs(ctx, []store.LogLine{{Message: "no sandbox"}}); err == nil {
+		t.Fatal("a line without sandbox and team was stored")
+	}
+	q := func(q store.LogQuery) *store.LogPage {
+		t.Helper()
+		q.TeamID = "team"
+		return must[*store.LogPage](t)(s.QueryLogs(ctx, q))
+	}
+	all := q(store.LogQuery{SandboxID: "sb"})
+	if got := messages(all); len(got) != 13 || got[10] != "same µs first" || got[11] != "same µs second" || got[12] != "tomorrow" {
+		t.Fatalf("all lines: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", Backward: true, Limit: 2})); !reflect.DeepEqual(got, []string{"tomorrow", "same µs second"}) {
+		t.Errorf("newest first: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", MinLevel: "error"})); !reflect.DeepEqual(got, []string{"Line 3 of the BUILD", "Line 7 of the BUILD"}) {
+		t.Errorf("errors: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", Search: `line "OF THE build" 5`})); !reflect.DeepEqual(got, []string{"Line 5 of the BUILD"}) {
+		t.Errorf("search ignoring ASCII case, with a phrase: %q", got)
+	}
+	if got := messages(q(store.LogQuery{Search: "another"})); !reflect.DeepEqual(got, []string{"another sandbox"}) {
+		t.Errorf("every sandbox of the team, no other team's: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxIn: []string{}})); len(got) != 0 {
+		t.Errorf("an empty SandboxIn keeps nothing: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", RequestID: "req_3", Stream: "stderr", PID: 9, Source: store.SourceProcess})); len(got) != 1 {
+		t.Errorf("request, stream, pid, source: %q", got)
+	}
+	for k, v := range map[string]string{"s": "a\"b", "n": "1.5", "b": "false", "z": "null", "o": `{"k":[1,"x"]}`, "dotted.key": "v"} {
+		if got := messages(q(store.LogQuery{SandboxID: "sb", Fields: map[string]string{k: v}})); len(got) != 1 {
+			t.Errorf("field %s=%s matched %q", k, v, got)
+		}
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", Fields: map[string]string{"s": `"a\"b"`}})); len(got) != 0 {
+		t.Error("a string field matched its JSON")
+	}
+	three := all.Lines[3]
+	if !reflect.DeepEqual(three.Fields["o"], map[string]any{"k": []any{1.0, "x"}}) || three.Fields["z"] != nil || three.Level != "error" {
+		t.Errorf("fields round trip: %+v", three)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", Cursor: base.Add(8 * time.Millisecond), Limit: 2})); !reflect.DeepEqual(got, []string{"Line 8 of the BUILD", "Line 9 of the BUILD"}) {
+		t.Errorf("a millisecond cursor, forward: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", Cursor: base.Add(time.Millisecond), Backward: true})); !reflect.DeepEqual(got, []string{"Line 1 of the BUILD", "Line 0 of the BUILD"}) {
+		t.Errorf("a millisecond cursor, backward: %q", got)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb", Since: base.Add(2 * time.Millisecond), Until: base.Add(4 * time.Millisecond)})); len(got) != 2 {
+		t.Errorf("since and until: %q", got)
+	}
+	t.Run("pages continue after a position without repeats", func(t *testing.T) {
+		var got []string
+		var after *store.LogPosition
+		for {
+			p := q(store.LogQuery{SandboxID: "sb", Limit: 5, After: after})
+			got = append(got, messages(p)...)
+			if p.Next == nil {
+				if p.Last == nil || p.First == nil {
+					t.Fatal("a page without its first and last positions")
+				}
+				break
+			}
+			after = p.Next
+		}
+		if !reflect.DeepEqual(got, messages(all)) {
+			t.Errorf("paged %q", got)
+		}
+	})
+	if _, err := s.QueryLogs(ctx, store.LogQuery{TeamID: "team", MinLevel: "loud"}); err == nil {
+		t.Error("an unknown level")
+	}
+	if _, err := s.QueryLogs(ctx, store.LogQuery{}); err == nil {
+		t.Error("a query without a team")
+	}
+	n, err := s.PruneLogs(ctx, base.Add(24*time.Hour))
+	if err != nil || n != 14 {
+		t.Fatalf("pruned %d, %v", n, err)
+	}
+	if got := messages(q(store.LogQuery{SandboxID: "sb"})); !reflect.DeepEqual(got, []string{"tomorrow"}) {
+		t.Errorf("after the prune: %q", got)
+	}
+}
+
+func commands(t *testing.T, s Engine) {
+	ctx := context.Background()
+	start := &store.CommandRecord{SandboxID: "sb", TeamID: "team", TemplateID: "base", PID: 42, Tag: "build", RequestID: "req_start",
+		User: "user", Command: "/bin/bash", Args: []string{"-c", "make"}, Cwd: "/home/user", StartedAt: base}
+	if err := s.UpsertCommand(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	got := must[*store.CommandRecord](t)(s.GetCommand(ctx, "sb", 42, base))
+	if got.EndCause != "" || !got.EndedAt.IsZero() || got.ExitCode != nil || !reflect.DeepEqual(got.Args, start.Args) {
+		t.Fatalf("a running record: %+v", got)
+	}
+	code := 2
+	end := &store.CommandRecord{SandboxID: "sb", PID: 42, StartedAt: base, EndedAt: base.Add(1500 * time.Millisecond), ExitCode: &code,
+		EndCause: reason.EndExited, StdoutBytes: 10, StdoutHead: "out", Truncated: true, Redactions: map[string]int{"api_key": 1}}
+	if err := s.UpsertCommand(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	got = must[*store.CommandRecord](t)(s.GetCommand(ctx, "sb", 42, time.Time{}))
+	if got.Command != "/bin/bash" || got.Tag != "build" || *got.ExitCode != 2 || got.Duration != 1500*time.Millisecond ||
+		got.EndCause != reason.EndExited || !got.Truncated || got.Redactions["api_key"] != 1 || got.StdoutHead != "out" {
+		t.Fatalf("merged record: %+v", got)
+	}
+	for i := range 5 { // pid 7 again and again: the start time tells them apart
+		if err := s.UpsertCommand(ctx, &store.CommandRecord{SandboxID: "sb", TeamID: "team", PID: 7, RequestID: "req_7", StartedAt: base.Add(time.Duration(i+1) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := must[*store.CommandRecord](t)(s.GetCommand(ctx, "sb", 7, time.Time{})); !got.StartedAt.Equal(base.Add(5 * time.Second)) {
+		t.Fatalf("latest of a pid: %v", got.StartedAt)
+	}
+	var seen []int
+	cursor := ""
+	for {
+		p := must[*store.CommandPage](t)(s.ListCommands(ctx, "sb", 4, cursor))
+		for _, c := range p.Commands {
+			seen = append(seen, c.PID)
+		}
+		if p.Next == "" {
+			break
+		}
+		cursor = p.Next
+	}
+	if !reflect.DeepEqual(seen, []int{7, 7, 7, 7, 7, 42}) {
+		t.Errorf("newest first, paged: %v", seen)
+	}
+	if _, err := s.ListCommands(ctx, "sb", 0, "garbage"); !errors.Is(err, store.ErrBadCursor) {
+		t.Errorf("a forged cursor: %v", err)
+	}
+	if n := must[int64](t)(s.CloseOpenCommands(ctx, "sb", base.Add(10*time.Second), "timeout")); n != 5 {
+		t.Errorf("closed %d open records", n)
+	}
+	if got := must[*store.CommandRecord](t)(s.GetCommand(ctx, "sb", 7, base.Add(time.Second))); got.EndCause != reason.EndSandboxKilled ||
+		got.KillReason != "timeout" || got.Duration != 9*time.Second {
+		t.Errorf("a closed record: %+v", got)
+	}
+	if n := must[int64](t)(s.PruneCommands(ctx, base.Add(5*time.Second))); n != 1 {
+		t.Errorf("pruned %d records that ended before", n)
+	}
+	if _, err := s.GetCommand(ctx, "sb", 42, base); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a pruned record: %v", err)
+	}
+	if err := s.UpsertCommand(ctx, &store.CommandRecord{SandboxID: "sb", PID: 1, StartedAt: base, EndCause: "exploded"}); err == nil {
+		t.Error("an unknown end cause was stored")
+	}
+}
+
+func samples(t *testing.T, s Engine) {
+	ctx := context.Background()
+	var in []store.MetricSample
+	for i := range 10 {
+		in = append(in, store.MetricSample{SandboxID: "sb", TeamID: "team", Time: base.Add(time.Duration(i*5) * time.Second), CPUCount: 2,
+			CPUUsedPct: float64(i * 10), MemUsed: uint64(i) << 20, MemTotal: 512 << 20, NetRxBytes: uint64(i * 100), DiskTotal: math.MaxUint64})
+	}
+	in = append(in, store.MetricSample{SandboxID: "sb2", TeamID: "team", Time: base, MemUsed: 1})
+	if err := s.InsertSamples(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertSamples(ctx, []store.MetricSample{{SandboxID: "sb", TeamID: "team", Time: base, MemUsed: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	got := must[[]store.MetricSample](t)(s.QuerySamples(ctx, "sb", base, base.Add(10*time.Second)))
+	if len(got) != 3 || got[0].MemUsed != 99 || got[2].NetRxBytes != 200 || got[1].DiskTotal != math.MaxInt64 {
+		t.Fatalf("a window, the replaced sample first: %+v", got)
+	}
+	if all := must[[]store.MetricSample](t)(s.QuerySamples(ctx, "sb", time.Time{}, time.Time{})); len(all) != 10 {
+		t.Fatalf("unbounded: %d", len(all))
+	}
+	latest := must[[]store.MetricSample](t)(s.LatestSamples(ctx, "team", []string{"sb", "sb2", "sb_none"}))
+	if len(latest) != 2 {
+		t.Fatalf("latest: %+v", latest)
+	}
+	for _, l := range latest {
+		if l.SandboxID == "sb" && !l.Time.Equal(base.Add(45*time.Second)) {
+			t.Errorf("latest of sb at %v", l.Time)
+		}
+	}
+	if other := must[[]store.MetricSample](t)(s.LatestSamples(ctx, "team_b", []string{"sb"})); len(other) != 0 {
+		t.Error("another team reads the samples")
+	}
+	down := must[[]store.MetricSample](t)(s.DownsampleSamples(ctx, "sb", 5))
+	if len(down) != 5 || down[0].CPUUsedPct != 5 || down[4].MemUsed != 9<<20 {
+		t.Fatalf("downsampled: %+v", down)
+	}
+	if err := s.PruneSamples(ctx, base.Add(40*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if left := must[[]store.MetricSample](t)(s.QuerySamples(ctx, "sb", time.Time{}, time.Time{})); len(left) != 2 {
+		t.Fatalf("after the prune: %d", len(left))
+	}
+}
+
+func traces(t *testing.T, s Engine) {
+	ctx := context.Background()
+	l := line("team", "sb", base, "info", "traced")
+	l.RequestID = "req_t"
+	if err := s.InsertLogs(ctx, []store.LogLine{l, line("team", "sb", base, "info", "not traced")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.InsertEvent(ctx, event("team", "sb", "ev_t", "sandbox.lifecycle.killed", base)); err != nil {
+		t.Fatal(err)
+	}
+	e := event("team", "sb", "ev_t2", "sandbox.lifecycle.created", base)
+	e.RequestID = "req_t"
+	if _, err := s.InsertEvent(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*store.CommandRecord{{RequestID: "req_t"}, {SignalRequestID: "req_t"}, {RequestID: "req_other"}} {
+		c.SandboxID, c.TeamID, c.PID, c.StartedAt = "sb", "team", i+1, base
+		if err := s.UpsertCommand(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := must[[]store.LogLine](t)(s.TraceLogs(ctx, "team", "req_t", 0)); len(got) != 1 || got[0].Message != "traced" {
+		t.Errorf("trace logs %+v", got)
+	}
+	if got := must[[]*store.Event](t)(s.TraceEvents(ctx, "team", "req_t", 0)); len(got) != 1 || got[0].ID != "ev_t2" {
+		t.Errorf("trace events %+v", got)
+	}
+	if got := must[[]*store.CommandRecord](t)(s.TraceCommands(ctx, "team", "req_t", 0)); len(got) != 2 {
+		t.Errorf("trace commands %d", len(got))
+	}
+	if got := must[[]store.LogLine](t)(s.TraceLogs(ctx, "team_b", "req_t", 0)); len(got) != 0 {
+		t.Error("another team traces the request")
+	}
+}
+
+func retention(t *testing.T, s Engine) {
+	ctx := context.Background()
+	team := must[*store.Team](t)(s.CreateTeam(ctx, "acme"))
+	if err := s.InsertWebhook(ctx, &store.Webhook{ID: "wh", TeamID: team.ID, Events: []string{"sandbox.lifecycle.killed"}, CreatedAt: base}); err != nil {
+		t.Fatal(err)
+	}
+	old := base.Add(-72 * time.Hour)
+	for i := range 6 {
+		typ := "sandbox.lifecycle.created"
+		if i == 0 {
+			typ = "sandbox.lifecycle.killed" // its delivery stays pending: the event stays
+		}
+		if _, err := s.InsertEvent(ctx, event(team.ID, "sb", fmt.Sprintf("ev%d", i), typ, old.Add(time.Duration(i)*time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.InsertEvent(ctx, event(team.ID, "sb", "ev_new", "sandbox.lifecycle.created", base)); err != nil {
+		t.Fatal(err)
+	}
+	var lines []store.LogLine
+	for i := range 30 {
+		lines = append(lines, line(team.ID, "sb", old.Add(time.Duration(i)*time.Minute), "info", "old"))
+	}
+	if err := s.InsertLogs(ctx, lines); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertLogs(ctx, []store.LogLine{line(team.ID, "sb", base, "info", "new")}); err != nil {
+		t.Fatal(err)
+	}
+	u := must[store.Usage](t)(s.Usage(ctx, store.DatasetEvents, true))
+	if u.Rows != 7 || !u.Oldest.Equal(old) || u.Bytes <= 0 {
+		t.Fatalf("events usage %+v", u)
+	}
+	if u := must[store.Usage](t)(s.Usage(ctx, store.DatasetLogs, false)); u.Rows != 31 {
+		t.Fatalf("log usage %+v", u)
+	}
+	var pruned int64
+	for {
+		n := must[int64](t)(s.PruneBefore(ctx, store.DatasetEvents, base.Add(-time.Hour), 2))
+		pruned += n
+		if n < 2 {
+			break
+		}
+	}
+	if pruned != 5 {
+		t.Errorf("pruned %d events; want 5 (the pending one and the new one stay)", pruned)
+	}
+	page := must[*store.EventPage](t)(s.ListEvents(ctx, store.EventFilter{TeamID: team.ID}))
+	if got := eventIDs(page); !reflect.DeepEqual(got, []string{"ev0", "ev_new"}) {
+		t.Errorf("events left %v", got)
+	}
+	pruned = 0
+	for {
+		n := must[int64](t)(s.PruneBefore(ctx, store.DatasetLogs, base.Add(-time.Hour), 100))
+		pruned += n
+		if n < 100 {
+			break
+		}
+	}
+	if pruned != 30 {
+		t.Errorf("pruned %d lines", pruned)
+	}
+	for i := range 5 {
+		if err := s.InsertSamples(ctx, []store.MetricSample{{SandboxID: "sb", TeamID: team.ID, Time: base.Add(time.Duration(i) * time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := must[int64](t)(s.PruneOverCap(ctx, store.DatasetSamples, 2, 10)); n != 3 {
+		t.Errorf("over the cap, pruned %d samples", n)
+	}
+	left := must[[]store.MetricSample](t)(s.QuerySamples(ctx, "sb", time.Time{}, time.Time{}))
+	if len(left) != 2 || !left[0].Time.Equal(base.Add(3*time.Second)) {
+		t.Errorf("the oldest go first: %+v", left)
+	}
+	if _, err := s.Usage(ctx, "nonsense", false); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("an unknown dataset: %v", err)
 	}
 }
