@@ -196,4 +196,3 @@ func SearchTerms(s string) []string {
 		s = rest
 	}
 }
-

@@ -60,8 +60,8 @@ var datasets = map[store.Dataset]dataset{
 		tables: []string{"log_lines"},
 		count:  `SELECT count(*) FROM log_lines`,
 		oldest: `SELECT min(ts) FROM log_lines`,
-		prune: `DELETE FROM log_lines WHERE ctid IN (SELECT ctid FROM log_lines WHERE ts < $1 ORDER BY ts, seq LIMIT $2)`,
-		days:  "log_lines",
+		prune:  `DELETE FROM log_lines WHERE ctid IN (SELECT ctid FROM log_lines WHERE ts < $1 ORDER BY ts, seq LIMIT $2)`,
+		days:   "log_lines",
 	},
 }
 
