@@ -90,7 +90,9 @@ func (s *Service) resolveReq(h http.Header, p string) (*identity.User, string, e
 	return u, abs, nil
 }
 
-// Stat describes a path; a symlink is described itself, not followed (see Entry).
+// Stat describes a path. A symlink is followed for its type and mode, as E2B's envd does (the
+// SDK's getInfo of a link to a file says "file"): the rest of the entry is the link's own, and
+// SymlinkTarget names where it leads. A link that leads nowhere stays a SYMLINK.
 func (s *Service) Stat(ctx context.Context, req *connect.Request[rpc.StatRequest]) (*connect.Response[rpc.StatResponse], error) {
 	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -99,6 +101,12 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[rpc.StatRequest
 	e, err := Entry(p)
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
+	}
+	if e.GetType() == rpc.FileType_FILE_TYPE_SYMLINK {
+		if fi, err := os.Stat(p); err == nil {
+			e.Type = fileType(fi.Mode())
+			e.Mode = uint32(fi.Mode().Perm())
+		}
 	}
 	return connect.NewResponse(&rpc.StatResponse{Entry: e}), nil
 }
