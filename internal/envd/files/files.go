@@ -3,8 +3,9 @@
 //
 // The one idea: bodies are streamed, never held in memory: downloads through
 // http.ServeContent (so Range works; a file stat reports as empty, as /proc's, is read first),
-// uploads part by part into an unnamed O_TMPFILE file on the target's mount, linked in as the
-// target once complete, so no other name ever shows. Access is checked here, not by the server: the
+// uploads part by part into an unnamed O_TMPFILE file on the target's mount, copied over the
+// target in place once complete (see writeFile), so no other name ever shows and a cut upload
+// leaves the old file. Access is checked here, not by the server: the
 // X-Access-Token header or a URL signature made from the same token.
 package files
 
