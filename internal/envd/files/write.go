@@ -23,8 +23,9 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 // writeFile writes the body r to target in place, as E2B's envd does: an existing file keeps
 // its inode (owner, mode, hard links, and what a process holding it open sees), so a watcher
 // of its directory sees WRITE on its name; a new file shows CREATE, then WRITE. A symlink at
-// target is written through. Missing parents are created for u; a new file is made 0644 and
-// given to u.
+// target is written through. The target and its missing parents are opened and made with u's
+// file system credentials (identity.User.Act), so u must be allowed to; a new file is made
+// 0644, and is u's.
 //
 // The body is first received whole into an unnamed (O_TMPFILE) file on the target's mount, so
 // that a cut or broken request leaves the target untouched. Only then is the target opened,
@@ -41,15 +42,21 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 // then made the target's once its content is written. stored is false when the file system
 // keeps no user attributes; the file is written anyway.
 func writeFile(target string, u *identity.User, r io.Reader, md map[string]string, heavy bool) (n int64, stored bool, err error) {
-	if fi, err := os.Stat(target); err == nil && fi.IsDir() {
-		return 0, false, fmt.Errorf("upload %s: %w: it is a directory", target, fault.ErrInvalid)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, false, filesystem.OSError("upload", target, err)
-	}
 	dir := filepath.Dir(target)
-	if _, err := filesystem.MkdirAll(dir, u); err != nil {
+	err = u.Act(func() error {
+		if fi, err := os.Stat(target); err == nil && fi.IsDir() {
+			return fmt.Errorf("upload %s: %w: it is a directory", target, fault.ErrInvalid)
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return filesystem.OSError("upload", target, err)
+		}
+		_, err := filesystem.MkdirAll(dir, u)
+		return err
+	})
+	if err != nil {
 		return 0, false, err
 	}
+	// The unnamed file is envd's own, made as root: the user may write the target and still
+	// not the mount's root, where it is made.
 	tmp, named, err := createUnnamed(dir)
 	if err != nil {
 		return 0, false, filesystem.OSError("upload", target, err)
@@ -85,7 +92,7 @@ func writeFile(target string, u *identity.User, r io.Reader, md map[string]strin
 	if stored {
 		keep = md
 	}
-	if err := copyInto(target, u, tmp, n, keep); err != nil {
+	if err := u.Act(func() error { return copyInto(target, u, tmp, n, keep) }); err != nil {
 		return n, false, err
 	}
 	return n, stored, nil
