@@ -28,7 +28,8 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 // 0644, and is u's.
 //
 // The body is first received whole into an unnamed (O_TMPFILE) file on the target's mount, so
-// that a cut or broken request leaves the target untouched. Only then is the target opened,
+// that a cut or broken request leaves the target untouched. A new file is that file, linked
+// in (linkNew). Over an existing file, only then is the target opened,
 // the blocks for its new size reserved (fallocate: a full disk fails the upload before the old
 // content is touched), the content copied over it from offset 0 (copy_file_range: a copy in
 // the kernel, a shared extent where the file system has reflinks) and the file cut to the new
@@ -88,6 +89,15 @@ func writeFile(target string, u *identity.User, r io.Reader, md map[string]strin
 			return n, false, err
 		}
 	}
+	if !named {
+		linked, err := linkNew(target, u, tmp, n)
+		if err != nil {
+			return n, false, err
+		}
+		if linked {
+			return n, stored, nil
+		}
+	}
 	var keep map[string]string // nil: the file system keeps none, leave it
 	if stored {
 		keep = md
@@ -96,6 +106,48 @@ func writeFile(target string, u *identity.User, r io.Reader, md map[string]strin
 		return n, false, err
 	}
 	return n, stored, nil
+}
+
+// linkNew gives the unnamed file tmp, of n bytes, the name target when no file has that name:
+// a new file needs no copy, and a reader sees all of it or nothing. It reports false, having
+// done nothing, when target exists (or is a symlink). The file's last byte is then written
+// again through its new name, so that a watcher of the directory sees CREATE, then WRITE, as
+// with E2B's envd: what is done through tmp is reported under tmp's own unnamed entry.
+func linkNew(target string, u *identity.User, tmp *os.File, n int64) (linked bool, err error) {
+	// Mode and owner while envd still owns the file: the user could not change them.
+	if err := tmp.Chmod(0o644); err != nil {
+		return false, filesystem.OSError("chmod", target, err)
+	}
+	if u != nil && os.Geteuid() == 0 && !u.IsSelf() {
+		if err := tmp.Chown(u.UID, u.GID); err != nil {
+			return false, filesystem.OSError("chown", target, err)
+		}
+	}
+	err = u.Act(func() error {
+		src := fmt.Sprintf("/proc/self/fd/%d", tmp.Fd())
+		err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, target, unix.AT_SYMLINK_FOLLOW)
+		if errors.Is(err, unix.EEXIST) {
+			return nil
+		}
+		if err != nil {
+			return filesystem.OSError("upload", target, err)
+		}
+		linked = true
+		if n == 0 {
+			return nil // E2B's envd shows no WRITE for a new empty file either
+		}
+		// The upload is done: a failure here costs the WRITE event only, and is ignored.
+		last := make([]byte, 1)
+		if _, err := tmp.ReadAt(last, n-1); err != nil {
+			return nil
+		}
+		if f, err := os.OpenFile(target, os.O_WRONLY, 0); err == nil {
+			_, _ = f.WriteAt(last, n-1)
+			_ = f.Close()
+		}
+		return nil
+	})
+	return linked, err
 }
 
 // copyInto writes the n bytes of tmp over the file at target, creating it if it is missing,
