@@ -28,19 +28,20 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 // 0644, and is u's.
 //
 // The body is first received whole into an unnamed (O_TMPFILE) file on the target's mount, so
-// that a cut or broken request leaves the target untouched. A new file is that file, linked
-// in (linkNew). Over an existing file, only then is the target opened,
-// the blocks for its new size reserved (fallocate: a full disk fails the upload before the old
-// content is touched), the content copied over it from offset 0 (copy_file_range: a copy in
-// the kernel, a shared extent where the file system has reflinks) and the file cut to the new
-// size. Streaming straight into the target, as E2B's envd does, would save that second copy
-// but leave a truncated file behind a cut upload. The copy costs: a 64 MiB upload took 62-71 ms
-// before (the unnamed file linked over the old name, a new inode) and 89-111 ms after, on ext4
-// on this two-core machine (go test -bench Upload64MiB ./internal/envd/files/).
+// that a cut or broken request leaves the target untouched. A new file is then that file,
+// linked in (linkNew). Over an existing file, the blocks for the new size are reserved
+// (fallocate: a full disk fails the upload before the old content is touched), the content
+// copied over it from offset 0 (copy_file_range: a copy in the kernel, a shared extent where
+// the file system has reflinks) and the file cut to the new size. Streaming straight into
+// the target, as E2B's envd does, would save that second copy but leave a truncated file
+// behind a cut upload. The copy costs: a 64 MiB upload took 55-75 ms before (every upload a
+// new inode linked over the old name); after, a new file takes the same, and one over an
+// existing file 95-155 ms, on ext4 on a busy two-core machine (go test -bench Upload64MiB
+// ./internal/envd/files/).
 //
 // The file gets exactly the metadata md (user.e2b.* attributes): md is first set on the
-// unnamed file, so a file system that refuses it fails the upload with the target unchanged,
-// then made the target's once its content is written. stored is false when the file system
+// unnamed file, so a file system that refuses it fails the upload with the target unchanged;
+// an existing target's is then replaced once its content is written. stored is false when the file system
 // keeps no user attributes; the file is written anyway.
 func writeFile(target string, u *identity.User, r io.Reader, md map[string]string, heavy bool) (n int64, stored bool, err error) {
 	dir := filepath.Dir(target)
