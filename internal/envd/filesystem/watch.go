@@ -103,7 +103,9 @@ func (w *watcher) run() {
 			if !ok {
 				return
 			}
-			_ = w.user.Act(func() error { w.handle(ev); return nil })
+			if err := w.user.Act(func() error { w.handle(ev); return nil }); err != nil {
+				w.log.Warn("watch event dropped", telemetry.KeyError, err.Error())
+			}
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return

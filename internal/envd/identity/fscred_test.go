@@ -94,3 +94,19 @@ func TestActChecksAndCreatesAsTheUser(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkAct is the cost Act adds to a file system call made as another user.
+func BenchmarkAct(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("switching credentials needs root")
+	}
+	u, err := Lookup("nobody")
+	if err != nil {
+		b.Skip("no nobody account on this machine")
+	}
+	for b.Loop() {
+		if err := u.Act(func() error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
