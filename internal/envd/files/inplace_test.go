@@ -168,3 +168,41 @@ func TestCutUploadLeavesTheOldFile(t *testing.T) {
 		t.Errorf("a cut upload of a new file left it behind: %v", err)
 	}
 }
+
+// TestUploadThroughASymlink writes through a symlink at the target, as opening it would: the
+// link stays, and its target, existing or not, gets the content.
+func TestUploadThroughASymlink(t *testing.T) {
+	t.Parallel()
+	srv := serve(t, "")
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real.txt")
+	if err := os.WriteFile(real, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ino := inode(t, real)
+	links := map[string]string{"to-real": real, "dangling": filepath.Join(dir, "made-through-link.txt")}
+	for link, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range links {
+		t.Run(link, func(t *testing.T) {
+			p := filepath.Join(dir, link)
+			req, _ := http.NewRequest(http.MethodPost, fileURL(srv, url.Values{"path": {p}}), strings.NewReader("via "+link))
+			req.Header.Set("Content-Type", "application/octet-stream")
+			if res, body := do(t, req); res.StatusCode != http.StatusOK {
+				t.Fatalf("upload: %d %s", res.StatusCode, body)
+			}
+			if fi, err := os.Lstat(p); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("%s is no longer a symlink (%v)", link, err)
+			}
+			if b, err := os.ReadFile(target); err != nil || string(b) != "via "+link {
+				t.Errorf("target content %q (%v)", b, err)
+			}
+		})
+	}
+	if got := inode(t, real); got != ino {
+		t.Errorf("the link's existing target was replaced: inode %d, want %d", got, ino)
+	}
+}

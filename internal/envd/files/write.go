@@ -210,8 +210,13 @@ func openTarget(target string) (f *os.File, created bool, err error) {
 	if !errors.Is(err, fs.ErrExist) {
 		return nil, false, err
 	}
-	// There already, or a symlink (O_EXCL never follows one): open it, or create through it.
-	f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE, 0o644)
+	// There already, or a symlink (O_EXCL never follows one). Opened without O_CREAT, which
+	// fs.protected_regular refuses, even to root, for another's file in a sticky directory
+	// such as /tmp; a dangling symlink (or a file removed meanwhile) is then created.
+	f, err = os.OpenFile(target, os.O_WRONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE, 0o644)
+	}
 	return f, false, err
 }
 
