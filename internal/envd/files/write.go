@@ -41,8 +41,8 @@ func multipartReader(body io.Reader, boundary string) *multipart.Reader {
 //
 // The file gets exactly the metadata md (user.e2b.* attributes): md is first set on the
 // unnamed file, so a file system that refuses it fails the upload with the target unchanged;
-// an existing target's is then replaced once its content is written. stored is false when the file system
-// keeps no user attributes; the file is written anyway.
+// an existing target's is then replaced once its content is written. stored is false when
+// the file system keeps no user attributes; the file is written anyway.
 func writeFile(target string, u *identity.User, r io.Reader, md map[string]string, heavy bool) (n int64, stored bool, err error) {
 	dir := filepath.Dir(target)
 	err = u.Act(func() error {
