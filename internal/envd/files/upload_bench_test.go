@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// BenchmarkUpload64MiB uploads 64 MiB as an octet-stream body, over a new file and over an
-// existing one (written in place: the body goes to an unnamed file first, then is copied in).
+// BenchmarkUpload64MiB uploads 64 MiB as an octet-stream body, to a new file (the unnamed
+// file the body went to is linked in) and over an existing one (it is copied over the file).
 //
 //	go test -run '^$' -bench Upload64MiB -benchtime 20x ./internal/envd/files/
 func BenchmarkUpload64MiB(b *testing.B) {
