@@ -116,6 +116,7 @@ func New(cfg Config) *Console {
 		"ms":         func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
 		"size":       func(n int64) string { return bytesText(float64(n)) },
 		"usize":      func(n uint64) string { return bytesText(float64(n)) },
+		"offset":     offsetText,
 		"deref":      func(b *bool) bool { return b != nil && *b },
 		"inc":        func(i int) int { return i + 1 },
 		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
@@ -494,6 +495,11 @@ func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.SliceStable(all.Entries, func(i, j int) bool { return all.Entries[i].Time.Before(all.Entries[j].Time) })
 		data["Title"], data["Timeline"] = "Trace "+id, all
+		spans, total := waterfall(all)
+		data["Spans"], data["Total"] = spans, total
+		if len(spans) > 0 {
+			data["First"] = spans[0].Start
+		}
 	}
 	c.render(w, r, "trace.html", data)
 }

@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/reason"
 )
 
 // post sends a form with the session's CSRF token and returns the status and body.
@@ -317,5 +320,59 @@ func TestEventPayloadsReadAsText(t *testing.T) {
 	}
 	if events := html.UnescapeString(f.get(t, "/dashboard/events", http.StatusOK)); !strings.Contains(events, "execution time: 3.108s") || strings.Contains(events, "map[") {
 		t.Errorf("the events page does not read the payload as text")
+	}
+}
+
+// TestTracePageIsAWaterfall: a request's steps are rows on one time axis, each bar as long
+// as the step took (an access line's duration_ms, a command's run), marks for the rest,
+// earliest start first, with the node that logged a step.
+func TestTracePageIsAWaterfall(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	line := func(ms int, source, msg string, fields map[string]any) store.LogLine {
+		return store.LogLine{Time: at.Add(time.Duration(ms) * time.Millisecond), SandboxID: f.first, TeamID: f.team, TemplateID: "base",
+			Level: "info", Source: source, RequestID: "req-wf", Message: msg, Fields: fields}
+	}
+	if err := f.db.InsertLogs(ctx, []store.LogLine{
+		line(200, store.SourceServer, "request done", map[string]any{"duration_ms": 200.0, "node": "node-a"}),
+		line(150, store.SourceServer, "proxied", map[string]any{"duration_ms": 100.0, "node": "node-c"}),
+		line(60, store.SourceEnvd, "process started", nil),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	if err := f.db.UpsertCommand(ctx, &store.CommandRecord{SandboxID: f.first, TeamID: f.team, TemplateID: "base", PID: 9, RequestID: "req-wf",
+		User: "user", Command: "make", StartedAt: at.Add(60 * time.Millisecond), EndedAt: at.Add(140 * time.Millisecond), ExitCode: &code,
+		EndCause: reason.EndExited}); err != nil {
+		t.Fatal(err)
+	}
+	page := html.UnescapeString(f.get(t, "/dashboard/trace?id=req-wf", http.StatusOK))
+	rows := regexp.MustCompile(`(?s)<tr class="src-(\w+) [^"]*"><td class="when"[^>]*>([^<]*)</td><td class="src">\w+</td><td>([^<]*)</td>.*?<span class="bar( mark)?" style="left:([0-9.]+)%;width:([0-9.]+)%"`).FindAllStringSubmatch(page, -1)
+	if len(rows) != 5 {
+		t.Fatalf("%d rows:\n%s", len(rows), page)
+	}
+	type row struct{ source, at, node, left, width string }
+	var got []row
+	for _, r := range rows {
+		got = append(got, row{r[1], r[2], r[3], r[5], r[6]})
+	}
+	want := []row{
+		{"server", "+0µs", "node-a", "0.00", "100.00"},  // the request, 0–200 ms
+		{"server", "+50ms", "node-c", "25.00", "50.00"}, // the proxy hop, 50–150 ms
+		{"envd", "+60ms", "", "30.00", "0.40"},          // a mark
+		{"command", "+60ms", "", "30.00", "0.40"},       // the command's start, a mark
+		{"command", "+60ms", "", "30.00", "40.00"},      // the command, 60–140 ms
+	}
+	sortRows := func(rs []row) {
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].left+rs[i].width < rs[j].left+rs[j].width })
+	}
+	sortRows(got)
+	sortRows(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("waterfall rows:\n got %+v\nwant %+v", got, want)
+	}
+	if !strings.Contains(page, "over 200ms") {
+		t.Error("the page does not say how long the request took")
 	}
 }
