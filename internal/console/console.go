@@ -116,9 +116,15 @@ func New(cfg Config) *Console {
 		"ms":         func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
 		"size":       func(n int64) string { return bytesText(float64(n)) },
 		"usize":      func(n uint64) string { return bytesText(float64(n)) },
-		"offset":     offsetText,
-		"deref":      func(b *bool) bool { return b != nil && *b },
-		"inc":        func(i int) int { return i + 1 },
+		"offset": func(first, at time.Time) string {
+			d := at.Sub(first)
+			if d < time.Millisecond {
+				return fmt.Sprintf("+%dµs", d.Microseconds())
+			}
+			return "+" + d.Round(100*time.Microsecond).String()
+		},
+		"deref": func(b *bool) bool { return b != nil && *b },
+		"inc":   func(i int) int { return i + 1 },
 		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
 			if len(as) == 0 {
 				return nil
@@ -495,7 +501,7 @@ func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.SliceStable(all.Entries, func(i, j int) bool { return all.Entries[i].Time.Before(all.Entries[j].Time) })
 		data["Title"], data["Timeline"] = "Trace "+id, all
-		spans, total := waterfall(all)
+		spans, total := trace.Waterfall(all.Entries)
 		data["Spans"], data["Total"] = spans, total
 		if len(spans) > 0 {
 			data["First"] = spans[0].Start

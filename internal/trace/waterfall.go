@@ -1,21 +1,20 @@
-package console
+package trace
 
 import (
-	"fmt"
 	"sort"
 	"time"
 
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/trace"
 )
 
 // A trace reads as a waterfall: one row per step, its bar placed on the request's own time
 // axis. A step that says how long it took (an access line's or a command's duration_ms) is a
-// span ending at its time; any other step is a mark at its time.
+// span ending at its time; any other step is a mark at its time. The console draws it, and
+// `cove trace` prints it.
 
-// span is one row of a waterfall.
-type span struct {
-	trace.Entry
+// Span is one row of a waterfall.
+type Span struct {
+	Entry
 	Start    time.Time
 	Duration time.Duration
 	Left     float64 // the bar's offset, percent of the whole
@@ -23,13 +22,14 @@ type span struct {
 	Node     string  // the cluster node that logged it, when it says
 }
 
-// waterfall lays the timeline's entries out on one axis, earliest start first.
-func waterfall(tl *trace.Timeline) (rows []span, total time.Duration) {
-	if tl == nil || len(tl.Entries) == 0 {
+// Waterfall lays entries out on one axis, earliest start first, and returns how long the
+// whole took.
+func Waterfall(entries []Entry) (rows []Span, total time.Duration) {
+	if len(entries) == 0 {
 		return nil, 0
 	}
-	for _, e := range tl.Entries {
-		s := span{Entry: e, Start: e.Time}
+	for _, e := range entries {
+		s := Span{Entry: e, Start: e.Time}
 		if ms, ok := number(e.Fields[telemetry.KeyDurationMS]); ok && ms > 0 {
 			s.Duration = time.Duration(ms * float64(time.Millisecond))
 			s.Start = e.Time.Add(-s.Duration)
@@ -70,13 +70,4 @@ func number(v any) (float64, bool) {
 		return float64(n), true
 	}
 	return 0, false
-}
-
-// offsetText is a step's start after the trace's first, for the row's label: "+12.3ms".
-func offsetText(first, at time.Time) string {
-	d := at.Sub(first)
-	if d < time.Millisecond {
-		return fmt.Sprintf("+%dµs", d.Microseconds())
-	}
-	return "+" + d.Round(100*time.Microsecond).String()
 }
