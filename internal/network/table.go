@@ -40,7 +40,8 @@ func (m *Manager) nft(ctx context.Context, script string) error {
 //	input       a sandbox reaches nothing on the host but the resolver
 //	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress,
 //	            but for packets of a connection its current policy accepted (the fast path)
-//	egress      IPv6 dropped; the server's limit; then the sandbox's own chain (sb_N)
+//	egress      IPv6 dropped; then the sandbox's own chain (sb_N), which starts with the
+//	            server's limit (steps)
 func (m *Manager) tableScript() string {
 	t, p := m.cfg.Table, m.cfg.LinkPrefix+"-*"
 	var b strings.Builder
@@ -69,10 +70,6 @@ func (m *Manager) tableScript() string {
 		"\t\tiifname %q ct state established ct mark @fast accept\n"+
 		"\t\tiifname %q jump egress\n\t}\n", p, p, p, p)
 	b.WriteString("\tchain egress {\n\t\tmeta nfproto ipv6 counter drop\n")
-	if len(m.cfg.EgressLimit) > 0 {
-		fmt.Fprintf(&b, "\t\tip daddr != { %s } %s\n", join(m.cfg.EgressLimit), m.logRule(DenyLimit))
-		fmt.Fprintf(&b, "\t\t%s\n", indent(refuse(fmt.Sprintf("ip daddr != { %s }", join(m.cfg.EgressLimit)))))
-	}
 	b.WriteString("\t\tiifname vmap @links\n\t\t" + indent(refuse("meta nfproto ipv4")) + "\n\t}\n}\n")
 	return b.String()
 }
@@ -117,23 +114,13 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) st
 	} else {
 		fmt.Fprintf(&b, "delete element inet %s proxied { %q }\n", t, s.link)
 	}
-	if len(p.AllowOut) > 0 {
-		rule("ip daddr { %s } %s", join(p.AllowOut), accept)
-	}
-	if len(p.AllowHosts) > 0 {
-		rule("ip daddr @%s %s", s.set(), accept)
-	}
-	if len(p.DenyOut) > 0 {
-		rule("ip daddr { %s } %s", join(p.DenyOut), m.logRule(DenyOut))
-		refuseRule(fmt.Sprintf("ip daddr { %s }", join(p.DenyOut)))
-	}
-	rule("ip daddr { %s, %s } %s", linkLocal, m.cfg.Pool, m.logRule(DenyLinkLocal))
-	refuseRule(fmt.Sprintf("ip daddr { %s, %s }", linkLocal, m.cfg.Pool))
-	if p.AllowInternet {
-		rule("%s", accept)
-	} else {
-		rule("%s", m.logRule(DenyNoNet))
-		refuseRule("meta nfproto ipv4")
+	for _, st := range m.steps(p) {
+		if st.deny == "" {
+			rule("%s %s", st.nftMatch(s), accept)
+			continue
+		}
+		rule("%s %s", st.nftMatch(s), m.logRule(st.deny))
+		refuseRule(st.nftMatch(s))
 	}
 	if !existed {
 		fmt.Fprintf(&b, "add element inet %s links { %q : jump %s }\n", t, s.link, c)
