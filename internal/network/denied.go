@@ -168,6 +168,8 @@ type loggedPacket struct {
 	dst      netip.AddrPort
 	protocol string
 	at       time.Time // when the kernel logged it
+	// rule, when set, names the refusing rule instead of ruleText (Cove's own refusals).
+	rule string
 }
 
 // read calls f for each logged packet until close.
@@ -293,7 +295,11 @@ func (m *Manager) sample(p loggedPacket) {
 		d.Count++
 		return
 	}
-	m.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: ruleText(p.kind, p.dst.Addr(), pol, m.cfg), Count: 1, First: p.at}
+	rule := p.rule
+	if rule == "" {
+		rule = ruleText(p.kind, p.dst.Addr(), pol, m.cfg)
+	}
+	m.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: rule, Count: 1, First: p.at}
 }
 
 // collectDenied reads the logged packets into the window and every flushEvery hands at most

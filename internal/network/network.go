@@ -232,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("network: turn on ip_forward: %w", err)
 		}
 	}
-	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn); err != nil {
+	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn, m.permitQuery); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()

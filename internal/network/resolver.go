@@ -20,7 +20,8 @@ import (
 // resolver is the DNS server every sandbox's queries are redirected to (whatever address
 // they were sent to). It forwards them to the configured upstreams, and answers REFUSED when
 // there are none, so a sandbox's names never resolve through anything the operator did not
-// choose.
+// choose, or when permit says no: a query is itself a message out, which a sandbox without
+// internet access may send only for its allowed hostnames.
 type resolver struct {
 	upstreams []netip.AddrPort
 	udp       net.PacketConn
@@ -28,11 +29,13 @@ type resolver struct {
 	logger    *slog.Logger
 	// learn sees every upstream answer before the asker does (hostname rules).
 	learn func(from netip.Addr, answer []byte)
-	wg    sync.WaitGroup
+	// permit decides whether from's query for name (over proto, udp or tcp) goes upstream.
+	permit func(from netip.Addr, name, proto string) bool
+	wg     sync.WaitGroup
 }
 
 // listenResolver binds UDP and TCP on one free port of every host address.
-func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(netip.Addr, []byte)) (*resolver, error) {
+func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(netip.Addr, []byte), permit func(netip.Addr, string, string) bool) (*resolver, error) {
 	var lastErr error
 	for range 20 {
 		udp, err := net.ListenPacket("udp4", "0.0.0.0:0")
@@ -46,7 +49,7 @@ func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(
 			lastErr = err
 			continue
 		}
-		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger, learn: learn}
+		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger, learn: learn, permit: permit}
 		r.wg.Add(2)
 		go r.serveUDP()
 		go r.serveTCP()
@@ -114,6 +117,9 @@ func (r *resolver) answer(q []byte, network string, from netip.Addr) []byte {
 	question, err := p.Question()
 	if err != nil {
 		return nil
+	}
+	if !r.permit(from, question.Name.String(), network) {
+		return reply(h, question, dnsmessage.RCodeRefused)
 	}
 	for _, up := range r.upstreams {
 		ans, err := exchange(up, q, network)

@@ -3,6 +3,7 @@ package network
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -123,4 +124,41 @@ func hostOwns(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// permitQuery decides whether the resolver forwards a query of the sandbox at from for name
+// upstream: always for a sandbox with internet access; for one without (offline), only for a
+// name its allowOut names, and each query refused is reported (network.denied). A query
+// from an address no sandbox holds goes nowhere.
+func (m *Manager) permitQuery(from netip.Addr, name, proto string) bool {
+	m.mu.Lock()
+	h := m.byAddr[from]
+	var p Policy
+	var gw netip.Addr
+	if h != nil {
+		p, gw = h.policy, h.slot.host
+	}
+	m.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	if !p.offline() || p.AllowsHost(name) {
+		return true
+	}
+	kind, rule := p.offlineRule()
+	m.sample(loggedPacket{kind: kind, src: from, dst: netip.AddrPortFrom(gw, 53), protocol: proto, at: time.Now(),
+		rule: fmt.Sprintf("%s (DNS query for %s not forwarded)", rule, printable(strings.TrimSuffix(name, ".")))})
+	return false
+}
+
+// printable is s cut to a DNS name's length with anything but printable ASCII as '?': a
+// query name is the sandbox's to choose, and it ends up in events and on terminals.
+func printable(s string) string {
+	b := []byte(s[:min(len(s), 253)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }

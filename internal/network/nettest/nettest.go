@@ -70,6 +70,7 @@ type Internet struct {
 	cnames   map[string]string
 	socks    []string
 	requests []Request
+	queries  []string
 }
 
 // Request is one request a server of the internet saw.
@@ -294,6 +295,13 @@ func (in *Internet) Requests() []Request {
 	return append([]Request(nil), in.requests...)
 }
 
+// Queries lists the names the DNS server was asked for, lower-case, without the final dot.
+func (in *Internet) Queries() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.queries...)
+}
+
 // SetName makes the DNS server answer name (a fully qualified name without the final dot)
 // with addr.
 func (in *Internet) SetName(name string, addr netip.Addr) {
@@ -342,6 +350,7 @@ func (in *Internet) answerDNS(q []byte) []byte {
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
 	owner := question.Name
 	in.mu.Lock()
+	in.queries = append(in.queries, name)
 	target, isAlias := in.cnames[name]
 	if isAlias {
 		name = target
