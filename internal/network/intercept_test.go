@@ -3,8 +3,13 @@ package network_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,4 +149,180 @@ func TestInterceptorRefusesWhatTheTableRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// send makes one HTTP request from inside netns to dial (an address:port), naming host in
+// its Host header (and, over TLS, its SNI, trusting only roots): the status and body.
+func send(t *testing.T, netns string, dial netip.AddrPort, scheme, host, path string, roots []byte) (int, string) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(roots)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return nettest.DialIn(ctx, netns, network, dial.String())
+		}}}
+	res, err := c.Get(scheme + "://" + host + path)
+	if err != nil {
+		t.Fatalf("%s %s via %s: %v", scheme, host, dial, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// seen returns the requests the test internet saw for path.
+func seen(in *nettest.Internet, path string) []nettest.Request {
+	var out []nettest.Request
+	for _, r := range in.Requests() {
+		if r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestHeaderRuleValuesGoOnlyWhereTheHostResolves: the interceptor picks a rule by the
+// request's Host (or SNI), which the sandbox writes; the rule's values must go only to an
+// address Cove's own lookup of that host answered, and over TLS only to a server with a
+// certificate for it, never to the address the sandbox dialed.
+func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
+	in := nettest.New(t)
+	in.SetName("web.test", in.Addr)
+	in.SetName("evil.test", in.Addr) // the web host's certificate is for web.test, not evil.test
+	m, denied := startManager(t, in, nil)
+	const secret = "Bearer planted-secret-77c1"
+	rules := []network.Transform{
+		{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}},
+		{Pattern: "ghost.test", Headers: map[string]string{"Authorization": secret}},
+		{Pattern: "evil.test", Headers: map[string]string{"Authorization": secret}},
+	}
+	a := attach(t, m, "sb-dest", network.Policy{AllowInternet: true, Transforms: rules})
+	attacker := netip.AddrPortFrom(in.Other, 80) // a server the sandbox chose
+
+	t.Run("plain HTTP naming the rule's host, sent to the sandbox's own server, goes to the host's address instead", func(t *testing.T) {
+		if code, body := send(t, a.Netns, attacker, "http", "web.test", "/steal", nil); code != http.StatusOK {
+			t.Fatalf("%d %q", code, body)
+		}
+		for _, r := range seen(in, "/steal") {
+			if host, _, _ := net.SplitHostPort(r.LocalAddr); host != in.Addr.String() {
+				t.Fatalf("the request reached %s, which web.test does not resolve to (Authorization %q)", r.LocalAddr, r.Header.Get("Authorization"))
+			}
+			if r.Header.Get("Authorization") != secret {
+				t.Fatalf("web.test's own server got Authorization %q", r.Header.Get("Authorization"))
+			}
+		}
+		if len(seen(in, "/steal")) != 1 {
+			t.Fatalf("saw %d requests, want 1", len(seen(in, "/steal")))
+		}
+	})
+	t.Run("a rule whose host does not resolve sends nothing, and says so", func(t *testing.T) {
+		code, body := send(t, a.Netns, attacker, "http", "ghost.test", "/ghost", nil)
+		if code != http.StatusBadGateway || !strings.Contains(body, "ghost.test does not resolve") {
+			t.Fatalf("%d %q, want a 502 saying ghost.test does not resolve", code, body)
+		}
+		if r := seen(in, "/ghost"); len(r) != 0 {
+			t.Fatalf("the request went out: %+v", r)
+		}
+		d := waitDenied(t, denied, "sb-dest", func(d network.Denied) bool { return d.Kind == network.DenyHeaderRule })
+		if d.Rule != "header rule ghost.test: ghost.test does not resolve" {
+			t.Fatalf("reported %+v", d)
+		}
+	})
+	t.Run("HTTPS naming the rule's host, sent to another address, goes to the host's address", func(t *testing.T) {
+		if code, body := send(t, a.Netns, netip.AddrPortFrom(in.Other, 443), "https", "web.test", "/steal-tls", m.CAPEM()); code != http.StatusOK {
+			t.Fatalf("%d %q", code, body)
+		}
+		if r := seen(in, "/steal-tls"); len(r) != 1 || !r[0].TLS || r[0].LocalAddr != netip.AddrPortFrom(in.Addr, 443).String() {
+			t.Fatalf("saw %+v, want one TLS request at %s:443", r, in.Addr)
+		}
+	})
+	t.Run("over TLS, a server without a certificate for the rule's host gets nothing", func(t *testing.T) {
+		code, _ := send(t, a.Netns, netip.AddrPortFrom(in.Addr, 443), "https", "evil.test", "/evil", m.CAPEM())
+		if code != http.StatusBadGateway {
+			t.Fatalf("status %d, want 502", code)
+		}
+		if r := seen(in, "/evil"); len(r) != 0 {
+			t.Fatalf("the request reached a server that is not evil.test: %+v", r)
+		}
+	})
+}
+
+// tokens is a boundary fake of the workload identity issuer (internal/oidc): the tokens each
+// sandbox registered, by name.
+type tokens map[string]map[string]string
+
+func (ts tokens) Token(_ context.Context, sandboxID, name string) (string, error) {
+	if tok, ok := ts[sandboxID][name]; ok {
+		return tok, nil
+	}
+	return "", fmt.Errorf("sandbox %s registered no token %q", sandboxID, name)
+}
+
+// TestIdentityTokenPlaceholders: a header rule's ${e2b.identity.tokens.<name>} is resolved
+// at egress from the sandbox's own tokens, under the same destination rule as secrets, and
+// is never sent as written.
+func TestIdentityTokenPlaceholders(t *testing.T) {
+	in := nettest.New(t)
+	in.SetName("web.test", in.Addr)
+	m, denied := startManager(t, in, nil)
+	rule := func(name string) []network.Transform {
+		return []network.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": "Bearer ${e2b.identity.tokens." + name + "}"}}}
+	}
+	a := attach(t, m, "sb-iam-a", network.Policy{AllowInternet: true, Transforms: rule("web")})
+	b := attach(t, m, "sb-iam-b", network.Policy{AllowInternet: true, Transforms: rule("web")})
+	m.SetIdentityTokens(tokens{"sb-iam-a": {"web": "jwt-of-a"}, "sb-iam-b": {"web": "jwt-of-b", "other": "x"}})
+	web := netip.AddrPortFrom(in.Addr, 443)
+
+	t.Run("each sandbox's request carries its own token", func(t *testing.T) {
+		for _, tc := range []struct {
+			netns, path, want string
+		}{{a.Netns, "/iam-a", "Bearer jwt-of-a"}, {b.Netns, "/iam-b", "Bearer jwt-of-b"}} {
+			if code, body := send(t, tc.netns, web, "https", "web.test", tc.path, m.CAPEM()); code != http.StatusOK {
+				t.Fatalf("%d %q", code, body)
+			}
+			if r := seen(in, tc.path); len(r) != 1 || r[0].Header.Get("Authorization") != tc.want {
+				t.Fatalf("saw %+v, want Authorization %q", r, tc.want)
+			}
+		}
+	})
+	t.Run("a token sent to another server goes to the rule's host instead", func(t *testing.T) {
+		if code, body := send(t, a.Netns, netip.AddrPortFrom(in.Other, 80), "http", "web.test", "/iam-steal", nil); code != http.StatusOK {
+			t.Fatalf("%d %q", code, body)
+		}
+		if r := seen(in, "/iam-steal"); len(r) != 1 || r[0].LocalAddr != netip.AddrPortFrom(in.Addr, 80).String() {
+			t.Fatalf("saw %+v, want one request at %s:80", r, in.Addr)
+		}
+	})
+	t.Run("a token the sandbox did not register fails the request, naming it", func(t *testing.T) {
+		if err := m.Update(context.Background(), "sb-iam-a", network.Policy{AllowInternet: true, Transforms: rule("other")}); err != nil {
+			t.Fatal(err)
+		}
+		code, body := send(t, a.Netns, web, "https", "web.test", "/iam-unknown", m.CAPEM())
+		if code != http.StatusBadGateway || !strings.Contains(body, `identity token "other"`) {
+			t.Fatalf("%d %q, want a 502 naming the token", code, body)
+		}
+		if r := seen(in, "/iam-unknown"); len(r) != 0 {
+			t.Fatalf("the request went out: %+v", r)
+		}
+	})
+	t.Run("without an issuer the placeholder is refused, reported and never sent as written", func(t *testing.T) {
+		m.SetIdentityTokens(nil)
+		code, body := send(t, b.Netns, web, "https", "web.test", "/iam-off", m.CAPEM())
+		if code != http.StatusBadGateway || !strings.Contains(body, "workload identity tokens are not enabled") {
+			t.Fatalf("%d %q, want a 502 saying identity tokens are not enabled", code, body)
+		}
+		for _, r := range in.Requests() {
+			if strings.Contains(r.Header.Get("Authorization"), "${") {
+				t.Fatalf("the placeholder went out: %+v", r)
+			}
+		}
+		if r := seen(in, "/iam-off"); len(r) != 0 {
+			t.Fatalf("the request went out: %+v", r)
+		}
+		d := waitDenied(t, denied, "sb-iam-b", func(d network.Denied) bool { return d.Kind == network.DenyHeaderRule })
+		if !strings.Contains(d.Rule, "workload identity tokens are not enabled") || d.Dst != web {
+			t.Fatalf("reported %+v", d)
+		}
+	})
 }

@@ -107,6 +107,8 @@ type Manager struct {
 	ca       *ca          // signs what the intercepting proxy shows sandboxes
 	// upstreamRoots verify the servers the intercepting proxy re-encrypts to.
 	upstreamRoots *x509.CertPool
+	// identity resolves header rules' identity token placeholders (SetIdentityTokens).
+	identity atomic.Pointer[identitySource]
 
 	// pmu serialises the writes of sandboxes' rules, which read and set their slot's mark.
 	pmu sync.Mutex

@@ -516,6 +516,7 @@ func TestEgressProxyAddresses(t *testing.T) {
 
 func TestHeaderTransforms(t *testing.T) {
 	in := nettest.New(t)
+	in.SetName("web.test", in.Addr) // a rule's values go only where Cove's lookup of its host leads
 	srv := nettest.ReserveServer(t)
 	m, err := network.New(context.Background(), network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
 		LogGroup: srv.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1,

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -203,4 +204,74 @@ func hostResolvers(conf []byte) []netip.AddrPort {
 		}
 	}
 	return out
+}
+
+// lookupA asks the upstreams for name's IPv4 addresses, following the CNAMEs of the answer:
+// Cove's own lookup of a header rule's host, whose answer is the only place the rule's
+// values may go.
+func (r *resolver) lookupA(name string) ([]netip.Addr, error) {
+	if len(r.upstreams) == 0 {
+		return nil, errors.New("the server has no upstream resolver (--network-dns none)")
+	}
+	qname, err := dnsmessage.NewName(strings.TrimSuffix(name, ".") + ".")
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a DNS name", name)
+	}
+	var id [2]byte
+	_, _ = rand.Read(id[:])
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: binary.BigEndian.Uint16(id[:]), RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: qname, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, err := b.Finish()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, up := range r.upstreams {
+		ans, err := exchange(up, q, "udp")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return addressesOf(qname, ans)
+	}
+	return nil, fmt.Errorf("no upstream resolver answered: %w", errors.Join(errs...))
+}
+
+// addressesOf reads the A records of answer that belong to qname, directly or through the
+// answer's CNAMEs.
+func addressesOf(qname dnsmessage.Name, answer []byte) ([]netip.Addr, error) {
+	var p dnsmessage.Parser
+	h, err := p.Start(answer)
+	if err != nil {
+		return nil, err
+	}
+	if h.RCode != dnsmessage.RCodeSuccess {
+		return nil, fmt.Errorf("the resolver answered %s", h.RCode)
+	}
+	if err := p.SkipAllQuestions(); err != nil {
+		return nil, err
+	}
+	rrs, err := p.AllAnswers()
+	if err != nil {
+		return nil, err
+	}
+	owners := map[string]bool{strings.ToLower(qname.String()): true}
+	for range rrs { // a chain of n CNAMEs in any order takes at most n passes
+		for _, rr := range rrs {
+			if c, ok := rr.Body.(*dnsmessage.CNAMEResource); ok && owners[strings.ToLower(rr.Header.Name.String())] {
+				owners[strings.ToLower(c.CNAME.String())] = true
+			}
+		}
+	}
+	var out []netip.Addr
+	for _, rr := range rrs {
+		if a, ok := rr.Body.(*dnsmessage.AResource); ok && owners[strings.ToLower(rr.Header.Name.String())] {
+			out = append(out, netip.AddrFrom4(a.A))
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no address record")
+	}
+	return out, nil
 }

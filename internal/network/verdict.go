@@ -79,12 +79,17 @@ func (s step) nftMatch(sl *slot) string {
 
 // decide applies h's policy to dst as the table does (steps): the kind of the refusal, or
 // ok. Cove's proxies call it for every destination they dial for a sandbox.
-func (m *Manager) decide(h *held, dst netip.Addr) (DenyKind, bool) {
+func (m *Manager) decide(h *held, dst netip.Addr) (DenyKind, bool) { return m.decideNamed(h, dst, "") }
+
+// decideNamed is decide for an address Cove's own lookup of name answered (a header rule's
+// host): when name is one of the sandbox's allowed hostnames, the address counts as one the
+// resolver answered the sandbox.
+func (m *Manager) decideNamed(h *held, dst netip.Addr, name string) (DenyKind, bool) {
 	m.mu.Lock()
 	p := h.policy
 	l, learned := h.learned[dst]
 	m.mu.Unlock()
-	learned = learned && time.Now().Before(l.until)
+	learned = learned && time.Now().Before(l.until) || name != "" && p.AllowsHost(name)
 	for _, s := range m.steps(p) {
 		var hit bool
 		switch s.match {

@@ -76,9 +76,11 @@ type Internet struct {
 // Request is one request a server of the internet saw.
 type Request struct {
 	Host, Path, RemoteAddr string
-	Header                 http.Header
-	TLS                    bool
-	At                     time.Time
+	// LocalAddr is the server's address the request came to (ip:port).
+	LocalAddr string
+	Header    http.Header
+	TLS       bool
+	At        time.Time
 }
 
 // Skip skips t unless the process may build namespaces, veths and nftables tables.
@@ -236,7 +238,11 @@ func (in *Internet) serve() error {
 	in.CAPEM = caPEM
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in.mu.Lock()
-		in.requests = append(in.requests, Request{Host: r.Host, Path: r.URL.Path, RemoteAddr: r.RemoteAddr,
+		local := ""
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			local = a.String()
+		}
+		in.requests = append(in.requests, Request{Host: r.Host, Path: r.URL.Path, RemoteAddr: r.RemoteAddr, LocalAddr: local,
 			Header: r.Header.Clone(), TLS: r.TLS != nil, At: time.Now()})
 		in.mu.Unlock()
 		if r.URL.Path == "/sink" { // throughput: read everything
