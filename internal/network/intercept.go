@@ -270,20 +270,20 @@ func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transfo
 		return refuse(DenyHeaderRule, dst, fmt.Sprintf("header rule %s: %s does not resolve", t.Pattern, printable(host)),
 			fmt.Errorf("the header rule for %s is not applied: %s does not resolve: %w", t.Pattern, host, err))
 	}
-	if i := slices.Index(addrs, dst.Addr()); i > 0 {
+	if i := slices.IndexFunc(addrs, func(a answered) bool { return a.addr == dst.Addr() }); i > 0 {
 		addrs[0], addrs[i] = addrs[i], addrs[0]
 	}
 	var to netip.AddrPort
 	for _, a := range addrs {
-		if _, ok := m.decideNamed(h, a, host); ok {
-			to = netip.AddrPortFrom(a, dst.Port())
+		if _, ok := m.decideNamed(h, a.addr, a.name); ok {
+			to = netip.AddrPortFrom(a.addr, dst.Port())
 			break
 		}
 	}
 	if !to.IsValid() {
-		kind, _ := m.decideNamed(h, addrs[0], host)
-		report(kind, netip.AddrPortFrom(addrs[0], dst.Port()), "") // the rule that refused it, as the table words it
-		return egress{}, fmt.Errorf("the header rule for %s is not applied: %s resolves to %s, which this sandbox's rules refuse", t.Pattern, host, addrs[0])
+		kind, _ := m.decideNamed(h, addrs[0].addr, addrs[0].name)
+		report(kind, netip.AddrPortFrom(addrs[0].addr, dst.Port()), "") // the rule that refused it, as the table words it
+		return egress{}, fmt.Errorf("the header rule for %s is not applied: %s resolves to %s, which this sandbox's rules refuse", t.Pattern, host, addrs[0].addr)
 	}
 	headers, err := m.resolveHeaders(ctx, p.Team, h.id, t.Headers)
 	if err != nil {

@@ -237,6 +237,20 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 			t.Fatalf("saw %+v, want one TLS request at %s:443", r, in.Addr)
 		}
 	})
+	t.Run("an address reached through a CNAME to a name the sandbox may not reach gets nothing", func(t *testing.T) {
+		in.SetName("other.test", in.Other)
+		in.SetCNAME("alias.test", "other.test")
+		closed := attach(t, m, "sb-dest-closed", network.Policy{AllowInternet: false, AllowHosts: []string{"alias.test"},
+			AllowOut:   []netip.Prefix{netip.PrefixFrom(in.Addr, 32)},
+			Transforms: []network.Transform{{Pattern: "alias.test", Headers: map[string]string{"Authorization": secret}}}})
+		code, body := send(t, closed.Netns, netip.AddrPortFrom(in.Addr, 80), "http", "alias.test", "/alias", nil)
+		if code != http.StatusBadGateway || !strings.Contains(body, "which this sandbox's rules refuse") {
+			t.Fatalf("%d %q, want a 502 saying the rules refuse the address", code, body)
+		}
+		if r := seen(in, "/alias"); len(r) != 0 {
+			t.Fatalf("the request went out: %+v", r)
+		}
+	})
 	t.Run("over TLS, a server without a certificate for the rule's host gets nothing", func(t *testing.T) {
 		code, _ := send(t, a.Netns, netip.AddrPortFrom(in.Addr, 443), "https", "evil.test", "/evil", m.CAPEM())
 		if code != http.StatusBadGateway {

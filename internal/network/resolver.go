@@ -206,10 +206,16 @@ func hostResolvers(conf []byte) []netip.AddrPort {
 	return out
 }
 
+// answered is one address record of an answer: the address and the record's own name.
+type answered struct {
+	addr netip.Addr
+	name string // lower-case, without the final dot
+}
+
 // lookupA asks the upstreams for name's IPv4 addresses, following the CNAMEs of the answer:
 // Cove's own lookup of a header rule's host, whose answer is the only place the rule's
 // values may go.
-func (r *resolver) lookupA(name string) ([]netip.Addr, error) {
+func (r *resolver) lookupA(name string) ([]answered, error) {
 	if len(r.upstreams) == 0 {
 		return nil, errors.New("the server has no upstream resolver (--network-dns none)")
 	}
@@ -240,7 +246,7 @@ func (r *resolver) lookupA(name string) ([]netip.Addr, error) {
 
 // addressesOf reads the A records of answer that belong to qname, directly or through the
 // answer's CNAMEs.
-func addressesOf(qname dnsmessage.Name, answer []byte) ([]netip.Addr, error) {
+func addressesOf(qname dnsmessage.Name, answer []byte) ([]answered, error) {
 	var p dnsmessage.Parser
 	h, err := p.Start(answer)
 	if err != nil {
@@ -264,10 +270,10 @@ func addressesOf(qname dnsmessage.Name, answer []byte) ([]netip.Addr, error) {
 			}
 		}
 	}
-	var out []netip.Addr
+	var out []answered
 	for _, rr := range rrs {
 		if a, ok := rr.Body.(*dnsmessage.AResource); ok && owners[strings.ToLower(rr.Header.Name.String())] {
-			out = append(out, netip.AddrFrom4(a.A))
+			out = append(out, answered{netip.AddrFrom4(a.A), strings.TrimSuffix(strings.ToLower(rr.Header.Name.String()), ".")})
 		}
 	}
 	if len(out) == 0 {

@@ -81,9 +81,10 @@ func (s step) nftMatch(sl *slot) string {
 // ok. Cove's proxies call it for every destination they dial for a sandbox.
 func (m *Manager) decide(h *held, dst netip.Addr) (DenyKind, bool) { return m.decideNamed(h, dst, "") }
 
-// decideNamed is decide for an address Cove's own lookup of name answered (a header rule's
-// host): when name is one of the sandbox's allowed hostnames, the address counts as one the
-// resolver answered the sandbox.
+// decideNamed is decide for an address of an A record named name that Cove's own lookup
+// answered (a header rule's host): when name is one of the sandbox's allowed hostnames, the
+// address counts as one the resolver answered the sandbox (as there, the record's own name
+// must match: a CNAME to a name not allowed opens nothing).
 func (m *Manager) decideNamed(h *held, dst netip.Addr, name string) (DenyKind, bool) {
 	m.mu.Lock()
 	p := h.policy
