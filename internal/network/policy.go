@@ -129,6 +129,9 @@ func ParsePolicy(s Spec, defaultAllow bool) (Policy, error) {
 				if !validHeaderName(k) || strings.ContainsAny(v, "\r\n\x00") {
 					return Policy{}, fmt.Errorf("%w: network.rules[%q][%d].transform.headers[%q]: not a valid header name and value", ErrInvalid, pattern, i, k)
 				}
+				if strings.Contains(placeholder.ReplaceAllString(v, ""), "${e2b.") {
+					return Policy{}, fmt.Errorf("%w: network.rules[%q][%d].transform.headers[%q]: a ${e2b.…} that is not ${e2b.secrets.NAME} or ${e2b.identity.tokens.NAME}; it would be sent as written", ErrInvalid, pattern, i, k)
+				}
 				t.Headers[k] = v
 			}
 		}
