@@ -191,6 +191,7 @@ func (m *Manager) intercept(c net.Conn, h *held, p Policy, dst netip.AddrPort) {
 type egress struct {
 	to      netip.AddrPort
 	headers map[string]string
+	rule    *Transform // the rule that applies, nil for none
 }
 
 type egressKey struct{}
@@ -220,6 +221,13 @@ func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, s
 		},
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var bad *tls.CertificateVerificationError
+			if e, _ := r.Context().Value(egressKey{}).(egress); e.rule != nil && errors.As(err, &bad) {
+				m.sample(loggedPacket{kind: DenyHeaderRule, src: h.slot.addr, dst: e.to, protocol: "tcp", at: time.Now(),
+					rule: fmt.Sprintf("header rule %s: the server has no valid certificate for %s", e.rule.Pattern, printable(sni))})
+				http.Error(w, fmt.Sprintf("cove egress: the header rule for %s is not applied: the server at %s has no valid certificate for %s", e.rule.Pattern, e.to, sni), http.StatusBadGateway)
+				return
+			}
 			http.Error(w, "cove egress: upstream failed", http.StatusBadGateway)
 		},
 	}
@@ -247,8 +255,8 @@ func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, s
 // headers. A rule's values may only travel to an address Cove's own lookup of host answered
 // (the sandbox's destination when the answer holds it, else the answer's first the
 // sandbox's policy allows), over TLS only to a server with a certificate for host (the
-// transport checks sni); never to the address the sandbox picked. A refusal is reported
-// (network.denied) and nothing is sent.
+// transport checks sni); never to an address the sandbox picked outside that answer. A
+// refusal is reported (network.denied) and nothing is sent.
 func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transform, host string, dst netip.AddrPort) (egress, error) {
 	report := func(kind DenyKind, to netip.AddrPort, rule string) {
 		m.sample(loggedPacket{kind: kind, src: h.slot.addr, dst: to, protocol: "tcp", at: time.Now(), rule: rule})
@@ -289,7 +297,7 @@ func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transfo
 	if err != nil {
 		return refuse(DenyHeaderRule, to, fmt.Sprintf("header rule %s: %v", t.Pattern, err), err)
 	}
-	return egress{to: to, headers: headers}, nil
+	return egress{to: to, headers: headers, rule: t}, nil
 }
 
 // placeholder is how a rule's header value names a team secret (the SDKs' Secret.fill) or

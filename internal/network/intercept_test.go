@@ -259,6 +259,10 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 		if r := seen(in, "/evil"); len(r) != 0 {
 			t.Fatalf("the request reached a server that is not evil.test: %+v", r)
 		}
+		d := waitDenied(t, denied, "sb-dest", func(d network.Denied) bool { return strings.HasPrefix(d.Rule, "header rule evil.test") })
+		if d.Kind != network.DenyHeaderRule || d.Rule != "header rule evil.test: the server has no valid certificate for evil.test" {
+			t.Fatalf("reported %+v", d)
+		}
 	})
 }
 
