@@ -216,6 +216,25 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 			t.Fatalf("saw %d requests, want 1", len(seen(in, "/steal")))
 		}
 	})
+	t.Run("Cove's answer for the rule's host is kept no longer than its TTL", func(t *testing.T) {
+		in.SetName("moving.test", in.Addr)
+		moving := attach(t, m, "sb-dest-moving", network.Policy{AllowInternet: true,
+			Transforms: []network.Transform{{Pattern: "moving.test", Headers: map[string]string{"Authorization": secret}}}})
+		if code, body := send(t, moving.Netns, attacker, "http", "moving.test", "/moving", nil); code != http.StatusOK {
+			t.Fatalf("%d %q", code, body)
+		}
+		in.SetName("moving.test", in.Other) // the test zone's TTL is 5 s
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			send(t, moving.Netns, attacker, "http", "moving.test", "/moving", nil)
+			r := seen(in, "/moving")
+			if r[len(r)-1].LocalAddr == attacker.String() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the request still goes to %s, which moving.test no longer resolves to", r[len(r)-1].LocalAddr)
+			}
+		}
+	})
 	t.Run("a rule whose host does not resolve sends nothing, and says so", func(t *testing.T) {
 		code, body := send(t, a.Netns, attacker, "http", "ghost.test", "/ghost", nil)
 		if code != http.StatusBadGateway || !strings.Contains(body, "ghost.test does not resolve") {
