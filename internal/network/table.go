@@ -35,6 +35,7 @@ func (m *Manager) nft(ctx context.Context, script string) error {
 // (DNS redirect, NAT, the host's and the sandboxes' guards) and an empty map from a
 // sandbox's link to its own chain.
 //
+//	guard       a sandbox's packets with a source but its own are dropped
 //	prerouting  DNS from a sandbox, to any address, goes to Cove's resolver
 //	postrouting sandbox addresses leaving by another link are masqueraded
 //	input       a sandbox reaches nothing on the host but the resolver
@@ -48,9 +49,15 @@ func (m *Manager) tableScript() string {
 	// Declaring the table first makes the delete succeed whether or not it existed.
 	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", t, t, t)
 	b.WriteString("\tmap links { type ifname : verdict; }\n")
-	b.WriteString("\tset proxied { type ifname; }\n")     // links whose TCP goes to the egress proxy
-	b.WriteString("\tset intercepted { type ifname; }\n") // links whose HTTP(S) gets header transforms
-	b.WriteString("\tset fast { type mark; }\n")          // the marks of the sandboxes' current policies
+	b.WriteString("\tset proxied { type ifname; }\n")             // links whose TCP goes to the egress proxy
+	b.WriteString("\tset intercepted { type ifname; }\n")         // links whose HTTP(S) gets header transforms
+	b.WriteString("\tset fast { type mark; }\n")                  // the marks of the sandboxes' current policies
+	b.WriteString("\tset sources { type ifname . ipv4_addr; }\n") // each sandbox's link and its one address
+	// A sandbox (root, CAP_NET_RAW) can write any source address: an IPv4 packet from its
+	// link with another is dropped before anything (conntrack, the redirects to the resolver
+	// and proxies, which know a sandbox by its address) sees it.
+	fmt.Fprintf(&b, "\tchain guard { type filter hook prerouting priority raw; policy accept;\n"+
+		"\t\tiifname %q iifname . ip saddr != @sources counter drop\n\t}\n", p)
 	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
 		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n"+
@@ -101,7 +108,8 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) st
 			rule("%s", line)
 		}
 	}
-	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
+	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources (guard drops them first)
+	fmt.Fprintf(&b, "add element inet %s sources { %q . %s }\n", t, s.link, s.addr)
 	// With an egress proxy, TCP never gets here (it is redirected to the proxy, which applies
 	// the same rules): the rest is refused, so nothing leaves but through the proxy.
 	fmt.Fprintf(&b, "add element inet %s intercepted { %q }\n", t, s.link)
@@ -140,6 +148,7 @@ func (m *Manager) unmarkScript(s *slot) string {
 func (m *Manager) dropSandboxScript(s *slot) string {
 	t := m.cfg.Table
 	return m.unmarkScript(s) + fmt.Sprintf("add element inet %s proxied { %q }\ndelete element inet %s proxied { %q }\n", t, s.link, t, s.link) +
+		fmt.Sprintf("add element inet %s sources { %q . %s }\ndelete element inet %s sources { %q . %s }\n", t, s.link, s.addr, t, s.link, s.addr) +
 		fmt.Sprintf("add element inet %s intercepted { %q }\ndelete element inet %s intercepted { %q }\n", t, s.link, t, s.link) +
 		fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
 }
