@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func TestMain(m *testing.M) {
@@ -248,5 +252,54 @@ func TestALapsedLeaseIsLostOnce(t *testing.T) {
 	}
 	if n.State != store.NodeActive || n.UsedSandboxes != 0 {
 		t.Fatalf("the node after it rejoined: %s with %d sandboxes", n.State, n.UsedSandboxes)
+	}
+}
+
+// TestNodeRoutes: GET /admin/nodes lists the nodes as the SDK reads them; drain stops
+// placement on a node and activate undoes it; a lost node cannot be drained; an unknown one
+// is a 404 naming it.
+func TestNodeRoutes(t *testing.T) {
+	ctx := context.Background()
+	db := handles(t, 1)[0]
+	for _, n := range []*store.Node{node("a", 4), node("b", 4)} {
+		if err := db.RegisterNode(ctx, n, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.RegisterNode(ctx, node("gone", 4), -time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&cluster.Sweeper{Store: db}).Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range cluster.AdminRoutes(db) {
+		mux.Handle(pattern, h)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := cove.NewClient(cove.Config{APIURL: srv.URL, AdminToken: "t", APIKey: "k"})
+	nodes, err := c.Nodes(ctx)
+	if err != nil || len(nodes) != 3 || nodes[0].Name != "a" || nodes[0].MaxSandboxes != 4 || nodes[2].State != "lost" || nodes[2].LostAt == nil {
+		t.Fatalf("nodes %+v %v", nodes, err)
+	}
+	n, err := c.DrainNode(ctx, "b")
+	if err != nil || n.State != "draining" {
+		t.Fatalf("drain %+v %v", n, err)
+	}
+	if _, err := cluster.Place(ctx, db, cluster.Request{SandboxID: "s1", TeamID: "t", VCPUs: 1, MemoryMB: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := db.PlacementsOn(ctx, "b"); len(held) != 0 {
+		t.Fatal("a drained node was given a sandbox")
+	}
+	if n, err := c.ActivateNode(ctx, "b"); err != nil || n.State != "active" {
+		t.Fatalf("activate %+v %v", n, err)
+	}
+	if _, err := c.DrainNode(ctx, "gone"); err == nil || !strings.Contains(err.Error(), "lost") {
+		t.Fatalf("drain of a lost node: %v", err)
+	}
+	if _, err := c.DrainNode(ctx, "nowhere"); !errors.Is(err, cove.ErrNotFound) || !strings.Contains(err.Error(), "nowhere") {
+		t.Fatalf("drain of an unknown node: %v", err)
 	}
 }
