@@ -10,24 +10,24 @@ import (
 // Node is one cove server of a cluster as GET /admin/nodes lists it: its state, capacity,
 // what placement reserved on it, and its lease.
 type Node struct {
-	Name          string     `json:"name"`
-	AdvertiseURL  string     `json:"advertiseUrl"`
-	State         string     `json:"state"` // active, draining, lost, left
-	VCPUs         int        `json:"vcpus"`
-	MemoryMB      int64      `json:"memoryMB"`
-	DiskMB        int64      `json:"diskMB"`
-	MaxSandboxes  int        `json:"maxSandboxes"`
-	MaxStarts     int        `json:"maxStarts"`
-	UsedVCPUs     int        `json:"usedVcpus"`
-	UsedMemoryMB  int64      `json:"usedMemoryMB"`
-	Sandboxes     int        `json:"sandboxes"`
-	Starting      int        `json:"starting"`
-	Templates     []string   `json:"templates"`
-	Version       string     `json:"version"`
-	RegisteredAt  time.Time  `json:"registeredAt"`
-	HeartbeatAt   time.Time  `json:"heartbeatAt"`
-	LeaseUntil    time.Time  `json:"leaseUntil"`
-	LostAt        *time.Time `json:"lostAt,omitempty"`
+	Name         string     `json:"name"`
+	AdvertiseURL string     `json:"advertiseUrl"`
+	State        string     `json:"state"` // active, draining, lost, left
+	VCPUs        int        `json:"vcpus"`
+	MemoryMB     int64      `json:"memoryMB"`
+	DiskMB       int64      `json:"diskMB"`
+	MaxSandboxes int        `json:"maxSandboxes"`
+	MaxStarts    int        `json:"maxStarts"`
+	UsedVCPUs    int        `json:"usedVcpus"`
+	UsedMemoryMB int64      `json:"usedMemoryMB"`
+	Sandboxes    int        `json:"sandboxes"`
+	Starting     int        `json:"starting"`
+	Templates    []string   `json:"templates"`
+	Version      string     `json:"version"`
+	RegisteredAt time.Time  `json:"registeredAt"`
+	HeartbeatAt  time.Time  `json:"heartbeatAt"`
+	LeaseUntil   time.Time  `json:"leaseUntil"`
+	LostAt       *time.Time `json:"lostAt,omitempty"`
 }
 
 // Nodes lists the cluster's nodes (GET /admin/nodes). It needs Config.AdminToken; a server
