@@ -78,6 +78,9 @@ type Config struct {
 	Builds     Builds    // nil: the templates page lists no builds
 	// Metrics is read by the health page; telemetry.Metrics() when nil.
 	Metrics prometheus.Gatherer
+	// Nodes is the cluster's membership, for the admin's nodes page; nil on a server that is
+	// no cluster node.
+	Nodes store.Nodes
 }
 
 // session is one signed-in viewer, as the store keeps it.
@@ -157,6 +160,7 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("POST /dashboard/keys/{id}/revoke", c.signedIn(c.revokeKey))
 	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
 	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
+	c.mux.HandleFunc("GET /dashboard/nodes", c.signedIn(c.nodesPage))
 	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
 	c.mux.HandleFunc("GET /dashboard/builds/{id}", c.signedIn(c.buildPage))
 	c.mux.HandleFunc("GET /dashboard/builds/{id}/tail", c.signedIn(c.buildTail))

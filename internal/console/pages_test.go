@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/postgres"
+	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/reason"
 )
@@ -375,4 +377,43 @@ func TestTracePageIsAWaterfall(t *testing.T) {
 	if !strings.Contains(page, "over 200ms") {
 		t.Error("the page does not say how long the request took")
 	}
+}
+
+// TestNodesPage: the admin sees every node with its state and use against its capacity; a
+// team does not; a server that is no cluster node says so.
+func TestNodesPage(t *testing.T) {
+	f := newFixture(t)
+	f.signIn(t, "", "admin")
+	f.get(t, "/dashboard/nodes", http.StatusNotFound)
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.StartFor(t).NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, name := range []string{"node-a", "node-b"} {
+		if err := db.RegisterNode(ctx, &store.Node{Name: name, AdvertiseURL: "http://198.18.0.2:3000", VCPUs: 4, MemoryMB: 8192,
+			MaxSandboxes: 10, MaxStarts: 2, Templates: []string{"base"}, Version: "test"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Reserve(ctx, store.Reservation{SandboxID: "sb", Node: "node-a", TeamID: f.team, VCPUs: 2, MemoryMB: 2048}, store.TeamLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetNodeState(ctx, "node-b", store.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	f.console.cfg.Nodes = db
+	page := f.get(t, "/dashboard/nodes", http.StatusOK)
+	for _, want := range []string{`data-node="node-a"`, "1/10", "2/4", "2048/8192 MB", `style="width:50%"`, `class="node-draining"`, ">base<"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the nodes page lacks %q", want)
+		}
+	}
+	keys, err := f.db.ListAPIKeys(ctx, f.team)
+	if err != nil || len(keys) == 0 {
+		t.Fatal(keys, err)
+	}
+	f.signIn(t, f.team, keys[0].ID)
+	f.get(t, "/dashboard/nodes", http.StatusForbidden)
 }

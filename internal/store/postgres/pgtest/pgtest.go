@@ -166,3 +166,15 @@ func (s *Server) NewDatabase(t testing.TB) string {
 	})
 	return s.DSN(name)
 }
+
+// StartFor starts a server of the test's own, stopped when it ends, or skips the test when
+// the machine cannot run one: for a package without a TestMain to stop a shared server.
+func StartFor(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start("127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no PostgreSQL for this test: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
