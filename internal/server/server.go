@@ -205,6 +205,7 @@ type instance struct {
 	builds    *template.Builds
 	ln        net.Listener
 	dashboard *console.Console
+	proxy     *proxy.Proxy
 	srv       *http.Server
 }
 
@@ -462,6 +463,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		Routes:      s.teamRoutes(),
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
+	s.proxy = px
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
 	s.dashboard = console.New(console.Config{Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -584,6 +586,7 @@ func (s *instance) serve(ctx context.Context) error {
 	s.cfg.Logger.Info("cove server stopping", telemetry.KeyOnStop, s.cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s.proxy.Shutdown()               // open streams end naming the stop, not with a cut envelope
 	stop(sctx, s.orch, s.cfg.OnStop) // either way, the sandboxes' streams through the proxy end
 	s.dashboard.Close()              // ends the console's live streams
 	_ = s.srv.Shutdown(sctx)
