@@ -586,7 +586,6 @@ func TestCallersWithoutTheTokenLearnNothingOfASecureSandbox(t *testing.T) {
 		{name: "the owner with the token learns the kill reason", id: "iskilled", token: "tok-k", want: "was killed: timeout", state: "killed"},
 		{name: "the owner's RPC learns the kill reason", id: "iskilled", token: "tok-k", rpc: true, want: "was killed: timeout"},
 		{name: "the owner with the token learns it is paused", id: "ispaused", token: "tok-p", want: "is paused", state: "paused"},
-
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
