@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
@@ -464,7 +462,8 @@ func (s *instance) buildHandlers(context.Context) error {
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	s.proxy = px
-	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
+	// A team's series (its id in the team label) only to its own key or the admin token.
+	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.Metrics(), Keys: s.db, AdminToken: s.admin})
 	s.dashboard = console.New(console.Config{Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
