@@ -84,7 +84,11 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	ctx := r.Context()
 	httpx.NoteFrom(ctx).Err = err
 	code, body := describe(err, t)
-	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, r.Header.Get(HeaderAccessToken)) {
+	token := r.Header.Get(HeaderAccessToken)
+	if t.accessToken != "" {
+		token = t.accessToken
+	}
+	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, token) {
 		err = fmt.Errorf("%w: sandbox %s %w", orchestrator.ErrNotFound, t.id, errNotYours)
 		code, body = http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, SandboxID: t.id,
 			Message: msgNotFound, Detail: fmt.Sprintf("sandbox %s %s", t.id, errNotYours)}

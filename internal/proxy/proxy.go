@@ -192,6 +192,9 @@ type target struct {
 	// tokens are the sandbox's own secrets (envd access token, traffic token), stripped
 	// from a request to a user's port wherever they appear.
 	tokens []string
+	// accessToken is the caller's X-Access-Token, kept for explaining a failure: the
+	// request ReverseProxy hands its error handler has lost it on the way to a user's port.
+	accessToken string
 }
 
 type targetKey struct{}
@@ -242,6 +245,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.port != EnvdPort {
 		t.tokens = p.sandboxTokens(ctx, t.id)
 	}
+	t.accessToken = r.Header.Get(HeaderAccessToken)
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
