@@ -6,8 +6,10 @@
 // access token could have made), and is forwarded by httputil.ReverseProxy over a
 // connection the backend dials inside the sandbox. Every such connection is registered with
 // the backend, which closes it when the sandbox is paused or killed, so open streams end
-// with the sandbox. Every failure is a 502 JSON body naming the sandbox, its state and kill
-// reason, and the request id.
+// with the sandbox. Every failure is a JSON body naming the sandbox and the request id; for a
+// sandbox that is gone it is E2B's 502 "The sandbox was not found", Cove's reason (its state,
+// kill reason and when) beside it in detail and X-Cove-Reason. A user's port never sees
+// Cove's credentials (credentials.go).
 //
 // It must not import the API, the console or server; it reaches sandboxes through its Backend
 // interface.
