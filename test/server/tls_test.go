@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -106,6 +108,39 @@ func TestTLSServesTheAPIAndSandboxHosts(t *testing.T) {
 		res := get("https://49983-" + id + "." + domain + "/health")
 		if res.StatusCode != http.StatusNoContent || res.Proto != "HTTP/2.0" {
 			t.Errorf("GET /health of %s: %s %d, want HTTP/2.0 204", id, res.Proto, res.StatusCode)
+		}
+	})
+	t.Run("an upload, a download and an RPC through a sandbox host go over HTTP/2", func(t *testing.T) {
+		host := "https://49983-" + id + "." + domain
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		fw, _ := mw.CreateFormFile("file", "x.txt")
+		io.WriteString(fw, "over h2")
+		mw.Close()
+		req, _ := http.NewRequest(http.MethodPost, host+"/files?path=/tmp/h2.txt&username=user", &body)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || res.Proto != "HTTP/2.0" {
+			t.Fatalf("upload: %s %d", res.Proto, res.StatusCode)
+		}
+		res = get(host + "/files?path=/tmp/h2.txt&username=user")
+		if b, _ := io.ReadAll(res.Body); res.StatusCode != http.StatusOK || string(b) != "over h2" {
+			t.Errorf("download: %s %d %q", res.Proto, res.StatusCode, b)
+		}
+		req, _ = http.NewRequest(http.MethodPost, host+"/filesystem.Filesystem/Stat", strings.NewReader(`{"path":"/tmp/h2.txt"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Basic dXNlcjo=")
+		res, err = hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if b, _ := io.ReadAll(res.Body); res.StatusCode != http.StatusOK || res.Proto != "HTTP/2.0" || !strings.Contains(string(b), "h2.txt") {
+			t.Errorf("Stat: %s %d %s", res.Proto, res.StatusCode, b)
 		}
 	})
 	t.Run("the SDK's flows over https", func(t *testing.T) {
