@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
@@ -56,7 +54,11 @@ import (
 type Config struct {
 	Addr    string // listen address; 127.0.0.1:3000 by default
 	DataDir string // state, templates, sandboxes and logs; /var/lib/cove by default
-	Domain  string // sandbox host domain for {port}-{id}.{domain} routing; "" disables it
+	Domain  string // sandbox host domain for {port}-{id}.{domain} routing, with :port when not 443 or 80
+	// TLSCert and TLSKey are the server's certificate and key (a wildcard one for the sandbox
+	// hosts); TLSSelfSigned makes them from a CA of the data dir's. Either serves TLS only.
+	TLSCert, TLSKey string
+	TLSSelfSigned   bool
 	// TemplateDir is the template store; <DataDir>/templates when empty.
 	TemplateDir string
 	// SampleInterval is how often each sandbox's resources are sampled; 5 s when 0.
@@ -170,6 +172,9 @@ func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Sto
 // list of steps below, each a small function; what a step opens, it also closes (in
 // reverse order, once Run returns).
 func Run(ctx context.Context, cfg Config, progress io.Writer) error {
+	if err := checkTLSFlags(cfg); err != nil {
+		return err
+	}
 	s := newInstance(cfg, progress)
 	defer s.close()
 	ctx = telemetry.WithLogger(ctx, s.cfg.Logger)
@@ -217,6 +222,7 @@ type instance struct {
 	builds    *template.Builds
 	ln        net.Listener
 	dashboard *console.Console
+	proxy     *proxy.Proxy
 	srv       *http.Server
 }
 
@@ -467,12 +473,18 @@ func (s *instance) listen(context.Context) error {
 // buildHandlers builds the edges (the API with its team APIs, the proxy, /metrics and the
 // console) and the HTTP server over them.
 func (s *instance) buildHandlers(context.Context) error {
-	proxyDomain, sandboxDomain := SandboxDomains(s.cfg.Domain, s.ln.Addr())
+	domain := s.cfg.Domain
+	if domain == "" && s.cfg.tlsOn() {
+		domain = DefaultTLSDomain + portSuffix(s.ln.Addr())
+	}
+	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
-	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
+	s.proxy = px
+	// A team's series (its id in the team label) only to its own key or the admin token.
+	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.Metrics(), Keys: s.db, AdminToken: s.admin})
 	s.dashboard = console.New(console.Config{Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -491,6 +503,14 @@ func (s *instance) buildHandlers(context.Context) error {
 	s.srv.Protocols = new(http.Protocols)
 	s.srv.Protocols.SetHTTP1(true)
 	s.srv.Protocols.SetUnencryptedHTTP2(true)
+	if s.cfg.tlsOn() {
+		tlsConfig, err := serverTLS(s.cfg, proxyDomain, s.ln.Addr())
+		if err != nil {
+			return err
+		}
+		s.srv.TLSConfig = tlsConfig
+		s.srv.Protocols.SetHTTP2(true)
+	}
 	return nil
 }
 
@@ -562,6 +582,13 @@ func (s *instance) sandboxMetricsReadable(ctx context.Context, team, id string) 
 // announce prints where Cove is and how the SDK reaches it, and calls cfg.Ready.
 func (s *instance) announce() {
 	url := "http://" + s.ln.Addr().String()
+	if s.cfg.tlsOn() {
+		url = "https://" + s.ln.Addr().String()
+	}
+	if s.cfg.TLSSelfSigned {
+		ca := CAFile(s.cfg.DataDir)
+		s.say("TLS with a self-signed CA: trust %s (NODE_EXTRA_CA_CERTS=%s, curl --cacert %s)", ca, ca, ca)
+	}
 	s.say("Cove is up at %s", url)
 	if s.apiKey != "" {
 		s.say("point the E2B SDK at it:\n    export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=%s", url, url, s.apiKey)
@@ -584,7 +611,13 @@ func (s *instance) announce() {
 // the server.
 func (s *instance) serve(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
+	go func() {
+		if s.srv.TLSConfig != nil {
+			errc <- s.srv.ServeTLS(s.ln, "", "")
+			return
+		}
+		errc <- s.srv.Serve(s.ln)
+	}()
 	select {
 	case err := <-errc:
 		stop(context.Background(), s.orch, s.cfg.OnStop)
@@ -594,6 +627,7 @@ func (s *instance) serve(ctx context.Context) error {
 	s.cfg.Logger.Info("cove server stopping", telemetry.KeyOnStop, s.cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s.proxy.Shutdown()               // open streams end naming the stop, not with a cut envelope
 	stop(sctx, s.orch, s.cfg.OnStop) // either way, the sandboxes' streams through the proxy end
 	s.dashboard.Close()              // ends the console's live streams
 	_ = s.srv.Shutdown(sctx)
@@ -683,8 +717,14 @@ func trimNL(b []byte) []byte {
 // configured domain, sandbox hosts are {port}-{id}.localhost on the server's own port: they
 // work out of the box on the machine Cove runs on, since curl and browsers send every
 // *.localhost name to loopback.
+//
+// A configured domain may end in :port (the port the SDKs' hosts name when it is not the
+// scheme's default); the proxy routes by the name alone.
 func SandboxDomains(configured string, addr net.Addr) (proxyDomain, sandboxDomain string) {
 	if configured != "" {
+		if host, _, err := net.SplitHostPort(configured); err == nil {
+			return host, configured
+		}
 		return configured, configured
 	}
 	port := ""
@@ -695,4 +735,12 @@ func SandboxDomains(configured string, addr net.Addr) (proxyDomain, sandboxDomai
 		return "localhost", "localhost"
 	}
 	return "localhost", "localhost:" + port
+}
+
+// portSuffix is ":port" of a TCP address, or "".
+func portSuffix(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		return ":" + strconv.Itoa(tcp.Port)
+	}
+	return ""
 }
