@@ -82,7 +82,7 @@ type Config struct {
 	CPUCount       int           // per sandbox; 2 when 0
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
-	PIDs           int64         // per sandbox; 1024 when 0
+	PIDs           int64         // per sandbox; 512 when 0
 	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
 	// forks and snapshots off.
 	Snapshots *snapshot.Store
@@ -212,7 +212,9 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.DiskSizeMB = 1024
 	}
 	if cfg.PIDs <= 0 {
-		cfg.PIDs = 1024
+		// Each pid may hold RLIMIT_NOFILE files (runtime.DefaultNoFile): 512 bounds their
+		// product, and a fork bomb's size.
+		cfg.PIDs = 512
 	}
 	if cfg.PauseKind == "" {
 		cfg.PauseKind = reason.PauseFreeze
