@@ -31,10 +31,11 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 	}
 	var binds []runtime.Bind
 	var ids, paths []string
-	for _, m := range mounts {
+	for i, m := range mounts {
 		p := path.Clean(m.Path)
-		if !path.IsAbs(m.Path) || p == "/" || p == "/.cove" || strings.HasPrefix(p, "/.cove/") || slices.Contains(paths, p) {
-			return nil, nil, fmt.Errorf("%w: volumeMounts: path %q must be absolute, not /, not under /.cove, and used once", ErrInvalid, m.Path)
+		if !path.IsAbs(m.Path) || p == "/" || reservedMountPath(p) || slices.Contains(paths, p) {
+			return nil, nil, fmt.Errorf("%w: volumeMounts[%d].path: %q must be absolute, not /, not under %s, and used once",
+				ErrInvalid, i, m.Path, strings.Join(reservedMountPaths, ", "))
 		}
 		vol, err := o.cfg.Volumes.Get(teamID, m.Name)
 		if err != nil {
@@ -58,6 +59,20 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 		ids, paths = append(ids, vol.ID), append(paths, p)
 	}
 	return binds, ids, nil
+}
+
+// reservedMountPaths are the sandbox's own: the kernel's and the runtime's filesystems, and
+// Cove's binary. A volume mounted over one would hide what the sandbox needs, or fail.
+var reservedMountPaths = []string{"/.cove", "/proc", "/sys", "/dev", "/run"}
+
+// reservedMountPath says clean path p is, or lies under, a reserved path.
+func reservedMountPath(p string) bool {
+	for _, r := range reservedMountPaths {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // holdsVolumes reports whether sandbox id, in creation or live and not killed, still holds

@@ -202,6 +202,11 @@ func TestVolumeRequestsAreChecked(t *testing.T) {
 		{"a relative mount path is invalid", []VolumeMount{{Name: "cache", Path: "data"}}},
 		{"a mount on / is invalid", []VolumeMount{{Name: "cache", Path: "/"}}},
 		{"a mount under /.cove is invalid", []VolumeMount{{Name: "cache", Path: "/.cove/x"}}},
+		{"a mount under /proc is invalid", []VolumeMount{{Name: "cache", Path: "/proc/self"}}},
+		{"a mount on /sys is invalid", []VolumeMount{{Name: "cache", Path: "/sys"}}},
+		{"a mount on /dev is invalid", []VolumeMount{{Name: "cache", Path: "/dev"}}},
+		{"a mount on /dev/pts is invalid", []VolumeMount{{Name: "cache", Path: "/dev/pts/"}}},
+		{"a mount under /run is invalid", []VolumeMount{{Name: "cache", Path: "/run/x"}}},
 		{"one path mounted twice is invalid", []VolumeMount{{Name: "cache", Path: "/a", ReadOnly: true}, {Name: "cache", Path: "/a/", ReadOnly: true}}},
 		{"an unknown volume is invalid", []VolumeMount{{Name: "nope", Path: "/a"}}},
 	} {

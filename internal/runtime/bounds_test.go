@@ -2,8 +2,10 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +129,37 @@ func TestASandboxWithoutANoFileLimitGetsTheDefaultNotTheServers(t *testing.T) {
 	if got := s.stdout.String(); got != want {
 		t.Fatalf("limits = %q, want %q", got, want)
 	}
+}
+
+func TestABindMustFitItsTargetAndNamesNoHostPath(t *testing.T) {
+	r, rootfs := newRuntime(t)
+	dir := t.TempDir()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		bind runtime.Bind
+	}{
+		{"a directory over a file (/etc/passwd)", runtime.Bind{Source: dir, Target: "/etc/passwd"}},
+		{"a directory under a file", runtime.Bind{Source: dir, Target: "/etc/passwd/x"}},
+		{"a file over a directory", runtime.Bind{Source: file, Target: "/etc"}},
+	} {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			_, err := r.Create(context.Background(), runtime.Spec{ID: newID(t), Rootfs: rootfs, Args: sh("true"), Binds: []runtime.Bind{tc.bind}})
+			if !errors.Is(err, runtime.ErrBindTarget) {
+				t.Fatalf("create: %v; want ErrBindTarget", err)
+			}
+			if strings.Contains(err.Error(), os.TempDir()) || !strings.Contains(err.Error(), tc.bind.Target) {
+				t.Fatalf("error %q should name %s and no host path", err, tc.bind.Target)
+			}
+		})
+	}
+	t.Run("a directory onto a new path is mounted", func(t *testing.T) {
+		s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh("test -d /data/new/deep && echo mounted"), Binds: []runtime.Bind{{Source: dir, Target: "/data/new/deep"}}})
+		if exit := wait(t, r, s.id); exit.Code != 0 {
+			t.Fatalf("init exit = %+v, stderr:\n%s", exit, s.stderr)
+		}
+	})
 }

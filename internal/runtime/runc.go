@@ -220,12 +220,12 @@ func validate(s Spec) error {
 	default:
 		return fmt.Errorf("%w: %s: unknown network %q", ErrInvalid, s.ID, s.Network)
 	}
-	for _, b := range s.Binds {
+	for _, b := range s.Binds { // a host path stays out of these: the target may be a user's
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
-			return fmt.Errorf("%w: %s: bind %s:%s needs absolute paths", ErrInvalid, s.ID, b.Source, b.Target)
+			return fmt.Errorf("%w: %s: bind onto %s needs absolute paths", ErrInvalid, s.ID, b.Target)
 		}
 		if _, err := os.Stat(b.Source); err != nil {
-			return fmt.Errorf("%w: %s: bind source: %v", ErrInvalid, s.ID, err)
+			return fmt.Errorf("%w: %s: bind onto %s: its source is missing", ErrInvalid, s.ID, b.Target)
 		}
 	}
 	return nil
@@ -278,6 +278,9 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		if err := prepareRoot(root, s.ID); err != nil {
 			return nil, fmt.Errorf("create %s: prepare root: %w", s.ID, err)
 		}
+	}
+	if err := checkBindTargets(root, s.Binds); err != nil {
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
 	netns := s.Netns
 	if s.Network != NetworkHost && netns == "" {
