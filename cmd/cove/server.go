@@ -150,6 +150,8 @@ how to point the E2B SDK at it.`,
 	f.StringVar(&cfg.Mirror, "mirror", envOr("COVE_MIRROR", ""), "Debian mirror URL the base template's first build downloads from; the machine's apt sources when empty [$COVE_MIRROR]")
 	f.StringVar(&pauseKind, "pause", envOr("COVE_PAUSE", ""), "how a pause that does not say pauses: snapshot (processes and memory to disk, RAM freed, survives restarts; needs CRIU 4) or freeze (in RAM); empty: snapshot where CRIU works [$COVE_PAUSE]")
 	f.IntVar(&cfg.SandboxMemoryMB, "sandbox-memory-mb", 512, "each sandbox's memory limit in MiB")
+	f.Int64Var(&cfg.LogTeamBytesPerHour, "log-team-bytes-per-hour", 2<<30, "log bytes (messages and fields) all of a team's sandboxes may store per hour; past it lines are dropped and counted (-1: no limit)")
+	f.Int64Var(&cfg.LogMinFreeMB, "log-min-free-mb", 1024, "free space in MiB the data dir's disk keeps: below it log lines are dropped and counted, not written (-1: no floor)")
 	f.StringVar(&onStop, "on-stop", envOr("COVE_ON_STOP", "keep"), "what stopping the server (SIGTERM, SIGINT) does to sandboxes: keep them running for the next start to adopt, or kill them (reason server_shutdown) [$COVE_ON_STOP]")
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)

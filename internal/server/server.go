@@ -94,6 +94,11 @@ type Config struct {
 	PauseKind reason.PauseKind
 	// SandboxMemoryMB is each sandbox's memory limit; 512 when 0.
 	SandboxMemoryMB int
+	// LogTeamBytesPerHour is the log bytes a team's sandboxes may store per hour (2 GiB when
+	// 0, none when negative), LogMinFreeMB the free space the data dir's disk keeps, below
+	// which log lines are dropped (1024 when 0, none when negative).
+	LogTeamBytesPerHour int64
+	LogMinFreeMB        int64
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	// Mirror is the Debian mirror that first build downloads from (template.ValidMirror);
@@ -320,7 +325,8 @@ func (s *instance) openStore(ctx context.Context) error {
 
 // startLogs starts the log ingester and tees the server's own logger into it.
 func (s *instance) startLogs(context.Context) error {
-	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger})
+	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger, MaxBytesPerHourPerTeam: s.cfg.LogTeamBytesPerHour,
+		DataDir: s.cfg.DataDir, MinFreeBytes: s.cfg.LogMinFreeMB << 20})
 	s.onClose(s.ingester.Close)
 	// From here on, the server's own lines about a sandbox also go to the log store, so a
 	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
