@@ -140,9 +140,12 @@ how to point the E2B SDK at it.`,
 	f.IntVar(&cfg.Quotas.Default.VCPUs, "quota-vcpus", 0, "vCPUs a team's sandboxes may hold in all (0: no limit)")
 	f.IntVar(&cfg.Quotas.Default.MemoryMB, "quota-memory-mb", 0, "memory in MB a team's sandboxes may hold in all (0: no limit)")
 	f.Float64Var(&cfg.Quotas.Default.CreatesPerSec, "quota-creates-per-sec", 0, "sandbox creates per second a team may make, in bursts up to its ceiling (0: no limit)")
+	f.IntVar(&cfg.Quotas.Default.Volumes, "quota-volumes", 100, "volumes a team may hold (0: no limit); past it a volume create answers 429")
+	f.IntVar(&cfg.Quotas.Default.VolumeMB, "quota-volume-mb", 100*1024, "MiB a team's volumes may hold in all, by their sizes (0: no limit); past it a volume create answers 429")
 	f.StringVar(&quotasFile, "quotas", "", `JSON file of quotas per team id: {"default":{...},"teams":{"<id>":{"sandboxes":N,"vcpus":N,"memory_mb":N,"creates_per_sec":N,`+
-		`"egress":{"allow_internet_access":false,"allow_out":["CIDR or host"],"deny_out":["CIDR"]}}}} (egress: the network the team's template builds run in)`)
+		`"volumes":N,"volume_mb":N,"egress":{"allow_internet_access":false,"allow_out":["CIDR or host"],"deny_out":["CIDR"]}}}} (egress: the network the team's template builds run in)`)
 	f.IntVar(&cfg.VolumeSizeMB, "volume-size-mb", 1024, "a new volume's size in MiB when its create does not say (sizeMB): a sparse ext4 image, and writes past it get ENOSPC (content uploads 507); 0: volumes are plain directories without a quota")
+	f.IntVar(&cfg.VolumeMinFreeMB, "volume-min-free-mb", 1024, "free space in MiB the volumes' disk keeps once every volume is filled: a volume that would not fit is refused with 507 (-1: no floor)")
 	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
 	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines, build_logs; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines, build_logs 720h:10000 logs")
 	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")

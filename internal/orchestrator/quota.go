@@ -23,6 +23,8 @@ type Quota struct {
 	// CreatesPerSec is the sustained create rate; a team may create up to its ceiling (at
 	// least one) at once.
 	CreatesPerSec float64 `json:"creates_per_sec"`
+	Volumes       int     `json:"volumes"`   // volumes the team holds
+	VolumeMB      int     `json:"volume_mb"` // their sizes in all
 	// Egress is the network policy the team's template builds run under; nil lets their
 	// steps reach the internet, as a sandbox does by default.
 	Egress *Egress `json:"egress,omitempty"`
@@ -82,7 +84,7 @@ func ParseQuotas(r io.Reader) (Quotas, error) {
 }
 
 func (q Quota) valid() error {
-	if q.Sandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.CreatesPerSec < 0 || math.IsNaN(q.CreatesPerSec) {
+	if q.Sandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.CreatesPerSec < 0 || math.IsNaN(q.CreatesPerSec) || q.Volumes < 0 || q.VolumeMB < 0 {
 		return errors.New("limits must not be negative")
 	}
 	if _, err := q.Egress.Policy(""); err != nil {
@@ -93,7 +95,7 @@ func (q Quota) valid() error {
 
 // QuotaError says a create was refused by the team's quota; the API answers 429.
 type QuotaError struct {
-	Limit string // "concurrent sandboxes", "vCPUs", "memory MB", "creates per second"
+	Limit string // "concurrent sandboxes", "vCPUs", "memory MB", "creates per second", "volumes", "volume MB"
 	Have  float64
 	Max   float64
 }

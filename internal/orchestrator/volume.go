@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 
@@ -102,8 +103,20 @@ func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string, si
 	if sizeMB == 0 {
 		sizeMB = o.cfg.VolumeSizeMB
 	}
-	vol, err := o.cfg.Volumes.Create(teamID, name, int64(sizeMB)<<20)
+	q := o.cfg.Quotas.For(teamID)
+	floor := o.cfg.VolumeFreeFloorMB
+	if floor == 0 {
+		floor = 1024
+	}
+	lim := snapshot.VolumeLimits{Count: q.Volumes, Bytes: int64(q.VolumeMB) << 20, FreeFloor: int64(max(0, floor)) << 20}
+	vol, err := o.cfg.Volumes.Create(teamID, name, int64(sizeMB)<<20, lim)
 	switch {
+	case errors.Is(err, snapshot.ErrVolumeQuota):
+		o.logger(ctx).Warn("volume refused: team quota", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
+	case errors.Is(err, snapshot.ErrVolumeNoSpace):
+		o.logger(ctx).Warn("volume refused: host disk", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
+		return nil, fmt.Errorf("%w: sizeMB: %v", errdefs.ErrNoSpace, err)
 	case errors.Is(err, snapshot.ErrVolumeName):
 		return nil, fmt.Errorf("%w: name: %v", ErrInvalid, err)
 	case errors.Is(err, snapshot.ErrVolumeSize):

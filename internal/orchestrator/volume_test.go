@@ -3,11 +3,13 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -239,6 +241,31 @@ func TestVolumeRequestsAreChecked(t *testing.T) {
 		}
 		if m, err := h.o.VolumeMountsOf(ctx, h.team, "x"); m != nil || err != nil {
 			t.Errorf("mounts: %v, %v", m, err)
+		}
+	})
+}
+
+func TestVolumeCreatesAreBoundedPerTeamAndByTheHostsDisk(t *testing.T) {
+	h := newHarness(t, withVolumes(t), func(c *Config) {
+		c.Quotas = Quotas{Default: Quota{Volumes: 2}}
+	})
+	ctx := h.ctx("req-vol")
+	for _, name := range []string{"a", "b"} {
+		if _, err := h.o.CreateVolume(ctx, h.team, name, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("a volume past the team's count is refused as resource exhausted (429)", func(t *testing.T) {
+		_, err := h.o.CreateVolume(ctx, h.team, "c", 0)
+		if !errors.Is(err, errdefs.ErrResourceExhausted) || errdefs.Status(err) != http.StatusTooManyRequests {
+			t.Errorf("third volume: %v; want 429", err)
+		}
+	})
+	t.Run("a volume the host's disk cannot hold is refused with 507, naming sizeMB", func(t *testing.T) {
+		other := "other-team"
+		_, err := h.o.CreateVolume(ctx, other, "huge", int(snapshot.MaxVolumeBytes>>20))
+		if errdefs.Status(err) != http.StatusInsufficientStorage || !strings.Contains(err.Error(), "sizeMB") {
+			t.Errorf("a 1 TiB volume: %v (status %d); want 507 naming sizeMB", err, errdefs.Status(err))
 		}
 	})
 }
