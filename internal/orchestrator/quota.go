@@ -122,6 +122,32 @@ type bucket struct {
 // admit checks team's quota for one more sandbox of cpus and memoryMB and, when it fits,
 // reserves it under id; release(id) gives it back. o.mu must be held.
 func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time) error {
+	if err := o.fits(team, cpus, memoryMB); err != nil {
+		return err
+	}
+	q := o.cfg.Quotas.For(team)
+	if rate := q.CreatesPerSec; rate > 0 {
+		burst := max(1, math.Ceil(rate))
+		b, ok := o.rates[team]
+		if !ok {
+			b = &bucket{tokens: burst, at: now}
+			o.rates[team] = b
+		}
+		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
+		b.at = now
+		if b.tokens < 1 {
+			return &QuotaError{Limit: "creates per second", Have: (1 - b.tokens) / rate, Max: rate}
+		}
+		b.tokens--
+	}
+	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
+	return nil
+}
+
+// fits says whether one more sandbox of cpus and memoryMB keeps team within its quota's
+// concurrent limits, counting its live sandboxes, creates in flight and running build
+// steps. o.mu must be held.
+func (o *Orchestrator) fits(team string, cpus, memoryMB int) error {
 	q := o.cfg.Quotas.For(team)
 	n, c, m := 1, cpus, memoryMB
 	for _, e := range o.live {
@@ -142,22 +168,25 @@ func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time)
 	case q.MemoryMB > 0 && m > q.MemoryMB:
 		return &QuotaError{Limit: "memory MB", Have: float64(m), Max: float64(q.MemoryMB)}
 	}
-	if rate := q.CreatesPerSec; rate > 0 {
-		burst := max(1, math.Ceil(rate))
-		b, ok := o.rates[team]
-		if !ok {
-			b = &bucket{tokens: burst, at: now}
-			o.rates[team] = b
-		}
-		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
-		b.at = now
-		if b.tokens < 1 {
-			return &QuotaError{Limit: "creates per second", Have: (1 - b.tokens) / rate, Max: rate}
-		}
-		b.tokens--
-	}
-	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
 	return nil
+}
+
+// ReserveBuildStep counts a running step of team's template build as one of its sandboxes,
+// under the step's id, until release: builds and sandboxes share the team's concurrent
+// sandbox quota (a build asked for past it fails its step with a *QuotaError). A step is no
+// create: the create rate is not charged.
+func (o *Orchestrator) ReserveBuildStep(team, id string) (release func(), err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.fits(team, 0, 0); err != nil {
+		return nil, err
+	}
+	o.creating[id] = reservation{team: team}
+	return func() {
+		o.mu.Lock()
+		delete(o.creating, id)
+		o.mu.Unlock()
+	}, nil
 }
 
 // Unwrap makes a quota refusal a resource-exhausted error: 429 in E2B's shape.

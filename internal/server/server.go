@@ -99,6 +99,8 @@ type Config struct {
 	// which log lines are dropped (1024 when 0, none when negative).
 	LogTeamBytesPerHour int64
 	LogMinFreeMB        int64
+	// BuildStepTimeout kills a template build's step that runs longer (0: no limit).
+	BuildStepTimeout time.Duration
 	// VolumeMinFreeMB is the free space the volumes' disk keeps above every volume filled:
 	// a volume that would not fit is refused (507). 1024 when 0, none when negative.
 	VolumeMinFreeMB int
@@ -446,7 +448,8 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	s.onClose(func() error { builds.Close(); return nil })
 	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
-	builds.SetSandbox(buildSandbox(s.cfg, s.netw))
+	builds.SetSandbox(buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
+		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger}))
 	s.builds = builds
 	s.retainer = retention.New(retention.Config{Store: s.db, Files: buildRetention(builds, s.templates), Policies: policies(s.cfg), Logger: s.cfg.Logger})
 	go s.retainer.Run(ctx)
