@@ -93,7 +93,7 @@ func TestAForkBombedSandboxIsKilledAndLeavesNothing(t *testing.T) {
 	s := run(t, r, runtime.Spec{
 		Rootfs: rootfs,
 		Args:   sh(`echo bombing; b() { b | b & }; b; sleep 300`),
-		Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUs: 1, PIDs: 512},
+		Limits: runtime.Limits{MemoryBytes: 512 << 20, CPUs: 2, PIDs: 1024},
 	})
 	s.stdout.waitFor(t, "bombing", 10*time.Second)
 	deadline := time.Now().Add(20 * time.Second)
@@ -102,7 +102,7 @@ func TestAForkBombedSandboxIsKilledAndLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.PIDs >= 400 || time.Now().After(deadline) {
+		if st.PIDs >= 1000 || time.Now().After(deadline) {
 			t.Logf("pids before the kill: %d of %d", st.PIDs, st.PIDsLimit)
 			break
 		}

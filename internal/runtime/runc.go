@@ -681,11 +681,15 @@ func (r *Runc) Destroy(ctx context.Context, id string) error {
 // crashed server.
 func (r *Runc) destroy(ctx context.Context, id string) error {
 	var errs []error
+	// Stop everything at once before runc even starts: a fork bomb that keeps the CPUs
+	// busy would otherwise slow runc's own start and its walk over the tasks.
+	thaw := haltCgroup(r.cgroupPath(id))
 	// kill --all freezes, signals and thaws, so it also kills a frozen sandbox; init's death
 	// then takes the rest of its pid namespace with it.
 	if _, err := r.runc(ctx, "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
 		errs = append(errs, err)
 	}
+	thaw() // the killed tasks die once thawed
 	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		errs = append(errs, err)
 	}
