@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +85,70 @@ func TestBoundsATenantCannotExceed(t *testing.T) {
 		var be *cove.BuildError
 		if !errors.As(err, &be) || !strings.Contains(be.Message, "concurrent sandboxes") {
 			t.Fatalf("build: %v; want a BuildError naming the sandbox quota", err)
+		}
+	})
+}
+
+// TestASandboxesFilesAndForksAreBounded runs what a tenant would to exhaust the host in a
+// real sandbox: a loop of eventfds stops at the open-file limit, root cannot raise it, the
+// host's kernel command line, block devices and overlay paths are out of sight, and a
+// fork-bombed sandbox is killed and leaves no cgroup.
+func TestASandboxesFilesAndForksAreBounded(t *testing.T) {
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t)})
+	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, cove.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Kill(context.Background()) })
+	run := func(t *testing.T, cmd string) string {
+		t.Helper()
+		res, err := sb.Commands.Run(ctx, cmd, cove.User("root"))
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	t.Run("a loop of eventfds stops at the open-file limit", func(t *testing.T) {
+		out := run(t, `python3 -c '
+import os
+n = 0
+try:
+    while True:
+        os.eventfd(0)
+        n += 1
+except OSError as e:
+    print(n, e.errno)'`)
+		var n, errno int
+		if _, err := fmt.Sscan(out, &n, &errno); err != nil || errno != 24 || n < 1000 || n > 2048 {
+			t.Errorf("opened %q (count, errno); want EMFILE (24) below 2048", out)
+		}
+	})
+	t.Run("root in the sandbox cannot raise the limit", func(t *testing.T) {
+		if out := run(t, "ulimit -Hn 100000 2>/dev/null && echo raised || echo refused"); out != "refused" {
+			t.Errorf("ulimit -Hn: %s", out)
+		}
+	})
+	t.Run("the host's kernel command line, block devices and overlay paths are out of sight", func(t *testing.T) {
+		out := run(t, "wc -c < /proc/cmdline; ls /sys/block | wc -l; grep -c 'upperdir=/[^p]' /proc/self/mountinfo || true")
+		if strings.Fields(out)[0] != "0" || strings.Fields(out)[1] != "0" || strings.Fields(out)[2] != "0" {
+			t.Errorf("cmdline bytes, block devices, overlay mounts naming host paths: %q", out)
+		}
+	})
+	t.Run("a fork-bombed sandbox is killed and leaves no cgroup", func(t *testing.T) {
+		if _, err := sb.Commands.Start(ctx, "bomb() { bomb | bomb & }; bomb", cove.User("root")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the bomb fills the sandbox's pids
+		begun := time.Now()
+		if err := sb.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killing the fork-bombed sandbox took %s", time.Since(begun).Round(time.Millisecond))
+		if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/cove/" + sb.ID); len(dirs) > 0 {
+			t.Errorf("cgroups left: %v", dirs)
 		}
 	})
 }
