@@ -83,6 +83,9 @@ type Config struct {
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
 	PIDs           int64         // per sandbox; 512 when 0
+	// HostFilesFreePercent is the share of the host's open files (fs.file-max) a create
+	// leaves free: below it creates are refused (503). 10 when 0, none when negative.
+	HostFilesFreePercent int
 	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
 	// forks and snapshots off.
 	Snapshots *snapshot.Store

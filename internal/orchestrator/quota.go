@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -195,6 +196,10 @@ func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
 // reserve admits sb against its team's quotas (as admit) and returns the release of its
 // reservation, for when it is registered live or its create failed.
 func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func(), err error) {
+	if err := o.hostFilesFree(); err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("host_files").Inc()
+		return nil, err
+	}
 	o.mu.Lock()
 	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now)
 	o.mu.Unlock()
@@ -207,4 +212,30 @@ func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func()
 		delete(o.creating, sb.ID)
 		o.mu.Unlock()
 	}, nil
+}
+
+// hostFilesFree refuses a new sandbox while the host's open files (fs.file-nr) leave less
+// than HostFilesFreePercent of fs.file-max free: one sandbox may hold about a million
+// files (runtime.DefaultNoFile times its pids), and a host out of them fails everyone's.
+func (o *Orchestrator) hostFilesFree() error {
+	pct := o.cfg.HostFilesFreePercent
+	if pct == 0 {
+		pct = 10
+	}
+	if pct < 0 {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/sys/fs/file-nr")
+	if err != nil {
+		return nil // no procfs to read: nothing to bound by
+	}
+	var used, unused, limit int64
+	if _, err := fmt.Sscan(string(b), &used, &unused, &limit); err != nil || limit <= 0 {
+		return nil
+	}
+	if free := limit - used; free*100 < limit*int64(pct) {
+		return fmt.Errorf("%w: the host has %d of its %d open files free, under the %d%% kept for running sandboxes; retry when sandboxes end",
+			errdefs.ErrUnavailable, free, limit, pct)
+	}
+	return nil
 }

@@ -2,10 +2,13 @@ package orchestrator
 
 import (
 	"errors"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/store"
 )
 
@@ -139,5 +142,28 @@ func TestBuildStepsShareTheTeamsSandboxQuota(t *testing.T) {
 		if err != nil {
 			t.Errorf("create after a step ended: %v", err)
 		}
+	})
+}
+
+func TestCreatesAreRefusedWhileTheHostIsShortOfOpenFiles(t *testing.T) {
+	if _, err := os.ReadFile("/proc/sys/fs/file-nr"); err != nil {
+		t.Skip("no /proc/sys/fs/file-nr")
+	}
+	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	newO := func(pct int) *Orchestrator {
+		return &Orchestrator{cfg: Config{HostFilesFreePercent: pct}, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
+	}
+	t.Run("a host keeping all its files free refuses with 503 naming open files", func(t *testing.T) {
+		_, err := newO(100).reserve(&store.Sandbox{ID: "a", TeamID: "t1"}, now)
+		if errdefs.Status(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "open files") {
+			t.Errorf("reserve: %v (status %d); want 503 naming open files", err, errdefs.Status(err))
+		}
+	})
+	t.Run("this host, with the default share, admits", func(t *testing.T) {
+		release, err := newO(0).reserve(&store.Sandbox{ID: "a", TeamID: "t1"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
 	})
 }

@@ -99,6 +99,9 @@ type Config struct {
 	// which log lines are dropped (1024 when 0, none when negative).
 	LogTeamBytesPerHour int64
 	LogMinFreeMB        int64
+	// HostFilesFreePercent is the share of the host's open files creates leave free (10
+	// when 0, none when negative): below it they answer 503.
+	HostFilesFreePercent int
 	// BuildStepTimeout kills a template build's step that runs longer (0: no limit).
 	BuildStepTimeout time.Duration
 	// VolumeMinFreeMB is the free space the volumes' disk keeps above every volume filled:
@@ -418,7 +421,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, Network: s.netw, Vault: kept,
+		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 	})
 	if err != nil {
 		return err
