@@ -73,7 +73,7 @@ func TestBoundsATenantCannotExceed(t *testing.T) {
 		if !errors.As(err, &be) || !strings.Contains(be.Message, "time limit") {
 			t.Fatalf("build: %v; want a BuildError naming the time limit", err)
 		}
-		t.Logf("the build failed after %s: %s", time.Since(begun).Round(time.Millisecond), be.Message)
+		t.Logf("the build failed after %s: %q", time.Since(begun).Round(time.Millisecond), be.Message)
 	})
 	t.Run("a build step beyond the team's sandbox quota fails naming the quota", func(t *testing.T) {
 		for range 2 {
