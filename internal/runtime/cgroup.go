@@ -59,15 +59,25 @@ func removeCgroups(path string) error {
 // nothing when nothing was frozen.
 func haltCgroup(path string) (thaw func()) {
 	for _, dir := range cgroupDirs(path) {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
+		if writeControl(filepath.Join(dir, "cgroup.kill"), "1") == nil {
 			return func() {}
 		}
 	}
 	state := filepath.Join(cgroupRoot, "freezer", path, "freezer.state")
-	if err := os.WriteFile(state, []byte("FROZEN"), 0); err != nil {
+	if writeControl(state, "FROZEN") != nil {
 		return func() {}
 	}
 	return func() { _ = thawV1(state) }
+}
+
+// writeControl writes v to a cgroup control file that exists, never creating one.
+func writeControl(file, v string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	return errors.Join(err, f.Close())
 }
 
 // readStats reads a sandbox's cgroup v1 accounting files.
