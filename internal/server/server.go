@@ -96,6 +96,19 @@ type Config struct {
 	PauseKind reason.PauseKind
 	// SandboxMemoryMB is each sandbox's memory limit; 512 when 0.
 	SandboxMemoryMB int
+	// LogTeamBytesPerHour is the log bytes a team's sandboxes may store per hour (2 GiB when
+	// 0, none when negative), LogMinFreeMB the free space the data dir's disk keeps, below
+	// which log lines are dropped (1024 when 0, none when negative).
+	LogTeamBytesPerHour int64
+	LogMinFreeMB        int64
+	// HostFilesFreePercent is the share of the host's open files creates leave free (10
+	// when 0, none when negative): below it they answer 503.
+	HostFilesFreePercent int
+	// BuildStepTimeout kills a template build's step that runs longer (0: no limit).
+	BuildStepTimeout time.Duration
+	// VolumeMinFreeMB is the free space the volumes' disk keeps above every volume filled:
+	// a volume that would not fit is refused (507). 1024 when 0, none when negative.
+	VolumeMinFreeMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	// Mirror is the Debian mirror that first build downloads from (template.ValidMirror);
@@ -338,7 +351,8 @@ func (s *instance) openStore(ctx context.Context) error {
 
 // startLogs starts the log ingester and tees the server's own logger into it.
 func (s *instance) startLogs(context.Context) error {
-	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger})
+	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger, MaxBytesPerHourPerTeam: s.cfg.LogTeamBytesPerHour,
+		DataDir: s.cfg.DataDir, MinFreeBytes: s.cfg.LogMinFreeMB << 20})
 	s.onClose(s.ingester.Close)
 	// From here on, the server's own lines about a sandbox also go to the log store, so a
 	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
@@ -423,7 +437,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, Network: s.netw, Vault: kept,
+		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 	})
 	if err != nil {
 		return err
@@ -453,7 +467,8 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	s.onClose(func() error { builds.Close(); return nil })
 	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
-	builds.SetSandbox(buildSandbox(s.cfg, s.netw))
+	builds.SetSandbox(buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
+		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger}))
 	s.builds = builds
 	s.retainer = retention.New(retention.Config{Store: s.db, Files: buildRetention(builds, s.templates), Policies: policies(s.cfg), Logger: s.cfg.Logger})
 	go s.retainer.Run(ctx)
