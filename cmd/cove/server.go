@@ -126,6 +126,7 @@ how to point the E2B SDK at it.`,
 	f.StringVar(&cfg.Addr, "addr", envOr("COVE_ADDR", "127.0.0.1:3000"), "listen address [$COVE_ADDR]")
 	dataDirFlag(cmd, &cfg.DataDir)
 	f.StringVar(&cfg.TemplateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
+	f.StringArrayVar(&cfg.RegistryAllow, "registry-allow", nil, "a registry HOST[:PORT] template builds' fromImage may pull from whatever it resolves to, even loopback or this host (repeatable)")
 	f.StringVar(&cfg.Domain, "domain", envOr("COVE_DOMAIN", ""), "domain for {port}-{id}.{domain} sandbox hosts [$COVE_DOMAIN]")
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", 5*time.Second, "how often each sandbox's CPU, memory, disk and network are sampled")
 	f.DurationVar(&cfg.Retention, "retention", 7*24*time.Hour, "how long log lines and ended command records are kept")

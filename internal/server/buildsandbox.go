@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/cove-dev/cove/internal/events"
@@ -13,6 +15,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/oci"
 )
 
 // buildSandbox confines the steps of a team's template build as the team's sandboxes are:
@@ -23,6 +26,9 @@ import (
 func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
 	return template.Sandbox{
 		DiskSizeMB: cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
+		Pull: func(team string) oci.Guard {
+			return oci.Guard{Registries: cfg.RegistryAllow, Limit: cfg.Network.EgressLimit, Allows: pullPolicy(cfg.Quotas.For(team).Egress, team)}
+		},
 		Network: func(team string) template.StepNetwork {
 			if netw == nil {
 				return template.Loopback
@@ -46,6 +52,24 @@ func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
 			}
 			return cpus, memoryMB, nil
 		},
+	}
+}
+
+// pullPolicy is the team's egress policy for its fromImage pulls: an address allowOut names
+// (or a host it names) is allowed, else the internet minus denyOut when internet access is on.
+func pullPolicy(e *orchestrator.Egress, team string) func(host string, addr netip.Addr) bool {
+	return func(host string, addr netip.Addr) bool {
+		p, err := e.Policy(team)
+		if err != nil {
+			return false
+		}
+		in := func(ps []netip.Prefix) bool {
+			return slices.ContainsFunc(ps, func(q netip.Prefix) bool { return q.Contains(addr) })
+		}
+		if in(p.AllowOut) || p.AllowsHost(host) {
+			return true
+		}
+		return p.AllowInternet && !in(p.DenyOut)
 	}
 }
 

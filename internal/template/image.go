@@ -43,13 +43,13 @@ func imageTemplateName(digest v1.Hash) string {
 	return "image-" + digest.Hex[:20]
 }
 
-// EnsureImage pulls the image ref and returns the root template holding it, importing it
-// the first time its digest is seen.
-func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credentials, out io.Writer) (*Template, error) {
+// EnsureImage pulls the image ref, connecting only where guard allows, and returns the root
+// template holding it, importing it the first time its digest is seen.
+func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credentials, guard oci.Guard, out io.Writer) (*Template, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	img, r, err := oci.Pull(ctx, ref, cred)
+	img, r, err := oci.Pull(ctx, ref, cred, guard)
 	if err != nil {
 		return nil, err
 	}

@@ -28,23 +28,31 @@ func TestImages(t *testing.T) {
 	ref := host + "/cove/busybox:1"
 	ocitest.Push(t, ref, img)
 	creds := oci.Credentials{Username: ocitest.User, Password: ocitest.Password}
+	allow := oci.Guard{Registries: []string{host}} // the test registry is on loopback
+
+	t.Run("a pull from a loopback registry the operator did not allow is refused", func(t *testing.T) {
+		_, err := store.EnsureImage(ctx, ref, creds, oci.Guard{}, nil)
+		if !errors.Is(err, oci.ErrRefused) || !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Fatalf("err = %v, want ErrRefused naming 127.0.0.1", err)
+		}
+	})
 
 	t.Run("a pull without the registry's credentials fails", func(t *testing.T) {
-		if _, err := store.EnsureImage(ctx, ref, oci.Credentials{}, nil); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+		if _, err := store.EnsureImage(ctx, ref, oci.Credentials{}, allow, nil); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
 			t.Fatalf("err = %v, want unauthorized", err)
 		}
 	})
 
 	var root *template.Template
 	t.Run("a pulled image becomes a root template with its config", func(t *testing.T) {
-		root, err = store.EnsureImage(ctx, ref, creds, nil)
+		root, err = store.EnsureImage(ctx, ref, creds, allow, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if root.Env["FROM_IMAGE"] != "yes" || root.Workdir != "/tmp" || !strings.Contains(root.Image, ref+"@sha256:") {
 			t.Fatalf("template = %+v", root)
 		}
-		again, err := store.EnsureImage(ctx, ref, creds, nil)
+		again, err := store.EnsureImage(ctx, ref, creds, allow, nil)
 		if err != nil || again.Name != root.Name || !again.CreatedAt.Equal(root.CreatedAt) {
 			t.Fatalf("second pull made %+v, %v; want the same template", again, err)
 		}

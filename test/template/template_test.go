@@ -36,8 +36,8 @@ func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cove server and node: skipped under -short")
 	}
-	server := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
-	registry := ocitest.Registry(t)
+	registry := ocitest.Registry(t) // on loopback: the server must allow it
+	server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--registry-allow", registry}})
 	ocitest.Push(t, registry+"/cove/busybox:1", busyboxImage(t))
 	covetest.RunSDKScenarios(t, "template.test.mjs", server.URL, server.Key,
 		"COVE_TEST_REGISTRY="+registry, "COVE_TEST_REGISTRY_USER="+ocitest.User, "COVE_TEST_REGISTRY_PASSWORD="+ocitest.Password)
