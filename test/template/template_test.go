@@ -69,7 +69,7 @@ func TestCLIBuildsFromImages(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "template on-image ready") || !strings.Contains(string(out), "==> pull "+registry) {
 			t.Fatalf("build: %v\n%s", err, out)
 		}
-		layers, _ := filepath.Glob(filepath.Join(templates, "layers", "*", "diff", "from-image.txt"))
+		layers, _ := filepath.Glob(filepath.Join(templates, ".layers", "*", "diff", "from-image.txt"))
 		if len(layers) != 1 {
 			t.Fatalf("no layer holds the RUN step's file: %v", layers)
 		}
@@ -298,7 +298,7 @@ CMD ["sleep", "infinity"]
 		t.Fatalf("output:\n%s", out)
 	}
 	found := false
-	layers, _ := filepath.Glob(filepath.Join(templates, "layers", "*", "diff", "srv", "greeting.txt"))
+	layers, _ := filepath.Glob(filepath.Join(templates, ".layers", "*", "diff", "srv", "greeting.txt"))
 	for _, l := range layers {
 		if g, _ := os.ReadFile(l); string(g) == "hello cli from root in /srv\n" {
 			found = true
