@@ -107,6 +107,26 @@ func TestOpenMigratesAStoreOfTheOldLayout(t *testing.T) {
 			t.Fatalf("the layer already in .layers: %v", err)
 		}
 	})
+	t.Run("a store links a template of a store not yet migrated, leaving that store as it is", func(t *testing.T) {
+		shared := old(t)
+		own, err := template.OpenAt(filepath.Join(t.TempDir(), "own"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := own.Link(shared, "app"); err != nil {
+			t.Fatal(err)
+		}
+		app, err := own.Get("app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(app.LayerDirs[0], "made-by")); err != nil || string(b) != "app\n" {
+			t.Fatalf("app's linked layer: %q, %v", b, err)
+		}
+		if _, err := os.Stat(filepath.Join(shared, "layers", "k1")); err != nil {
+			t.Fatalf("the shared store changed: %v", err)
+		}
+	})
 	t.Run("a template named layers is not taken for the old layer store", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "templates")
 		write(filepath.Join(dir, "layers", "meta.json"), `{"name":"layers","created_at":"2026-01-02T03:04:05Z"}`)
