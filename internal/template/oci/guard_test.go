@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/template/oci"
@@ -61,8 +62,8 @@ func TestGuardRefusesWhatAPullMayNotReach(t *testing.T) {
 	}
 
 	t.Run("the transport checks at dial time, so nothing is sent to a refused address", func(t *testing.T) {
-		hit := false
-		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hit = true }))
+		var hit atomic.Bool
+		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hit.Store(true) }))
 		defer srv.Close()
 		// A name, not an address: resolved when dialled.
 		url := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
@@ -70,8 +71,8 @@ func TestGuardRefusesWhatAPullMayNotReach(t *testing.T) {
 		if err == nil {
 			res.Body.Close()
 		}
-		if !errors.Is(err, oci.ErrRefused) || hit {
-			t.Fatalf("GET %s through the guard: %v (server reached: %v), want ErrRefused", url, err, hit)
+		if !errors.Is(err, oci.ErrRefused) || hit.Load() {
+			t.Fatalf("GET %s through the guard: %v (server reached: %v), want ErrRefused", url, err, hit.Load())
 		}
 		res, err = (&http.Client{Transport: oci.Guard{Registries: []string{strings.TrimPrefix(url, "http://")}}.Transport()}).Get(url)
 		if err != nil {
