@@ -3,10 +3,12 @@ package template_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/template/oci"
 )
@@ -73,6 +75,9 @@ func TestBuildRecords(t *testing.T) {
 			err := builds.Start(ctx, rec.ID, "ssrf", template.BuildRequest{FromImage: ref})
 			if !errors.Is(err, oci.ErrRefused) || !strings.Contains(err.Error(), "registry "+strings.Split(strings.Split(ref, "/")[0], ":")[0]) {
 				t.Errorf("fromImage %s: %v, want ErrRefused naming the registry", ref, err)
+			}
+			if code := errdefs.Status(err); code != http.StatusForbidden {
+				t.Errorf("fromImage %s answers %d, want 403", ref, code)
 			}
 		}
 		if got, _ := builds.Get(rec.ID); got.Status != template.BuildWaiting {
