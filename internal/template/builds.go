@@ -141,9 +141,12 @@ func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*Build
 func OpenBuilds(store *Store, dir string) (*Builds, error) {
 	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}, using: map[string]int{}}
 	for _, d := range []string{b.dir(), b.Uploads()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
+	}
+	if err := private(b.Uploads()); err != nil { // teams' files: no local user reads them
+		return nil, err
 	}
 	recs, err := b.List("")
 	if err != nil {
@@ -463,7 +466,7 @@ func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
 		return fmt.Errorf("%w: files hash %q is not a hex sha256", ErrInvalid, hash)
 	}
 	dir := b.teamUploads(team)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, "."+hash+"-*")

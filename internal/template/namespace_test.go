@@ -181,3 +181,24 @@ func TestATeamsTemplateNamedLikeABootstrapRootIsNotTakenForIt(t *testing.T) {
 		t.Fatalf("base-like: %v, want no template", err)
 	}
 }
+
+// Teams' uploaded build contexts are theirs: no other local user reads them.
+func TestOpenBuildsClosesTheUploadsToOtherUsers(t *testing.T) {
+	data := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(data, "uploads", "team-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(data, "uploads"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	store, err := template.OpenAt(filepath.Join(data, "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := template.OpenBuilds(store, data); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(data, "uploads")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("uploads directory mode %v, %v; want 0700", fi.Mode(), err)
+	}
+}
