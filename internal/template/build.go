@@ -273,6 +273,11 @@ func (s *Store) publish(build, name string, replace bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	final := filepath.Join(s.dir, name)
+	if fi, err := os.Lstat(final); err == nil && name == legacyLayersDir && fi.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(final); err != nil { // the link migrateLayers left: no template
+			return fmt.Errorf("publish %s: %w", name, err)
+		}
+	}
 	if _, err := os.Lstat(final); err == nil {
 		if !replace {
 			return ErrExists

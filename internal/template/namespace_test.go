@@ -84,14 +84,29 @@ func TestOpenMigratesAStoreOfTheOldLayout(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(app.LayerDirs[0], "made-by")); err != nil || string(b) != "app\n" {
 			t.Fatalf("app's layer: %q, %v", b, err)
 		}
-		if _, err := os.Lstat(filepath.Join(dir, "layers")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the old layers directory is still there: %v", err)
+		// A link stays for a cove of the old layout: it is no template, and leads to .layers.
+		if link, err := os.Readlink(filepath.Join(dir, "layers")); err != nil || link != ".layers" {
+			t.Fatalf("the old layers directory is %q, %v; want a link to .layers", link, err)
+		}
+		if _, err := store.Get("layers"); !errors.Is(err, template.ErrNotFound) {
+			t.Fatalf("Get(layers) = %v, want ErrNotFound", err)
 		}
 		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 			t.Fatalf("store directory mode %v, %v; want 0700", fi.Mode(), err)
 		}
 		if all, err := store.List(); err != nil || len(all) != 2 {
 			t.Fatalf("List = %d templates, %v; want busybox and app", len(all), err)
+		}
+		// A template named layers takes the link's place; the layers stay.
+		src := t.TempDir()
+		if _, err := store.Import(context.Background(), "layers", src, nil); err != nil {
+			t.Fatalf("import a template named layers: %v", err)
+		}
+		if _, err := store.Get("layers"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, ".layers", "k1", "diff", "made-by")); err != nil {
+			t.Fatalf("app's layer after a template named layers: %v", err)
 		}
 	}
 

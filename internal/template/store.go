@@ -205,6 +205,11 @@ func private(dir string) error {
 // migrateLayers moves a store's layers from legacyLayersDir, where stores kept them before,
 // to layersDir, one rename each, so a crash at any point leaves a store the next open
 // finishes. A legacyLayersDir holding a meta.json is a template named "layers": it stays.
+//
+// In its place it leaves a symlink to layersDir, so that a cove of the old layout still
+// running on a shared store (or one rolled back to) finds its layers. The link is no
+// template (Get and List pass it by) and a template named "layers" replaces it (publish):
+// the layers stay where they are.
 func migrateLayers(dir string) error {
 	old := filepath.Join(dir, legacyLayersDir)
 	fi, err := os.Lstat(old)
@@ -217,8 +222,11 @@ func migrateLayers(dir string) error {
 	if _, err := os.Stat(filepath.Join(old, "meta.json")); err == nil {
 		return nil
 	}
-	if err := os.Rename(old, filepath.Join(dir, layersDir)); err == nil || errors.Is(err, os.ErrNotExist) {
-		return nil // the whole store in one rename (or another process did it)
+	if err := os.Rename(old, filepath.Join(dir, layersDir)); err == nil {
+		_ = os.Symlink(layersDir, old) // the whole store in one rename
+		return nil
+	} else if errors.Is(err, os.ErrNotExist) {
+		return nil // another process did it
 	}
 	// .layers exists too (a cove of the old layout made layers after a migration): move
 	// the layers it lacks, one by one, and drop the old directory once it is empty.
@@ -238,7 +246,9 @@ func migrateLayers(dir string) error {
 			return fmt.Errorf("move layer %s to %s: %w", e.Name(), layersDir, err)
 		}
 	}
-	_ = os.Remove(old) // only when empty: a duplicate layer or a build of the old cove stays
+	if os.Remove(old) == nil { // only when empty: a duplicate layer or a build of the old cove stays
+		_ = os.Symlink(layersDir, old)
+	}
 	return nil
 }
 
