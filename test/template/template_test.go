@@ -258,6 +258,23 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		}
 	})
 
+	t.Run("a fromImage on the server's own port is refused before any pull, naming the address", func(t *testing.T) {
+		var req struct {
+			BuildID string `json:"buildID"`
+		}
+		if code := sendJSON(t, server.URL, server.Key, http.MethodPost, "/v3/templates", map[string]any{"name": "own-port"}, &req); code != 202 {
+			t.Fatalf("request a build: %d", code)
+		}
+		var fail struct {
+			Message string `json:"message"`
+		}
+		self := strings.TrimPrefix(server.URL, "http://")
+		code := sendJSON(t, server.URL, server.Key, http.MethodPost, "/v2/templates/own-port/builds/"+req.BuildID, map[string]any{"fromImage": self + "/cove/x:1"}, &fail)
+		if code != 403 || !strings.Contains(fail.Message, "127.0.0.1") || !strings.Contains(fail.Message, "loopback") {
+			t.Fatalf("fromImage %s/cove/x:1: %d %q, want 403 naming the address", self, code, fail.Message)
+		}
+	})
+
 	t.Run("delete removes the template", func(t *testing.T) {
 		if err := client.DeleteTemplate(ctx, "go-tpl"); err != nil {
 			t.Fatal(err)
