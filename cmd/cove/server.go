@@ -126,6 +126,7 @@ how to point the E2B SDK at it.`,
 	f.StringVar(&cfg.Addr, "addr", envOr("COVE_ADDR", "127.0.0.1:3000"), "listen address [$COVE_ADDR]")
 	dataDirFlag(cmd, &cfg.DataDir)
 	f.StringVar(&cfg.TemplateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
+	f.StringArrayVar(&cfg.RegistryAllow, "registry-allow", nil, "a registry HOST[:PORT] template builds' fromImage may pull from whatever it resolves to, even loopback or this host (repeatable)")
 	f.StringVar(&cfg.Domain, "domain", envOr("COVE_DOMAIN", ""), "domain for {port}-{id}.{domain} sandbox hosts, with :port when clients reach it on another port than 443 (80) [$COVE_DOMAIN]")
 	f.StringVar(&cfg.TLSCert, "tls-cert", envOr("COVE_TLS_CERT", ""), "PEM certificate (chain) to serve the API and every sandbox host over TLS and HTTP/2: a wildcard one for *.{domain} [$COVE_TLS_CERT]")
 	f.StringVar(&cfg.TLSKey, "tls-key", envOr("COVE_TLS_KEY", ""), "PEM key of --tls-cert [$COVE_TLS_KEY]")

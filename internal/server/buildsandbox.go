@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/oci"
 )
 
 // buildSandbox confines the steps of a team's template build as the team's sandboxes are:
@@ -25,6 +28,9 @@ import (
 func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) template.Sandbox {
 	return template.Sandbox{
 		DiskSizeMB: cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
+		Pull: func(team string) oci.Guard {
+			return oci.Guard{Registries: cfg.RegistryAllow, Limit: cfg.Network.EgressLimit, Allows: pullPolicy(cfg.Quotas.For(team).Egress, team)}
+		},
 		Network: func(team string) template.StepNetwork {
 			var n template.StepNetwork = template.Loopback
 			if netw != nil {
@@ -132,6 +138,24 @@ func (g *guardedSteps) Detach(ctx context.Context, id string) error {
 		defer h.release()
 	}
 	return g.StepNetwork.Detach(ctx, id)
+}
+
+// pullPolicy is the team's egress policy for its fromImage pulls: an address allowOut names
+// (or a host it names) is allowed, else the internet minus denyOut when internet access is on.
+func pullPolicy(e *orchestrator.Egress, team string) func(host string, addr netip.Addr) bool {
+	return func(host string, addr netip.Addr) bool {
+		p, err := e.Policy(team)
+		if err != nil {
+			return false
+		}
+		in := func(ps []netip.Prefix) bool {
+			return slices.ContainsFunc(ps, func(q netip.Prefix) bool { return q.Contains(addr) })
+		}
+		if in(p.AllowOut) || p.AllowsHost(host) {
+			return true
+		}
+		return p.AllowInternet && !in(p.DenyOut)
+	}
 }
 
 // teamNetwork attaches build steps to the network manager under the team's egress policy.

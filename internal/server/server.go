@@ -121,6 +121,10 @@ type Config struct {
 	Logger    *slog.Logger
 	// Ready, if set, is called with the listener's address once the server serves.
 	Ready func(addr string, apiKey string)
+
+	// RegistryAllow are registries (HOST or HOST:PORT) fromImage pulls may reach whatever
+	// they resolve to (loopback, the host's own addresses, past the egress limit).
+	RegistryAllow []string
 }
 
 // Paths inside the data dir.

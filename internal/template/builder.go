@@ -41,7 +41,7 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // buildSteps builds t's layers on spec.From: each step reuses its cached layer or makes it.
 func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lineWriter) error {
-	parent, err := s.Get(spec.From)
+	parent, err := s.lookup(spec.From)
 	if err != nil {
 		return fmt.Errorf("from: %w", err)
 	}
@@ -69,7 +69,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 			c.User, c.Workdir = UserName, UserHome
 		}
 	}
-	root, err := s.Get(t.Root)
+	root, err := s.lookup(t.Root)
 	if err != nil {
 		return fmt.Errorf("root: %w", err)
 	}
