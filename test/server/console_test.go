@@ -264,8 +264,8 @@ func TestConsole(t *testing.T) {
 		}
 		writeArtifact(t, "console-killed.html", body)
 		life := section(body, `id="lifecycle"`)
-		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "kill_reason=request") ||
-			!strings.Contains(life, "<summary>Post-mortem</summary>") {
+		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "<dt>kill reason</dt><dd>request</dd>") ||
+			!strings.Contains(life, "<summary>Post-mortem at ") || !strings.Contains(life, `class="processes"`) || strings.Contains(life, "map[") {
 			t.Errorf("lifecycle lacks created and killed with reason request and its post-mortem:\n%s", life)
 		}
 		created := regexp.MustCompile(`"msg":"sandbox created".*"api_key.id":"([^"]+)"`).FindStringSubmatch(s.Logs())
@@ -279,7 +279,7 @@ func TestConsole(t *testing.T) {
 	t.Run("the events page lists the sandbox's lifecycle with the kill's reason", func(t *testing.T) {
 		code, page := v.get("/dashboard/events?sandbox=" + id)
 		ev := section(page, `id="events"`)
-		if code != http.StatusOK || !strings.Contains(ev, "sandbox.lifecycle.created") || !strings.Contains(ev, "kill_reason=request") {
+		if code != http.StatusOK || !strings.Contains(ev, "sandbox.lifecycle.created") || !strings.Contains(ev, "kill reason: request") {
 			t.Fatalf("events: %d\n%s", code, ev)
 		}
 	})
