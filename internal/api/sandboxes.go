@@ -91,9 +91,18 @@ func validCreate(body createBody) error {
 }
 
 func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
-	var body createBody
-	if err := decode(r, &body); err != nil {
+	var raw json.RawMessage
+	if err := decode(r, &raw); err != nil {
 		return err
+	}
+	var body createBody
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return fmt.Errorf("%w: request body: %v", errBadRequest, err)
+		}
+		if err := checkCreateFields(raw); err != nil {
+			return err
+		}
 	}
 	timeout, err := seconds("timeout", body.Timeout)
 	if err != nil {

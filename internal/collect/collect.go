@@ -218,30 +218,13 @@ func (c *Collector) add(line store.LogLine) {
 		c.mu.Unlock()
 	}
 	for k, v := range line.Fields {
-		line.Fields[k] = c.redactValue(v)
+		line.Fields[k], _ = c.redactor.Value(k, v)
 	}
 	// The sandbox's metadata is not copied onto the line: it is stored once with the
 	// sandbox and joined at query time (logs API), where it wins over the line's fields.
 	if c.logs != nil {
 		c.logs.Add(line)
 	}
-}
-
-func (c *Collector) redactValue(v any) any {
-	switch t := v.(type) {
-	case string:
-		s, _ := c.redactor.String(t)
-		return s
-	case map[string]any:
-		for k, x := range t {
-			t[k] = c.redactValue(x)
-		}
-	case []any:
-		for i, x := range t {
-			t[i] = c.redactValue(x)
-		}
-	}
-	return v
 }
 
 func (c *Collector) base(pid int, tag, requestID string, startedAt time.Time) *store.CommandRecord {

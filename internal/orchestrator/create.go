@@ -161,6 +161,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		snap, spec.Start, spec.Restore = nil, true, ""
 		rsb, err = o.cfg.Runtime.Create(ctx, spec)
 	}
+	if errors.Is(err, runtime.ErrBindTarget) { // a volume mounted over a file of the template
+		return nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}

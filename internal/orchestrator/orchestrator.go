@@ -82,7 +82,10 @@ type Config struct {
 	CPUCount       int           // per sandbox; 2 when 0
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
-	PIDs           int64         // per sandbox; 1024 when 0
+	PIDs           int64         // per sandbox; 512 when 0
+	// HostFilesFreePercent is the share of the host's open files (fs.file-max) a create
+	// leaves free: below it creates are refused (503). 10 when 0, none when negative.
+	HostFilesFreePercent int
 	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
 	// forks and snapshots off.
 	Snapshots *snapshot.Store
@@ -95,6 +98,10 @@ type Config struct {
 	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes
 	// volumes plain directories without one.
 	VolumeSizeMB int
+	// VolumeFreeFloorMB is the free space the volumes' disk keeps: a volume that would not
+	// fit above it, once every volume is filled, is refused (507). 1024 when 0, none when
+	// negative.
+	VolumeFreeFloorMB int
 	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
 	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
 	PauseKind reason.PauseKind
@@ -217,7 +224,9 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.DiskSizeMB = 1024
 	}
 	if cfg.PIDs <= 0 {
-		cfg.PIDs = 1024
+		// Each pid may hold RLIMIT_NOFILE files (runtime.DefaultNoFile): 512 bounds their
+		// product, and a fork bomb's size.
+		cfg.PIDs = 512
 	}
 	if cfg.PauseKind == "" {
 		cfg.PauseKind = reason.PauseFreeze

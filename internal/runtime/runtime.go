@@ -104,6 +104,9 @@ type Limits struct {
 	MemoryBytes int64   // memory.limit_in_bytes; the sandbox is OOM-killed above it
 	CPUs        float64 // CPU time as a number of cores (cfs quota over a 100 ms period)
 	PIDs        int64   // pids.max
+	// NoFile is RLIMIT_NOFILE, soft and hard, of every process in the sandbox. With PIDs it
+	// bounds the files a sandbox can hold open (NoFile × PIDs). Runc's Config.NoFile when 0.
+	NoFile uint64
 	// DiskBytes bounds what the sandbox writes to its root: the overlay's upper layer is an
 	// ext4 filesystem of this size, so a write past it gets ENOSPC (not with Direct).
 	DiskBytes int64
