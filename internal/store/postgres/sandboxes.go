@@ -23,7 +23,8 @@ const sandboxColumns = `id, team_id, template_id, alias, state, metadata, env_va
 	cpu_count, memory_mb, disk_size_mb, envd_version, envd_access_token,
 	secure, auto_pause, auto_resume, allow_internet,
 	started_at, end_at, paused_at, killed_at,
-	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at`
+	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at,
+	auto_pause_kind, pause_kind`
 
 func validState(s store.SandboxState) bool {
 	return s == store.StateRunning || s == store.StatePaused || s == store.StateKilled
@@ -60,12 +61,13 @@ func (db *DB) sandboxArgs(sb *store.Sandbox) ([]any, error) {
 		sb.Secure, sb.AutoPause, sb.AutoResume, sb.AllowInternet,
 		sb.StartedAt, sb.EndAt, sb.PausedAt, sb.KilledAt,
 		string(sb.KillReason), sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy, sb.UpdatedAt,
+		string(sb.AutoPauseKind), string(sb.PauseKind),
 	}, nil
 }
 
 func (db *DB) scanSandbox(row pgx.Row) (*store.Sandbox, error) {
 	sb := &store.Sandbox{}
-	var state, killReason string
+	var state, killReason, autoPauseKind, pauseKind string
 	var metadata, envVarNames []byte
 	if err := row.Scan(
 		&sb.ID, &sb.TeamID, &sb.TemplateID, &sb.Alias, &state, &metadata, &envVarNames,
@@ -73,10 +75,12 @@ func (db *DB) scanSandbox(row pgx.Row) (*store.Sandbox, error) {
 		&sb.Secure, &sb.AutoPause, &sb.AutoResume, &sb.AllowInternet,
 		&sb.StartedAt, &sb.EndAt, &sb.PausedAt, &sb.KilledAt,
 		&killReason, &sb.KillRequestID, &sb.KillAPIKeyID, &sb.CreatedBy, &sb.UpdatedAt,
+		&autoPauseKind, &pauseKind,
 	); err != nil {
 		return nil, err
 	}
 	sb.State, sb.KillReason = store.SandboxState(state), reason.KillReason(killReason)
+	sb.AutoPauseKind, sb.PauseKind = reason.PauseKind(autoPauseKind), reason.PauseKind(pauseKind)
 	if metadata != nil {
 		if err := json.Unmarshal(metadata, &sb.Metadata); err != nil {
 			return nil, fmt.Errorf("sandbox %s metadata: %w", sb.ID, err)
