@@ -445,6 +445,11 @@ func mountOverlay(lowers []string, layers, merged string) error {
 	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", merged, err)
 	}
+	// mountinfo cannot say which layers a descriptor named: a record does (overlays.go).
+	if err := recordOverlay(merged, lowers); err != nil {
+		_ = unix.Unmount(merged, unix.MNT_DETACH)
+		return fmt.Errorf("record overlay on %s: %w", merged, err)
+	}
 	return nil
 }
 
@@ -754,6 +759,7 @@ func unmount(path string) error {
 		err = unix.Unmount(path, unix.MNT_DETACH)
 	}
 	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		forgetOverlay(path)
 		return nil
 	}
 	return fmt.Errorf("unmount %s: %w", path, err)

@@ -336,30 +336,9 @@ func mountedLayers() map[string]bool {
 	return keys
 }
 
-// mountedLowers are the lower dirs of every overlay on this host, from mountinfo.
-func mountedLowers() map[string]bool {
-	dirs := map[string]bool{}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return dirs
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		_, opts, ok := strings.Cut(line, " - overlay ")
-		if !ok {
-			continue
-		}
-		for _, o := range strings.Split(opts, ",") {
-			lower, ok := strings.CutPrefix(o, "lowerdir=")
-			if !ok {
-				continue
-			}
-			for _, dir := range strings.Split(lower, ":") {
-				dirs[unescapeMountinfo(dir)] = true
-			}
-		}
-	}
-	return dirs
-}
+// mountedLowers are the lower dirs of every overlay on this host: those mountinfo names and
+// those the runtime recorded for the overlays it names by descriptor.
+func mountedLowers() map[string]bool { return runtime.MountedLowers() }
 
 // holdLayers keeps gcLayers off while a build runs: a shared lock on the layers directory.
 func (s *Store) holdLayers() (release func(), err error) {

@@ -494,24 +494,7 @@ func unmountUnder(dir string) error {
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for space) of /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func unescapeMountinfo(s string) string { return runtime.UnescapeMountinfo(s) }
 
 func randomSuffix() string {
 	b := make([]byte, 4)
