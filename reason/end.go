@@ -17,10 +17,13 @@ const (
 	EndOOMKilled EndCause = "oom_killed"
 	// EndSandboxKilled: its sandbox was killed or died (the record's kill reason says why).
 	EndSandboxKilled EndCause = "sandbox_killed"
+	// EndSandboxPaused: its sandbox was paused without its memory (a filesystem-only pause),
+	// which stops every process; the resume reboots the sandbox without it.
+	EndSandboxPaused EndCause = "sandbox_paused"
 )
 
 // EndCauses lists every EndCause.
-var EndCauses = []EndCause{EndExited, EndKilled, EndTimeout, EndOOMKilled, EndSandboxKilled}
+var EndCauses = []EndCause{EndExited, EndKilled, EndTimeout, EndOOMKilled, EndSandboxKilled, EndSandboxPaused}
 
 // String never returns "": a command without an end cause is "running".
 func (c EndCause) String() string {

@@ -183,6 +183,9 @@ type errorBody struct {
 	SandboxID  string `json:"sandboxId"`
 	State      string `json:"state"`
 	KillReason string `json:"killReason"`
+	// Detail is Cove's reason beside E2B's fixed message (the proxy's "The sandbox was not
+	// found").
+	Detail string `json:"detail"`
 }
 
 // httpError turns a failed HTTP answer into the error a caller branches on. The body is
@@ -192,6 +195,9 @@ func httpError(op, sandboxID string, status int, body []byte, requestID string) 
 	msg := strings.TrimSpace(string(body))
 	if json.Unmarshal(body, &eb) == nil && (eb.Message != "" || eb.Code != 0) {
 		msg = eb.Message
+		if eb.Detail != "" {
+			msg = eb.Detail
+		}
 		if eb.State == "killed" {
 			id := eb.SandboxID
 			if id == "" {

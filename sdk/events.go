@@ -128,7 +128,8 @@ type PausedEventData struct {
 	// Kind is how it was paused: snapshot (memory to disk) or freeze.
 	Kind       string `json:"kind,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
-	// SnapshotBytes and SnapshotMS describe a snapshot pause's checkpoint.
+	// SnapshotBytes and SnapshotMS describe a snapshot pause's checkpoint, or the files a
+	// filesystem pause kept (what the sandbox wrote) and the stop's time.
 	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
 	SnapshotMS    int64 `json:"snapshot_ms,omitempty"`
 }
@@ -176,9 +177,13 @@ type ResumedEventData struct {
 	Caller
 	EndAt          time.Time `json:"end_at"`
 	TimeoutSeconds float64   `json:"timeout"`
-	// Kind is how it had been paused (snapshot: a restore; freeze: a thaw).
+	// Kind is how it had been paused (snapshot: a restore; freeze: a thaw; filesystem: a
+	// reboot).
 	Kind       string `json:"kind,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
+	// Rebooted: it had been paused without its memory and cold-booted on its kept files;
+	// its processes started afresh and its template's start command and ready check ran again.
+	Rebooted bool `json:"rebooted,omitempty"`
 }
 
 // UpdatedEventData is an updated event's payload: the new end of the TTL and the timeout

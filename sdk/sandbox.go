@@ -70,6 +70,10 @@ type SandboxOptions struct {
 	Insecure bool
 	// AutoPause pauses the sandbox instead of killing it when its timeout passes.
 	AutoPause bool
+	// AutoPauseWithoutMemory makes that auto-pause keep only the sandbox's files (E2B's
+	// keepMemory: false): its resume reboots it, and traffic never resumes it, so it
+	// cannot go with AutoResume.
+	AutoPauseWithoutMemory bool
 	// AutoResume resumes a paused sandbox when traffic reaches it.
 	AutoResume bool
 	// NoInternet cuts the sandbox off from the internet (as DenyOut 0.0.0.0/0 does:
@@ -103,7 +107,8 @@ type NewSandbox struct {
 	EnvVars   map[string]string `json:"envVars,omitempty"`
 	AutoPause bool              `json:"autoPause"`
 	// AutoPauseMemory false asks a filesystem-only auto-pause (lifecycle.onTimeout
-	// {action: 'pause', keepMemory: false}); Cove's pauses keep memory and refuse it.
+	// {action: 'pause', keepMemory: false}): the resume reboots the sandbox on its kept
+	// files; it cannot go with AutoResume.
 	AutoPauseMemory *bool                    `json:"autoPauseMemory,omitempty"`
 	AutoResume      *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
 	// Secure asks for an envd access token; absent, the v2 create secures and the v1 one
@@ -168,6 +173,10 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	}
 	if opts.AutoResume {
 		body.AutoResume = &SandboxAutoResumeConfig{Enabled: true}
+	}
+	if opts.AutoPauseWithoutMemory {
+		keep := false
+		body.AutoPauseMemory = &keep
 	}
 	if opts.Network != nil {
 		raw, err := json.Marshal(opts.Network)
@@ -386,8 +395,10 @@ func (c *Client) Pause(ctx context.Context, sandboxID string) error {
 // PauseOptions choose how a sandbox is paused.
 type PauseOptions struct {
 	// Kind is reason.PauseSnapshot (processes and memory to disk, RAM freed, survives a
-	// server restart) or reason.PauseFreeze (in place, in RAM, fastest); the server's
-	// default (snapshot where it can) when "".
+	// server restart), reason.PauseFreeze (in place, in RAM, fastest) or
+	// reason.PauseFilesystem (E2B's keepMemory: false: only the files are kept, the resume
+	// reboots the sandbox and runs its template's start command again, traffic never
+	// resumes it); the server's default (snapshot where it can) when "".
 	Kind reason.PauseKind
 }
 
@@ -395,7 +406,11 @@ type PauseOptions struct {
 // running and returns the reason.
 func (c *Client) PauseWith(ctx context.Context, sandboxID string, opts PauseOptions) error {
 	body := map[string]any{}
-	if opts.Kind != "" {
+	switch opts.Kind {
+	case "":
+	case reason.PauseFilesystem:
+		body["memory"] = false // as E2B's SDKs ask it
+	default:
 		body["kind"] = opts.Kind.String()
 	}
 	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", body, nil)

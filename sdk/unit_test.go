@@ -45,6 +45,8 @@ func TestHTTPErrorReadsKilledSandboxes(t *testing.T) {
 			`{"code":404,"message":"get sandbox ia: sandbox ia was killed: timeout at 2026-01-02T03:04:05Z (request id r1)","requestId":"r1"}`, reason.KillTimeout},
 		{"the proxy's 502 carries killReason", 502,
 			`{"code":502,"message":"sandbox ia was killed: oom at 2026-01-02T03:04:05Z","sandboxId":"ia","state":"killed","killReason":"oom","requestId":"r1"}`, reason.KillOOM},
+		{"the proxy's 502 with E2B's message has Cove's in detail", 502,
+			`{"code":502,"message":"The sandbox was not found","detail":"sandbox ia was killed: oom at 2026-01-02T03:04:05Z (request id r1)","sandboxId":"ia","state":"killed","killReason":"oom","requestId":"r1"}`, reason.KillOOM},
 		{"an unknown reason reads as unknown", 404,
 			`{"code":404,"message":"sandbox ia was killed: cosmic_ray at 2026-01-02T03:04:05Z"}`, reason.KillUnknown},
 	}

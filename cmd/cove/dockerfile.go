@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	"github.com/cove-dev/cove/internal/template"
@@ -66,9 +67,15 @@ func dockerfileSpec(ctx context.Context, ts *template.Store, spec template.Spec,
 	if def.Bootstrap != nil {
 		spec.Bootstrap = def.Bootstrap
 	} else if _, err := ts.Get(def.From); err != nil {
-		// Not a template: an image, pulled with $COVE_REGISTRY_USERNAME/PASSWORD when set.
+		// Not a template: an image, pulled with $COVE_REGISTRY_USERNAME/PASSWORD when set. The
+		// operator names the registry on the host, so it is allowed wherever it is; a redirect
+		// to another host is checked as a server's pulls are.
+		var guard oci.Guard
+		if ref, perr := name.ParseReference(def.From); perr == nil {
+			guard.Registries = []string{ref.Context().RegistryStr()}
+		}
 		img, ierr := ts.EnsureImage(ctx, def.From, oci.Credentials{Username: os.Getenv("COVE_REGISTRY_USERNAME"),
-			Password: os.Getenv("COVE_REGISTRY_PASSWORD")}, os.Stdout)
+			Password: os.Getenv("COVE_REGISTRY_PASSWORD")}, guard, os.Stdout)
 		if ierr != nil {
 			return spec, fmt.Errorf("%s: FROM %s: neither a Cove template (%v) nor an image we could pull: %w", file, def.From, err, ierr)
 		}

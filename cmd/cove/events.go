@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cove-dev/cove/reason"
 	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -111,6 +112,9 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 				evs, err := c.Events(cmd.Context(), id, cove.EventOptions{Types: []string{cove.EventSandboxPaused}, Limit: 1})
 				if err == nil && len(evs) > 0 && info.State == cove.StatePaused {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))
+					if d, _ := evs[0].Data(); isFilesystemPause(d) {
+						fmt.Println("it was paused without its memory: its files are kept, its processes are gone; traffic does not resume it, and a connect or resume reboots it (its start command runs again)")
+					}
 				}
 				printPauses(cmd.Context(), c, id)
 				explainNetwork(cmd.Context(), c, id)
@@ -175,7 +179,8 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 }
 
 // printPauses prints a sandbox's pauses, resumes and checkpoints, oldest first: when, how
-// (snapshot or freeze), how long each took and how big the snapshot was.
+// (snapshot, freeze or filesystem), how long each took, how big the snapshot or the kept
+// files were, and whether a resume rebooted the sandbox.
 func printPauses(ctx context.Context, c *cove.Client, id string) {
 	evs, err := c.Events(ctx, id, cove.EventOptions{Types: []string{cove.EventSandboxPaused, cove.EventSandboxResumed,
 		cove.EventSandboxCheckpointed}, Limit: 1000})
@@ -191,11 +196,12 @@ func printPauses(ctx context.Context, c *cove.Client, id string) {
 		}
 		var kind, purpose string
 		var ms, bytes int64
+		rebooted := false
 		switch d := data.(type) {
 		case *cove.PausedEventData:
 			kind, ms, bytes = d.Kind, d.DurationMS, d.SnapshotBytes
 		case *cove.ResumedEventData:
-			kind, ms = d.Kind, d.DurationMS
+			kind, ms, rebooted = d.Kind, d.DurationMS, d.Rebooted
 		case *cove.CheckpointedEventData:
 			purpose, ms, bytes = d.Purpose, d.DurationMS, d.SnapshotBytes
 		}
@@ -207,8 +213,14 @@ func printPauses(ctx context.Context, c *cove.Client, id string) {
 			line += " for a " + purpose
 		}
 		line += fmt.Sprintf(" in %d ms", ms)
-		if bytes > 0 {
+		switch {
+		case bytes > 0 && kind == "filesystem":
+			line += fmt.Sprintf(", files kept %.1f MiB (memory dropped)", float64(bytes)/(1<<20))
+		case bytes > 0:
 			line += fmt.Sprintf(", snapshot %.1f MiB", float64(bytes)/(1<<20))
+		}
+		if rebooted {
+			line += ", rebooted (a cold boot: processes started afresh, the start command and ready check ran again)"
 		}
 		lines = append(lines, line+", by "+who(e))
 	}
@@ -216,6 +228,12 @@ func printPauses(ctx context.Context, c *cove.Client, id string) {
 		fmt.Println("pauses and restores:")
 		fmt.Println(strings.Join(lines, "\n"))
 	}
+}
+
+// isFilesystemPause says a paused event's data is of a pause that kept only the files.
+func isFilesystemPause(data any) bool {
+	d, ok := data.(*cove.PausedEventData)
+	return ok && d.Kind == reason.PauseFilesystem.String()
 }
 
 func who(e cove.SandboxEvent) string {

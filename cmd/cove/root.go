@@ -10,7 +10,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newEnvdCmd(), newServerCmd(), newAPIKeyCmd(), newTemplateCmd(), newTeamCmd(), newAdminCmd(),
-		newSandboxCmd(), newExecCmd(), newFilesCmd(), newUsageCmd(), newSnapshotCmd(), newVolumeCmd(), newSecretCmd())
+		newSandboxCmd(), newExecCmd(), newFilesCmd(), newUsageCmd(), newSnapshotCmd(), newVolumeCmd(), newSecretCmd(), newNodeCmd())
 	root.AddCommand(newObserveCmds()...)
 	return root
 }

@@ -292,14 +292,14 @@ func sandboxPauseCmd(f *apiFlags) *cobra.Command {
 			if kind != "" {
 				k, err := reason.ParsePauseKind(kind)
 				if err != nil {
-					return fmt.Errorf("--kind: %w (want snapshot or freeze)", err)
+					return fmt.Errorf("--kind: %w (want snapshot, freeze or filesystem)", err)
 				}
 				opts.Kind = k
 			}
 			return f.run(func(c *cove.Client) error { return c.PauseWith(cmd.Context(), args[0], opts) })
 		},
 	}
-	cmd.Flags().StringVar(&kind, "kind", "", "snapshot (processes and memory to disk, survives a server restart) or freeze (in RAM, milliseconds); the server's default when empty")
+	cmd.Flags().StringVar(&kind, "kind", "", "snapshot (processes and memory to disk, survives a server restart), freeze (in RAM, milliseconds) or filesystem (only the files are kept: the resume reboots it and runs its start command again; traffic never resumes it); the server's default when empty")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/trace"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -50,9 +51,15 @@ and envd's stream end read side by side.`,
 			if len(entries) == 0 {
 				return fmt.Errorf("nothing recorded under request id %s for this team", args[0])
 			}
-			t0 := entries[0].Time
-			for _, e := range entries {
-				fmt.Printf("%+9.3fs  %-7s %s%s\n", e.Time.Sub(t0).Seconds(), e.Source, e.Message, facts(e.Fields))
+			spans, total := trace.Waterfall(entries)
+			t0 := spans[0].Start
+			fmt.Printf("%d steps over %s\n", len(spans), total.Round(time.Microsecond))
+			for _, s := range spans {
+				took := ""
+				if s.Duration > 0 {
+					took = s.Duration.Round(100 * time.Microsecond).String()
+				}
+				fmt.Printf("%+9.3fs %9s %s %-7s %s%s\n", s.Start.Sub(t0).Seconds(), took, bar(s, 24), s.Source, s.Message, facts(s.Fields))
 			}
 			return nil
 		},
@@ -60,6 +67,21 @@ and envd's stream end read side by side.`,
 	cmd.Flags().StringVar(&clientLog, "client-log", "", "a client's JSON log file to merge (lines with this request_id)")
 	f.jsonFlag(cmd)
 	return cmd
+}
+
+// bar draws a waterfall row's span in width cells: █ where it ran, · at a mark, │ at the ends.
+func bar(s trace.Span, width int) string {
+	cells := []rune(strings.Repeat(" ", width))
+	from := min(width-1, int(s.Left*float64(width)/100))
+	to := max(from+1, min(width, int((s.Left+s.Width)*float64(width)/100+0.5)))
+	for i := from; i < to; i++ {
+		if s.Duration > 0 {
+			cells[i] = '█'
+		} else {
+			cells[i] = '·'
+		}
+	}
+	return "│" + string(cells) + "│"
 }
 
 // facts picks the fields that explain a step.

@@ -57,6 +57,15 @@ func validMetadata(md map[string]string) error {
 	return nil
 }
 
+// autoPauseKind is how a sandbox's TTL auto-pause pauses: E2B's autoPauseMemory false keeps
+// only its files; absent or true, the server's default.
+func autoPauseKind(memory *bool) reason.PauseKind {
+	if memory != nil && !*memory {
+		return reason.PauseFilesystem
+	}
+	return ""
+}
+
 // validCreate refuses at create what would break the sandbox later: a template id with
 // '..' or NUL in it, env names or values no process environment can hold, and metadata
 // over its limits.
@@ -67,8 +76,8 @@ func validCreate(body createBody) error {
 	if err := validMetadata(body.Metadata); err != nil {
 		return err
 	}
-	if body.AutoPauseMemory != nil && !*body.AutoPauseMemory {
-		return fmt.Errorf("%w: autoPauseMemory: a filesystem-only auto-pause (keepMemory: false) is not supported by this Cove server; its pauses keep memory (a snapshot)", errBadRequest)
+	if body.AutoPauseMemory != nil && !*body.AutoPauseMemory && body.AutoResume != nil && body.AutoResume.Enabled {
+		return fmt.Errorf("%w: autoPauseMemory: a filesystem-only auto-pause (keepMemory: false) cannot be combined with autoResume: traffic never resumes a sandbox paused without its memory", errBadRequest)
 	}
 	for k, v := range body.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -82,9 +91,18 @@ func validCreate(body createBody) error {
 }
 
 func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
-	var body createBody
-	if err := decode(r, &body); err != nil {
+	var raw json.RawMessage
+	if err := decode(r, &raw); err != nil {
 		return err
+	}
+	var body createBody
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return fmt.Errorf("%w: request body: %v", errBadRequest, err)
+		}
+		if err := checkCreateFields(raw); err != nil {
+			return err
+		}
 	}
 	timeout, err := seconds("timeout", body.Timeout)
 	if err != nil {
@@ -118,6 +136,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 		Network:         netw.policy,
 		PrivateTraffic:  netw.private,
 		MaskRequestHost: netw.maskHost,
+		AutoPauseKind:   autoPauseKind(body.AutoPauseMemory),
 		HTTPSPorts:      netw.httpsPorts,
 		CollectLogs:     body.CollectLogs,
 		// The caller's key is masked wherever the sandbox's output might echo it.
@@ -285,16 +304,22 @@ func (a *api) pause(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if body.Memory != nil && !*body.Memory {
-		return fmt.Errorf("%w: memory: a filesystem-only pause (keepMemory: false) is not supported by this Cove server; pause with memory (a snapshot)", errBadRequest)
-	}
 	var kind reason.PauseKind
 	if body.Kind != "" {
 		k, err := reason.ParsePauseKind(body.Kind)
 		if err != nil {
-			return fmt.Errorf("%w: kind: %v (want snapshot or freeze)", errBadRequest, err)
+			return fmt.Errorf("%w: kind: %v (want snapshot, freeze or filesystem)", errBadRequest, err)
 		}
 		kind = k
+	}
+	if body.Memory != nil {
+		// E2B's keepMemory: false keeps only the files; true keeps memory, either Cove way.
+		switch keep := *body.Memory; {
+		case !keep && kind == "":
+			kind = reason.PauseFilesystem
+		case keep != kind.KeepsMemory() && kind != "":
+			return fmt.Errorf("%w: memory: %t contradicts kind %s", errBadRequest, keep, kind)
+		}
 	}
 	var err error
 	if p, ok := a.cfg.Sandboxes.(pauser); ok {
@@ -347,7 +372,14 @@ func (a *api) connect(w http.ResponseWriter, r *http.Request, c caller) error {
 		return err
 	}
 	if body.Memory != nil && !*body.Memory {
-		return fmt.Errorf("%w: memory: a resume that reboots from disk (onResume: 'reboot') is not supported by this Cove server; connect without it to restore the sandbox with its memory", errBadRequest)
+		// A sandbox paused keeping only its files reboots anyway; any other would not.
+		sb, err := a.cfg.Sandboxes.Get(r.Context(), c.team.ID, id)
+		if err != nil {
+			return fmt.Errorf("connect to sandbox %s: %w", id, err)
+		}
+		if sb.State != store.StatePaused || sb.PauseKind.KeepsMemory() {
+			return fmt.Errorf("%w: memory: a resume that reboots from disk (onResume: 'reboot') is supported by this Cove server only for a sandbox paused with keepMemory: false; connect without it to restore the sandbox with its memory", errBadRequest)
+		}
 	}
 	d, err := seconds("timeout", body.Timeout)
 	if err != nil {

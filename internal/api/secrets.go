@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,11 +12,11 @@ import (
 
 // Secrets is what the API needs of the secret store (secrets.Store).
 type Secrets interface {
-	Create(team, name, value string, md map[string]string) (secrets.Info, error)
-	Update(team, ref, value string, md map[string]string) (secrets.Info, error)
-	Get(team, ref string) (secrets.Info, error)
-	List(team string, limit int, next string) ([]secrets.Info, string)
-	Delete(team, ref string) error
+	Create(ctx context.Context, team, name, value string, md map[string]string) (secrets.Info, error)
+	Update(ctx context.Context, team, ref, value string, md map[string]string) (secrets.Info, error)
+	Get(ctx context.Context, team, ref string) (secrets.Info, error)
+	List(ctx context.Context, team string, limit int, next string) ([]secrets.Info, string, error)
+	Delete(ctx context.Context, team, ref string) error
 }
 
 // secretBody is E2B's NewSecret and SecretUpdate.
@@ -50,7 +51,10 @@ func (a *api) listSecrets(w http.ResponseWriter, r *http.Request, c caller) erro
 		}
 		limit = n
 	}
-	list, next := a.cfg.Secrets.List(c.team.ID, limit, r.URL.Query().Get("nextToken"))
+	list, next, err := a.cfg.Secrets.List(r.Context(), c.team.ID, limit, r.URL.Query().Get("nextToken"))
+	if err != nil {
+		return secretError("list secrets", err)
+	}
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
@@ -69,7 +73,7 @@ func (a *api) createSecret(w http.ResponseWriter, r *http.Request, c caller) err
 	if b.Name == nil || b.Value == nil {
 		return fmt.Errorf("%w: name and value are required", errBadRequest)
 	}
-	info, err := a.cfg.Secrets.Create(c.team.ID, *b.Name, *b.Value, b.Metadata)
+	info, err := a.cfg.Secrets.Create(r.Context(), c.team.ID, *b.Name, *b.Value, b.Metadata)
 	if err != nil {
 		return secretError("create secret", err)
 	}
@@ -78,7 +82,7 @@ func (a *api) createSecret(w http.ResponseWriter, r *http.Request, c caller) err
 }
 
 func (a *api) getSecret(w http.ResponseWriter, r *http.Request, c caller) error {
-	info, err := a.cfg.Secrets.Get(c.team.ID, r.PathValue("secretID"))
+	info, err := a.cfg.Secrets.Get(r.Context(), c.team.ID, r.PathValue("secretID"))
 	if err != nil {
 		return secretError("get secret", err)
 	}
@@ -94,7 +98,7 @@ func (a *api) updateSecret(w http.ResponseWriter, r *http.Request, c caller) err
 	if b.Value == nil {
 		return fmt.Errorf("%w: value is required", errBadRequest)
 	}
-	info, err := a.cfg.Secrets.Update(c.team.ID, r.PathValue("secretID"), *b.Value, b.Metadata)
+	info, err := a.cfg.Secrets.Update(r.Context(), c.team.ID, r.PathValue("secretID"), *b.Value, b.Metadata)
 	if err != nil {
 		return secretError("update secret", err)
 	}
@@ -103,7 +107,7 @@ func (a *api) updateSecret(w http.ResponseWriter, r *http.Request, c caller) err
 }
 
 func (a *api) deleteSecret(w http.ResponseWriter, r *http.Request, c caller) error {
-	if err := a.cfg.Secrets.Delete(c.team.ID, r.PathValue("secretID")); err != nil {
+	if err := a.cfg.Secrets.Delete(r.Context(), c.team.ID, r.PathValue("secretID")); err != nil {
 		return secretError("delete secret", err)
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -230,7 +230,8 @@ type uploadLinkJSON struct {
 func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, c caller) error {
 	hash := r.PathValue("hash")
 	if a.cfg.Builds.HasUpload(c.team.ID, hash) {
-		writeJSON(w, http.StatusOK, uploadLinkJSON{Present: true})
+		// 201 as E2B answers either way: its Python SDK fails on any other status.
+		writeJSON(w, http.StatusCreated, uploadLinkJSON{Present: true})
 		return nil
 	}
 	scheme := "http"

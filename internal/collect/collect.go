@@ -218,30 +218,13 @@ func (c *Collector) add(line store.LogLine) {
 		c.mu.Unlock()
 	}
 	for k, v := range line.Fields {
-		line.Fields[k] = c.redactValue(v)
+		line.Fields[k], _ = c.redactor.Value(k, v)
 	}
 	// The sandbox's metadata is not copied onto the line: it is stored once with the
 	// sandbox and joined at query time (logs API), where it wins over the line's fields.
 	if c.logs != nil {
 		c.logs.Add(line)
 	}
-}
-
-func (c *Collector) redactValue(v any) any {
-	switch t := v.(type) {
-	case string:
-		s, _ := c.redactor.String(t)
-		return s
-	case map[string]any:
-		for k, x := range t {
-			t[k] = c.redactValue(x)
-		}
-	case []any:
-		for i, x := range t {
-			t[i] = c.redactValue(x)
-		}
-	}
-	return v
 }
 
 func (c *Collector) base(pid int, tag, requestID string, startedAt time.Time) *store.CommandRecord {
@@ -341,6 +324,19 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	delete(c.running, rec.PID)
 	c.mu.Unlock()
 	c.upsert(ctx, cr)
+}
+
+// SandboxPaused ends the records of commands still running when the sandbox was paused
+// without its memory (every process stopped), storing them under ctx.
+func (c *Collector) SandboxPaused(ctx context.Context, at time.Time) {
+	c.mu.Lock()
+	running := c.running
+	c.running = map[int]*store.CommandRecord{}
+	c.mu.Unlock()
+	for _, cr := range running {
+		cr.EndedAt, cr.Duration, cr.EndCause = at, at.Sub(cr.StartedAt), reason.EndSandboxPaused
+		c.upsert(ctx, cr)
+	}
 }
 
 // SandboxKilled ends the records of commands still running when the sandbox died, storing

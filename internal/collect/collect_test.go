@@ -340,3 +340,31 @@ func TestACommandsEnvSecretsAreMaskedLikeTheSandboxes(t *testing.T) {
 		}
 	})
 }
+
+func TestParsedFieldsNamedLikeSecretsAreMasked(t *testing.T) {
+	c, got, _ := setup(t)
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		map[string]any{"kind": "output", "ts": time.Now(), "pid": 7, "stream": "stdout",
+			"line": `{"msg":"login","token":"abc123plain","user":"ann","db":{"password":"hunter2","port":5432,"pin_code":4711},"apiKeys":["k1","k2"],"note":"key is ` + secret + `"}`},
+	)))
+	c.Stderr(strings.NewReader(jsonl(map[string]any{"time": time.Now().Format(time.RFC3339Nano), "level": "INFO",
+		"msg": "envd line", "client_secret": "s3cr3t-value"})), nil)
+	if len(got.l) != 2 {
+		t.Fatalf("%d lines stored, want 2", len(got.l))
+	}
+	fields, _ := json.Marshal([]map[string]any{got.l[0].Fields, got.l[1].Fields})
+	for _, leak := range []string{"abc123plain", "hunter2", "k1", "k2", secret, "s3cr3t-value"} {
+		t.Run("the value "+leak+" is not in the stored fields", func(t *testing.T) {
+			if strings.Contains(string(fields), leak) {
+				t.Errorf("stored fields hold %q: %s", leak, fields)
+			}
+		})
+	}
+	t.Run("fields not named like secrets are kept", func(t *testing.T) {
+		f := got.l[0].Fields
+		db, _ := f["db"].(map[string]any)
+		if f["user"] != "ann" || db["port"] != float64(5432) || f["token"] != "[REDACTED:key_value]" {
+			t.Errorf("fields %v", f)
+		}
+	})
+}

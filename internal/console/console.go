@@ -3,14 +3,12 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -80,6 +78,9 @@ type Config struct {
 	Builds     Builds    // nil: the templates page lists no builds
 	// Metrics is read by the health page; telemetry.Metrics() when nil.
 	Metrics prometheus.Gatherer
+	// Nodes is the cluster's membership, for the admin's nodes page; nil on a server that is
+	// no cluster node.
+	Nodes store.Nodes
 }
 
 // session is one signed-in viewer, as the store keeps it.
@@ -111,25 +112,20 @@ func New(cfg Config) *Console {
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
-		"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"fields": pairs,
-		"postmortem": func(raw []byte) string {
-			var m map[string]json.RawMessage
-			if json.Unmarshal(raw, &m) != nil || m["postmortem"] == nil {
-				return ""
+		"utc":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"fields":     pairs,
+		"postmortem": postmortemOf,
+		"data":       eventFields,
+		"ms":         func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
+		"size":       func(n int64) string { return bytesText(float64(n)) },
+		"usize":      func(n uint64) string { return bytesText(float64(n)) },
+		"offset": func(first, at time.Time) string {
+			d := at.Sub(first)
+			if d < time.Millisecond {
+				return fmt.Sprintf("+%dµs", d.Microseconds())
 			}
-			var b bytes.Buffer
-			_ = json.Indent(&b, m["postmortem"], "", "  ") // valid: it came from a JSON object
-			return b.String()
+			return "+" + d.Round(100*time.Microsecond).String()
 		},
-		"data": func(raw []byte) []metaPair {
-			var m map[string]any
-			_ = json.Unmarshal(raw, &m) // an event's data is a JSON object; anything else shows nothing
-			delete(m, "postmortem")
-			return pairs(m)
-		},
-		"ms":    func(d time.Duration) string { return d.Truncate(time.Millisecond).String() },
-		"size":  func(n int64) string { return bytesText(float64(n)) },
 		"deref": func(b *bool) bool { return b != nil && *b },
 		"inc":   func(i int) int { return i + 1 },
 		"last": func(as []*store.DeliveryAttempt) *store.DeliveryAttempt {
@@ -164,6 +160,7 @@ func New(cfg Config) *Console {
 	c.mux.HandleFunc("POST /dashboard/keys/{id}/revoke", c.signedIn(c.revokeKey))
 	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
 	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
+	c.mux.HandleFunc("GET /dashboard/nodes", c.signedIn(c.nodesPage))
 	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
 	c.mux.HandleFunc("GET /dashboard/builds/{id}", c.signedIn(c.buildPage))
 	c.mux.HandleFunc("GET /dashboard/builds/{id}/tail", c.signedIn(c.buildTail))
@@ -508,6 +505,11 @@ func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.SliceStable(all.Entries, func(i, j int) bool { return all.Entries[i].Time.Before(all.Entries[j].Time) })
 		data["Title"], data["Timeline"] = "Trace "+id, all
+		spans, total := trace.Waterfall(all.Entries)
+		data["Spans"], data["Total"] = spans, total
+		if len(spans) > 0 {
+			data["First"] = spans[0].Start
+		}
 	}
 	c.render(w, r, "trace.html", data)
 }

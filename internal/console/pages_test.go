@@ -3,12 +3,15 @@ package console
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/postgres"
+	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/reason"
 )
 
 // post sends a form with the session's CSRF token and returns the status and body.
@@ -73,7 +79,7 @@ func TestEventsAndWebhooksPages(t *testing.T) {
 	})
 	t.Run("the events page filters by type", func(t *testing.T) {
 		page := f.get(t, "/dashboard/events?type=sandbox.lifecycle.killed", http.StatusOK)
-		if strings.Contains(page, `<td class="type">sandbox.lifecycle.created`) || !strings.Contains(page, "kill_reason=request") {
+		if strings.Contains(page, `<td class="type">sandbox.lifecycle.created`) || !strings.Contains(page, "kill reason: request") {
 			t.Errorf("type filter:\n%s", page)
 		}
 	})
@@ -194,6 +200,9 @@ func TestTemplatesPage(t *testing.T) {
 	for name, meta := range map[string]string{
 		"base":   `{"name":"base","suite":"bookworm","created_at":"2026-12-01T00:00:00Z","build_seconds":41.5,"size_bytes":183500800}`,
 		"python": `{"name":"python","from":"base","run":["apt-get install -y python3"],"created_at":"2026-12-02T00:00:00Z","build_seconds":12,"size_bytes":1048576,"collect_logs":false}`,
+		"theirs": `{"name":"theirs","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team"}`,
+		"shared": `{"name":"shared","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team","public":true}`,
+		"ours":   `{"name":"ours","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"` + f.team + `"}`,
 	} {
 		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
@@ -224,9 +233,20 @@ func TestTemplatesPage(t *testing.T) {
 		}
 		f.get(t, "/dashboard/templates/python/log", http.StatusForbidden)
 	})
+	t.Run("a team sees its own, public and host templates, never another team's private ones", func(t *testing.T) {
+		page := f.get(t, "/dashboard/templates", http.StatusOK)
+		for _, want := range []string{`data-template="ours"`, `data-template="shared"`, `data-template="base"`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %s", want)
+			}
+		}
+		if strings.Contains(page, `data-template="theirs"`) {
+			t.Errorf("a team sees another team's private template:\n%s", page)
+		}
+	})
 	t.Run("the admin reads the steps and the end of the build log", func(t *testing.T) {
 		f.signIn(t, "", "admin")
-		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") {
+		if page := f.get(t, "/dashboard/templates", http.StatusOK); !strings.Contains(page, "apt-get install -y python3") || !strings.Contains(page, `data-template="theirs"`) {
 			t.Errorf("admin's page lacks the steps:\n%s", page)
 		}
 		page := f.get(t, "/dashboard/templates/python/log", http.StatusOK)
@@ -268,4 +288,132 @@ func TestAdminSessionsEndWhenTheTokenChanges(t *testing.T) {
 		})
 	}
 	t.Run("the same token keeps it", func(t *testing.T) { f.get(t, "/dashboard/", http.StatusOK) })
+}
+
+func TestEventPayloadsReadAsText(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	killed := `{"api_key_name":"ci","kill_reason":"timeout","end_at":"2026-12-01T01:00:00Z",
+		"execution":{"started_at":"2026-12-01T00:00:00Z","vcpu_count":2,"memory_mb":512,"execution_time":3108},
+		"postmortem":{"at":"2026-12-01T01:00:00Z","detail":"envd exited: code 2","process_count":3,
+			"processes":[{"pid":41,"ppid":1,"state":"R","command":"python3 train.py","rss_bytes":209715200}],
+			"resources":{"memory_bytes":268435456,"memory_max_bytes":300000000,"memory_limit_bytes":536870912,"oom_kills":1,"cpu_seconds":12.5,"pids":3,"pids_limit":1024},
+			"last_output":["epoch 3 of 10"]}}`
+	if _, err := f.db.InsertEvent(ctx, &store.Event{ID: "ev-killed", Type: "sandbox.lifecycle.killed", Timestamp: at, TeamID: f.team,
+		SandboxID: f.first, RequestID: "req-kill", Data: []byte(killed)}); err != nil {
+		t.Fatal(err)
+	}
+	page := html.UnescapeString(f.get(t, "/dashboard/sandboxes/"+f.first, http.StatusOK))
+	for _, want := range []string{
+		"<dt>kill reason</dt><dd>timeout</dd>", "<dt>execution time</dt><dd>3.108s</dd>", "<dt>execution memory</dt><dd>512 MB</dd>",
+		"<dt>api key name</dt><dd>ci</dd>", "Post-mortem at", "envd exited: code 2",
+		"<td>41</td><td>1</td><td>R</td><td>200.0 MiB</td><td><code>python3 train.py</code></td>",
+		"<dt>memory</dt><dd>256.0 MiB of 512.0 MiB</dd>", "1 of 3 processes", "epoch 3 of 10",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the sandbox page lacks %q", want)
+		}
+	}
+	for _, never := range []string{"map[", `"rss_bytes"`, "execution_time"} {
+		if strings.Contains(page, never) {
+			t.Errorf("the sandbox page shows %q", never)
+		}
+	}
+	if events := html.UnescapeString(f.get(t, "/dashboard/events", http.StatusOK)); !strings.Contains(events, "execution time: 3.108s") || strings.Contains(events, "map[") {
+		t.Errorf("the events page does not read the payload as text")
+	}
+}
+
+// TestTracePageIsAWaterfall: a request's steps are rows on one time axis, each bar as long
+// as the step took (an access line's duration_ms, a command's run), marks for the rest,
+// earliest start first, with the node that logged a step.
+func TestTracePageIsAWaterfall(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	line := func(ms int, source, msg string, fields map[string]any) store.LogLine {
+		return store.LogLine{Time: at.Add(time.Duration(ms) * time.Millisecond), SandboxID: f.first, TeamID: f.team, TemplateID: "base",
+			Level: "info", Source: source, RequestID: "req-wf", Message: msg, Fields: fields}
+	}
+	if err := f.db.InsertLogs(ctx, []store.LogLine{
+		line(200, store.SourceServer, "request done", map[string]any{"duration_ms": 200.0, "node": "node-a"}),
+		line(150, store.SourceServer, "proxied", map[string]any{"duration_ms": 100.0, "node": "node-c"}),
+		line(60, store.SourceEnvd, "process started", nil),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	if err := f.db.UpsertCommand(ctx, &store.CommandRecord{SandboxID: f.first, TeamID: f.team, TemplateID: "base", PID: 9, RequestID: "req-wf",
+		User: "user", Command: "make", StartedAt: at.Add(60 * time.Millisecond), EndedAt: at.Add(140 * time.Millisecond), ExitCode: &code,
+		EndCause: reason.EndExited}); err != nil {
+		t.Fatal(err)
+	}
+	page := html.UnescapeString(f.get(t, "/dashboard/trace?id=req-wf", http.StatusOK))
+	rows := regexp.MustCompile(`(?s)<tr class="src-(\w+) [^"]*"><td class="when"[^>]*>([^<]*)</td><td class="src">\w+</td><td>([^<]*)</td>.*?<span class="bar( mark)?" style="left:([0-9.]+)%;width:([0-9.]+)%"`).FindAllStringSubmatch(page, -1)
+	if len(rows) != 5 {
+		t.Fatalf("%d rows:\n%s", len(rows), page)
+	}
+	type row struct{ source, at, node, left, width string }
+	var got []row
+	for _, r := range rows {
+		got = append(got, row{r[1], r[2], r[3], r[5], r[6]})
+	}
+	want := []row{
+		{"server", "+0µs", "node-a", "0.00", "100.00"},  // the request, 0–200 ms
+		{"server", "+50ms", "node-c", "25.00", "50.00"}, // the proxy hop, 50–150 ms
+		{"envd", "+60ms", "", "30.00", "0.40"},          // a mark
+		{"command", "+60ms", "", "30.00", "0.40"},       // the command's start, a mark
+		{"command", "+60ms", "", "30.00", "40.00"},      // the command, 60–140 ms
+	}
+	sortRows := func(rs []row) {
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].left+rs[i].width < rs[j].left+rs[j].width })
+	}
+	sortRows(got)
+	sortRows(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("waterfall rows:\n got %+v\nwant %+v", got, want)
+	}
+	if !strings.Contains(page, "over 200ms") {
+		t.Error("the page does not say how long the request took")
+	}
+}
+
+// TestNodesPage: the admin sees every node with its state and use against its capacity; a
+// team does not; a server that is no cluster node says so.
+func TestNodesPage(t *testing.T) {
+	f := newFixture(t)
+	f.signIn(t, "", "admin")
+	f.get(t, "/dashboard/nodes", http.StatusNotFound)
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.StartFor(t).NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, name := range []string{"node-a", "node-b"} {
+		if err := db.RegisterNode(ctx, &store.Node{Name: name, AdvertiseURL: "http://198.18.0.2:3000", VCPUs: 4, MemoryMB: 8192,
+			MaxSandboxes: 10, MaxStarts: 2, Templates: []string{"base"}, Version: "test"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Reserve(ctx, store.Reservation{SandboxID: "sb", Node: "node-a", TeamID: f.team, VCPUs: 2, MemoryMB: 2048}, store.TeamLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetNodeState(ctx, "node-b", store.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	f.console.cfg.Nodes = db
+	page := f.get(t, "/dashboard/nodes", http.StatusOK)
+	for _, want := range []string{`data-node="node-a"`, "1/10", "2/4", "2048/8192 MB", `style="width:50%"`, `class="node-draining"`, ">base<"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the nodes page lacks %q", want)
+		}
+	}
+	keys, err := f.db.ListAPIKeys(ctx, f.team)
+	if err != nil || len(keys) == 0 {
+		t.Fatal(keys, err)
+	}
+	f.signIn(t, f.team, keys[0].ID)
+	f.get(t, "/dashboard/nodes", http.StatusForbidden)
 }

@@ -29,7 +29,8 @@ type templateRow struct {
 	Builds []buildRow
 }
 
-// templatesPage lists the ready templates (they are shared by every team) with how many
+// templatesPage lists the ready templates the viewer's team may start (its own, public ones
+// and those made on the host; the admin: all) with how many
 // live sandboxes of each the viewer's team has and their newest builds, then the newest
 // builds of the viewer's team (the admin's: all) of any template, failed ones included.
 // The admin also sees each template's steps and its last host build's log.
@@ -51,6 +52,9 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]templateRow, 0, len(ts))
 	for _, t := range ts {
+		if !s.admin() && !t.VisibleTo(s.TeamID) {
+			continue
+		}
 		page, err := c.cfg.Records.ListSandboxes(r.Context(), store.SandboxFilter{TeamID: s.TeamID, Template: t.Name, Limit: 1})
 		if err != nil {
 			c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("sandboxes of template %s: %w", t.Name, err))

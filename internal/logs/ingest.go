@@ -2,17 +2,20 @@
 // command records, over HTTP.
 //
 // The one idea: Add never blocks the pipe a line came from. Each sandbox has a line rate and
-// a byte budget; a line over either, or one that finds the queue full, is dropped and
-// counted, and the count is reported in one "log lines dropped" line per sandbox per minute
+// a byte budget, each team a byte budget per hour, and the store's disk a free-space floor;
+// a line over any of them, or one that finds the queue full, is dropped and counted, and the count is reported in one "log lines dropped" line per sandbox per minute
 // at most. A background goroutine writes what was admitted in batches, one transaction each.
 package logs
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -26,8 +29,17 @@ type Config struct {
 	// MaxBytesPerMinutePerSandbox is a sandbox's message bytes per minute (a fixed window);
 	// 16 MiB by default, negative for no limit.
 	MaxBytesPerMinutePerSandbox int64
-	// MaxLineBytes cuts longer messages on a UTF-8 boundary; 32 KiB by default.
+	// MaxBytesPerHourPerTeam is the message and field bytes all of a team's sandboxes may
+	// store per hour (a fixed window); 2 GiB by default, negative for no limit.
+	MaxBytesPerHourPerTeam int64
+	// MaxLineBytes cuts longer messages on a UTF-8 boundary, and drops a line's parsed
+	// fields when their JSON is longer; 32 KiB by default.
 	MaxLineBytes int
+	// DataDir is a directory on the store's disk; "" skips the free-space floor.
+	DataDir string
+	// MinFreeBytes is the free space DataDir's disk keeps: below it lines are dropped, not
+	// written. 1 GiB by default, negative for no floor.
+	MinFreeBytes int64
 	// FlushInterval is the longest a line waits to be written; 200 ms by default.
 	FlushInterval time.Duration
 	// BatchSize is the most lines one transaction writes, and the queue length that
@@ -51,6 +63,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxBytesPerMinutePerSandbox == 0 {
 		c.MaxBytesPerMinutePerSandbox = 16 << 20
+	}
+	if c.MaxBytesPerHourPerTeam == 0 {
+		c.MaxBytesPerHourPerTeam = 2 << 30
+	}
+	if c.MinFreeBytes == 0 {
+		c.MinFreeBytes = 1 << 30
 	}
 	if c.MaxLineBytes <= 0 {
 		c.MaxLineBytes = 32 << 10
@@ -79,6 +97,8 @@ func (c *Config) defaults() {
 const (
 	dropRate    = "rate"
 	dropBytes   = "bytes"
+	dropTeam    = "team_bytes" // the team's hourly byte budget
+	dropDisk    = "disk_floor" // the store's disk is below its free-space floor
 	dropBacklog = "backlog"
 	dropClosed  = "closed"
 	dropEnvd    = "envd" // dropped inside the sandbox, by envd's budgets
@@ -108,6 +128,12 @@ type sandboxState struct {
 	pendingReport bool
 }
 
+// teamWindow is a team's bytes in the current hour.
+type teamWindow struct {
+	start time.Time
+	bytes int64
+}
+
 // Ingester writes log lines to a store in the background. Its methods are safe for
 // concurrent use.
 type Ingester struct {
@@ -117,7 +143,9 @@ type Ingester struct {
 	mu        sync.Mutex
 	queue     []store.LogLine
 	sandboxes map[string]*sandboxState
+	teams     map[string]*teamWindow
 	closed    bool
+	lowDisk   bool // the store's disk was below MinFreeBytes at the last look
 
 	kick chan struct{}
 	done chan struct{}
@@ -131,6 +159,7 @@ func NewIngester(s store.LogStore, cfg Config) *Ingester {
 		store:     s,
 		cfg:       cfg,
 		sandboxes: map[string]*sandboxState{},
+		teams:     map[string]*teamWindow{},
 		kick:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
@@ -151,6 +180,16 @@ func (in *Ingester) Add(l store.LogLine) {
 	if len(l.Message) > in.cfg.MaxLineBytes {
 		l.Message = cutUTF8(l.Message, in.cfg.MaxLineBytes)
 	}
+	size := int64(len(l.Message))
+	if len(l.Fields) > 0 {
+		// Fields are stored as JSON beside the message: they count, and are bounded alike.
+		b, err := json.Marshal(l.Fields)
+		if err != nil || len(b) > in.cfg.MaxLineBytes {
+			l.Fields = map[string]any{"fields.dropped_bytes": len(b)}
+		} else {
+			size += int64(len(b))
+		}
+	}
 	in.mu.Lock()
 	st := in.sandboxes[l.SandboxID]
 	if st == nil {
@@ -158,7 +197,7 @@ func (in *Ingester) Add(l store.LogLine) {
 		in.sandboxes[l.SandboxID] = st
 	}
 	st.teamID, st.lastSeen = l.TeamID, now
-	if why := in.admit(st, &l, now); why != "" {
+	if why := in.admit(st, l.TeamID, size, now); why != "" {
 		st.countDropped(why, 1)
 		in.mu.Unlock()
 		return
@@ -209,12 +248,14 @@ func (in *Ingester) DroppedInSandbox(sandboxID, teamID string, lines, bytes uint
 	st.countDropped(dropEnvd, lines)
 }
 
-// admit charges l to its sandbox's limits and returns why it must be dropped, or "".
-// in.mu is held.
-func (in *Ingester) admit(st *sandboxState, l *store.LogLine, now time.Time) string {
+// admit charges a line of size bytes to its sandbox's and team's limits and returns why it
+// must be dropped, or "". in.mu is held.
+func (in *Ingester) admit(st *sandboxState, teamID string, size int64, now time.Time) string {
 	switch {
 	case in.closed:
 		return dropClosed
+	case in.lowDisk:
+		return dropDisk
 	case len(in.queue) >= in.cfg.QueueSize, st.queued >= in.cfg.SandboxQueueSize:
 		return dropBacklog
 	}
@@ -231,10 +272,23 @@ func (in *Ingester) admit(st *sandboxState, l *store.LogLine, now time.Time) str
 		if now.Sub(st.windowStart) >= time.Minute {
 			st.windowStart, st.windowBytes = now, 0
 		}
-		if st.windowBytes+int64(len(l.Message)) > budget {
+		if st.windowBytes+size > budget {
 			return dropBytes
 		}
-		st.windowBytes += int64(len(l.Message))
+	}
+	if budget := in.cfg.MaxBytesPerHourPerTeam; budget > 0 {
+		tw := in.teams[teamID]
+		if tw == nil || now.Sub(tw.start) >= time.Hour {
+			tw = &teamWindow{start: now}
+			in.teams[teamID] = tw
+		}
+		if tw.bytes+size > budget {
+			return dropTeam
+		}
+		tw.bytes += size
+	}
+	if in.cfg.MaxBytesPerMinutePerSandbox > 0 {
+		st.windowBytes += size
 	}
 	if in.cfg.MaxLinesPerSecPerSandbox > 0 {
 		st.tokens--
@@ -289,11 +343,21 @@ func (in *Ingester) run() {
 				}
 			}
 		}
+		low := in.belowFloor()
 		in.mu.Lock()
 		batch, closed := in.queue, in.closed
 		in.queue = nil
 		for _, st := range in.sandboxes {
 			st.queued = 0
+		}
+		in.lowDisk = low
+		if low {
+			for _, l := range batch {
+				if st := in.sandboxes[l.SandboxID]; st != nil {
+					st.countDropped(dropDisk, 1)
+				}
+			}
+			batch = nil
 		}
 		in.mu.Unlock()
 		in.write(batch)
@@ -303,6 +367,30 @@ func (in *Ingester) run() {
 		}
 		timer.Reset(in.cfg.FlushInterval)
 	}
+}
+
+// belowFloor says the store's disk has less than MinFreeBytes free, logging each change.
+func (in *Ingester) belowFloor() bool {
+	if in.cfg.DataDir == "" || in.cfg.MinFreeBytes < 0 {
+		return false
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(in.cfg.DataDir, &st); err != nil {
+		in.cfg.Logger.Warn("log store free space unknown", telemetry.KeyError, err.Error())
+		return false
+	}
+	free := int64(st.Bavail) * st.Bsize
+	low := free < in.cfg.MinFreeBytes
+	in.mu.Lock()
+	was := in.lowDisk
+	in.mu.Unlock()
+	switch {
+	case low && !was:
+		in.cfg.Logger.Error("log store below its free-space floor: log lines are dropped", "disk.free_bytes", free, "disk.floor_bytes", in.cfg.MinFreeBytes)
+	case !low && was:
+		in.cfg.Logger.Info("log store above its free-space floor again", "disk.free_bytes", free, "disk.floor_bytes", in.cfg.MinFreeBytes)
+	}
+	return low
 }
 
 // write stores batch, BatchSize lines per transaction. A failed write drops its lines: a
@@ -347,6 +435,11 @@ func (in *Ingester) report(final bool) {
 		}
 		if !st.pendingReport && now.Sub(st.lastSeen) > forgetAfter {
 			delete(in.sandboxes, id)
+		}
+	}
+	for team, tw := range in.teams {
+		if now.Sub(tw.start) >= time.Hour {
+			delete(in.teams, team)
 		}
 	}
 	in.mu.Unlock()

@@ -24,6 +24,7 @@ import (
 // recorded sandbox its namespace, address and rules back, and removes what nobody claims.
 func TestRestartReclaims(t *testing.T) {
 	in := nettest.New(t)
+	in.SetName("web.test", in.Addr) // where the header rule's values may go
 	srv := nettest.ReserveServer(t)
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
 		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM}

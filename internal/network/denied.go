@@ -25,7 +25,11 @@ const (
 	DenyLinkLocal DenyKind = "link_local"   // 169.254.0.0/16, or another sandbox's address
 	DenyLimit     DenyKind = "egress_limit" // the server's --network-egress-limit
 	DenyHost      DenyKind = "host_service" // the host's own services
-	denyUnknown   DenyKind = "unknown"      // String of the zero kind
+	// DenyHeaderRule: a request a header rule applies to was not sent, because its values
+	// had nowhere they may go (the rule's host does not resolve) or did not resolve (a
+	// secret that does not exist, an identity token the server cannot mint).
+	DenyHeaderRule DenyKind = "header_rule"
+	denyUnknown    DenyKind = "unknown" // String of the zero kind
 )
 
 func (k DenyKind) String() string {
@@ -38,7 +42,7 @@ func (k DenyKind) String() string {
 // ParseDenyKind returns the kind named s; it rejects names outside the set.
 func ParseDenyKind(s string) (DenyKind, error) {
 	switch k := DenyKind(s); k {
-	case DenyOut, DenyNoNet, DenyLinkLocal, DenyLimit, DenyHost:
+	case DenyOut, DenyNoNet, DenyLinkLocal, DenyLimit, DenyHost, DenyHeaderRule:
 		return k, nil
 	}
 	return "", fmt.Errorf("unknown deny kind %q", s)
@@ -168,6 +172,8 @@ type loggedPacket struct {
 	dst      netip.AddrPort
 	protocol string
 	at       time.Time // when the kernel logged it
+	// rule, when set, names the refusing rule instead of ruleText (Cove's own refusals).
+	rule string
 }
 
 // read calls f for each logged packet until close.
@@ -293,7 +299,11 @@ func (m *Manager) sample(p loggedPacket) {
 		d.Count++
 		return
 	}
-	m.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: ruleText(p.kind, p.dst.Addr(), pol, m.cfg), Count: 1, First: p.at}
+	rule := p.rule
+	if rule == "" {
+		rule = ruleText(p.kind, p.dst.Addr(), pol, m.cfg)
+	}
+	m.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: rule, Count: 1, First: p.at}
 }
 
 // collectDenied reads the logged packets into the window and every flushEvery hands at most

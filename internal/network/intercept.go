@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -180,19 +181,30 @@ func (m *Manager) intercept(c net.Conn, h *held, p Policy, dst netip.AddrPort) {
 			return
 		}
 		tc := tls.Server(replay, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return m.ca.leaf(sni) }})
-		m.serveHTTP(tc, p, dst, "https", sni)
+		m.serveHTTP(tc, h, p, dst, "https", sni)
 		return
 	}
-	m.serveHTTP(c, p, dst, "http", "")
+	m.serveHTTP(c, h, p, dst, "http", "")
 }
 
-// serveHTTP reads the sandbox's requests on c and forwards them to dst, with the headers of
-// the transform of each request's host.
-func (m *Manager) serveHTTP(c net.Conn, p Policy, dst netip.AddrPort, scheme, sni string) {
+// egress is where one request goes and the headers it gets (ruleRequest).
+type egress struct {
+	to      netip.AddrPort
+	headers map[string]string
+	rule    *Transform // the rule that applies, nil for none
+}
+
+type egressKey struct{}
+
+// serveHTTP reads the sandbox's requests on c: one to a host with a transform goes where
+// ruleRequest says, with the transform's headers; any other to dst, untouched.
+func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, scheme, sni string) {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		// The request's URL names the address to dial (Rewrite); the server's name is
+		// checked against sni over TLS.
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "tcp", dst.String())
+			return d.DialContext(ctx, "tcp", addr)
 		},
 		TLSClientConfig:   &tls.Config{ServerName: sni, RootCAs: m.upstreamRoots},
 		ForceAttemptHTTP2: false,
@@ -200,15 +212,22 @@ func (m *Manager) serveHTTP(c net.Conn, p Policy, dst netip.AddrPort, scheme, sn
 	defer tr.CloseIdleConnections()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
-			r.Out.URL.Scheme, r.Out.URL.Host = scheme, r.In.Host
+			e, _ := r.In.Context().Value(egressKey{}).(egress)
+			r.Out.URL.Scheme, r.Out.URL.Host = scheme, e.to.String()
 			r.Out.Host = r.In.Host
-			headers, _ := r.In.Context().Value(headersKey{}).(map[string]string)
-			for k, v := range headers {
+			for k, v := range e.headers {
 				r.Out.Header.Set(k, v)
 			}
 		},
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var bad *tls.CertificateVerificationError
+			if e, _ := r.Context().Value(egressKey{}).(egress); e.rule != nil && errors.As(err, &bad) {
+				m.sample(loggedPacket{kind: DenyHeaderRule, src: h.slot.addr, dst: e.to, protocol: "tcp", at: time.Now(),
+					rule: fmt.Sprintf("header rule %s: the server has no valid certificate for %s", e.rule.Pattern, printable(sni))})
+				http.Error(w, fmt.Sprintf("cove egress: the header rule for %s is not applied: the server at %s has no valid certificate for %s", e.rule.Pattern, e.to, sni), http.StatusBadGateway)
+				return
+			}
 			http.Error(w, "cove egress: upstream failed", http.StatusBadGateway)
 		},
 	}
@@ -217,44 +236,142 @@ func (m *Manager) serveHTTP(c net.Conn, p Policy, dst netip.AddrPort, scheme, sn
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
 		}
-		var headers map[string]string
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		e := egress{to: dst}
 		if t := p.transformFor(host); t != nil && (scheme == "http" || strings.EqualFold(host, sni)) {
 			var err error
-			if headers, err = m.resolveHeaders(p.Team, t.Headers); err != nil {
+			if e, err = m.ruleRequest(r.Context(), h, p, t, host, dst); err != nil {
 				http.Error(w, "cove egress: "+err.Error(), http.StatusBadGateway)
 				return
 			}
 		}
-		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), headersKey{}, headers)))
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), egressKey{}, e)))
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	_ = srv.Serve(&oneConn{c: c, done: make(chan struct{})})
 }
 
-type headersKey struct{}
+// ruleRequest decides where a request to host, whose transform is t, goes and with which
+// headers. A rule's values may only travel to an address Cove's own lookup of host answered
+// (the sandbox's destination when the answer holds it, else the answer's first the
+// sandbox's policy allows), over TLS only to a server with a certificate for host (the
+// transport checks sni); never to an address the sandbox picked outside that answer. A
+// refusal is reported (network.denied) and nothing is sent.
+func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transform, host string, dst netip.AddrPort) (egress, error) {
+	report := func(kind DenyKind, to netip.AddrPort, rule string) {
+		m.sample(loggedPacket{kind: kind, src: h.slot.addr, dst: to, protocol: "tcp", at: time.Now(), rule: rule})
+	}
+	refuse := func(kind DenyKind, to netip.AddrPort, rule string, err error) (egress, error) {
+		report(kind, to, rule)
+		return egress{}, err
+	}
+	// Cove's lookup is a query out like the sandbox's own: a sandbox without internet access
+	// may only have its allowed hostnames looked up, and the rule's own name (the rule's
+	// author chose it, not the sandbox).
+	if p.offline() && !p.AllowsHost(host) && host != t.Pattern {
+		kind, rule := p.offlineRule()
+		return refuse(kind, dst, fmt.Sprintf("%s (DNS query for %s not forwarded)", rule, printable(host)),
+			fmt.Errorf("the header rule for %s is not applied: this sandbox has no internet access and %s is not in its allowOut", t.Pattern, host))
+	}
+	addrs, err := m.resolver.lookupA(host)
+	if err != nil {
+		return refuse(DenyHeaderRule, dst, fmt.Sprintf("header rule %s: %s does not resolve", t.Pattern, printable(host)),
+			fmt.Errorf("the header rule for %s is not applied: %s does not resolve: %w", t.Pattern, host, err))
+	}
+	if i := slices.IndexFunc(addrs, func(a answered) bool { return a.addr == dst.Addr() }); i > 0 {
+		addrs[0], addrs[i] = addrs[i], addrs[0]
+	}
+	var to netip.AddrPort
+	for _, a := range addrs {
+		if _, ok := m.decideNamed(h, a.addr, a.name); ok {
+			to = netip.AddrPortFrom(a.addr, dst.Port())
+			break
+		}
+	}
+	if !to.IsValid() {
+		kind, _ := m.decideNamed(h, addrs[0].addr, addrs[0].name)
+		report(kind, netip.AddrPortFrom(addrs[0].addr, dst.Port()), "") // the rule that refused it, as the table words it
+		return egress{}, fmt.Errorf("the header rule for %s is not applied: %s resolves to %s, which this sandbox's rules refuse", t.Pattern, host, addrs[0].addr)
+	}
+	headers, err := m.resolveHeaders(ctx, p.Team, h.id, t.Headers)
+	if err != nil {
+		return refuse(DenyHeaderRule, to, fmt.Sprintf("header rule %s: %v", t.Pattern, err), err)
+	}
+	return egress{to: to, headers: headers, rule: t}, nil
+}
 
-// placeholder is how a rule's header value names a team secret (the SDKs' Secret.fill).
-var placeholder = regexp.MustCompile(`\$\{e2b\.secrets\.([A-Za-z0-9._-]+)\}`)
+// placeholder is how a rule's header value names a team secret (the SDKs' Secret.fill) or
+// one of the sandbox's workload identity tokens (create's iam).
+var placeholder = regexp.MustCompile(`\$\{e2b\.(?:secrets\.([A-Za-z0-9._-]+)|identity\.tokens\.([^{}\x00-\x1f\x7f]+))\}`)
 
-// resolveHeaders replaces the placeholders of a rule's headers with the team's secrets; a
-// secret that does not exist fails the request rather than send the placeholder.
-func (m *Manager) resolveHeaders(team string, in map[string]string) (map[string]string, error) {
+// IdentityTokens mints the workload identity tokens a sandbox's egress rules name as
+// ${e2b.identity.tokens.<name>}.
+type IdentityTokens interface {
+	// Token returns a currently valid token named name for the sandbox, or an error when the
+	// sandbox registered no such token.
+	Token(ctx context.Context, sandboxID, name string) (string, error)
+}
+
+// identitySource holds the manager's IdentityTokens (an interface in an atomic pointer).
+type identitySource struct{ IdentityTokens }
+
+// SetIdentityTokens sets what resolves the ${e2b.identity.tokens.<name>} placeholders of
+// header rules, at egress, as secrets are; nil (the default) refuses every request whose
+// rule names one. Safe to call while sandboxes run.
+func (m *Manager) SetIdentityTokens(t IdentityTokens) {
+	if t == nil {
+		m.identity.Store(nil)
+		return
+	}
+	m.identity.Store(&identitySource{t})
+}
+
+// errNoIdentity: the server resolves no identity token.
+var errNoIdentity = errors.New("workload identity tokens are not enabled on this server")
+
+// resolveHeaders replaces the placeholders of a rule's headers with the team's secrets and
+// the sandbox's identity tokens; one that does not resolve fails the request rather than
+// send the placeholder.
+func (m *Manager) resolveHeaders(ctx context.Context, team, sandboxID string, in map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(in))
-	var missing []string
+	var missing, tokenErrs []string
 	for k, v := range in {
 		out[k] = placeholder.ReplaceAllStringFunc(v, func(ph string) string {
-			name := placeholder.FindStringSubmatch(ph)[1]
-			if m.cfg.SecretValue != nil {
-				if val, ok := m.cfg.SecretValue(team, strings.ToLower(name)); ok {
-					return val
+			sub := placeholder.FindStringSubmatch(ph)
+			if secret := sub[1]; secret != "" {
+				if m.cfg.SecretValue != nil {
+					if val, ok := m.cfg.SecretValue(team, strings.ToLower(secret)); ok {
+						return val
+					}
 				}
+				missing = append(missing, secret)
+				return ""
 			}
-			missing = append(missing, name)
-			return ""
+			name := sub[2]
+			src := m.identity.Load()
+			if src == nil {
+				tokenErrs = append(tokenErrs, fmt.Sprintf("identity token %q: %v", name, errNoIdentity))
+				return ""
+			}
+			tok, err := src.Token(ctx, sandboxID, name)
+			if err != nil || tok == "" {
+				tokenErrs = append(tokenErrs, fmt.Sprintf("identity token %q: %v", name, err))
+				return ""
+			}
+			return tok
 		})
 	}
+	var errs []error
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("the header rule names secrets that do not exist: %s", strings.Join(missing, ", "))
+		slices.Sort(missing)
+		errs = append(errs, fmt.Errorf("the header rule names secrets that do not exist: %s", strings.Join(missing, ", ")))
+	}
+	if len(tokenErrs) > 0 {
+		slices.Sort(tokenErrs)
+		errs = append(errs, fmt.Errorf("the header rule's %s", strings.Join(tokenErrs, "; ")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -107,6 +107,8 @@ type Manager struct {
 	ca       *ca          // signs what the intercepting proxy shows sandboxes
 	// upstreamRoots verify the servers the intercepting proxy re-encrypts to.
 	upstreamRoots *x509.CertPool
+	// identity resolves header rules' identity token placeholders (SetIdentityTokens).
+	identity atomic.Pointer[identitySource]
 
 	// pmu serialises the writes of sandboxes' rules, which read and set their slot's mark.
 	pmu sync.Mutex
@@ -232,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("network: turn on ip_forward: %w", err)
 		}
 	}
-	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn); err != nil {
+	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn, m.permitQuery); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()

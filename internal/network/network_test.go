@@ -311,12 +311,16 @@ func TestParsePolicy(t *testing.T) {
 		spec    network.Spec
 		wantErr string
 	}{
-		{"CIDRs, addresses and hostnames are accepted", network.Spec{AllowOut: []string{"10.0.0.0/8", "1.2.3.4", "API.Example.com", "*.example.org"}, DenyOut: []string{"0.0.0.0/0"}}, ""},
+		{"CIDRs, addresses, hostnames and header rules naming secrets and identity tokens are accepted", network.Spec{
+			AllowOut: []string{"10.0.0.0/8", "1.2.3.4", "API.Example.com", "*.example.org"}, DenyOut: []string{"0.0.0.0/0"},
+			Rules: map[string][]map[string]string{"web.test": {{"Authorization": "Bearer ${e2b.secrets.openai}", "X-Id": "${e2b.identity.tokens.web}"}}}}, ""},
 		{"a malformed CIDR names its entry", network.Spec{DenyOut: []string{"1.2.3.4", "10.0.0.0/33"}}, "network.denyOut[1]"},
 		{"a hostname in denyOut is refused", network.Spec{DenyOut: []string{"example.com"}}, "hostnames are not supported in denyOut"},
 		{"a bare * is refused", network.Spec{AllowOut: []string{"*"}}, `network.allowOut[0] "*"`},
 		{"IPv6 is refused", network.Spec{AllowOut: []string{"::1"}}, "only IPv4"},
 		{"more than 1000 entries are refused", network.Spec{DenyOut: make([]string, 1001)}, "more than 1000"},
+		{"a header value with a placeholder Cove does not resolve is refused", network.Spec{Rules: map[string][]map[string]string{
+			"web.test": {{"Authorization": "Bearer ${e2b.identity.token.web}"}}}}, `network.rules["web.test"][0].transform.headers["Authorization"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := network.ParsePolicy(tc.spec, true)
@@ -516,6 +520,7 @@ func TestEgressProxyAddresses(t *testing.T) {
 
 func TestHeaderTransforms(t *testing.T) {
 	in := nettest.New(t)
+	in.SetName("web.test", in.Addr) // a rule's values go only where Cove's lookup of its host leads
 	srv := nettest.ReserveServer(t)
 	m, err := network.New(context.Background(), network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
 		LogGroup: srv.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1,

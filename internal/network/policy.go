@@ -1,9 +1,11 @@
 package network
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -127,6 +129,9 @@ func ParsePolicy(s Spec, defaultAllow bool) (Policy, error) {
 				if !validHeaderName(k) || strings.ContainsAny(v, "\r\n\x00") {
 					return Policy{}, fmt.Errorf("%w: network.rules[%q][%d].transform.headers[%q]: not a valid header name and value", ErrInvalid, pattern, i, k)
 				}
+				if strings.Contains(placeholder.ReplaceAllString(v, ""), "${e2b.") {
+					return Policy{}, fmt.Errorf("%w: network.rules[%q][%d].transform.headers[%q]: a ${e2b.…} that is not ${e2b.secrets.NAME} or ${e2b.identity.tokens.NAME}; it would be sent as written", ErrInvalid, pattern, i, k)
+				}
 				t.Headers[k] = v
 			}
 		}
@@ -244,4 +249,47 @@ func (p Policy) Secrets() []string {
 		}
 	}
 	return out
+}
+
+// offline reports whether p gives no internet access: allowInternetAccess false, or denyOut
+// entries that together cover every address (denyOut 0.0.0.0/0). Such a sandbox gets no
+// upstream DNS but for its allowed hostnames: a query is itself a message out.
+func (p Policy) offline() bool {
+	return !p.AllowInternet || coversAll(p.DenyOut)
+}
+
+// offlineRule names the rule that makes p offline, in the user's words.
+func (p Policy) offlineRule() (DenyKind, string) {
+	if !p.AllowInternet {
+		return DenyNoNet, "allowInternetAccess false"
+	}
+	for _, d := range p.DenyOut {
+		if d.Bits() == 0 {
+			return DenyOut, "denyOut " + d.String()
+		}
+	}
+	return DenyOut, "denyOut " + strings.Join(Strings(mergePrefixes(p.DenyOut)), ", ")
+}
+
+// coversAll reports whether the IPv4 prefixes together hold every address.
+func coversAll(ps []netip.Prefix) bool {
+	type span struct{ lo, hi uint64 }
+	spans := make([]span, 0, len(ps))
+	for _, p := range ps {
+		if !p.Addr().Is4() {
+			continue
+		}
+		a := p.Masked().Addr().As4()
+		lo := uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+		spans = append(spans, span{lo, lo + 1<<(32-p.Bits())})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	var next uint64 // the first address not covered yet
+	for _, s := range spans {
+		if s.lo > next {
+			return false
+		}
+		next = max(next, s.hi)
+	}
+	return next == 1<<32
 }

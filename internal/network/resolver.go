@@ -1,6 +1,7 @@
 package network
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,7 +22,8 @@ import (
 // resolver is the DNS server every sandbox's queries are redirected to (whatever address
 // they were sent to). It forwards them to the configured upstreams, and answers REFUSED when
 // there are none, so a sandbox's names never resolve through anything the operator did not
-// choose.
+// choose, or when permit says no: a query is itself a message out, which a sandbox without
+// internet access may send only for its allowed hostnames.
 type resolver struct {
 	upstreams []netip.AddrPort
 	udp       net.PacketConn
@@ -28,11 +31,22 @@ type resolver struct {
 	logger    *slog.Logger
 	// learn sees every upstream answer before the asker does (hostname rules).
 	learn func(from netip.Addr, answer []byte)
-	wg    sync.WaitGroup
+	// permit decides whether from's query for name (over proto, udp or tcp) goes upstream.
+	permit func(from netip.Addr, name, proto string) bool
+	wg     sync.WaitGroup
+
+	cmu   sync.Mutex
+	cache map[string]lookup // lookupA's answers, by name, for their TTL
+}
+
+// lookup is one answer of lookupA, kept until its records' smallest TTL ends.
+type lookup struct {
+	addrs []answered
+	until time.Time
 }
 
 // listenResolver binds UDP and TCP on one free port of every host address.
-func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(netip.Addr, []byte)) (*resolver, error) {
+func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(netip.Addr, []byte), permit func(netip.Addr, string, string) bool) (*resolver, error) {
 	var lastErr error
 	for range 20 {
 		udp, err := net.ListenPacket("udp4", "0.0.0.0:0")
@@ -46,7 +60,7 @@ func listenResolver(upstreams []netip.AddrPort, logger *slog.Logger, learn func(
 			lastErr = err
 			continue
 		}
-		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger, learn: learn}
+		r := &resolver{upstreams: upstreams, udp: udp, tcp: tcp, logger: logger, learn: learn, permit: permit, cache: map[string]lookup{}}
 		r.wg.Add(2)
 		go r.serveUDP()
 		go r.serveTCP()
@@ -114,6 +128,9 @@ func (r *resolver) answer(q []byte, network string, from netip.Addr) []byte {
 	question, err := p.Question()
 	if err != nil {
 		return nil
+	}
+	if !r.permit(from, question.Name.String(), network) {
+		return reply(h, question, dnsmessage.RCodeRefused)
 	}
 	for _, up := range r.upstreams {
 		ans, err := exchange(up, q, network)
@@ -197,4 +214,123 @@ func hostResolvers(conf []byte) []netip.AddrPort {
 		}
 	}
 	return out
+}
+
+// answered is one address record of an answer: the address and the record's own name.
+type answered struct {
+	addr netip.Addr
+	name string // lower-case, without the final dot
+}
+
+// maxLookups bounds lookupA's cache; maxLookupTTL how long it keeps an answer.
+const (
+	maxLookups   = 4096
+	maxLookupTTL = 60 * time.Second
+)
+
+// lookupA asks the upstreams for name's IPv4 addresses, following the CNAMEs of the answer:
+// Cove's own lookup of a header rule's host, whose answer is the only place the rule's
+// values may go. An answer is kept for its TTL (at most a minute).
+func (r *resolver) lookupA(name string) ([]answered, error) {
+	now := time.Now()
+	r.cmu.Lock()
+	l, ok := r.cache[name]
+	r.cmu.Unlock()
+	if ok && now.Before(l.until) {
+		return slices.Clone(l.addrs), nil
+	}
+	addrs, ttl, err := r.askA(name)
+	if err != nil || ttl <= 0 {
+		return addrs, err
+	}
+	r.cmu.Lock()
+	defer r.cmu.Unlock()
+	if len(r.cache) >= maxLookups {
+		for k, l := range r.cache {
+			if !now.Before(l.until) {
+				delete(r.cache, k)
+			}
+		}
+		if len(r.cache) >= maxLookups {
+			clear(r.cache)
+		}
+	}
+	r.cache[name] = lookup{addrs: slices.Clone(addrs), until: now.Add(min(ttl, maxLookupTTL))}
+	return addrs, nil
+}
+
+// askA is lookupA's query to the upstreams: the addresses and the smallest TTL of the
+// records that led to them.
+func (r *resolver) askA(name string) ([]answered, time.Duration, error) {
+	if len(r.upstreams) == 0 {
+		return nil, 0, errors.New("the server has no upstream resolver (--network-dns none)")
+	}
+	qname, err := dnsmessage.NewName(strings.TrimSuffix(name, ".") + ".")
+	if err != nil {
+		return nil, 0, fmt.Errorf("%q is not a DNS name", name)
+	}
+	var id [2]byte
+	_, _ = rand.Read(id[:])
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: binary.BigEndian.Uint16(id[:]), RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: qname, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, err := b.Finish()
+	if err != nil {
+		return nil, 0, err
+	}
+	var errs []error
+	for _, up := range r.upstreams {
+		ans, err := exchange(up, q, "udp")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return addressesOf(qname, ans)
+	}
+	return nil, 0, fmt.Errorf("no upstream resolver answered: %w", errors.Join(errs...))
+}
+
+// addressesOf reads the A records of answer that belong to qname, directly or through the
+// answer's CNAMEs, and the smallest TTL of the records that led to them.
+func addressesOf(qname dnsmessage.Name, answer []byte) ([]answered, time.Duration, error) {
+	var p dnsmessage.Parser
+	h, err := p.Start(answer)
+	if err != nil {
+		return nil, 0, err
+	}
+	if h.RCode != dnsmessage.RCodeSuccess {
+		return nil, 0, fmt.Errorf("the resolver answered %s", h.RCode)
+	}
+	if err := p.SkipAllQuestions(); err != nil {
+		return nil, 0, err
+	}
+	rrs, err := p.AllAnswers()
+	if err != nil {
+		return nil, 0, err
+	}
+	owners := map[string]bool{strings.ToLower(qname.String()): true}
+	for range rrs { // a chain of n CNAMEs in any order takes at most n passes
+		for _, rr := range rrs {
+			if c, ok := rr.Body.(*dnsmessage.CNAMEResource); ok && owners[strings.ToLower(rr.Header.Name.String())] {
+				owners[strings.ToLower(c.CNAME.String())] = true
+			}
+		}
+	}
+	var out []answered
+	ttl := maxLookupTTL
+	for _, rr := range rrs {
+		a, isA := rr.Body.(*dnsmessage.AResource)
+		_, isCNAME := rr.Body.(*dnsmessage.CNAMEResource)
+		if !owners[strings.ToLower(rr.Header.Name.String())] || !isA && !isCNAME {
+			continue
+		}
+		ttl = min(ttl, time.Duration(rr.Header.TTL)*time.Second)
+		if isA {
+			out = append(out, answered{netip.AddrFrom4(a.A), strings.TrimSuffix(strings.ToLower(rr.Header.Name.String()), ".")})
+		}
+	}
+	if len(out) == 0 {
+		return nil, 0, errors.New("no address record")
+	}
+	return out, ttl, nil
 }

@@ -113,7 +113,7 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 		_ = c.SetLinger(0)
 		return
 	}
-	if kind, ok := m.allows(h, dst.Addr()); !ok {
+	if kind, ok := m.decide(h, dst.Addr()); !ok {
 		m.sample(loggedPacket{kind: kind, src: src, dst: dst, protocol: "tcp", at: time.Now()})
 		_ = c.SetLinger(0) // a reset, as the table gives
 		return
@@ -152,32 +152,6 @@ func closeWrite(c net.Conn) {
 	if tc, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 	}
-}
-
-// allows applies h's policy to dst in the table's order (sandboxScript, egress chain).
-func (m *Manager) allows(h *held, dst netip.Addr) (DenyKind, bool) {
-	if len(m.cfg.EgressLimit) > 0 && !containsAny(m.cfg.EgressLimit, dst) {
-		return DenyLimit, false
-	}
-	p := h.policy
-	if containsAny(p.AllowOut, dst) {
-		return "", true
-	}
-	m.mu.Lock()
-	l, learned := h.learned[dst]
-	m.mu.Unlock()
-	if learned && time.Now().Before(l.until) {
-		return "", true
-	}
-	switch {
-	case containsAny(p.DenyOut, dst):
-		return DenyOut, false
-	case linkLocal.Contains(dst) || m.cfg.Pool.Contains(dst):
-		return DenyLinkLocal, false
-	case !p.AllowInternet:
-		return DenyNoNet, false
-	}
-	return "", true
 }
 
 func containsAny(ps []netip.Prefix, a netip.Addr) bool {

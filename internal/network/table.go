@@ -35,21 +35,29 @@ func (m *Manager) nft(ctx context.Context, script string) error {
 // (DNS redirect, NAT, the host's and the sandboxes' guards) and an empty map from a
 // sandbox's link to its own chain.
 //
+//	guard       a sandbox's packets with a source but its own are dropped
 //	prerouting  DNS from a sandbox, to any address, goes to Cove's resolver
 //	postrouting sandbox addresses leaving by another link are masqueraded
 //	input       a sandbox reaches nothing on the host but the resolver
 //	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress,
 //	            but for packets of a connection its current policy accepted (the fast path)
-//	egress      IPv6 dropped; the server's limit; then the sandbox's own chain (sb_N)
+//	egress      IPv6 dropped; then the sandbox's own chain (sb_N), which starts with the
+//	            server's limit (steps)
 func (m *Manager) tableScript() string {
 	t, p := m.cfg.Table, m.cfg.LinkPrefix+"-*"
 	var b strings.Builder
 	// Declaring the table first makes the delete succeed whether or not it existed.
 	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", t, t, t)
 	b.WriteString("\tmap links { type ifname : verdict; }\n")
-	b.WriteString("\tset proxied { type ifname; }\n")     // links whose TCP goes to the egress proxy
-	b.WriteString("\tset intercepted { type ifname; }\n") // links whose HTTP(S) gets header transforms
-	b.WriteString("\tset fast { type mark; }\n")          // the marks of the sandboxes' current policies
+	b.WriteString("\tset proxied { type ifname; }\n")             // links whose TCP goes to the egress proxy
+	b.WriteString("\tset intercepted { type ifname; }\n")         // links whose HTTP(S) gets header transforms
+	b.WriteString("\tset fast { type mark; }\n")                  // the marks of the sandboxes' current policies
+	b.WriteString("\tset sources { type ifname . ipv4_addr; }\n") // each sandbox's link and its one address
+	// A sandbox (root, CAP_NET_RAW) can write any source address: an IPv4 packet from its
+	// link with another is dropped before anything (conntrack, the redirects to the resolver
+	// and proxies, which know a sandbox by its address) sees it.
+	fmt.Fprintf(&b, "\tchain guard { type filter hook prerouting priority raw; policy accept;\n"+
+		"\t\tiifname %q iifname . ip saddr != @sources counter drop\n\t}\n", p)
 	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
 		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n"+
@@ -69,10 +77,6 @@ func (m *Manager) tableScript() string {
 		"\t\tiifname %q ct state established ct mark @fast accept\n"+
 		"\t\tiifname %q jump egress\n\t}\n", p, p, p, p)
 	b.WriteString("\tchain egress {\n\t\tmeta nfproto ipv6 counter drop\n")
-	if len(m.cfg.EgressLimit) > 0 {
-		fmt.Fprintf(&b, "\t\tip daddr != { %s } %s\n", join(m.cfg.EgressLimit), m.logRule(DenyLimit))
-		fmt.Fprintf(&b, "\t\t%s\n", indent(refuse(fmt.Sprintf("ip daddr != { %s }", join(m.cfg.EgressLimit)))))
-	}
 	b.WriteString("\t\tiifname vmap @links\n\t\t" + indent(refuse("meta nfproto ipv4")) + "\n\t}\n}\n")
 	return b.String()
 }
@@ -104,7 +108,8 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) st
 			rule("%s", line)
 		}
 	}
-	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources
+	rule("ip saddr != %s counter drop", s.addr) // no spoofed sources (guard drops them first)
+	fmt.Fprintf(&b, "add element inet %s sources { %q . %s }\n", t, s.link, s.addr)
 	// With an egress proxy, TCP never gets here (it is redirected to the proxy, which applies
 	// the same rules): the rest is refused, so nothing leaves but through the proxy.
 	fmt.Fprintf(&b, "add element inet %s intercepted { %q }\n", t, s.link)
@@ -117,23 +122,13 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) st
 	} else {
 		fmt.Fprintf(&b, "delete element inet %s proxied { %q }\n", t, s.link)
 	}
-	if len(p.AllowOut) > 0 {
-		rule("ip daddr { %s } %s", join(p.AllowOut), accept)
-	}
-	if len(p.AllowHosts) > 0 {
-		rule("ip daddr @%s %s", s.set(), accept)
-	}
-	if len(p.DenyOut) > 0 {
-		rule("ip daddr { %s } %s", join(p.DenyOut), m.logRule(DenyOut))
-		refuseRule(fmt.Sprintf("ip daddr { %s }", join(p.DenyOut)))
-	}
-	rule("ip daddr { %s, %s } %s", linkLocal, m.cfg.Pool, m.logRule(DenyLinkLocal))
-	refuseRule(fmt.Sprintf("ip daddr { %s, %s }", linkLocal, m.cfg.Pool))
-	if p.AllowInternet {
-		rule("%s", accept)
-	} else {
-		rule("%s", m.logRule(DenyNoNet))
-		refuseRule("meta nfproto ipv4")
+	for _, st := range m.steps(p) {
+		if st.deny == "" {
+			rule("%s %s", st.nftMatch(s), accept)
+			continue
+		}
+		rule("%s %s", st.nftMatch(s), m.logRule(st.deny))
+		refuseRule(st.nftMatch(s))
 	}
 	if !existed {
 		fmt.Fprintf(&b, "add element inet %s links { %q : jump %s }\n", t, s.link, c)
@@ -153,6 +148,7 @@ func (m *Manager) unmarkScript(s *slot) string {
 func (m *Manager) dropSandboxScript(s *slot) string {
 	t := m.cfg.Table
 	return m.unmarkScript(s) + fmt.Sprintf("add element inet %s proxied { %q }\ndelete element inet %s proxied { %q }\n", t, s.link, t, s.link) +
+		fmt.Sprintf("add element inet %s sources { %q . %s }\ndelete element inet %s sources { %q . %s }\n", t, s.link, s.addr, t, s.link, s.addr) +
 		fmt.Sprintf("add element inet %s intercepted { %q }\ndelete element inet %s intercepted { %q }\n", t, s.link, t, s.link) +
 		fmt.Sprintf("delete element inet %s links { %q }\ndelete chain inet %s %s\ndelete set inet %s %s\n", t, s.link, t, s.chain(), t, s.set())
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/reason"
 )
 
 // adoptHealthWait bounds how long an adopted running sandbox's envd has to answer.
@@ -24,6 +25,9 @@ const adoptHealthWait = 10 * time.Second
 func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error) {
 	ctx = sandboxLog(ctx, sb)
 	begun := time.Now()
+	if sb.State == store.StatePaused && sb.PauseKind == reason.PauseFilesystem {
+		return o.adoptKept(ctx, sb, begun)
+	}
 	ad, ok := o.cfg.Runtime.(runtime.Adopter)
 	if !ok {
 		return errors.New("the server restarted and its runtime cannot take sandboxes over")

@@ -50,6 +50,9 @@ type CreateRequest struct {
 	CollectLogs *bool
 	// VolumeMounts mounts the team's volumes into the sandbox, read-write or read-only.
 	VolumeMounts []VolumeMount
+	// AutoPauseKind is how the TTL's auto-pause pauses (reason.PauseFilesystem: E2B's
+	// autoPauseMemory false); the server's default when "".
+	AutoPauseKind reason.PauseKind
 }
 
 // Create starts a sandbox from a template and returns it once envd answers.
@@ -82,6 +85,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		Metadata: req.Metadata, CPUCount: orDefault(tmpl.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(tmpl.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
 		AllowInternet: false, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
+		AutoPauseKind: req.AutoPauseKind,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -156,6 +160,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		o.logger(ctx).Warn("restore from the template's start snapshot failed: the start command runs at create", telemetry.KeyError, err.Error())
 		snap, spec.Start, spec.Restore = nil, true, ""
 		rsb, err = o.cfg.Runtime.Create(ctx, spec)
+	}
+	if errors.Is(err, runtime.ErrBindTarget) { // a volume mounted over a file of the template
+		return nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)

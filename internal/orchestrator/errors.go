@@ -39,12 +39,19 @@ func (e *GoneError) Error() string {
 }
 
 // PausedError says a sandbox is paused and will not resume on traffic.
-type PausedError struct{ ID string }
+type PausedError struct {
+	ID string
+	// WithoutMemory: it was paused keeping only its files, which traffic never resumes.
+	WithoutMemory bool
+}
 
 // Is makes a paused sandbox a conflict to the HTTP edges.
 func (e *PausedError) Is(target error) bool { return target == errdefs.ErrConflict }
 
 func (e *PausedError) Error() string {
+	if e.WithoutMemory {
+		return fmt.Sprintf("sandbox %s is paused without its memory (a filesystem-only pause): traffic does not resume it, since resuming reboots it; connect or resume it first", e.ID)
+	}
 	return fmt.Sprintf("sandbox %s is paused (auto-resume is off): connect or resume it first", e.ID)
 }
 

@@ -67,6 +67,7 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 	}
 	from := origin{team: src.TeamID, allowInternet: src.AllowInternet, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
 		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id, volumes: mounts}
+	from.autoPauseKind = src.AutoPauseKind
 	from.network, from.inbound = o.networkConfig(e)
 	out := make([]ForkResult, count)
 	for i := range out {
@@ -167,6 +168,8 @@ func (o *Orchestrator) exportInPlace(ctx context.Context, e *entry, dir, purpose
 	case e.onDisk:
 		n, err := ck.Export(ctx, e.sb.ID, dir)
 		return copySandbox(e.sb), n, err
+	case e.sb.State == store.StatePaused && e.sb.PauseKind == reason.PauseFilesystem:
+		return nil, 0, fmt.Errorf("%w: sandbox %s is paused without its memory (only its files are kept): resume it first", ErrConflict, e.sb.ID)
 	case e.sb.State == store.StatePaused:
 		return nil, 0, fmt.Errorf("%w: sandbox %s is frozen: resume it first", ErrConflict, e.sb.ID)
 	}
@@ -209,6 +212,9 @@ type origin struct {
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string          // where the copy came from, for the created event
 	volumes                []VolumeMount   // the origin's volumes (Name is the id), mounted again at the same paths
+
+	// autoPauseKind is how the copy's TTL auto-pause pauses.
+	autoPauseKind reason.PauseKind
 }
 
 // createFromSnapshot starts a sandbox from a snapshot of the caller's team.
@@ -238,6 +244,7 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 	from := origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
 		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet,
 		network: req.Network, inbound: network.Inbound{MaskRequestHost: req.MaskRequestHost, HTTPSPorts: req.HTTPSPorts}}
+	from.autoPauseKind = req.AutoPauseKind
 	for _, m := range sn.Volumes {
 		from.volumes = append(from.volumes, VolumeMount{Name: m.VolumeID, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
@@ -272,6 +279,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		Metadata: maps.Clone(from.metadata), CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: from.secure, EnvdAccessToken: from.token, AutoPause: from.autoPause, AutoResume: from.autoResume,
 		StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
+		AutoPauseKind: from.autoPauseKind,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

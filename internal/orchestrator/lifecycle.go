@@ -112,6 +112,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
 	o.detachNetwork(ctx, e.sb.ID)
 	o.dropSecrets(ctx, e)
+	if e.sb.PauseKind == reason.PauseFilesystem {
+		o.dropBootEnv(ctx, e)
+	}
 	e.stopWatching()
 	e.closeLog()
 
@@ -255,8 +258,9 @@ func (o *Orchestrator) Pause(ctx context.Context, teamID, id string) error {
 
 // PauseOptions choose how a sandbox is paused.
 type PauseOptions struct {
-	// Kind is snapshot (to disk, memory freed) or freeze (in place, memory stays); the
-	// server's default when "".
+	// Kind is snapshot (to disk, memory freed), freeze (in place, memory stays) or
+	// filesystem (files kept, processes stopped: the resume reboots); the server's default
+	// when "".
 	Kind reason.PauseKind
 }
 
@@ -320,6 +324,12 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 		ev.SnapshotBytes, ev.SnapshotMS, zeroBytes = info.Bytes, info.Duration.Milliseconds(), info.ZeroBytes
 		telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
 		telemetry.SnapshotBytes.Observe(float64(info.Bytes))
+	case reason.PauseFilesystem:
+		kept, err := o.stopKeepFiles(ctx, e)
+		if err != nil {
+			return fmt.Errorf("pause %s: keeping its files failed: %w", e.sb.ID, err)
+		}
+		ev.SnapshotBytes, ev.SnapshotMS = kept.Bytes, kept.Duration.Milliseconds()
 	default:
 		if err := o.cfg.Runtime.Freeze(ctx, e.sb.ID); err != nil {
 			return fmt.Errorf("pause %s: %w", e.sb.ID, err)
@@ -327,7 +337,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 		e.closeAll() // streams through a frozen envd would hang: cut them
 	}
 	now := time.Now()
-	e.sb.State, e.sb.PausedAt, e.sb.UpdatedAt = store.StatePaused, &now, now
+	e.sb.State, e.sb.PausedAt, e.sb.UpdatedAt, e.sb.PauseKind = store.StatePaused, &now, now, kind
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return fmt.Errorf("pause %s: %w", e.sb.ID, err)
 	}
@@ -437,8 +447,18 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 		}()
 		return false, fmt.Errorf("resume %s: template %s was removed: %w", e.sb.ID, e.sb.TemplateID, &GoneError{ID: e.sb.ID, Reason: reason.KillTemplateMissing, At: time.Now()})
 	}
-	kind := reason.PauseFreeze
-	if e.onDisk {
+	kind, rebooted := reason.PauseFreeze, false
+	if e.sb.PauseKind == reason.PauseFilesystem {
+		kind, rebooted = reason.PauseFilesystem, true
+		tmpl, err := o.cfg.Templates.Get(e.sb.TemplateID)
+		if err == nil {
+			err = o.reboot(ctx, e, tmpl)
+		}
+		if err != nil {
+			go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
+			return false, fmt.Errorf("resume %s: reboot: %w", e.sb.ID, err)
+		}
+	} else if e.onDisk {
 		kind = reason.PauseSnapshot
 		if _, err := o.restore(ctx, e); err != nil {
 			go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
@@ -448,12 +468,12 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 		go func() { _ = o.kill(o.systemContext(), e, reason.KillResumeFailed, "", err.Error()) }()
 		return false, fmt.Errorf("resume %s: %w", e.sb.ID, err)
 	}
-	e.sb.State, e.sb.PausedAt, e.sb.EndAt, e.sb.UpdatedAt = store.StateRunning, nil, end, time.Now()
+	e.sb.State, e.sb.PausedAt, e.sb.EndAt, e.sb.UpdatedAt, e.sb.PauseKind = store.StateRunning, nil, end, time.Now(), ""
 	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
 		return false, err
 	}
 	o.emit(ctx, events.SandboxResumed, e.sb, &cove.ResumedEventData{EndAt: end.UTC(), TimeoutSeconds: timeout.Seconds(),
-		Kind: kind.String(), DurationMS: time.Since(begun).Milliseconds()})
+		Kind: kind.String(), DurationMS: time.Since(begun).Milliseconds(), Rebooted: rebooted})
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxTransitionSeconds.WithLabelValues("resume").Observe(time.Since(begun).Seconds())
@@ -463,7 +483,9 @@ func (o *Orchestrator) resume(ctx context.Context, e *entry, timeout time.Durati
 }
 
 // DialPort opens a connection to a port inside the sandbox, resuming it first when it is
-// paused with auto-resume on.
+// paused with auto-resume on. A sandbox paused without its memory is never resumed by
+// traffic (*PausedError with WithoutMemory): its resume is a reboot, which only a client's
+// connect or resume asks for.
 func (o *Orchestrator) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("%w: port %d", ErrInvalid, port)
@@ -473,12 +495,15 @@ func (o *Orchestrator) DialPort(ctx context.Context, id string, port int) (net.C
 		return nil, err
 	}
 	e.mu.Lock()
-	state, auto, killed := e.sb.State, e.sb.AutoResume, e.killed
+	state, auto, killed, kind := e.sb.State, e.sb.AutoResume, e.killed, e.sb.PauseKind
 	e.mu.Unlock()
 	if killed {
 		return nil, o.goneOf(e)
 	}
 	if state == store.StatePaused {
+		if kind == reason.PauseFilesystem {
+			return nil, &PausedError{ID: id, WithoutMemory: true}
+		}
 		if !auto {
 			return nil, &PausedError{ID: id}
 		}
@@ -595,7 +620,7 @@ func (o *Orchestrator) evictDue() time.Time {
 	for _, e := range due {
 		ctx := o.systemContext()
 		if e.sb.AutoPause {
-			if err := o.pause(sandboxLog(ctx, e.sb), e, ""); err != nil {
+			if err := o.pause(sandboxLog(ctx, e.sb), e, e.sb.AutoPauseKind); err != nil {
 				o.logger(ctx).Error("timeout pause failed; killing", telemetry.KeySandboxID, e.sb.ID, "error", err.Error())
 				_ = o.kill(ctx, e, reason.KillTimeout, "", "auto-pause failed: "+err.Error())
 			}

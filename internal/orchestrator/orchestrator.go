@@ -82,7 +82,10 @@ type Config struct {
 	CPUCount       int           // per sandbox; 2 when 0
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
-	PIDs           int64         // per sandbox; 1024 when 0
+	PIDs           int64         // per sandbox; 512 when 0
+	// HostFilesFreePercent is the share of the host's open files (fs.file-max) a create
+	// leaves free: below it creates are refused (503). 10 when 0, none when negative.
+	HostFilesFreePercent int
 	// Snapshots keeps snapshots, and the short-lived exports forks start from; nil turns
 	// forks and snapshots off.
 	Snapshots *snapshot.Store
@@ -95,6 +98,10 @@ type Config struct {
 	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes
 	// volumes plain directories without one.
 	VolumeSizeMB int
+	// VolumeFreeFloorMB is the free space the volumes' disk keeps: a volume that would not
+	// fit above it, once every volume is filled, is refused (507). 1024 when 0, none when
+	// negative.
+	VolumeFreeFloorMB int
 	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
 	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
 	PauseKind reason.PauseKind
@@ -170,6 +177,11 @@ type entry struct {
 	detached bool
 	// onDisk: paused as a snapshot: no process runs, resume restores it.
 	onDisk bool
+	// boots counts the sandbox's reboots (filesystem-only pauses resumed): an init's exit
+	// watched from an earlier boot is not the sandbox's death.
+	boots int
+	// bootEnv is envd's environment, kept at a filesystem-only pause for the reboot.
+	bootEnv map[string]string
 	// volumes are the ids of the volumes mounted in the sandbox (as this server made it).
 	volumes []string
 	// trafficToken guards the sandbox's ports when they are private; set at create, as
@@ -212,7 +224,9 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.DiskSizeMB = 1024
 	}
 	if cfg.PIDs <= 0 {
-		cfg.PIDs = 1024
+		// Each pid may hold RLIMIT_NOFILE files (runtime.DefaultNoFile): 512 bounds their
+		// product, and a fork bomb's size.
+		cfg.PIDs = 512
 	}
 	if cfg.PauseKind == "" {
 		cfg.PauseKind = reason.PauseFreeze
@@ -223,6 +237,11 @@ func New(cfg Config) (*Orchestrator, error) {
 				cfg.Logger.Warn("pause freezes sandboxes in RAM: snapshots unavailable", telemetry.KeyError, err.Error())
 			}
 		}
+	}
+	if !cfg.PauseKind.KeepsMemory() {
+		// A default pause without memory would turn every auto-resume sandbox's TTL pause
+		// into one traffic cannot resume: it is asked for per sandbox or per pause.
+		return nil, fmt.Errorf("orchestrator: the default pause kind must keep memory (snapshot or freeze), not %s", cfg.PauseKind)
 	}
 	if cfg.CoveBinary == "" {
 		exe, err := os.Executable()

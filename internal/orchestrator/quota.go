@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -23,6 +24,8 @@ type Quota struct {
 	// CreatesPerSec is the sustained create rate; a team may create up to its ceiling (at
 	// least one) at once.
 	CreatesPerSec float64 `json:"creates_per_sec"`
+	Volumes       int     `json:"volumes"`   // volumes the team holds
+	VolumeMB      int     `json:"volume_mb"` // their sizes in all
 	// Egress is the network policy the team's template builds run under; nil lets their
 	// steps reach the internet, as a sandbox does by default.
 	Egress *Egress `json:"egress,omitempty"`
@@ -82,7 +85,7 @@ func ParseQuotas(r io.Reader) (Quotas, error) {
 }
 
 func (q Quota) valid() error {
-	if q.Sandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.CreatesPerSec < 0 || math.IsNaN(q.CreatesPerSec) {
+	if q.Sandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.CreatesPerSec < 0 || math.IsNaN(q.CreatesPerSec) || q.Volumes < 0 || q.VolumeMB < 0 {
 		return errors.New("limits must not be negative")
 	}
 	if _, err := q.Egress.Policy(""); err != nil {
@@ -93,7 +96,7 @@ func (q Quota) valid() error {
 
 // QuotaError says a create was refused by the team's quota; the API answers 429.
 type QuotaError struct {
-	Limit string // "concurrent sandboxes", "vCPUs", "memory MB", "creates per second"
+	Limit string // "concurrent sandboxes", "vCPUs", "memory MB", "creates per second", "volumes", "volume MB"
 	Have  float64
 	Max   float64
 }
@@ -120,6 +123,32 @@ type bucket struct {
 // admit checks team's quota for one more sandbox of cpus and memoryMB and, when it fits,
 // reserves it under id; release(id) gives it back. o.mu must be held.
 func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time) error {
+	if err := o.fits(team, cpus, memoryMB); err != nil {
+		return err
+	}
+	q := o.cfg.Quotas.For(team)
+	if rate := q.CreatesPerSec; rate > 0 {
+		burst := max(1, math.Ceil(rate))
+		b, ok := o.rates[team]
+		if !ok {
+			b = &bucket{tokens: burst, at: now}
+			o.rates[team] = b
+		}
+		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
+		b.at = now
+		if b.tokens < 1 {
+			return &QuotaError{Limit: "creates per second", Have: (1 - b.tokens) / rate, Max: rate}
+		}
+		b.tokens--
+	}
+	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
+	return nil
+}
+
+// fits says whether one more sandbox of cpus and memoryMB keeps team within its quota's
+// concurrent limits, counting its live sandboxes, creates in flight and running build
+// steps. o.mu must be held.
+func (o *Orchestrator) fits(team string, cpus, memoryMB int) error {
 	q := o.cfg.Quotas.For(team)
 	n, c, m := 1, cpus, memoryMB
 	for _, e := range o.live {
@@ -140,22 +169,25 @@ func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time)
 	case q.MemoryMB > 0 && m > q.MemoryMB:
 		return &QuotaError{Limit: "memory MB", Have: float64(m), Max: float64(q.MemoryMB)}
 	}
-	if rate := q.CreatesPerSec; rate > 0 {
-		burst := max(1, math.Ceil(rate))
-		b, ok := o.rates[team]
-		if !ok {
-			b = &bucket{tokens: burst, at: now}
-			o.rates[team] = b
-		}
-		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
-		b.at = now
-		if b.tokens < 1 {
-			return &QuotaError{Limit: "creates per second", Have: (1 - b.tokens) / rate, Max: rate}
-		}
-		b.tokens--
-	}
-	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
 	return nil
+}
+
+// ReserveBuildStep counts a running step of team's template build as one of its sandboxes,
+// under the step's id, until release: builds and sandboxes share the team's concurrent
+// sandbox quota (a build asked for past it fails its step with a *QuotaError). A step is no
+// create: the create rate is not charged.
+func (o *Orchestrator) ReserveBuildStep(team, id string) (release func(), err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.fits(team, 0, 0); err != nil {
+		return nil, err
+	}
+	o.creating[id] = reservation{team: team}
+	return func() {
+		o.mu.Lock()
+		delete(o.creating, id)
+		o.mu.Unlock()
+	}, nil
 }
 
 // Unwrap makes a quota refusal a resource-exhausted error: 429 in E2B's shape.
@@ -164,6 +196,10 @@ func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
 // reserve admits sb against its team's quotas (as admit) and returns the release of its
 // reservation, for when it is registered live or its create failed.
 func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func(), err error) {
+	if err := o.hostFilesFree(); err != nil {
+		telemetry.SandboxCreateFailures.WithLabelValues("host_files").Inc()
+		return nil, err
+	}
 	o.mu.Lock()
 	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, now)
 	o.mu.Unlock()
@@ -176,4 +212,30 @@ func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func()
 		delete(o.creating, sb.ID)
 		o.mu.Unlock()
 	}, nil
+}
+
+// hostFilesFree refuses a new sandbox while the host's open files (fs.file-nr) leave less
+// than HostFilesFreePercent of fs.file-max free: one sandbox may hold about a million
+// files (runtime.DefaultNoFile times its pids), and a host out of them fails everyone's.
+func (o *Orchestrator) hostFilesFree() error {
+	pct := o.cfg.HostFilesFreePercent
+	if pct == 0 {
+		pct = 10
+	}
+	if pct < 0 {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/sys/fs/file-nr")
+	if err != nil {
+		return nil // no procfs to read: nothing to bound by
+	}
+	var used, unused, limit int64
+	if _, err := fmt.Sscan(string(b), &used, &unused, &limit); err != nil || limit <= 0 {
+		return nil
+	}
+	if free := limit - used; free*100 < limit*int64(pct) {
+		return fmt.Errorf("%w: the host has %d of its %d open files free, under the %d%% kept for running sandboxes; retry when sandboxes end",
+			errdefs.ErrUnavailable, free, limit, pct)
+	}
+	return nil
 }

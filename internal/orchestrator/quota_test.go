@@ -2,10 +2,13 @@ package orchestrator
 
 import (
 	"errors"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/store"
 )
 
@@ -103,4 +106,64 @@ func TestParseQuotas(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestBuildStepsShareTheTeamsSandboxQuota(t *testing.T) {
+	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	o := &Orchestrator{cfg: Config{Quotas: Quotas{Default: Quota{Sandboxes: 3, CreatesPerSec: 1}}},
+		live: map[string]*entry{"a": {sb: &store.Sandbox{ID: "a", TeamID: "t1"}}}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
+	var releases []func()
+	for _, id := range []string{"build-1", "build-2"} {
+		release, err := o.ReserveBuildStep("t1", id)
+		if err != nil {
+			t.Fatalf("step %s beside one sandbox under a quota of 3: %v", id, err)
+		}
+		releases = append(releases, release)
+	}
+	t.Run("a third step is refused: the team holds one sandbox and two steps", func(t *testing.T) {
+		var qe *QuotaError
+		if _, err := o.ReserveBuildStep("t1", "build-3"); !errors.As(err, &qe) || qe.Limit != "concurrent sandboxes" {
+			t.Errorf("third step: %v; want the concurrent sandboxes quota", err)
+		}
+	})
+	t.Run("a sandbox create is refused while the steps run", func(t *testing.T) {
+		o.mu.Lock()
+		err := o.admit("b", "t1", 2, 512, now)
+		o.mu.Unlock()
+		if err == nil {
+			t.Error("create admitted past the quota the steps hold")
+		}
+	})
+	t.Run("a finished step gives its place back, and steps charge no create rate", func(t *testing.T) {
+		releases[0]()
+		o.mu.Lock()
+		err := o.admit("b", "t1", 2, 512, now)
+		o.mu.Unlock()
+		if err != nil {
+			t.Errorf("create after a step ended: %v", err)
+		}
+	})
+}
+
+func TestCreatesAreRefusedWhileTheHostIsShortOfOpenFiles(t *testing.T) {
+	if _, err := os.ReadFile("/proc/sys/fs/file-nr"); err != nil {
+		t.Skip("no /proc/sys/fs/file-nr")
+	}
+	now := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	newO := func(pct int) *Orchestrator {
+		return &Orchestrator{cfg: Config{HostFilesFreePercent: pct}, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
+	}
+	t.Run("a host keeping all its files free refuses with 503 naming open files", func(t *testing.T) {
+		_, err := newO(100).reserve(&store.Sandbox{ID: "a", TeamID: "t1"}, now)
+		if errdefs.Status(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "open files") {
+			t.Errorf("reserve: %v (status %d); want 503 naming open files", err, errdefs.Status(err))
+		}
+	})
+	t.Run("this host, with the default share, admits", func(t *testing.T) {
+		release, err := newO(0).reserve(&store.Sandbox{ID: "a", TeamID: "t1"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	})
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -86,7 +87,7 @@ func (o *Orchestrator) pruneSecrets(ctx context.Context) {
 	}
 	for _, name := range names {
 		o.mu.Lock()
-		_, live := o.live[name]
+		_, live := o.live[strings.TrimSuffix(name, bootEnvSuffix)] // its own, or its reboot's environment
 		o.mu.Unlock()
 		if live {
 			continue

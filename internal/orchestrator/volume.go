@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 
@@ -31,10 +32,11 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 	}
 	var binds []runtime.Bind
 	var ids, paths []string
-	for _, m := range mounts {
+	for i, m := range mounts {
 		p := path.Clean(m.Path)
-		if !path.IsAbs(m.Path) || p == "/" || p == "/.cove" || strings.HasPrefix(p, "/.cove/") || slices.Contains(paths, p) {
-			return nil, nil, fmt.Errorf("%w: volumeMounts: path %q must be absolute, not /, not under /.cove, and used once", ErrInvalid, m.Path)
+		if !path.IsAbs(m.Path) || p == "/" || reservedMountPath(p) || slices.Contains(paths, p) {
+			return nil, nil, fmt.Errorf("%w: volumeMounts[%d].path: %q must be absolute, not /, not under %s, and used once",
+				ErrInvalid, i, m.Path, strings.Join(reservedMountPaths, ", "))
 		}
 		vol, err := o.cfg.Volumes.Get(teamID, m.Name)
 		if err != nil {
@@ -58,6 +60,20 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 		ids, paths = append(ids, vol.ID), append(paths, p)
 	}
 	return binds, ids, nil
+}
+
+// reservedMountPaths are the sandbox's own: the kernel's and the runtime's filesystems, and
+// Cove's binary. A volume mounted over one would hide what the sandbox needs, or fail.
+var reservedMountPaths = []string{"/.cove", "/proc", "/sys", "/dev", "/run"}
+
+// reservedMountPath says clean path p is, or lies under, a reserved path.
+func reservedMountPath(p string) bool {
+	for _, r := range reservedMountPaths {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // holdsVolumes reports whether sandbox id, in creation or live and not killed, still holds
@@ -87,8 +103,20 @@ func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string, si
 	if sizeMB == 0 {
 		sizeMB = o.cfg.VolumeSizeMB
 	}
-	vol, err := o.cfg.Volumes.Create(teamID, name, int64(sizeMB)<<20)
+	q := o.cfg.Quotas.For(teamID)
+	floor := o.cfg.VolumeFreeFloorMB
+	if floor == 0 {
+		floor = 1024
+	}
+	lim := snapshot.VolumeLimits{Count: q.Volumes, Bytes: int64(q.VolumeMB) << 20, FreeFloor: int64(max(0, floor)) << 20}
+	vol, err := o.cfg.Volumes.Create(teamID, name, int64(sizeMB)<<20, lim)
 	switch {
+	case errors.Is(err, snapshot.ErrVolumeQuota):
+		o.logger(ctx).Warn("volume refused: team quota", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
+	case errors.Is(err, snapshot.ErrVolumeNoSpace):
+		o.logger(ctx).Warn("volume refused: host disk", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
+		return nil, fmt.Errorf("%w: sizeMB: %v", errdefs.ErrNoSpace, err)
 	case errors.Is(err, snapshot.ErrVolumeName):
 		return nil, fmt.Errorf("%w: name: %v", ErrInvalid, err)
 	case errors.Is(err, snapshot.ErrVolumeSize):

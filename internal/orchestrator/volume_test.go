@@ -3,11 +3,13 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -202,6 +204,11 @@ func TestVolumeRequestsAreChecked(t *testing.T) {
 		{"a relative mount path is invalid", []VolumeMount{{Name: "cache", Path: "data"}}},
 		{"a mount on / is invalid", []VolumeMount{{Name: "cache", Path: "/"}}},
 		{"a mount under /.cove is invalid", []VolumeMount{{Name: "cache", Path: "/.cove/x"}}},
+		{"a mount under /proc is invalid", []VolumeMount{{Name: "cache", Path: "/proc/self"}}},
+		{"a mount on /sys is invalid", []VolumeMount{{Name: "cache", Path: "/sys"}}},
+		{"a mount on /dev is invalid", []VolumeMount{{Name: "cache", Path: "/dev"}}},
+		{"a mount on /dev/pts is invalid", []VolumeMount{{Name: "cache", Path: "/dev/pts/"}}},
+		{"a mount under /run is invalid", []VolumeMount{{Name: "cache", Path: "/run/x"}}},
 		{"one path mounted twice is invalid", []VolumeMount{{Name: "cache", Path: "/a", ReadOnly: true}, {Name: "cache", Path: "/a/", ReadOnly: true}}},
 		{"an unknown volume is invalid", []VolumeMount{{Name: "nope", Path: "/a"}}},
 	} {
@@ -234,6 +241,31 @@ func TestVolumeRequestsAreChecked(t *testing.T) {
 		}
 		if m, err := h.o.VolumeMountsOf(ctx, h.team, "x"); m != nil || err != nil {
 			t.Errorf("mounts: %v, %v", m, err)
+		}
+	})
+}
+
+func TestVolumeCreatesAreBoundedPerTeamAndByTheHostsDisk(t *testing.T) {
+	h := newHarness(t, withVolumes(t), func(c *Config) {
+		c.Quotas = Quotas{Default: Quota{Volumes: 2}}
+	})
+	ctx := h.ctx("req-vol")
+	for _, name := range []string{"a", "b"} {
+		if _, err := h.o.CreateVolume(ctx, h.team, name, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("a volume past the team's count is refused as resource exhausted (429)", func(t *testing.T) {
+		_, err := h.o.CreateVolume(ctx, h.team, "c", 0)
+		if !errors.Is(err, errdefs.ErrResourceExhausted) || errdefs.Status(err) != http.StatusTooManyRequests {
+			t.Errorf("third volume: %v; want 429", err)
+		}
+	})
+	t.Run("a volume the host's disk cannot hold is refused with 507, naming sizeMB", func(t *testing.T) {
+		other := "other-team"
+		_, err := h.o.CreateVolume(ctx, other, "huge", int(snapshot.MaxVolumeBytes>>20))
+		if errdefs.Status(err) != http.StatusInsufficientStorage || !strings.Contains(err.Error(), "sizeMB") {
+			t.Errorf("a 1 TiB volume: %v (status %d); want 507 naming sizeMB", err, errdefs.Status(err))
 		}
 	})
 }

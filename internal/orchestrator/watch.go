@@ -13,7 +13,7 @@ import (
 
 // watchInit kills the sandbox, with the reason, if its envd exits on its own or is OOM-killed.
 func (o *Orchestrator) watchInit(e *entry) {
-	id := e.sb.ID
+	id, boot := e.sb.ID, e.boots
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -22,10 +22,10 @@ func (o *Orchestrator) watchInit(e *entry) {
 			return
 		}
 		e.mu.Lock()
-		detached := e.detached
+		detached, stopped := e.detached, e.boots != boot || e.sb.PauseKind == reason.PauseFilesystem
 		e.mu.Unlock()
-		if detached || ex.Checkpointed {
-			return // let go of, or on disk: a restore watches the new init
+		if detached || ex.Checkpointed || stopped {
+			return // let go of, or on disk: a restore or reboot watches the new init
 		}
 		why := reason.KillEnvdExited
 		if ex.OOMKilled {

@@ -22,14 +22,24 @@ const statusClientClosed = errdefs.StatusClientClosed
 // errorBody is the proxy's error: E2B's {code, message} plus what an operator needs to
 // answer "why did this fail?" from the client side alone.
 type errorBody struct {
-	Code       int    `json:"code"`
-	Message    string `json:"message"`
-	SandboxID  string `json:"sandboxId,omitempty"`
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	SandboxID string `json:"sandboxId,omitempty"`
+	// Detail is Cove's reason when Message is E2B's fixed text (a sandbox that is gone).
+	Detail     string `json:"detail,omitempty"`
 	Port       int    `json:"port,omitempty"`
 	State      string `json:"state,omitempty"`
 	KillReason string `json:"killReason,omitempty"`
 	RequestID  string `json:"requestId"`
 }
+
+// msgNotFound is E2B's message for a sandbox that is gone or unknown, word for word: the
+// SDKs' own tests assert it. Cove's reason goes in errorBody.Detail and HeaderReason.
+const msgNotFound = "The sandbox was not found"
+
+// HeaderReason carries Cove's reason for a proxy error whose body keeps E2B's fixed message:
+// the sandbox was killed (why and when) or never existed.
+const HeaderReason = "X-Cove-Reason"
 
 // describe maps an error to the status and body the client gets. It is the one place that
 // mapping lives. A sandbox that is gone, paused or unknown is a 502 on every path, as E2B
@@ -46,14 +56,14 @@ func describe(err error, t target) (int, errorBody) {
 		body.Code = http.StatusBadGateway
 		body.State = string(store.StateKilled)
 		body.KillReason = gone.Reason.String()
-		body.Message = gone.Error()
+		body.Message, body.Detail = msgNotFound, gone.Error()
 	case errors.As(err, &paused):
 		body.Code = http.StatusBadGateway
 		body.State = string(store.StatePaused)
 		body.Message = paused.Error()
 	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		body.Code = http.StatusBadGateway
-		body.Message = fmt.Sprintf("sandbox %s not found", t.id)
+		body.Message, body.Detail = msgNotFound, fmt.Sprintf("sandbox %s not found", t.id)
 	case errors.Is(err, context.Canceled):
 		body.Code = statusClientClosed
 		body.Message = "client went away: " + err.Error()
@@ -74,22 +84,37 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	ctx := r.Context()
 	httpx.NoteFrom(ctx).Err = err
 	code, body := describe(err, t)
-	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, r.Header.Get(HeaderAccessToken)) {
+	token := r.Header.Get(HeaderAccessToken)
+	if t.accessToken != "" {
+		token = t.accessToken
+	}
+	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, token) {
 		err = fmt.Errorf("%w: sandbox %s %w", orchestrator.ErrNotFound, t.id, errNotYours)
 		code, body = http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, SandboxID: t.id,
-			Message: fmt.Sprintf("sandbox %s %s", t.id, errNotYours)}
+			Message: msgNotFound, Detail: fmt.Sprintf("sandbox %s %s", t.id, errNotYours)}
 	}
 	body.RequestID = telemetry.RequestID(ctx)
-	body.Message = requestid.Annotate(body.Message, body.RequestID)
 	if proto := rpcProtocolOf(r); proto != notRPC && code != statusClientClosed {
 		// An RPC gets its error in its own protocol, so the SDK shows this message and
-		// raises NotFoundError or TimeoutError, not a transport error about a 502.
-		writeRPCError(w, proto, err, code, body.Message)
+		// raises NotFoundError or TimeoutError, not a transport error about a 502. Its
+		// message is Cove's reason: the SDK shows it in place of E2B's fixed text.
+		msg := body.Message
+		if body.Detail != "" {
+			msg = body.Detail
+		}
+		writeRPCError(w, proto, err, code, requestid.Annotate(msg, body.RequestID))
 		return
+	}
+	h := w.Header()
+	if body.Detail != "" {
+		// E2B's message stays word for word; Cove's reason is in detail and this header.
+		body.Detail = requestid.Annotate(body.Detail, body.RequestID)
+		h.Set(HeaderReason, body.Detail)
+	} else {
+		body.Message = requestid.Annotate(body.Message, body.RequestID)
 	}
 	b, _ := json.Marshal(body)
 	b = append(b, '\n')
-	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)

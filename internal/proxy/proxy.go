@@ -6,8 +6,10 @@
 // access token could have made), and is forwarded by httputil.ReverseProxy over a
 // connection the backend dials inside the sandbox. Every such connection is registered with
 // the backend, which closes it when the sandbox is paused or killed, so open streams end
-// with the sandbox. Every failure is a 502 JSON body naming the sandbox, its state and kill
-// reason, and the request id.
+// with the sandbox. Every failure is a JSON body naming the sandbox and the request id; for a
+// sandbox that is gone it is E2B's 502 "The sandbox was not found", Cove's reason (its state,
+// kill reason and when) beside it in detail and X-Cove-Reason. A user's port never sees
+// Cove's credentials (credentials.go).
 //
 // It must not import the API, the console or server; it reaches sandboxes through its Backend
 // interface.
@@ -29,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cove-dev/cove/internal/envd/envdapi"
@@ -95,10 +98,6 @@ var errTrafficToken = errdefs.New(errdefs.ErrPermissionDenied, "traffic access t
 // given by the proxy for a paused sandbox, which such a request must not resume.
 var errAccessToken = errdefs.New(errdefs.ErrUnauthenticated, "access token required")
 
-// coveCredentials are the headers that carry Cove's credentials: the API key, envd's access
-// token and E2B's traffic access token.
-var coveCredentials = []string{"X-API-Key", "X-Access-Token", "E2b-Traffic-Access-Token"}
-
 // Config is what New needs.
 type Config struct {
 	Backend Backend
@@ -115,11 +114,15 @@ type Proxy struct {
 	cfg       Config
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
+
+	stopping atomic.Bool // Shutdown was called: streams end naming the server's stop
+	mu       sync.Mutex
+	conns    map[*watchedConn]struct{} // open upstream connections, for Shutdown
 }
 
 // New returns a Proxy over cfg.Backend.
 func New(cfg Config) *Proxy {
-	p := &Proxy{cfg: cfg}
+	p := &Proxy{cfg: cfg, conns: map[*watchedConn]struct{}{}}
 	p.transport = &http.Transport{
 		DialContext:           p.dial,
 		ForceAttemptHTTP2:     false, // envd and user servers speak HTTP/1.1 in the clear
@@ -151,6 +154,26 @@ func (p *Proxy) Close() {
 	p.transport.CloseIdleConnections()
 }
 
+// errStopping is why a request or stream ends while the server stops.
+var errStopping = errors.New("the Cove server is stopping (a restart or shutdown): reconnect once it is back")
+
+// Shutdown ends every proxied request at once, before the server stops: open Connect,
+// gRPC-Web and gRPC streams end with an unavailable error naming the server's stop (not a
+// cut envelope), and no new upstream connection is made. The sandboxes are not touched.
+func (p *Proxy) Shutdown() {
+	p.stopping.Store(true)
+	p.mu.Lock()
+	conns := make([]*watchedConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	p.transport.CloseIdleConnections()
+}
+
 // Match reports whether r is for a sandbox: it carries E2b-Sandbox-Id, its Host is
 // {port}-{id}.{domain}, or it is a signed /files URL.
 func (p *Proxy) Match(r *http.Request) bool {
@@ -168,6 +191,12 @@ type target struct {
 	id     string
 	port   int
 	signed bool // found by a valid signature, which only the access token could make
+	// tokens are the sandbox's own secrets (envd access token, traffic token), stripped
+	// from a request to a user's port wherever they appear.
+	tokens []string
+	// accessToken is the caller's X-Access-Token, kept for explaining a failure: the
+	// request ReverseProxy hands its error handler has lost it on the way to a user's port.
+	accessToken string
 }
 
 type targetKey struct{}
@@ -197,18 +226,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, r, t, err)
 		return
 	}
+	trafficChecked := false
 	if g, ok := p.cfg.Backend.(TrafficGuard); ok && t.port != EnvdPort {
-		if want := g.TrafficToken(t.id); want != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
-			p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
-			return
+		if want := g.TrafficToken(t.id); want != "" {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
+				p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
+				return
+			}
+			trafficChecked = true
 		}
 	}
-	if t.port == EnvdPort && !t.signed {
+	// A paused secure sandbox is resumed only for a caller who shows its access token (or,
+	// on a private port, its traffic token), on envd's port as on the user's.
+	if !t.signed && !trafficChecked {
 		if err := p.checkResumeToken(ctx, t.id, r.Header.Get(HeaderAccessToken)); err != nil {
 			p.fail(rec, r, t, err)
 			return
 		}
 	}
+	if t.port != EnvdPort {
+		t.tokens = p.sandboxTokens(ctx, t.id)
+	}
+	t.accessToken = r.Header.Get(HeaderAccessToken)
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
@@ -252,9 +291,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if t.port != EnvdPort {
 		// Cove's own credentials stop here: a user's server in the sandbox never sees them
 		// (envd needs its access token; nothing else does).
-		for _, h := range coveCredentials {
-			pr.Out.Header.Del(h)
-		}
+		stripCredentials(pr.Out.Header, t.tokens)
 	}
 	if id := telemetry.RequestID(ctx); id != "" {
 		pr.Out.Header.Set(telemetry.HeaderRequestID, id)
@@ -281,18 +318,30 @@ func (p *Proxy) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.stopping.Load() {
+		return nil, errStopping
+	}
 	conn, err := p.cfg.Backend.DialPort(ctx, id, port)
 	if err != nil {
 		return nil, err
 	}
-	return &watchedConn{Conn: conn, stop: p.cfg.Backend.Watch(id, conn)}, nil
+	c := &watchedConn{Conn: conn, stop: p.cfg.Backend.Watch(id, conn), proxy: p}
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	if p.stopping.Load() { // Shutdown ran meanwhile and did not see c
+		_ = c.Close()
+		return nil, errStopping
+	}
+	return c, nil
 }
 
 // watchedConn stops being watched when the transport closes it.
 type watchedConn struct {
 	net.Conn
-	once sync.Once
-	stop func()
+	once  sync.Once
+	stop  func()
+	proxy *Proxy
 }
 
 func (c *watchedConn) Close() error {
@@ -300,6 +349,9 @@ func (c *watchedConn) Close() error {
 		if c.stop != nil {
 			c.stop()
 		}
+		c.proxy.mu.Lock()
+		delete(c.proxy.conns, c)
+		c.proxy.mu.Unlock()
 	})
 	return c.Conn.Close()
 }

@@ -509,16 +509,17 @@ func TestErrors(t *testing.T) {
 		status  int
 		state   string
 		reason  string
+		gone    bool // E2B's fixed message; Cove's in detail and the reason header
 		message string
 	}{
 		{name: "a paused sandbox without auto-resume is 502 on /health", id: "ipaused", path: "/health",
 			status: 502, state: "paused", message: "sandbox ipaused is paused"},
 		{name: "a paused sandbox without auto-resume is 502 on any path", id: "ipaused", path: "/filesystem.Filesystem/Stat",
 			status: 502, state: "paused", message: "auto-resume is off"},
-		{name: "a killed sandbox is 502 naming the kill reason", id: "ikilled", path: "/health",
-			status: 502, state: "killed", reason: "timeout", message: "sandbox ikilled was killed: timeout at 2026-01-02T03:04:05Z"},
-		{name: "an unknown sandbox is 502 saying not found", id: "inope", path: "/health",
-			status: 502, message: "sandbox inope not found"},
+		{name: "a killed sandbox is E2B's 502 not found, with the kill reason in detail", id: "ikilled", path: "/health",
+			status: 502, state: "killed", reason: "timeout", gone: true, message: "sandbox ikilled was killed: timeout at 2026-01-02T03:04:05Z"},
+		{name: "an unknown sandbox is E2B's 502 not found", id: "inope", path: "/health",
+			status: 502, gone: true, message: "sandbox inope not found"},
 		{name: "a closed port is 502 with the cause", id: "irunning", port: "3000", path: "/",
 			status: 502, message: "connection refused"},
 		{name: "a paused sandbox with auto-resume is resumed and served", id: "iauto", path: "/health", status: 200},
@@ -540,6 +541,15 @@ func TestErrors(t *testing.T) {
 			}
 			msg, _ := body["message"].(string)
 			rid := "rid-" + tt.id + tt.port
+			if tt.gone {
+				if msg != "The sandbox was not found" {
+					t.Errorf("message %q, want E2B's exact text", msg)
+				}
+				msg, _ = body["detail"].(string)
+				if h := res.Header.Get(proxy.HeaderReason); h != msg {
+					t.Errorf("%s header %q, want the detail %q", proxy.HeaderReason, h, msg)
+				}
+			}
 			if body["code"] != float64(tt.status) || body["sandboxId"] != tt.id || body["requestId"] != rid ||
 				!strings.Contains(msg, tt.message) || !strings.Contains(msg, rid) {
 				t.Errorf("body %v", body)
@@ -566,6 +576,7 @@ func TestCallersWithoutTheTokenLearnNothingOfASecureSandbox(t *testing.T) {
 		rpc                   bool
 		want                  string // in the message
 		state                 any
+		owner                 bool // shows the sandbox's token: may learn more
 	}{
 		{name: "a killed one without a token is not found or not yours", id: "iskilled", want: "sandbox iskilled not found or not yours"},
 		{name: "a killed one with another token is not found or not yours", id: "iskilled", token: "tok-r", want: "sandbox iskilled not found or not yours"},
@@ -576,6 +587,7 @@ func TestCallersWithoutTheTokenLearnNothingOfASecureSandbox(t *testing.T) {
 		{name: "the owner with the token learns the kill reason", id: "iskilled", token: "tok-k", want: "was killed: timeout", state: "killed"},
 		{name: "the owner's RPC learns the kill reason", id: "iskilled", token: "tok-k", rpc: true, want: "was killed: timeout"},
 		{name: "the owner with the token learns it is paused", id: "ispaused", token: "tok-p", want: "is paused", state: "paused"},
+		{name: "the owner with the token learns why a port of theirs is closed", id: "isrun", port: "3000", token: "tok-r", want: "connection refused", owner: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -595,6 +607,12 @@ func TestCallersWithoutTheTokenLearnNothingOfASecureSandbox(t *testing.T) {
 			res := e.request(t, method, path, body, h...)
 			got := decode(t, res)
 			msg, _ := got["message"].(string)
+			if detail, ok := got["detail"].(string); ok && !tt.rpc {
+				if msg != "The sandbox was not found" {
+					t.Errorf("message %q, want E2B's exact text beside the detail", msg)
+				}
+				msg = detail
+			}
 			if !strings.Contains(msg, tt.want) {
 				t.Errorf("message %q, want %q", msg, tt.want)
 			}
@@ -607,7 +625,7 @@ func TestCallersWithoutTheTokenLearnNothingOfASecureSandbox(t *testing.T) {
 			if res.StatusCode != 502 || got["state"] != tt.state {
 				t.Errorf("status %d body %v, want 502 with state %v", res.StatusCode, got, tt.state)
 			}
-			if tt.state == nil && (got["killReason"] != nil || got["port"] != nil || strings.Contains(msg, "refused")) {
+			if tt.state == nil && !tt.owner && (got["killReason"] != nil || got["port"] != nil || strings.Contains(msg, "refused")) {
 				t.Errorf("an unauthenticated answer tells more: %v", got)
 			}
 		})
@@ -717,7 +735,7 @@ func TestStreamEndsWithTheKill(t *testing.T) {
 		first       string // what upstream sends before the kill
 		want        func(t *testing.T, rest []byte)
 	}{
-		{"a Connect stream ends with an end-stream frame carrying the kill", "application/connect+json", frame(0, `{"event":{}}`),
+		{"a Connect stream ends with an end-stream frame the SDK reads as terminated, carrying the kill", "application/connect+json", frame(0, `{"event":{}}`),
 			func(t *testing.T, rest []byte) {
 				if len(rest) < 5 || rest[0] != 0x02 || int(rest[3])<<8|int(rest[4]) != len(rest)-5 {
 					t.Fatalf("after the kill: %q, want one end-stream frame", rest)
@@ -728,16 +746,17 @@ func TestStreamEndsWithTheKill(t *testing.T) {
 				if err := json.Unmarshal(rest[5:], &end); err != nil {
 					t.Fatal(err)
 				}
-				if end.Error.Code != "not_found" || !strings.Contains(end.Error.Message, "sandbox iend was killed: timeout at 2026-01-02T03:04:05Z") ||
+				if end.Error.Code != "unknown" || !strings.Contains(end.Error.Message, "sandbox iend was killed: timeout at 2026-01-02T03:04:05Z") ||
+					!strings.Contains(end.Error.Message, "terminated") ||
 					!strings.Contains(end.Error.Message, "(request id rid-end)") {
 					t.Errorf("end frame error %+v", end.Error)
 				}
 			}},
 		{"a gRPC-Web stream ends with a trailer frame carrying the kill", "application/grpc-web+proto", frame(0, "data"),
 			func(t *testing.T, rest []byte) {
-				if len(rest) < 5 || rest[0] != 0x80 || !strings.Contains(string(rest[5:]), "grpc-status: 5") ||
+				if len(rest) < 5 || rest[0] != 0x80 || !strings.Contains(string(rest[5:]), "grpc-status: 2") ||
 					!strings.Contains(string(rest[5:]), "was killed: timeout") {
-					t.Fatalf("after the kill: %q, want a trailer frame with grpc-status 5", rest)
+					t.Fatalf("after the kill: %q, want a trailer frame with grpc-status 2 (unknown)", rest)
 				}
 			}},
 	}
@@ -750,8 +769,8 @@ func TestStreamEndsWithTheKill(t *testing.T) {
 	t.Run("a gRPC stream ends with grpc-status trailers carrying the kill", func(t *testing.T) {
 		t.Parallel()
 		runStreamKill(t, "application/grpc", frame(0, "data"), func(t *testing.T, res *http.Response, rest []byte) {
-			if len(rest) != 0 || res.Trailer.Get("Grpc-Status") != "5" || !strings.Contains(res.Trailer.Get("Grpc-Message"), "was killed: timeout") {
-				t.Fatalf("after the kill: body %q trailers %v, want grpc-status 5 trailers", rest, res.Trailer)
+			if len(rest) != 0 || res.Trailer.Get("Grpc-Status") != "2" || !strings.Contains(res.Trailer.Get("Grpc-Message"), "was killed: timeout") {
+				t.Fatalf("after the kill: body %q trailers %v, want grpc-status 2 (unknown) trailers", rest, res.Trailer)
 			}
 		})
 	})

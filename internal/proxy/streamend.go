@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,14 +12,18 @@ import (
 	"sync"
 
 	"github.com/cove-dev/cove/internal/httpx"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/requestid"
 )
 
 // A Connect, gRPC or gRPC-Web stream whose upstream is cut (its sandbox was killed or paused, and
 // the orchestrator closed the connection) ends with a last frame carrying the error, in
-// the stream's own protocol (gRPC: grpc-status trailers), instead of an aborted HTTP response: the SDK then raises
-// NotFoundError with "sandbox X was killed: timeout at …" rather than a network error.
+// the stream's own protocol (gRPC: grpc-status trailers), instead of an aborted HTTP response: for a
+// killed sandbox, the SDK then raises its TimeoutError "…: The sandbox was killed or reached its end
+// of life while the request was in flight" after "sandbox X was killed: timeout at …", rather than
+// a network error. A stream cut by the server's own stop ends with unavailable, naming the stop.
 //
 // The proxy cannot end a stream cleanly in the middle of a frame, so the body is read
 // through frameReader, which knows where frames begin. A cut at a frame boundary (the usual
@@ -75,12 +80,37 @@ func (p *Proxy) explainCut(ctx context.Context, r *http.Request, upstreamErr err
 		return "", 0, "", false
 	}
 	t, _ := ctx.Value(targetKey{}).(target)
-	err := p.cutReason(ctx, t.id, r)
+	var err error
+	if p.stopping.Load() {
+		err = fmt.Errorf("response cut: %w", errStopping)
+	} else {
+		err = p.cutReason(ctx, t.id, r)
+	}
 	httpx.NoteFrom(ctx).Err = err
-	message = requestid.Annotate(err.Error(), telemetry.RequestID(ctx))
 	telemetry.Logger(ctx).Debug("proxy: stream ended with an error", telemetry.KeyError, err.Error(), telemetry.KeyUpstreamError, upstreamErr.Error())
-	code, grpcStatus, _ = rpcCode(err, 0)
+	switch {
+	case errors.Is(err, errStopping):
+		// The sandbox lives on; the SDK raises its "probably not running anymore" or
+		// timeout error with this message, which names the stop.
+		code, grpcStatus = "unavailable", 14
+	case isGone(err):
+		// The E2B SDKs read an unknown error saying "terminated" as a connection dropped
+		// mid-request: they probe /health (502 for a sandbox that is gone) and raise their
+		// TimeoutError "…: The sandbox was killed or reached its end of life while the
+		// request was in flight", keeping this message, Cove's reason, in front.
+		code, grpcStatus = "unknown", 2
+		err = fmt.Errorf("%w; the stream was terminated", err)
+	default:
+		code, grpcStatus, _ = rpcCode(err, 0)
+	}
+	message = requestid.Annotate(err.Error(), telemetry.RequestID(ctx))
 	return code, grpcStatus, message, true
+}
+
+// isGone says err is about a sandbox that was killed or does not exist (not a paused one).
+func isGone(err error) bool {
+	var gone *orchestrator.GoneError
+	return errors.As(err, &gone) || errors.Is(err, orchestrator.ErrNotFound) || errors.Is(err, store.ErrNotFound)
 }
 
 // frameReader passes a framed body through unchanged and tracks frame boundaries. When the

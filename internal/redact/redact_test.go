@@ -683,3 +683,27 @@ func TestOwnAndOnAdd(t *testing.T) {
 		}
 	})
 }
+
+func TestValueMasksWhatASecretNamedKeyHolds(t *testing.T) {
+	r := New(Options{Secrets: []string{"exact-secret-1"}})
+	for _, tc := range []struct {
+		name, key string
+		in, want  any
+		masks     int
+	}{
+		{"a string under a secret key is masked whole", "token", "plain", "[REDACTED:key_value]", 1},
+		{"a number under a secret key is masked", "pin_password", float64(1234), "[REDACTED:key_value]", 1},
+		{"a bool under a secret key is kept", "auth", true, true, 0},
+		{"a string under another key is redacted like text", "note", "is exact-secret-1", "is [REDACTED:exact]", 1},
+		{"a nested secret key is masked", "db", map[string]any{"password": "x", "port": float64(5)}, map[string]any{"password": "[REDACTED:key_value]", "port": float64(5)}, 1},
+		{"an array under a secret key is masked item by item", "apiKeys", []any{"a", "b"}, []any{"[REDACTED:key_value]", "[REDACTED:key_value]"}, 2},
+		{"a tokenizer is no token", "tokenizer", "bpe", "bpe", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, c := r.Value(tc.key, tc.in)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) || c.Total() != tc.masks {
+				t.Errorf("Value(%q, %v) = %v, %d masks; want %v, %d", tc.key, tc.in, got, c.Total(), tc.want, tc.masks)
+			}
+		})
+	}
+}

@@ -17,11 +17,14 @@ var defaultCaps = []string{
 	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// maskedPaths and readonlyPaths are runc's `runc spec` defaults.
+// maskedPaths and readonlyPaths are runc's `runc spec` defaults, and masked besides what
+// tells a tenant about the host: its kernel command line and its block devices.
 var (
 	maskedPaths = []string{
 		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+		"/proc/cmdline", "/proc/partitions", "/proc/diskstats",
+		"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
@@ -102,13 +105,19 @@ func ociSpec(s Spec, root, netns, cgroupPath string, seccomp bool) *specs.Spec {
 		res.Pids = &specs.LinuxPids{Limit: &l}
 	}
 
+	var rlimits []specs.POSIXRlimit
+	if l := s.Limits.NoFile; l > 0 {
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: l, Soft: l})
+	}
+
 	spec := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
-			User: specs.User{UID: s.UID, GID: s.GID},
-			Args: s.Args,
-			Env:  env,
-			Cwd:  cwd,
+			User:    specs.User{UID: s.UID, GID: s.GID},
+			Args:    s.Args,
+			Env:     env,
+			Cwd:     cwd,
+			Rlimits: rlimits,
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},

@@ -52,6 +52,34 @@ func removeCgroups(path string) error {
 	return errors.Join(errs...)
 }
 
+// haltCgroup stops every task of a sandbox's cgroup path without waiting: cgroup v2's
+// cgroup.kill kills them all where the kernel has it, else the v1 freezer is set FROZEN (the
+// tasks stop as the kernel reaches them, new children are born frozen). thaw undoes the
+// freeze, for after the tasks are sent SIGKILL (a frozen task dies once thawed); it does
+// nothing when nothing was frozen.
+func haltCgroup(path string) (thaw func()) {
+	for _, dir := range cgroupDirs(path) {
+		if writeControl(filepath.Join(dir, "cgroup.kill"), "1") == nil {
+			return func() {}
+		}
+	}
+	state := filepath.Join(cgroupRoot, "freezer", path, "freezer.state")
+	if writeControl(state, "FROZEN") != nil {
+		return func() {}
+	}
+	return func() { _ = thawV1(state) }
+}
+
+// writeControl writes v to a cgroup control file that exists, never creating one.
+func writeControl(file, v string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	return errors.Join(err, f.Close())
+}
+
 // readStats reads a sandbox's cgroup v1 accounting files.
 func readStats(path string) (Stats, error) {
 	mem := filepath.Join(cgroupRoot, "memory", path)

@@ -40,7 +40,14 @@ type Config struct {
 	CgroupParent string
 	// NoSeccomp leaves out the seccomp profile (for runc binaries built without libseccomp).
 	NoSeccomp bool
+	// NoFile is RLIMIT_NOFILE of sandboxes whose Limits leave it 0; DefaultNoFile when 0.
+	NoFile uint64
 }
+
+// DefaultNoFile is the open files each process of a sandbox may hold unless configured:
+// with the orchestrator's 512 pids, a sandbox holds at most about a million files (the
+// server's own 20,000 inherited let one hold half of a host's 2.4 million).
+const DefaultNoFile = 2048
 
 // Runc is the default Runtime: it writes an OCI bundle per sandbox and drives the runc CLI,
 // the way containerd does. Cove owns what surrounds runc: the overlay root, the named network
@@ -94,6 +101,9 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 	}
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "/cove"
+	}
+	if cfg.NoFile == 0 {
+		cfg.NoFile = DefaultNoFile
 	}
 	if !filepath.IsAbs(cfg.CgroupParent) {
 		return nil, fmt.Errorf("%w: cgroup parent %q must be absolute", ErrInvalid, cfg.CgroupParent)
@@ -210,12 +220,12 @@ func validate(s Spec) error {
 	default:
 		return fmt.Errorf("%w: %s: unknown network %q", ErrInvalid, s.ID, s.Network)
 	}
-	for _, b := range s.Binds {
+	for _, b := range s.Binds { // a host path stays out of these: the target may be a user's
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
-			return fmt.Errorf("%w: %s: bind %s:%s needs absolute paths", ErrInvalid, s.ID, b.Source, b.Target)
+			return fmt.Errorf("%w: %s: bind onto %s needs absolute paths", ErrInvalid, s.ID, b.Target)
 		}
 		if _, err := os.Stat(b.Source); err != nil {
-			return fmt.Errorf("%w: %s: bind source: %v", ErrInvalid, s.ID, err)
+			return fmt.Errorf("%w: %s: bind onto %s: its source is missing", ErrInvalid, s.ID, b.Target)
 		}
 	}
 	return nil
@@ -226,10 +236,17 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	if err := validate(s); err != nil {
 		return nil, err
 	}
+	if s.Limits.NoFile == 0 {
+		s.Limits.NoFile = r.cfg.NoFile
+	}
 	unlock := r.lock(s.ID)
 	defer unlock()
 	dir := r.dir(s.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if s.Reboot {
+		if r.runs(s.ID) {
+			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
+		}
+	} else if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
 		}
@@ -245,7 +262,11 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 
 	root := s.Rootfs
 	layers := dir
-	if !s.Direct && s.Limits.DiskBytes > 0 {
+	if s.Reboot {
+		if layers, s.Netns, err = r.reuseKept(s.ID, s.Limits.DiskBytes); err != nil {
+			return nil, err
+		}
+	} else if !s.Direct && s.Limits.DiskBytes > 0 {
 		if layers, err = mountDisk(r.cfg.DataDir, dir, s.Limits.DiskBytes); err != nil {
 			return nil, fmt.Errorf("create %s: %w", s.ID, err)
 		}
@@ -266,6 +287,9 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: prepare root: %w", s.ID, err)
 		}
 	}
+	if err := checkBindTargets(root, s.Binds); err != nil {
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
 	netns := s.Netns
 	if s.Network != NetworkHost && netns == "" {
 		netns = r.netnsPath(s.ID)
@@ -279,6 +303,9 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	}
 	spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
 	cfg, err := json.MarshalIndent(spec, "", "  ")
+	if s.Reboot {
+		cfg, err = os.ReadFile(filepath.Join(dir, "config.json")) // the stopped sandbox's: its binds, env, limits, network
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -381,9 +408,47 @@ func mountOverlay(lowers []string, layers, merged string) error {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
+	// The overlay's options show in the sandbox's /proc/self/mountinfo as they were given:
+	// naming each directory by a descriptor of ours (/proc/self/fd/N) keeps the host's paths
+	// out of the sandbox's sight. The kernel holds the directories themselves once mounted.
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	name := func(dir string) (string, error) {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("open overlay layer %s: %w", dir, err)
+		}
+		fds = append(fds, fd)
+		return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+	}
+	var lowerNames []string
+	for _, l := range lowers {
+		n, err := name(l)
+		if err != nil {
+			return err
+		}
+		lowerNames = append(lowerNames, n)
+	}
+	upperName, err := name(upper)
+	if err != nil {
+		return err
+	}
+	workName, err := name(work)
+	if err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowerNames, ":"), upperName, workName)
 	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", merged, err)
+	}
+	// mountinfo cannot say which layers a descriptor named: a record does (overlays.go).
+	if err := recordOverlay(merged, lowers); err != nil {
+		_ = unix.Unmount(merged, unix.MNT_DETACH)
+		return fmt.Errorf("record overlay on %s: %w", merged, err)
 	}
 	return nil
 }
@@ -632,11 +697,15 @@ func (r *Runc) Destroy(ctx context.Context, id string) error {
 // crashed server.
 func (r *Runc) destroy(ctx context.Context, id string) error {
 	var errs []error
+	// Stop everything at once before runc even starts: a fork bomb that keeps the CPUs
+	// busy would otherwise slow runc's own start and its walk over the tasks.
+	thaw := haltCgroup(r.cgroupPath(id))
 	// kill --all freezes, signals and thaws, so it also kills a frozen sandbox; init's death
 	// then takes the rest of its pid namespace with it.
 	if _, err := r.runc(ctx, "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
 		errs = append(errs, err)
 	}
+	thaw() // the killed tasks die once thawed
 	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		errs = append(errs, err)
 	}
@@ -690,6 +759,7 @@ func unmount(path string) error {
 		err = unix.Unmount(path, unix.MNT_DETACH)
 	}
 	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		forgetOverlay(path)
 		return nil
 	}
 	return fmt.Errorf("unmount %s: %w", path, err)

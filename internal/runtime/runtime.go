@@ -87,6 +87,9 @@ type Spec struct {
 	// snapshot) instead of running Args: its upper dir is copied in, and its processes and
 	// memory restored, running, as with Start. Args still describe the init.
 	Restore string
+	// Reboot starts the sandbox afresh on the files FilesKeeper.StopKeepFiles kept for its
+	// id (a filesystem-only pause): its written files are there, nothing of its processes.
+	Reboot bool
 }
 
 // Bind is a host path mounted into the sandbox.
@@ -101,6 +104,9 @@ type Limits struct {
 	MemoryBytes int64   // memory.limit_in_bytes; the sandbox is OOM-killed above it
 	CPUs        float64 // CPU time as a number of cores (cfs quota over a 100 ms period)
 	PIDs        int64   // pids.max
+	// NoFile is RLIMIT_NOFILE, soft and hard, of every process in the sandbox. With PIDs it
+	// bounds the files a sandbox can hold open (NoFile × PIDs). Runc's Config.NoFile when 0.
+	NoFile uint64
 	// DiskBytes bounds what the sandbox writes to its root: the overlay's upper layer is an
 	// ext4 filesystem of this size, so a write past it gets ENOSPC (not with Direct).
 	DiskBytes int64
@@ -158,7 +164,8 @@ type Exit struct {
 	Signal    string // the signal's name when killed by one ("killed")
 	OOMKilled bool   // the kernel's OOM killer killed a process of this sandbox
 	At        time.Time
-	// Checkpointed: a checkpoint stopped the init (Checkpointer); the sandbox lives on disk.
+	// Checkpointed: a checkpoint (Checkpointer) or a stop that keeps the files (FilesKeeper)
+	// stopped the init; the sandbox lives on disk.
 	Checkpointed bool
 }
 

@@ -3,25 +3,26 @@
 // resolves on the host, so a value never enters a sandbox.
 //
 // The one idea: values are write-only. Every read returns metadata; only Value, which the
-// egress proxy calls, returns a value. The store is one JSON file (0600) replaced atomically
-// on every change, so a crash loses nothing that was acknowledged.
+// egress proxy calls, returns a value. Records live in the store (store.Secrets); each
+// version's value is sealed by the server's vault before it reaches the store, so a copy of
+// the database holds no secret.
 package secrets
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/store"
 )
 
 // Errors callers branch on.
@@ -41,33 +42,86 @@ type Info struct {
 	UpdatedAt      time.Time         `json:"updatedAt"`
 }
 
-type secret struct {
+func infoOf(r *store.Secret) Info {
+	md := r.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return Info{ID: r.ID, Name: r.Name, CurrentVersion: r.CurrentVersion, Metadata: md, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+// Store is the team secret store over a record store and a sealer. Safe for concurrent use.
+type Store struct {
+	db   store.Secrets
+	seal store.Sealer
+	mu   sync.Mutex // serialises a secret's read-modify-write (Update's next version)
+}
+
+// sealName is the associated data a version's value is sealed under: a sealed value copied to
+// another secret or version does not open.
+func sealName(id string, version int64) string { return fmt.Sprintf("secret-%s-v%d", id, version) }
+
+// Open returns the store over db and seal. A secrets.json written by an older Cove at
+// legacyPath ("" for none) is moved into db, sealed, then removed: a crash between the two
+// leaves the file, and the next Open skips what db already holds.
+func Open(ctx context.Context, db store.Secrets, seal store.Sealer, legacyPath string) (*Store, error) {
+	s := &Store{db: db, seal: seal}
+	if legacyPath != "" {
+		if err := s.importLegacy(ctx, legacyPath); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// legacySecret is a secret as secrets.json held it, values in the clear.
+type legacySecret struct {
 	Info
 	Team     string   `json:"team"`
 	Versions []string `json:"versions"` // Versions[i] is version i+1
 }
 
-// Store is a file-backed secret store. Safe for concurrent use.
-type Store struct {
-	path string
-	mu   sync.Mutex
-	all  []*secret
-}
-
-// Open opens (or starts) the store at path.
-func Open(path string) (*Store, error) {
-	s := &Store{path: path}
+func (s *Store) importLegacy(ctx context.Context, path string) error {
 	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return s, nil
-	case err != nil:
-		return nil, fmt.Errorf("secrets: %w", err)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
-	if err := json.Unmarshal(b, &s.all); err != nil {
-		return nil, fmt.Errorf("secrets: %s: %w", path, err)
+	if err != nil {
+		return fmt.Errorf("secrets: %w", err)
 	}
-	return s, nil
+	var all []legacySecret
+	if err := json.Unmarshal(b, &all); err != nil {
+		return fmt.Errorf("secrets: %s: %w", path, err)
+	}
+	for _, x := range all {
+		if len(x.Versions) == 0 {
+			continue
+		}
+		if _, err := s.db.GetSecret(ctx, x.Team, x.ID); err == nil {
+			continue // moved by an earlier start that stopped before removing the file
+		}
+		rec := &store.Secret{ID: x.ID, TeamID: x.Team, Name: x.Name, CurrentVersion: 1, Metadata: x.Metadata,
+			CreatedAt: x.CreatedAt, UpdatedAt: x.UpdatedAt}
+		for i, v := range x.Versions {
+			rec.CurrentVersion = int64(i + 1)
+			sealed, err := s.seal.Seal(sealName(rec.ID, rec.CurrentVersion), []byte(v))
+			if err != nil {
+				return fmt.Errorf("secrets: move %s: %w", x.ID, err)
+			}
+			if i == 0 {
+				err = s.db.InsertSecret(ctx, rec, sealed)
+			} else {
+				err = s.db.AddSecretVersion(ctx, rec, sealed)
+			}
+			if err != nil {
+				return fmt.Errorf("secrets: move %s: %w", x.ID, err)
+			}
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("secrets: remove %s after moving it into the store: %w", path, err)
+	}
+	return nil
 }
 
 // validName is compiled on first use, not at package init, which every envd start (the
@@ -101,19 +155,19 @@ func checkValue(v string) error {
 	return nil
 }
 
-// find returns the team's secret by id or (lower-cased) name. Caller holds s.mu.
-func (s *Store) find(team, ref string) *secret {
-	name := strings.ToLower(ref)
-	for _, x := range s.all {
-		if x.Team == team && (x.ID == ref || x.Name == name) {
-			return x
-		}
+// storeErr maps the record store's errors to this package's.
+func storeErr(ref string, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: %q", ErrNotFound, ref)
+	case errors.Is(err, store.ErrConflict):
+		return fmt.Errorf("%w: %q", ErrConflict, ref)
 	}
-	return nil
+	return fmt.Errorf("secrets: %w", err)
 }
 
 // Create stores a new secret with its first version.
-func (s *Store) Create(team, name, value string, md map[string]string) (Info, error) {
+func (s *Store) Create(ctx context.Context, team, name, value string, md map[string]string) (Info, error) {
 	name = strings.ToLower(name)
 	if !validName().MatchString(name) || strings.HasPrefix(name, "sec_") {
 		return Info{}, fmt.Errorf("%w: name %q: 1 to 128 of [a-z0-9._-], starting with a letter or digit, not sec_", ErrInvalid, name)
@@ -121,133 +175,110 @@ func (s *Store) Create(team, name, value string, md map[string]string) (Info, er
 	if err := errors.Join(checkValue(value), checkMetadata(md)); err != nil {
 		return Info{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.find(team, name) != nil {
-		return Info{}, fmt.Errorf("%w: %q", ErrConflict, name)
-	}
 	b := make([]byte, 10)
 	_, _ = rand.Read(b)
-	now := time.Now().UTC()
-	if md == nil {
-		md = map[string]string{}
-	}
-	x := &secret{Info: Info{ID: "sec_" + hex.EncodeToString(b), Name: name, CurrentVersion: 1, Metadata: md, CreatedAt: now, UpdatedAt: now},
-		Team: team, Versions: []string{value}}
-	s.all = append(s.all, x)
-	if err := s.save(); err != nil {
-		s.all = s.all[:len(s.all)-1]
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rec := &store.Secret{ID: "sec_" + hex.EncodeToString(b), TeamID: team, Name: name, CurrentVersion: 1, Metadata: md, CreatedAt: now, UpdatedAt: now}
+	sealed, err := s.seal.Seal(sealName(rec.ID, 1), []byte(value))
+	if err != nil {
 		return Info{}, err
 	}
-	return x.Info, nil
+	if err := s.db.InsertSecret(ctx, rec, sealed); err != nil {
+		return Info{}, storeErr(name, err)
+	}
+	return infoOf(rec), nil
 }
 
 // Update stores value as the secret's new version (and replaces its metadata when md is
 // not nil).
-func (s *Store) Update(team, ref, value string, md map[string]string) (Info, error) {
+func (s *Store) Update(ctx context.Context, team, ref, value string, md map[string]string) (Info, error) {
 	if err := errors.Join(checkValue(value), checkMetadata(md)); err != nil {
 		return Info{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := s.find(team, ref)
-	if x == nil {
-		return Info{}, fmt.Errorf("%w: %q", ErrNotFound, ref)
+	rec, err := s.db.GetSecret(ctx, team, s.ref(ref))
+	if err != nil {
+		return Info{}, storeErr(ref, err)
 	}
-	old := *x
-	x.Versions = append(append([]string(nil), x.Versions...), value)
-	x.CurrentVersion, x.UpdatedAt = int64(len(x.Versions)), time.Now().UTC()
+	rec.CurrentVersion++
+	rec.UpdatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	if md != nil {
-		x.Metadata = md
+		rec.Metadata = md
 	}
-	if err := s.save(); err != nil {
-		*x = old
+	sealed, err := s.seal.Seal(sealName(rec.ID, rec.CurrentVersion), []byte(value))
+	if err != nil {
 		return Info{}, err
 	}
-	return x.Info, nil
+	if err := s.db.AddSecretVersion(ctx, rec, sealed); err != nil {
+		return Info{}, storeErr(ref, err)
+	}
+	return infoOf(rec), nil
+}
+
+// ref is a reference as the store looks it up: an id as given, a name lower-cased.
+func (s *Store) ref(ref string) string {
+	if strings.HasPrefix(ref, "sec_") {
+		return ref
+	}
+	return strings.ToLower(ref)
 }
 
 // Get returns a secret's metadata.
-func (s *Store) Get(team, ref string) (Info, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if x := s.find(team, ref); x != nil {
-		return x.Info, nil
+func (s *Store) Get(ctx context.Context, team, ref string) (Info, error) {
+	rec, err := s.db.GetSecret(ctx, team, s.ref(ref))
+	if err != nil {
+		return Info{}, storeErr(ref, err)
 	}
-	return Info{}, fmt.Errorf("%w: %q", ErrNotFound, ref)
+	return infoOf(rec), nil
 }
 
 // List returns up to limit of the team's secrets by name after the name next, and the next
 // page's token ("" on the last page).
-func (s *Store) List(team string, limit int, next string) ([]Info, string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Info
-	for _, x := range s.all {
-		if x.Team == team && x.Name > next {
-			out = append(out, x.Info)
-		}
+func (s *Store) List(ctx context.Context, team string, limit int, next string) ([]Info, string, error) {
+	ask := limit
+	if limit > 0 {
+		ask = limit + 1 // one more tells whether a next page exists
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	recs, err := s.db.ListSecrets(ctx, team, next, ask)
+	if err != nil {
+		return nil, "", storeErr(team, err)
+	}
+	out := make([]Info, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, infoOf(r))
+	}
 	if limit > 0 && len(out) > limit {
-		return out[:limit], out[limit-1].Name
+		return out[:limit], out[limit-1].Name, nil
 	}
-	return out, ""
+	return out, "", nil
 }
 
 // Delete removes a secret and all its versions.
-func (s *Store) Delete(team, ref string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, x := range s.all {
-		if x.Team == team && (x.ID == ref || x.Name == strings.ToLower(ref)) {
-			all := append(append([]*secret(nil), s.all[:i]...), s.all[i+1:]...)
-			old := s.all
-			s.all = all
-			if err := s.save(); err != nil {
-				s.all = old
-				return err
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: %q", ErrNotFound, ref)
-}
-
-// Value returns the current value of the team's secret name: for the egress proxy only.
-func (s *Store) Value(team, name string) (string, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if x := s.find(team, name); x != nil {
-		return x.Versions[len(x.Versions)-1], true
-	}
-	return "", false
-}
-
-// save writes the store to a temporary file, syncs it and renames it over the old one.
-func (s *Store) save() error {
-	b, err := json.Marshal(s.all)
+func (s *Store) Delete(ctx context.Context, team, ref string) error {
+	rec, err := s.db.GetSecret(ctx, team, s.ref(ref))
 	if err != nil {
-		return err
+		return storeErr(ref, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".secrets-*")
-	if err != nil {
-		return fmt.Errorf("secrets: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("secrets: %w", err)
-	}
-	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
-		return fmt.Errorf("secrets: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("secrets: %w", err)
+	if err := s.db.DeleteSecret(ctx, team, rec.ID); err != nil {
+		return storeErr(ref, err)
 	}
 	return nil
+}
+
+// Value returns the current value of the team's secret name: for the egress proxy only. A
+// value that cannot be read or opened is reported as absent (the proxy then refuses the
+// placeholder), never as a wrong value.
+func (s *Store) Value(team, name string) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	id, version, sealed, err := s.db.SecretValue(ctx, team, strings.ToLower(name))
+	if err != nil {
+		return "", false
+	}
+	plain, err := s.seal.Unseal(sealName(id, version), sealed)
+	if err != nil {
+		return "", false
+	}
+	return string(plain), true
 }

@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/cove-dev/cove/internal/events"
@@ -13,21 +16,30 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/oci"
 )
 
 // buildSandbox confines the steps of a team's template build as the team's sandboxes are:
 // in a network of the server's network manager under the team's egress policy (loopback
 // only when the server gives sandboxes no network), never the host's, and with the CPUs and
 // memory the build asked for (a sandbox's defaults when it did not), within the team's quota,
-// and each step's writes on a disk of a sandbox's size.
-func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
+// and each step's writes on a disk of a sandbox's size. Each running step counts as one of
+// the team's sandboxes and is killed past the step time limit (g).
+func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) template.Sandbox {
 	return template.Sandbox{
 		DiskSizeMB: cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
+		Pull: func(team string) oci.Guard {
+			return oci.Guard{Registries: cfg.RegistryAllow, Limit: cfg.Network.EgressLimit, Allows: pullPolicy(cfg.Quotas.For(team).Egress, team)}
+		},
 		Network: func(team string) template.StepNetwork {
-			if netw == nil {
-				return template.Loopback
+			var n template.StepNetwork = template.Loopback
+			if netw != nil {
+				n = teamNetwork{netw: netw, egress: cfg.Quotas.For(team).Egress, team: team}
 			}
-			return teamNetwork{netw: netw, egress: cfg.Quotas.For(team).Egress, team: team}
+			if g.reserve == nil && g.timeout <= 0 {
+				return n
+			}
+			return &guardedSteps{StepNetwork: n, team: team, guard: g, held: map[string]heldStep{}}
 		},
 		Limits: func(team string, cpus, memoryMB int) (int, int, error) {
 			q := cfg.Quotas.For(team)
@@ -46,6 +58,103 @@ func buildSandbox(cfg Config, netw orchestrator.Network) template.Sandbox {
 			}
 			return cpus, memoryMB, nil
 		},
+	}
+}
+
+// stepGuard bounds a team's build steps: reserve counts a running step as one of the team's
+// sandboxes (orchestrator.ReserveBuildStep), and a step still running after timeout is told
+// why in its log (note) and killed (kill: the runtime's Destroy). A zero field bounds nothing.
+type stepGuard struct {
+	reserve func(team, id string) (release func(), err error)
+	timeout time.Duration
+	note    func(id, line string)
+	kill    func(ctx context.Context, id string) error
+	logger  *slog.Logger
+}
+
+// guardedSteps is a team's step network that also holds each step's place in the team's
+// quota and its time limit, from Attach (before the step's container is made) to Detach
+// (once it is gone).
+type guardedSteps struct {
+	template.StepNetwork
+	team  string
+	guard stepGuard
+
+	mu   sync.Mutex
+	held map[string]heldStep
+}
+
+type heldStep struct {
+	release func()
+	timer   *time.Timer
+}
+
+func (g *guardedSteps) Attach(ctx context.Context, id string) (string, string, error) {
+	release := func() {}
+	if g.guard.reserve != nil && g.team != "" {
+		r, err := g.guard.reserve(g.team, id)
+		if err != nil {
+			return "", "", fmt.Errorf("build step of team %s: %w", g.team, err)
+		}
+		release = r
+	}
+	netns, resolv, err := g.StepNetwork.Attach(ctx, id)
+	if err != nil {
+		release()
+		return "", "", err
+	}
+	h := heldStep{release: release}
+	if d := g.guard.timeout; d > 0 && g.guard.kill != nil {
+		h.timer = time.AfterFunc(d, func() { g.expire(context.WithoutCancel(ctx), id, d) })
+	}
+	g.mu.Lock()
+	g.held[id] = h
+	g.mu.Unlock()
+	return netns, resolv, nil
+}
+
+// expire kills step id, which ran past d, saying so in its log and the server's.
+func (g *guardedSteps) expire(ctx context.Context, id string, d time.Duration) {
+	why := fmt.Sprintf("build step killed: it ran past the step time limit of %s (--build-step-timeout)", d)
+	if g.guard.note != nil {
+		g.guard.note(id, why)
+	}
+	logger := cmp.Or(g.guard.logger, telemetry.Logger(ctx))
+	logger.Warn("build step killed: time limit", telemetry.KeySandboxID, id, telemetry.KeyTeamID, g.team, telemetry.KeyDurationMS, d.Milliseconds())
+	if err := g.guard.kill(ctx, id); err != nil {
+		logger.Error("build step kill failed", telemetry.KeySandboxID, id, telemetry.KeyError, err.Error())
+	}
+}
+
+func (g *guardedSteps) Detach(ctx context.Context, id string) error {
+	g.mu.Lock()
+	h, ok := g.held[id]
+	delete(g.held, id)
+	g.mu.Unlock()
+	if ok {
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+		defer h.release()
+	}
+	return g.StepNetwork.Detach(ctx, id)
+}
+
+// pullPolicy is the team's egress policy for its fromImage pulls: an address allowOut names
+// (or a host it names) is allowed, else the internet minus denyOut when internet access is on.
+func pullPolicy(e *orchestrator.Egress, team string) func(host string, addr netip.Addr) bool {
+	return func(host string, addr netip.Addr) bool {
+		p, err := e.Policy(team)
+		if err != nil {
+			return false
+		}
+		in := func(ps []netip.Prefix) bool {
+			return slices.ContainsFunc(ps, func(q netip.Prefix) bool { return q.Contains(addr) })
+		}
+		if in(p.AllowOut) || p.AllowsHost(host) {
+			return true
+		}
+		return p.AllowInternet && !in(p.DenyOut)
 	}
 }
 

@@ -75,7 +75,7 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		"broken": {Egress: &orchestrator.Egress{DenyOut: []string{"not-a-cidr/99"}}},
 	}}}
 	t.Run("limits: the defaults, clamped to the team's quota, and over it an error naming the field", func(t *testing.T) {
-		sb := buildSandbox(cfg, nil)
+		sb := buildSandbox(cfg, nil, stepGuard{})
 		if sb.DiskSizeMB != 1024 {
 			t.Errorf("disk %d, want the sandbox default 1024", sb.DiskSizeMB)
 		}
@@ -104,13 +104,13 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		}
 	})
 	t.Run("a server without networking builds on loopback", func(t *testing.T) {
-		if n := buildSandbox(cfg, nil).Network("open"); n != template.Loopback {
+		if n := buildSandbox(cfg, nil, stepGuard{}).Network("open"); n != template.Loopback {
 			t.Errorf("network %v, want loopback", n)
 		}
 	})
 	t.Run("steps attach under the team's egress, flush their denials and detach", func(t *testing.T) {
 		netw := &fakeNetwork{attached: map[string]network.Policy{}}
-		n := buildSandbox(cfg, netw).Network("closed")
+		n := buildSandbox(cfg, netw, stepGuard{}).Network("closed")
 		netns, resolv, err := n.Attach(context.Background(), "step-1")
 		if err != nil || netns != "/run/netns/step-1" || resolv != "/run/resolv/step-1" {
 			t.Fatalf("attach: %q %q %v", netns, resolv, err)
@@ -128,13 +128,13 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		if _, left := netw.attached["step-1"]; left || !slices.Equal(netw.flushed, []string{"step-1"}) {
 			t.Errorf("after detach: attached %v, flushed %v", netw.attached, netw.flushed)
 		}
-		if s := buildSandbox(cfg, netw).Network("open").String(); !strings.Contains(s, "no egress rules") {
+		if s := buildSandbox(cfg, netw, stepGuard{}).Network("open").String(); !strings.Contains(s, "no egress rules") {
 			t.Errorf("an open team's network: %q", s)
 		}
 	})
 	t.Run("a team whose egress does not parse gets no network, and says why", func(t *testing.T) {
 		netw := &fakeNetwork{attached: map[string]network.Policy{}}
-		n := buildSandbox(cfg, netw).Network("broken")
+		n := buildSandbox(cfg, netw, stepGuard{}).Network("broken")
 		if _, _, err := n.Attach(context.Background(), "step-2"); err == nil || len(netw.attached) != 0 {
 			t.Errorf("attach: %v, attached %v", err, netw.attached)
 		}
@@ -144,7 +144,7 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 	})
 	t.Run("an attach the network refuses fails the step", func(t *testing.T) {
 		netw := &fakeNetwork{attached: map[string]network.Policy{}, err: errors.New("pool exhausted")}
-		if _, _, err := buildSandbox(cfg, netw).Network("open").Attach(context.Background(), "step-3"); err == nil || !strings.Contains(err.Error(), "pool exhausted") {
+		if _, _, err := buildSandbox(cfg, netw, stepGuard{}).Network("open").Attach(context.Background(), "step-3"); err == nil || !strings.Contains(err.Error(), "pool exhausted") {
 			t.Errorf("attach: %v", err)
 		}
 	})

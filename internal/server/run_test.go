@@ -318,6 +318,7 @@ func TestSandboxDomains(t *testing.T) {
 		wantProxy, wantSBox string
 	}{
 		{"a configured domain is used for both", "sbx.example.test", &net.TCPAddr{Port: 3000}, "sbx.example.test", "sbx.example.test"},
+		{"a configured domain with a port routes by the name and reports the port", "cove.localhost:3443", &net.TCPAddr{Port: 3443}, "cove.localhost", "cove.localhost:3443"},
 		{"without one, hosts are localhost on the server's port", "", &net.TCPAddr{Port: 3000}, "localhost", "localhost:3000"},
 		{"without a port, plain localhost", "", &net.UnixAddr{Name: "/run/cove.sock"}, "localhost", "localhost"},
 	}

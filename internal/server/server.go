@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
@@ -56,7 +54,11 @@ import (
 type Config struct {
 	Addr    string // listen address; 127.0.0.1:3000 by default
 	DataDir string // state, templates, sandboxes and logs; /var/lib/cove by default
-	Domain  string // sandbox host domain for {port}-{id}.{domain} routing; "" disables it
+	Domain  string // sandbox host domain for {port}-{id}.{domain} routing, with :port when not 443 or 80
+	// TLSCert and TLSKey are the server's certificate and key (a wildcard one for the sandbox
+	// hosts); TLSSelfSigned makes them from a CA of the data dir's. Either serves TLS only.
+	TLSCert, TLSKey string
+	TLSSelfSigned   bool
 	// TemplateDir is the template store; <DataDir>/templates when empty.
 	TemplateDir string
 	// SampleInterval is how often each sandbox's resources are sampled; 5 s when 0.
@@ -94,6 +96,19 @@ type Config struct {
 	PauseKind reason.PauseKind
 	// SandboxMemoryMB is each sandbox's memory limit; 512 when 0.
 	SandboxMemoryMB int
+	// LogTeamBytesPerHour is the log bytes a team's sandboxes may store per hour (2 GiB when
+	// 0, none when negative), LogMinFreeMB the free space the data dir's disk keeps, below
+	// which log lines are dropped (1024 when 0, none when negative).
+	LogTeamBytesPerHour int64
+	LogMinFreeMB        int64
+	// HostFilesFreePercent is the share of the host's open files creates leave free (10
+	// when 0, none when negative): below it they answer 503.
+	HostFilesFreePercent int
+	// BuildStepTimeout kills a template build's step that runs longer (0: no limit).
+	BuildStepTimeout time.Duration
+	// VolumeMinFreeMB is the free space the volumes' disk keeps above every volume filled:
+	// a volume that would not fit is refused (507). 1024 when 0, none when negative.
+	VolumeMinFreeMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
 	// Mirror is the Debian mirror that first build downloads from (template.ValidMirror);
@@ -106,6 +121,10 @@ type Config struct {
 	Logger    *slog.Logger
 	// Ready, if set, is called with the listener's address once the server serves.
 	Ready func(addr string, apiKey string)
+
+	// RegistryAllow are registries (HOST or HOST:PORT) fromImage pulls may reach whatever
+	// they resolve to (loopback, the host's own addresses, past the egress limit).
+	RegistryAllow []string
 }
 
 // Paths inside the data dir.
@@ -133,12 +152,23 @@ func adminToken(data string) (string, error) {
 	return token, nil
 }
 
-// OpenStore opens the data dir's store, for CLI verbs that work beside a running server.
+// OpenStore opens the data dir's store with its vault, which seals the secrets records keep,
+// for the server and for CLI verbs that work beside a running server.
 func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
+	db, _, err := openStore(ctx, data)
+	return db, err
+}
+
+func openStore(ctx context.Context, data string) (*sqlite.DB, *vault.Vault, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return sqlite.Open(ctx, dbPath(data))
+	kept, err := vault.Open(filepath.Join(data, "vault"))
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
+	return db, kept, err
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
@@ -159,6 +189,9 @@ func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Sto
 // list of steps below, each a small function; what a step opens, it also closes (in
 // reverse order, once Run returns).
 func Run(ctx context.Context, cfg Config, progress io.Writer) error {
+	if err := checkTLSFlags(cfg); err != nil {
+		return err
+	}
 	s := newInstance(cfg, progress)
 	defer s.close()
 	ctx = telemetry.WithLogger(ctx, s.cfg.Logger)
@@ -198,6 +231,7 @@ type instance struct {
 	ingester  *logs.Ingester
 	bus       *events.Bus
 	secrets   *secrets.Store
+	vault     *vault.Vault // seals what the server keeps secret at rest
 	netw      orchestrator.Network
 	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	orch      *orchestrator.Orchestrator
@@ -205,6 +239,7 @@ type instance struct {
 	builds    *template.Builds
 	ln        net.Listener
 	dashboard *console.Console
+	proxy     *proxy.Proxy
 	srv       *http.Server
 }
 
@@ -305,11 +340,11 @@ func (s *instance) openTemplates(ctx context.Context) error {
 // openStore opens the SQLite store, making the first team, API key and admin token on
 // first run.
 func (s *instance) openStore(ctx context.Context) error {
-	db, err := OpenStore(ctx, s.cfg.DataDir)
+	db, kept, err := openStore(ctx, s.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s.db = db
+	s.db, s.vault = db, kept
 	s.onClose(db.Close)
 	if s.apiKey, err = firstRunKey(ctx, db, s.cfg.DataDir); err != nil {
 		return err
@@ -320,7 +355,8 @@ func (s *instance) openStore(ctx context.Context) error {
 
 // startLogs starts the log ingester and tees the server's own logger into it.
 func (s *instance) startLogs(context.Context) error {
-	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger})
+	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger, MaxBytesPerHourPerTeam: s.cfg.LogTeamBytesPerHour,
+		DataDir: s.cfg.DataDir, MinFreeBytes: s.cfg.LogMinFreeMB << 20})
 	s.onClose(s.ingester.Close)
 	// From here on, the server's own lines about a sandbox also go to the log store, so a
 	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
@@ -354,9 +390,10 @@ func (s *instance) startEvents(ctx context.Context) error {
 	return nil
 }
 
-// startNetwork opens the secret store and, unless NoNetwork, sets up sandbox egress.
+// startNetwork opens the secret store (moving an older release's secrets.json into the
+// store) and, unless NoNetwork, sets up sandbox egress.
 func (s *instance) startNetwork(ctx context.Context) error {
-	secretStore, err := secrets.Open(filepath.Join(s.cfg.DataDir, "secrets.json"))
+	secretStore, err := secrets.Open(ctx, s.db, s.vault, filepath.Join(s.cfg.DataDir, "secrets.json"))
 	if err != nil {
 		return err
 	}
@@ -398,16 +435,13 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kept, err := vault.Open(filepath.Join(s.cfg.DataDir, "vault"))
-	if err != nil {
-		return err
-	}
+	kept := s.vault
 	cfg := s.cfg
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, Network: s.netw, Vault: kept,
+		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 	})
 	if err != nil {
 		return err
@@ -437,7 +471,8 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	s.onClose(func() error { builds.Close(); return nil })
 	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
-	builds.SetSandbox(buildSandbox(s.cfg, s.netw))
+	builds.SetSandbox(buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
+		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger}))
 	s.builds = builds
 	s.retainer = retention.New(retention.Config{Store: s.db, Files: buildRetention(builds, s.templates), Policies: policies(s.cfg), Logger: s.cfg.Logger})
 	go s.retainer.Run(ctx)
@@ -457,12 +492,18 @@ func (s *instance) listen(context.Context) error {
 // buildHandlers builds the edges (the API with its team APIs, the proxy, /metrics and the
 // console) and the HTTP server over them.
 func (s *instance) buildHandlers(context.Context) error {
-	proxyDomain, sandboxDomain := SandboxDomains(s.cfg.Domain, s.ln.Addr())
+	domain := s.cfg.Domain
+	if domain == "" && s.cfg.tlsOn() {
+		domain = DefaultTLSDomain + portSuffix(s.ln.Addr())
+	}
+	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
-	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
+	s.proxy = px
+	// A team's series (its id in the team label) only to its own key or the admin token.
+	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.Metrics(), Keys: s.db, AdminToken: s.admin})
 	s.dashboard = console.New(console.Config{Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -481,6 +522,14 @@ func (s *instance) buildHandlers(context.Context) error {
 	s.srv.Protocols = new(http.Protocols)
 	s.srv.Protocols.SetHTTP1(true)
 	s.srv.Protocols.SetUnencryptedHTTP2(true)
+	if s.cfg.tlsOn() {
+		tlsConfig, err := serverTLS(s.cfg, proxyDomain, s.ln.Addr())
+		if err != nil {
+			return err
+		}
+		s.srv.TLSConfig = tlsConfig
+		s.srv.Protocols.SetHTTP2(true)
+	}
 	return nil
 }
 
@@ -552,6 +601,13 @@ func (s *instance) sandboxMetricsReadable(ctx context.Context, team, id string) 
 // announce prints where Cove is and how the SDK reaches it, and calls cfg.Ready.
 func (s *instance) announce() {
 	url := "http://" + s.ln.Addr().String()
+	if s.cfg.tlsOn() {
+		url = "https://" + s.ln.Addr().String()
+	}
+	if s.cfg.TLSSelfSigned {
+		ca := CAFile(s.cfg.DataDir)
+		s.say("TLS with a self-signed CA: trust %s (NODE_EXTRA_CA_CERTS=%s, curl --cacert %s)", ca, ca, ca)
+	}
 	s.say("Cove is up at %s", url)
 	if s.apiKey != "" {
 		s.say("point the E2B SDK at it:\n    export E2B_API_URL=%s E2B_SANDBOX_URL=%s E2B_API_KEY=%s", url, url, s.apiKey)
@@ -574,7 +630,13 @@ func (s *instance) announce() {
 // the server.
 func (s *instance) serve(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
+	go func() {
+		if s.srv.TLSConfig != nil {
+			errc <- s.srv.ServeTLS(s.ln, "", "")
+			return
+		}
+		errc <- s.srv.Serve(s.ln)
+	}()
 	select {
 	case err := <-errc:
 		stop(context.Background(), s.orch, s.cfg.OnStop)
@@ -584,6 +646,7 @@ func (s *instance) serve(ctx context.Context) error {
 	s.cfg.Logger.Info("cove server stopping", telemetry.KeyOnStop, s.cfg.OnStop.String())
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s.proxy.Shutdown()               // open streams end naming the stop, not with a cut envelope
 	stop(sctx, s.orch, s.cfg.OnStop) // either way, the sandboxes' streams through the proxy end
 	s.dashboard.Close()              // ends the console's live streams
 	_ = s.srv.Shutdown(sctx)
@@ -673,8 +736,14 @@ func trimNL(b []byte) []byte {
 // configured domain, sandbox hosts are {port}-{id}.localhost on the server's own port: they
 // work out of the box on the machine Cove runs on, since curl and browsers send every
 // *.localhost name to loopback.
+//
+// A configured domain may end in :port (the port the SDKs' hosts name when it is not the
+// scheme's default); the proxy routes by the name alone.
 func SandboxDomains(configured string, addr net.Addr) (proxyDomain, sandboxDomain string) {
 	if configured != "" {
+		if host, _, err := net.SplitHostPort(configured); err == nil {
+			return host, configured
+		}
 		return configured, configured
 	}
 	port := ""
@@ -685,4 +754,12 @@ func SandboxDomains(configured string, addr net.Addr) (proxyDomain, sandboxDomai
 		return "localhost", "localhost"
 	}
 	return "localhost", "localhost:" + port
+}
+
+// portSuffix is ":port" of a TCP address, or "".
+func portSuffix(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		return ":" + strconv.Itoa(tcp.Port)
+	}
+	return ""
 }

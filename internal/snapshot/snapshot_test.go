@@ -3,8 +3,12 @@ package snapshot_test
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/snapshot"
 )
@@ -73,21 +77,21 @@ func TestVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := vs.Create("t1", "data", 0)
+	a, err := vs.Create("t1", "data", 0, snapshot.VolumeLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("a name is unique per team, and another team may use it", func(t *testing.T) {
-		if _, err := vs.Create("t1", "data", 0); !errors.Is(err, snapshot.ErrVolumeExists) {
+		if _, err := vs.Create("t1", "data", 0, snapshot.VolumeLimits{}); !errors.Is(err, snapshot.ErrVolumeExists) {
 			t.Errorf("a second t1 volume named data: %v", err)
 		}
-		if _, err := vs.Create("t2", "data", 0); err != nil {
+		if _, err := vs.Create("t2", "data", 0, snapshot.VolumeLimits{}); err != nil {
 			t.Errorf("t2's volume named data: %v", err)
 		}
 	})
 	t.Run("bad names are refused", func(t *testing.T) {
 		for _, name := range []string{"", "../x", "a/b", ".hidden"} {
-			if _, err := vs.Create("t1", name, 0); !errors.Is(err, snapshot.ErrVolumeName) {
+			if _, err := vs.Create("t1", name, 0, snapshot.VolumeLimits{}); !errors.Is(err, snapshot.ErrVolumeName) {
 				t.Errorf("create %q: %v", name, err)
 			}
 		}
@@ -146,4 +150,81 @@ func TestOpenRemovesWhatACrashLeftHalfMade(t *testing.T) {
 	if _, err := st.Get(kept.ID); err != nil {
 		t.Errorf("a whole snapshot was removed: %v", err)
 	}
+}
+
+func TestVolumeLimits(t *testing.T) {
+	t.Run("a team holds at most Count volumes, another team is not charged", func(t *testing.T) {
+		vs, err := snapshot.OpenVolumes(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := snapshot.VolumeLimits{Count: 2}
+		for _, name := range []string{"a", "b"} {
+			if _, err := vs.Create("t1", name, 0, lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := vs.Create("t1", "c", 0, lim); !errors.Is(err, snapshot.ErrVolumeQuota) {
+			t.Errorf("a third volume: %v; want ErrVolumeQuota", err)
+		}
+		if _, err := vs.Create("t2", "c", 0, lim); err != nil {
+			t.Errorf("another team's volume: %v", err)
+		}
+	})
+	t.Run("a volume larger than the free space above the floor is refused and leaves nothing", func(t *testing.T) {
+		vs, err := snapshot.OpenVolumes(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = vs.Create("t1", "huge", snapshot.MaxVolumeBytes, snapshot.VolumeLimits{FreeFloor: 1 << 30})
+		if !errors.Is(err, snapshot.ErrVolumeNoSpace) {
+			t.Fatalf("a 1 TiB volume: %v; want ErrVolumeNoSpace", err)
+		}
+		if l, _ := vs.List("t1"); len(l) != 0 {
+			t.Errorf("left behind: %v", l)
+		}
+	})
+	if os.Geteuid() != 0 {
+		t.Skip("sized volumes are loop-mounted ext4 images on a tmpfs: needs root")
+	}
+	if _, err := exec.LookPath("mke2fs"); err != nil {
+		t.Skip("mke2fs not found (Debian package e2fsprogs)")
+	}
+	disk := t.TempDir()
+	if err := unix.Mount("tmpfs", disk, "tmpfs", 0, "size=64m"); err != nil {
+		t.Skipf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(disk, unix.MNT_DETACH) })
+	vs, err := snapshot.OpenVolumes(filepath.Join(disk, "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l, _ := vs.List("t1")
+		for _, v := range l {
+			_ = vs.Delete("t1", v.ID, func(string) bool { return false })
+		}
+	})
+	t.Run("a team's volumes hold at most Bytes in all", func(t *testing.T) {
+		lim := snapshot.VolumeLimits{Bytes: 12 << 20}
+		if _, err := vs.Create("t1", "eight", 8<<20, lim); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := vs.Create("t1", "more", 8<<20, lim); !errors.Is(err, snapshot.ErrVolumeQuota) {
+			t.Errorf("8 MiB more: %v; want ErrVolumeQuota", err)
+		}
+	})
+	t.Run("a sparse volume's unwritten size is owed to it, not free to the next", func(t *testing.T) {
+		lim := snapshot.VolumeLimits{FreeFloor: 8 << 20}
+		if _, err := vs.Create("t1", "big", 32<<20, lim); err != nil {
+			t.Fatal(err)
+		}
+		// The tmpfs has about 63 MiB free, of which 8 + 32 (big) + 8 (eight) are owed or kept.
+		if _, err := vs.Create("t1", "next", 20<<20, lim); !errors.Is(err, snapshot.ErrVolumeNoSpace) {
+			t.Errorf("20 MiB more: %v; want ErrVolumeNoSpace", err)
+		}
+		if _, err := vs.Create("t1", "small", 4<<20, lim); err != nil {
+			t.Errorf("4 MiB more: %v", err)
+		}
+	})
 }

@@ -38,7 +38,22 @@ var (
 	ErrVolumeExists   = errors.New("a volume with that name exists")
 	ErrVolumeName     = errors.New("bad volume name")
 	ErrVolumeSize     = errors.New("bad volume size")
+	// ErrVolumeQuota: the team holds as many volumes, or as many bytes of them, as its
+	// VolumeLimits allow.
+	ErrVolumeQuota = errors.New("team volume quota reached")
+	// ErrVolumeNoSpace: the host's disk cannot hold the volume above its free-space floor.
+	ErrVolumeNoSpace = errors.New("the volume does not fit on the host's disk")
 )
+
+// VolumeLimits bounds the volumes Create makes; zero fields mean no limit.
+type VolumeLimits struct {
+	Count int   // volumes a team may hold
+	Bytes int64 // their sizes in all
+	// FreeFloor is the free space the volumes' disk keeps: a new volume's size must fit in
+	// what is free above it once every sized volume could be filled (images are sparse,
+	// so a volume's unwritten bytes are owed to it, not free).
+	FreeFloor int64
+}
 
 // MaxVolumeBytes bounds a volume's size (1 TiB); its image is sparse, so only what is
 // written costs the host's disk.
@@ -118,8 +133,9 @@ var (
 // DataDir is the directory sandboxes see of volume id.
 func (v *Volumes) DataDir(id string) string { return filepath.Join(v.dir, id, "data") }
 
-// Create makes a team's volume named name, of size bytes (0: a plain directory, no quota).
-func (v *Volumes) Create(teamID, name string, size int64) (_ *Volume, err error) {
+// Create makes a team's volume named name, of size bytes (0: a plain directory, no quota),
+// within lim.
+func (v *Volumes) Create(teamID, name string, size int64, lim VolumeLimits) (_ *Volume, err error) {
 	if !volumeName.MatchString(name) {
 		return nil, fmt.Errorf("%w: %q must be 1-63 of [A-Za-z0-9._-] starting with a letter or digit", ErrVolumeName, name)
 	}
@@ -130,6 +146,9 @@ func (v *Volumes) Create(teamID, name string, size int64) (_ *Volume, err error)
 	defer v.mu.Unlock()
 	if _, err := v.byName(teamID, name); err == nil {
 		return nil, fmt.Errorf("%w: %s", ErrVolumeExists, name)
+	}
+	if err := v.fits(teamID, size, lim); err != nil {
+		return nil, err
 	}
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
@@ -162,6 +181,48 @@ func (v *Volumes) Create(teamID, name string, size int64) (_ *Volume, err error)
 		return nil, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	return vol, nil
+}
+
+// fits checks a new volume of size bytes of team against lim. v.mu is held, so two creates
+// cannot both take the last room.
+func (v *Volumes) fits(teamID string, size int64, lim VolumeLimits) error {
+	entries, err := os.ReadDir(v.dir)
+	if err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	count, bytes, owed := 1, size, int64(0)
+	for _, e := range entries {
+		vol, err := v.read(e.Name())
+		if !volumeID.MatchString(e.Name()) || err != nil {
+			continue
+		}
+		if vol.TeamID == teamID {
+			count, bytes = count+1, bytes+vol.SizeBytes
+		}
+		if vol.SizeBytes > 0 {
+			var st unix.Stat_t
+			if unix.Stat(v.image(vol.ID), &st) == nil {
+				owed += max(0, vol.SizeBytes-st.Blocks*512)
+			}
+		}
+	}
+	switch {
+	case lim.Count > 0 && count > lim.Count:
+		return fmt.Errorf("%w: this would be volume %d of the team's %d", ErrVolumeQuota, count, lim.Count)
+	case lim.Bytes > 0 && bytes > lim.Bytes:
+		return fmt.Errorf("%w: its volumes would hold %d MiB, over the team's %d MiB", ErrVolumeQuota, bytes>>20, lim.Bytes>>20)
+	}
+	if lim.FreeFloor > 0 && size > 0 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(v.dir, &st); err != nil {
+			return fmt.Errorf("volumes: free space: %w", err)
+		}
+		if room := int64(st.Bavail)*st.Bsize - owed - lim.FreeFloor; size > room {
+			return fmt.Errorf("%w: %d MiB asked, %d MiB free once the other volumes are filled and the host keeps its %d MiB floor",
+				ErrVolumeNoSpace, size>>20, max(0, room)>>20, lim.FreeFloor>>20)
+		}
+	}
+	return nil
 }
 
 // Get returns a team's volume by id or name.

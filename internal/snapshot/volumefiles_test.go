@@ -25,7 +25,7 @@ func openFiles(t *testing.T, size int64) (*snapshot.Volumes, *snapshot.Volume, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol, err := vs.Create("t1", "data", size)
+	vol, err := vs.Create("t1", "data", size, snapshot.VolumeLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestVolumeLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol, err := vs.Create("t1", "shared", 0)
+	vol, err := vs.Create("t1", "shared", 0, snapshot.VolumeLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestVolumeLeases(t *testing.T) {
 		}
 	})
 	t.Run("a volume deleted meanwhile is not claimed", func(t *testing.T) {
-		gone, err := vs.Create("t1", "gone", 0)
+		gone, err := vs.Create("t1", "gone", 0, snapshot.VolumeLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestVolumeQuota(t *testing.T) {
 		_ = os.Remove(filepath.Join(hold, "via-hold"))
 	})
 	t.Run("a stop unmounts the sized volumes no live sandbox holds, and keeps the held ones", func(t *testing.T) {
-		idle, err := vs.Create("t1", "idle", 4<<20)
+		idle, err := vs.Create("t1", "idle", 4<<20, snapshot.VolumeLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -165,4 +166,33 @@ type CommandStore interface {
 	// CloseOpenCommands ends every record of the sandbox still open (a crash left it so) at
 	// at, with EndSandboxKilled and killReason, and returns how many it closed.
 	CloseOpenCommands(ctx context.Context, sandboxID string, at time.Time, killReason string) (int64, error)
+}
+
+// SearchTerms splits a LogQuery's Search into the substrings a line must all contain: its
+// whitespace-separated words, and each "double-quoted" phrase whole.
+func SearchTerms(s string) []string {
+	var terms []string
+	for {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return terms
+		}
+		if s[0] == '"' {
+			if end := strings.IndexByte(s[1:], '"'); end >= 0 {
+				if phrase := s[1 : 1+end]; phrase != "" {
+					terms = append(terms, phrase)
+				}
+				s = s[2+end:]
+				continue
+			}
+			s = s[1:] // an unmatched quote is not part of the search
+			continue
+		}
+		word, rest, _ := strings.Cut(s, " ")
+		if i := strings.IndexAny(word, "\t\n\r"); i >= 0 {
+			word, rest = word[:i], word[i:]+" "+rest
+		}
+		terms = append(terms, word)
+		s = rest
+	}
 }

@@ -8,6 +8,11 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -80,6 +85,12 @@ type Sandbox struct {
 	KillAPIKeyID    string // the key whose call killed it, when a client did
 	CreatedBy       string // request id of the create call
 	UpdatedAt       time.Time
+	// AutoPauseKind is how the TTL's auto-pause pauses (reason.PauseFilesystem for E2B's
+	// autoPauseMemory false); the server's default when "".
+	AutoPauseKind reason.PauseKind
+	// PauseKind is how a paused sandbox was paused; "" while it runs. A filesystem pause
+	// has no processes to restore: its resume cold-boots on the kept files.
+	PauseKind reason.PauseKind
 }
 
 // SandboxFilter selects sandboxes for a listing.
@@ -161,4 +172,83 @@ type Activity interface {
 	// SandboxSpans returns the spans of teamID's sandboxes that were alive at some point of
 	// [from, to), oldest start first.
 	SandboxSpans(ctx context.Context, teamID string, from, to time.Time) ([]Span, error)
+}
+
+// Sealer seals the secrets a record keeps (envd access tokens, webhook secrets, team secret
+// values) before they reach a store, and opens them again; *vault.Vault is the server's. name
+// is sealed in as associated data, so a sealed value copied into another record does not open.
+type Sealer interface {
+	Seal(name string, plain []byte) ([]byte, error)
+	Unseal(name string, sealed []byte) ([]byte, error)
+}
+
+// SealedPrefix marks a secret kept sealed in a text column: "sealed:v1:" and the base64 of
+// what the Sealer made.
+const SealedPrefix = "sealed:v1:"
+
+// SealText returns what a store keeps for plain under name: plain itself without a sealer
+// (or for ""), its sealed form otherwise.
+func SealText(s Sealer, name, plain string) (string, error) {
+	if s == nil || plain == "" {
+		return plain, nil
+	}
+	b, err := s.Seal(name, []byte(plain))
+	if err != nil {
+		return "", fmt.Errorf("seal %s: %w", name, err)
+	}
+	return SealedPrefix + base64.RawStdEncoding.EncodeToString(b), nil
+}
+
+// OpenText returns the secret a text column keeps for name: a value without SealedPrefix as
+// it is (written before sealing began), a sealed one opened by s.
+func OpenText(s Sealer, name, stored string) (string, error) {
+	rest, ok := strings.CutPrefix(stored, SealedPrefix)
+	if !ok {
+		return stored, nil
+	}
+	if s == nil {
+		return "", fmt.Errorf("%s is sealed and this store was opened without the vault", name)
+	}
+	b, err := base64.RawStdEncoding.DecodeString(rest)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	plain, err := s.Unseal(name, b)
+	if err != nil {
+		return "", err
+	}
+	return string(plain), nil
+}
+
+// TokenSealName and WebhookSealName are the names an envd token and a webhook secret are
+// sealed under: a sealed value moved to another row does not open.
+func TokenSealName(sandboxID string) string   { return "envd-token-" + sandboxID }
+func WebhookSealName(webhookID string) string { return "webhook-secret-" + webhookID }
+
+// SandboxCursor is the position after the last sandbox of a listing's page, in its order: the
+// opaque nextToken both engines hand out and read back.
+type SandboxCursor struct {
+	Order     ListOrder
+	StartedAt time.Time // at the store's precision, microseconds
+	ID        string
+}
+
+func (c SandboxCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(string(c.Order) + ":" + strconv.FormatInt(c.StartedAt.UnixMicro(), 10) + ":" + c.ID))
+}
+
+// ParseSandboxCursor reads a nextToken; a token no store made is an error.
+func ParseSandboxCursor(s string) (SandboxCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return SandboxCursor{}, errors.New("not base64")
+	}
+	order, rest, ok1 := strings.Cut(string(b), ":")
+	at, id, ok2 := strings.Cut(rest, ":")
+	us, err := strconv.ParseInt(at, 10, 64)
+	o, oerr := ParseListOrder(order)
+	if !ok1 || !ok2 || err != nil || oerr != nil || order == "" || id == "" {
+		return SandboxCursor{}, errors.New("malformed")
+	}
+	return SandboxCursor{Order: o, StartedAt: time.UnixMicro(us).UTC(), ID: id}, nil
 }

@@ -248,3 +248,11 @@ func Caller(ctx context.Context) (teamID, apiKeyID string) {
 	c, _ := ctx.Value(callerKey{}).(caller)
 	return c.team, c.apiKey
 }
+
+// Log keys of a cluster's nodes.
+const (
+	KeyNode          = "node"              // a cluster node's name
+	KeyNodeLostAt    = "node.lost_at"      // when the cluster declared the node lost
+	KeyNodeHeartbeat = "node.heartbeat_at" // the node's last lease renewal
+	KeyNodeSandboxes = "node.sandboxes"    // sandboxes the node held
+)

@@ -77,6 +77,11 @@ func (s *Store) bootstrapRoot(ctx context.Context, b Bootstrap, mirror string, o
 	}
 	defer release()
 	if t, err := s.Get(name); err == nil {
+		if !bootstrapped(t, b) {
+			// A template someone else made under the name (a team's API build, say): never
+			// taken for the root every base would stand on.
+			return nil, res, fmt.Errorf("%w: root %s: a team's template has that name, not the bootstrap of %q; remove it", ErrExists, name, b.String())
+		}
 		out.Printf("    cached: root %s", name)
 		res.Cached, res.Seconds = true, time.Since(begun).Seconds()
 		return t, res, nil
@@ -87,9 +92,18 @@ func (s *Store) bootstrapRoot(ctx context.Context, b Bootstrap, mirror string, o
 	})
 	if errors.Is(err, ErrExists) {
 		t, err = s.Get(name) // another process bootstrapped it first
+		if err == nil && !bootstrapped(t, b) {
+			t, err = nil, fmt.Errorf("%w: root %s: a team's template has that name, not the bootstrap of %q; remove it", ErrExists, name, b.String())
+		}
 	}
 	res.Seconds = time.Since(begun).Seconds()
 	return t, res, err
+}
+
+// bootstrapped reports whether t may stand for the root of b: a root made on the host (the
+// bootstrap, or one an operator imported under its name), never a team's API build.
+func bootstrapped(t *Template, b Bootstrap) bool {
+	return t.Root == "" && t.TeamID == "" && (t.Bootstrap == nil || t.Key == b.Key())
 }
 
 // bootstrap debootstraps b's minbase Debian into rootfs and slims it.

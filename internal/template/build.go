@@ -98,7 +98,7 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 		}
 	default:
-		if from, _ := SplitTag(spec.From); ValidName(from) != nil { // "name" or "name:tag"
+		if from, _ := SplitTag(spec.From); ValidName(from) != nil && !internalName(spec.From) { // "name", "name:tag" or an image cache
 			return nil, fmt.Errorf("build template %s: from: %w", spec.Name, ValidName(from))
 		}
 	}
@@ -219,7 +219,7 @@ func (s *Store) Import(ctx context.Context, name, srcDir string, progress io.Wri
 // importRoot makes the root template t (a full rootfs) from what fill puts in rootfs: in a
 // hidden build directory, published complete under t.Name or not at all.
 func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer, fill func(rootfs string, out *lineWriter) error) (_ *Template, err error) {
-	if err := ValidName(t.Name); err != nil {
+	if err := ValidName(t.Name); err != nil && !internalName(t.Name) {
 		return nil, fmt.Errorf("import template: %w", err)
 	}
 	start := time.Now()
@@ -259,7 +259,7 @@ func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer,
 	if err := s.publish(build, t.Name, false); err != nil {
 		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
 	}
-	return s.Get(t.Name)
+	return s.lookup(t.Name)
 }
 
 // FailedLog is where the log of the last failed build of name is kept.
@@ -273,6 +273,11 @@ func (s *Store) publish(build, name string, replace bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	final := filepath.Join(s.dir, name)
+	if fi, err := os.Lstat(final); err == nil && name == legacyLayersDir && fi.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(final); err != nil { // the link migrateLayers left: no template
+			return fmt.Errorf("publish %s: %w", name, err)
+		}
+	}
 	if _, err := os.Lstat(final); err == nil {
 		if !replace {
 			return ErrExists

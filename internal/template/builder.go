@@ -41,7 +41,7 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // buildSteps builds t's layers on spec.From: each step reuses its cached layer or makes it.
 func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lineWriter) error {
-	parent, err := s.Get(spec.From)
+	parent, err := s.lookup(spec.From)
 	if err != nil {
 		return fmt.Errorf("from: %w", err)
 	}
@@ -69,7 +69,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 			c.User, c.Workdir = UserName, UserHome
 		}
 	}
-	root, err := s.Get(t.Root)
+	root, err := s.lookup(t.Root)
 	if err != nil {
 		return fmt.Errorf("root: %w", err)
 	}
@@ -154,7 +154,9 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 // stepFunc is what a RUN, COPY or WORKDIR step does to the merged view of its layer.
 func (s *Store) stepFunc(st Step, c buildContext, spec Spec, out *lineWriter) stepRun {
 	files, limits := spec.Files, spec.Limits
-	limits.PIDs = cmp.Or(limits.PIDs, 4096)
+	// A sandbox's pids (512), not more: each process may hold runtime.DefaultNoFile open files,
+	// and pids × files is what bounds a step's share of the host's open files.
+	limits.PIDs = cmp.Or(limits.PIDs, 512)
 	limits.MemoryBytes = cmp.Or(limits.MemoryBytes, int64(spec.MemoryMB)<<20)
 	limits.CPUs = cmp.Or(limits.CPUs, float64(spec.CPUCount))
 	env := make([]string, 0, len(c.Env))

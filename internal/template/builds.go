@@ -141,9 +141,12 @@ func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*Build
 func OpenBuilds(store *Store, dir string) (*Builds, error) {
 	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}, using: map[string]int{}}
 	for _, d := range []string{b.dir(), b.Uploads()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
+	}
+	if err := private(b.Uploads()); err != nil { // teams' files: no local user reads them
+		return nil, err
 	}
 	recs, err := b.List("")
 	if err != nil {
@@ -287,8 +290,14 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		// fromDockerfile sends FROM as fromImage: a Dockerfile FROM a Cove template builds on it.
 		req.FromTemplate, req.FromImage = req.FromImage, ""
 	case req.FromImage != "":
-		if _, err := ggcrname.ParseReference(req.FromImage); err != nil {
+		ref, err := ggcrname.ParseReference(req.FromImage)
+		if err != nil {
 			return fmt.Errorf("%w: fromImage: %v", ErrInvalid, err)
+		}
+		// A registry the pull may not reach is refused now; one that does not resolve yet
+		// fails the build (the pull checks every address again when it dials).
+		if err := b.pullGuard(r.TeamID).Check(ctx, ref.Context().RegistryStr()); errors.Is(err, oci.ErrRefused) {
+			return fmt.Errorf("fromImage: %w", err)
 		}
 	default:
 		t, err := b.store.Get(req.FromTemplate)
@@ -354,7 +363,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest, rele
 		if a := req.FromImageRegistry; a != nil {
 			cred = oci.Credentials{Username: a.Username, Password: a.Password}
 		}
-		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, logWriter(func(line string) { b.log(r, "base", "info", line) }))
+		t, err := b.store.EnsureImage(ctx, req.FromImage, cred, b.pullGuard(r.TeamID), logWriter(func(line string) { b.log(r, "base", "info", line) }))
 		if err != nil {
 			finish(nil, &StepError{Index: 0, Step: Step{Kind: "FROM", Args: []string{req.FromImage}}, Err: err})
 			return
@@ -457,7 +466,7 @@ func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
 		return fmt.Errorf("%w: files hash %q is not a hex sha256", ErrInvalid, hash)
 	}
 	dir := b.teamUploads(team)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, "."+hash+"-*")

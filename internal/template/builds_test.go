@@ -3,11 +3,14 @@ package template_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/oci"
 )
 
 func TestBuildRecords(t *testing.T) {
@@ -63,6 +66,22 @@ func TestBuildRecords(t *testing.T) {
 		}
 		if _, err := builds.Request("base", nil, 0, 0, "", ""); !errors.Is(err, template.ErrInvalid) {
 			t.Fatalf("a build of base: %v", err)
+		}
+	})
+
+	t.Run("a fromImage on an address a pull may not reach is refused before the build starts", func(t *testing.T) {
+		rec, _ := builds.Request("ssrf", nil, 0, 0, "", "team-1")
+		for _, ref := range []string{"127.0.0.1:3000/x:1", "169.254.169.254/x:1", "localhost:3000/x:1"} {
+			err := builds.Start(ctx, rec.ID, "ssrf", template.BuildRequest{FromImage: ref})
+			if !errors.Is(err, oci.ErrRefused) || !strings.Contains(err.Error(), "registry "+strings.Split(strings.Split(ref, "/")[0], ":")[0]) {
+				t.Errorf("fromImage %s: %v, want ErrRefused naming the registry", ref, err)
+			}
+			if code := errdefs.Status(err); code != http.StatusForbidden {
+				t.Errorf("fromImage %s answers %d, want 403", ref, code)
+			}
+		}
+		if got, _ := builds.Get(rec.ID); got.Status != template.BuildWaiting {
+			t.Fatalf("status = %s", got.Status)
 		}
 	})
 

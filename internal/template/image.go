@@ -16,6 +16,14 @@ import (
 // into a rootfs, its configuration (env, user, working dir) kept. source names where the
 // image came from, for the record.
 func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, source string, progress io.Writer) (*Template, error) {
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("import image %s: %w", source, err)
+	}
+	return s.importImage(ctx, name, img, source, progress)
+}
+
+// importImage is ImportImage for a name of the caller's or of the store's own.
+func (s *Store) importImage(ctx context.Context, name string, img v1.Image, source string, progress io.Writer) (*Template, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("import image %s: %w", source, err)
@@ -30,7 +38,7 @@ func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, sour
 	}
 	return s.importRoot(ctx, t, progress, func(rootfs string, out *lineWriter) error {
 		out.Printf("==> unpack %s (%s)", source, digest)
-		if err := os.Mkdir(rootfs, 0o755); err != nil {
+		if err := os.Mkdir(rootfs, 0o755); err != nil { // below the store's 0700
 			return err
 		}
 		return oci.Unpack(img, rootfs)
@@ -38,18 +46,19 @@ func (s *Store) ImportImage(ctx context.Context, name string, img v1.Image, sour
 }
 
 // imageTemplateName is the root template an image with digest becomes when a build starts
-// from it: one per digest, shared by every template built on that image.
+// from it: one per digest, shared by every template built on that image. It is the store's
+// own name (internalName), the full digest: no template a caller names can stand in for it.
 func imageTemplateName(digest v1.Hash) string {
-	return "image-" + digest.Hex[:20]
+	return imagePrefix + digest.Hex
 }
 
-// EnsureImage pulls the image ref and returns the root template holding it, importing it
-// the first time its digest is seen.
-func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credentials, out io.Writer) (*Template, error) {
+// EnsureImage pulls the image ref, connecting only where guard allows, and returns the root
+// template holding it, importing it the first time its digest is seen.
+func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credentials, guard oci.Guard, out io.Writer) (*Template, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	img, r, err := oci.Pull(ctx, ref, cred)
+	img, r, err := oci.Pull(ctx, ref, cred, guard)
 	if err != nil {
 		return nil, err
 	}
@@ -58,14 +67,14 @@ func (s *Store) EnsureImage(ctx context.Context, ref string, cred oci.Credential
 		return nil, fmt.Errorf("image %s: %w", ref, err)
 	}
 	name := imageTemplateName(digest)
-	if t, err := s.Get(name); err == nil {
+	if t, err := s.get(name); err == nil {
 		fmt.Fprintf(out, "==> image %s: %s, cached as %s\n", ref, digest, name)
 		return t, nil
 	}
 	fmt.Fprintf(out, "==> pull %s (%s)\n", r, digest)
-	t, err := s.ImportImage(ctx, name, img, r.String(), out)
+	t, err := s.importImage(ctx, name, img, r.String(), out)
 	if errors.Is(err, ErrExists) {
-		return s.Get(name) // a concurrent build imported it first
+		return s.get(name) // a concurrent build imported it first
 	}
 	return t, err
 }

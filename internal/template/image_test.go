@@ -3,6 +3,8 @@ package template_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,23 +30,58 @@ func TestImages(t *testing.T) {
 	ref := host + "/cove/busybox:1"
 	ocitest.Push(t, ref, img)
 	creds := oci.Credentials{Username: ocitest.User, Password: ocitest.Password}
+	allow := oci.Guard{Registries: []string{host}} // the test registry is on loopback
+
+	t.Run("a pull from a loopback registry the operator did not allow is refused", func(t *testing.T) {
+		_, err := store.EnsureImage(ctx, ref, creds, oci.Guard{}, nil)
+		if !errors.Is(err, oci.ErrRefused) || !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Fatalf("err = %v, want ErrRefused naming 127.0.0.1", err)
+		}
+	})
 
 	t.Run("a pull without the registry's credentials fails", func(t *testing.T) {
-		if _, err := store.EnsureImage(ctx, ref, oci.Credentials{}, nil); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+		if _, err := store.EnsureImage(ctx, ref, oci.Credentials{}, allow, nil); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
 			t.Fatalf("err = %v, want unauthorized", err)
+		}
+	})
+
+	t.Run("a tenant's template named like an image cache is never taken for the image", func(t *testing.T) {
+		digest, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		squat := t.TempDir()
+		if err := os.WriteFile(filepath.Join(squat, "squatted"), []byte("another team's files"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Import(ctx, "image-"+digest.Hex[:20], squat, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, err := store.EnsureImage(ctx, ref, creds, allow, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(got.Rootfs, "squatted")); err == nil {
+			t.Fatalf("the pull of %s gave the squatter's template %s", ref, got.Name)
+		}
+		if _, err := os.Stat(filepath.Join(got.Rootfs, "usr/local/bin/hello")); err != nil {
+			t.Fatalf("the image's files: %v", err)
+		}
+		if _, err := store.Get(got.Name); err == nil {
+			t.Fatalf("the image cache %s is found by name; it is the store's own", got.Name)
 		}
 	})
 
 	var root *template.Template
 	t.Run("a pulled image becomes a root template with its config", func(t *testing.T) {
-		root, err = store.EnsureImage(ctx, ref, creds, nil)
+		root, err = store.EnsureImage(ctx, ref, creds, allow, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if root.Env["FROM_IMAGE"] != "yes" || root.Workdir != "/tmp" || !strings.Contains(root.Image, ref+"@sha256:") {
 			t.Fatalf("template = %+v", root)
 		}
-		again, err := store.EnsureImage(ctx, ref, creds, nil)
+		again, err := store.EnsureImage(ctx, ref, creds, allow, nil)
 		if err != nil || again.Name != root.Name || !again.CreatedAt.Equal(root.CreatedAt) {
 			t.Fatalf("second pull made %+v, %v; want the same template", again, err)
 		}

@@ -35,8 +35,9 @@ import (
 // are shared by every template whose steps agree up to there. Removing a template deletes the
 // layers no other template uses.
 //
-// Layers live in <store>/layers/<key>/{diff,meta.json}; a layer is built in
-// <store>/layers/.build-<key>-* and renamed into place complete, like a template.
+// Layers live in <store>/.layers/<key>/{diff,meta.json}; a layer is built in
+// <store>/.layers/.build-<key>-* and renamed into place complete, like a template. (Stores
+// kept them in <store>/layers before, a name a template could take: OpenAt moves them.)
 
 // maxLayers bounds a template's layers: the overlay mount options take one page, and every
 // layer adds one lower directory path to them.
@@ -52,7 +53,7 @@ type Layer struct {
 	BuildTime float64   `json:"build_seconds"`
 }
 
-func (s *Store) layersDir() string          { return filepath.Join(s.dir, "layers") }
+func (s *Store) layersDir() string          { return filepath.Join(s.dir, layersDir) }
 func (s *Store) layerDir(key string) string { return filepath.Join(s.layersDir(), key) }
 
 // LayerDiff is the directory holding what the layer key changed.
@@ -126,7 +127,7 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		return true, nil
 	}
 	start := time.Now()
-	if err := os.MkdirAll(s.layersDir(), 0o755); err != nil {
+	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
 		return false, err
 	}
 	work, err := os.MkdirTemp(s.layersDir(), ".build-"+key+"-")
@@ -284,7 +285,7 @@ func diskUsage(dir string) int64 {
 // gcLayers deletes every layer no template references. It skips the sweep when a build holds
 // the layers lock (a build in progress references layers no template lists yet).
 func (s *Store) gcLayers() (freed int64, err error) {
-	if err := os.MkdirAll(s.layersDir(), 0o755); err != nil {
+	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
 		return 0, err
 	}
 	release, ok := abandoned(s.layersDir())
@@ -328,41 +329,20 @@ func (s *Store) gcLayers() (freed int64, err error) {
 func mountedLayers() map[string]bool {
 	keys := map[string]bool{}
 	for dir := range mountedLowers() {
-		if filepath.Base(dir) == "diff" && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "layers" {
+		if d := filepath.Base(filepath.Dir(filepath.Dir(dir))); filepath.Base(dir) == "diff" && (d == layersDir || d == legacyLayersDir) {
 			keys[filepath.Base(filepath.Dir(dir))] = true
 		}
 	}
 	return keys
 }
 
-// mountedLowers are the lower dirs of every overlay on this host, from mountinfo.
-func mountedLowers() map[string]bool {
-	dirs := map[string]bool{}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return dirs
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		_, opts, ok := strings.Cut(line, " - overlay ")
-		if !ok {
-			continue
-		}
-		for _, o := range strings.Split(opts, ",") {
-			lower, ok := strings.CutPrefix(o, "lowerdir=")
-			if !ok {
-				continue
-			}
-			for _, dir := range strings.Split(lower, ":") {
-				dirs[unescapeMountinfo(dir)] = true
-			}
-		}
-	}
-	return dirs
-}
+// mountedLowers are the lower dirs of every overlay on this host: those mountinfo names and
+// those the runtime recorded for the overlays it names by descriptor.
+func mountedLowers() map[string]bool { return runtime.MountedLowers() }
 
 // holdLayers keeps gcLayers off while a build runs: a shared lock on the layers directory.
 func (s *Store) holdLayers() (release func(), err error) {
-	if err := os.MkdirAll(s.layersDir(), 0o755); err != nil {
+	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(s.layersDir())
@@ -508,15 +488,24 @@ func (s *Store) Link(dir, name string) error {
 		links = append(links, t.Root)
 	}
 	for _, k := range t.Layers {
-		links = append(links, filepath.Join("layers", k))
+		links = append(links, filepath.Join(layersDir, k))
 	}
-	if err := os.MkdirAll(s.layersDir(), 0o755); err != nil {
+	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
 		return err
 	}
 	for _, l := range links {
-		if err := os.Symlink(filepath.Join(dir, l), filepath.Join(s.dir, l)); err != nil && !errors.Is(err, os.ErrExist) {
+		src := filepath.Join(dir, l)
+		if legacy := filepath.Join(dir, legacyLayersDir, filepath.Base(l)); filepath.Dir(l) == layersDir && !exists(src) && exists(legacy) {
+			src = legacy // a store no cove of this version has opened yet
+		}
+		if err := os.Symlink(src, filepath.Join(s.dir, l)); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("link template %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }

@@ -171,7 +171,7 @@ func TestLayeredTemplates(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		left, _ := os.ReadDir(filepath.Join(store.Dir(), "layers"))
+		left, _ := os.ReadDir(filepath.Join(store.Dir(), ".layers"))
 		if len(left) != 0 {
 			t.Fatalf("layers left after removing every template: %v", left)
 		}
@@ -193,7 +193,7 @@ func TestLayeredTemplates(t *testing.T) {
 		if _, err := store.Get("bad"); !errors.Is(err, template.ErrNotFound) {
 			t.Fatalf("Get: %v", err)
 		}
-		if left, _ := filepath.Glob(filepath.Join(store.Dir(), "layers", ".build-*")); len(left) > 0 {
+		if left, _ := filepath.Glob(filepath.Join(store.Dir(), ".layers", ".build-*")); len(left) > 0 {
 			t.Fatalf("half-made layers left: %v", left)
 		}
 	})

@@ -3,6 +3,8 @@ package template
 import (
 	"context"
 	"fmt"
+
+	"github.com/cove-dev/cove/internal/template/oci"
 )
 
 // StepNetwork is the network a build's RUN steps reach the world through: for a team's
@@ -39,6 +41,17 @@ type Sandbox struct {
 	// DiskSizeMB is the disk each RUN step writes its changes into, as a sandbox's disk: a
 	// write past it gets ENOSPC and fails the build. 0: the store's disk, unbounded.
 	DiskSizeMB int
+	// Pull returns where team's fromImage pulls may connect (the server's egress limit, the
+	// team's egress policy, the registries the operator allows); nil, the zero oci.Guard.
+	Pull func(team string) oci.Guard
+}
+
+// pullGuard is where team's pulls may connect.
+func (b *Builds) pullGuard(team string) oci.Guard {
+	if b.sandbox.Pull == nil {
+		return oci.Guard{}
+	}
+	return b.sandbox.Pull(team)
 }
 
 // SetSandbox confines the builds asked for over the API from now on: their RUN steps run

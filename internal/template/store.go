@@ -2,6 +2,7 @@ package template
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template/buildctx"
 )
 
@@ -100,6 +102,15 @@ type Template struct {
 // Store keeps templates under <data>/templates/<name>/{rootfs,meta.json,build.log}. A template
 // directory exists under its name only once its build has completed: builds happen in
 // <data>/templates/.build-* and are renamed into place, so a reader never sees half a template.
+//
+// Names and the store's own directories never meet: a template name starts with a letter or
+// digit (ValidName), and everything the store keeps for itself starts with a dot (.layers,
+// .build-*, .trash-*, .failed, .uploads, .lock-*, the image caches .image-<digest>) or holds
+// an @ (tags). A tenant's name can so never replace the layer store or an image cache.
+//
+// The store's directory is 0700: the trees below it are tenants' (image roots keep their
+// setuid binaries, for sudo in sandboxes), and no local user may reach them. OpenAt makes it
+// so when it finds the directory open to group or others, and logs that it did.
 type Store struct {
 	dir     string
 	rt      runtime.Runtime
@@ -108,6 +119,20 @@ type Store struct {
 	mu sync.Mutex // serialises the final renames
 
 	steps sync.Map // id of a running RUN step in a StepNetwork → *runningStep
+}
+
+// The store's own directories at its top; see Store.
+const (
+	layersDir       = ".layers"
+	legacyLayersDir = "layers" // where stores kept layers before .layers: moved by OpenAt
+	imagePrefix     = ".image-"
+)
+
+// internalName reports whether name is a root template the store made for itself (an image
+// cache, .image-<sha256 hex>): never a name a caller can give.
+func internalName(name string) bool {
+	h, ok := strings.CutPrefix(name, imagePrefix)
+	return ok && validHash(h)
 }
 
 var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) }) // compiled on first use, not at every start of the binary
@@ -134,12 +159,18 @@ func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open template store: %w", err)
+	}
+	if err := private(dir); err != nil {
+		return nil, fmt.Errorf("open template store: %w", err)
+	}
+	if err := migrateLayers(dir); err != nil {
 		return nil, fmt.Errorf("open template store: %w", err)
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(dir, ".build-*"))
 	trash, _ := filepath.Glob(filepath.Join(dir, ".trash-*"))
-	layers, _ := filepath.Glob(filepath.Join(dir, "layers", ".build-*"))
+	layers, _ := filepath.Glob(filepath.Join(dir, layersDir, ".build-*"))
 	for _, d := range append(append(leftovers, trash...), layers...) {
 		release, ok := abandoned(d)
 		if !ok {
@@ -154,16 +185,100 @@ func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
 	return &Store{dir: dir, rt: rt}, nil
 }
 
+// private makes dir reachable by its owner only, logging when it was not.
+func private(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+		return fmt.Errorf("make %s reachable by its owner only (it holds tenants' files): %w", dir, err)
+	}
+	telemetry.Logger(context.Background()).Warn("template directory was open to other users: made it 0700 (it holds tenants' files: image roots, setuid binaries included, and uploads)",
+		"dir", dir, "was", fmt.Sprintf("%04o", fi.Mode().Perm()))
+	return nil
+}
+
+// migrateLayers moves a store's layers from legacyLayersDir, where stores kept them before,
+// to layersDir, one rename each, so a crash at any point leaves a store the next open
+// finishes. A legacyLayersDir holding a meta.json is a template named "layers": it stays.
+//
+// In its place it leaves a symlink to layersDir, so that a cove of the old layout still
+// running on a shared store (or one rolled back to) finds its layers. The link is no
+// template (Get and List pass it by) and a template named "layers" replaces it (publish):
+// the layers stay where they are.
+func migrateLayers(dir string) error {
+	old := filepath.Join(dir, legacyLayersDir)
+	fi, err := os.Lstat(old)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil || !fi.IsDir() {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(old, "meta.json")); err == nil {
+		return nil
+	}
+	if err := os.Rename(old, filepath.Join(dir, layersDir)); err == nil {
+		_ = os.Symlink(layersDir, old) // the whole store in one rename
+		return nil
+	} else if errors.Is(err, os.ErrNotExist) {
+		return nil // another process did it
+	}
+	// .layers exists too (a cove of the old layout made layers after a migration): move
+	// the layers it lacks, one by one, and drop the old directory once it is empty.
+	if err := os.MkdirAll(filepath.Join(dir, layersDir), 0o700); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(old)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // a build the old cove left or still runs: its own open sweeps it
+		}
+		err := os.Rename(filepath.Join(old, e.Name()), filepath.Join(dir, layersDir, e.Name()))
+		if err != nil && !errors.Is(err, os.ErrExist) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("move layer %s to %s: %w", e.Name(), layersDir, err)
+		}
+	}
+	if os.Remove(old) == nil { // only when empty: a duplicate layer or a build of the old cove stays
+		_ = os.Symlink(layersDir, old)
+	}
+	return nil
+}
+
 // Dir is the store's directory, <data>/templates unless opened elsewhere.
 func (s *Store) Dir() string { return s.dir }
 
-// Get returns the ready template called name, or ErrNotFound.
+// Get returns the ready template called name, or ErrNotFound. The store's image caches are
+// not found by name: only the templates built on them reach them.
 func (s *Store) Get(name string) (*Template, error) {
 	if n, tag := SplitTag(name); tag != "" {
 		return s.getTagged(n, tag)
 	}
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("get template: %w", err)
+	}
+	return s.get(name)
+}
+
+// lookup is Get for callers inside the store, which may name its own roots too.
+func (s *Store) lookup(name string) (*Template, error) {
+	if internalName(name) {
+		return s.get(name)
+	}
+	return s.Get(name)
+}
+
+// get returns the ready template name, a valid name or one of the store's own roots.
+func (s *Store) get(name string) (*Template, error) {
+	if ValidName(name) != nil && !internalName(name) {
+		return nil, fmt.Errorf("get template: %w", ValidName(name))
 	}
 	t, err := readMeta(filepath.Join(s.dir, name))
 	if errors.Is(err, os.ErrNotExist) {
@@ -379,24 +494,7 @@ func unmountUnder(dir string) error {
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for space) of /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func unescapeMountinfo(s string) string { return runtime.UnescapeMountinfo(s) }
 
 func randomSuffix() string {
 	b := make([]byte, 4)

@@ -196,3 +196,27 @@ func writeFile(path string, b []byte) error {
 func leftover(name string) bool {
 	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
 }
+
+// Seal seals plain under the vault's key with name as associated data, for a record that
+// keeps a secret in a store (a team secret's value): the result opens only with this key and
+// under the same name, so a sealed value copied into another record does not open.
+func (v *Vault) Seal(name string, plain []byte) ([]byte, error) {
+	nonce := make([]byte, v.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("vault: seal %s: %w", name, err)
+	}
+	return v.aead.Seal(nonce, nonce, plain, []byte(name)), nil
+}
+
+// Unseal opens what Seal sealed under name.
+func (v *Vault) Unseal(name string, sealed []byte) ([]byte, error) {
+	n := v.aead.NonceSize()
+	if len(sealed) < n {
+		return nil, fmt.Errorf("vault: unseal %s: the value is cut short", name)
+	}
+	plain, err := v.aead.Open(nil, sealed[:n], sealed[n:], []byte(name))
+	if err != nil {
+		return nil, fmt.Errorf("vault: unseal %s: it does not open with this vault's key: %w", name, err)
+	}
+	return plain, nil
+}

@@ -9,7 +9,7 @@ import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 
-import { NotFoundError, Sandbox } from 'e2b'
+import { NotFoundError, Sandbox, TimeoutError } from 'e2b'
 
 function requireEnv(name) {
   const value = process.env[name]
@@ -208,7 +208,7 @@ test('two sandboxes at once see only their own files', TIMEOUT, async () => {
   assert.equal(ra.stdout + rb.stdout, 'ab')
 })
 
-test('killing a sandbox during a running command: the SDK reports it was killed and isRunning is false', TIMEOUT, async () => {
+test('killing a sandbox during a running command: the SDK raises its TimeoutError naming the kill, and isRunning is false', TIMEOUT, async () => {
   const sbx = await create()
   const started = Date.now()
   const running = sbx.commands.run('echo started; sleep 60')
@@ -222,11 +222,12 @@ test('killing a sandbox during a running command: the SDK reports it was killed 
   const { ok, err } = await outcome
   const endedAfterKill = Date.now() - killedAt
   assert.equal(ok, undefined, 'the command must not complete')
-  // The open stream ends with a Connect end-stream error frame carrying the kill, so the
-  // SDK raises NotFoundError with Cove's message instead of a network error.
-  assert.ok(err instanceof NotFoundError, `${err?.name}: ${err?.message}`)
+  // The open stream ends with a Connect end-stream error the SDK reads as a terminated
+  // connection: it probes /health (502) and raises its TimeoutError, Cove's message in front.
+  assert.ok(err instanceof TimeoutError, `${err?.name}: ${err?.message}`)
   assert.match(err.message, new RegExp(`sandbox ${sbx.sandboxId} was killed: request at `), err.message)
   assert.match(err.message, /request id /)
+  assert.match(err.message, /The sandbox was killed or reached its end of life while the request was in flight/)
   console.log(`# the stream ended ${endedAfterKill} ms after the kill call returned`)
   assert.ok(Date.now() - started < 20_000, 'the command fails promptly, not at its 60 s end')
   assert.equal(await sbx.isRunning(), false)

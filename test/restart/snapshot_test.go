@@ -91,7 +91,7 @@ func TestSnapshotPause(t *testing.T) {
 	t.Run("bad pause requests are refused naming the field and the sandbox runs on", func(t *testing.T) {
 		s := covetest.Start(t, "")
 		id := create(t, s)
-		for _, body := range []map[string]any{{"kind": "hibernate"}, {"memory": false}} {
+		for _, body := range []map[string]any{{"kind": "hibernate"}, {"memory": false, "kind": "freeze"}} {
 			code, res := call(t, s, http.MethodPost, "/sandboxes/"+id+"/pause", body)
 			msg, _ := res["message"].(string)
 			field := "kind"

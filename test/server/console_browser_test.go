@@ -117,7 +117,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	run("back to the sandbox", chromedp.Navigate(s.URL+"/dashboard/sandboxes/"+id+"?q=browser-hello"), chromedp.WaitVisible(`#logs`, chromedp.ByID))
 	run("open the trace", chromedp.Click(`a[href="/dashboard/trace?id=req-browser-1"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#timeline`, chromedp.ByID), chromedp.Text(`#timeline`, &text, chromedp.ByID), shot("trace"))
+		chromedp.WaitVisible(`#waterfall`, chromedp.ByID), chromedp.Text(`#waterfall`, &text, chromedp.ByID), shot("trace"))
 	if !strings.Contains(text, "exited 5") {
 		t.Errorf("trace lacks the end cause: %q", text)
 	}

@@ -247,7 +247,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("the trace of the command's request id shows its end cause and links the sandbox", func(t *testing.T) {
 		code, page := v.get("/dashboard/trace?id=req-console-1")
-		tl := section(page, `id="timeline"`)
+		tl := section(page, `id="waterfall"`)
 		if code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "end_cause=exited") ||
 			!strings.Contains(tl, `href="/dashboard/sandboxes/`+id+`"`) {
 			t.Fatalf("trace: %d\n%s", code, page)
@@ -264,8 +264,8 @@ func TestConsole(t *testing.T) {
 		}
 		writeArtifact(t, "console-killed.html", body)
 		life := section(body, `id="lifecycle"`)
-		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "kill_reason=request") ||
-			!strings.Contains(life, "<summary>Post-mortem</summary>") {
+		if !strings.Contains(life, `class="src">sandbox.lifecycle.created<`) || !strings.Contains(life, `class="src">sandbox.lifecycle.killed<`) || !strings.Contains(life, "<dt>kill reason</dt><dd>request</dd>") ||
+			!strings.Contains(life, "<summary>Post-mortem at ") || !strings.Contains(life, `class="processes"`) || strings.Contains(life, "map[") {
 			t.Errorf("lifecycle lacks created and killed with reason request and its post-mortem:\n%s", life)
 		}
 		created := regexp.MustCompile(`"msg":"sandbox created".*"api_key.id":"([^"]+)"`).FindStringSubmatch(s.Logs())
@@ -279,7 +279,7 @@ func TestConsole(t *testing.T) {
 	t.Run("the events page lists the sandbox's lifecycle with the kill's reason", func(t *testing.T) {
 		code, page := v.get("/dashboard/events?sandbox=" + id)
 		ev := section(page, `id="events"`)
-		if code != http.StatusOK || !strings.Contains(ev, "sandbox.lifecycle.created") || !strings.Contains(ev, "kill_reason=request") {
+		if code != http.StatusOK || !strings.Contains(ev, "sandbox.lifecycle.created") || !strings.Contains(ev, "kill reason: request") {
 			t.Fatalf("events: %d\n%s", code, ev)
 		}
 	})
@@ -326,7 +326,7 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("admin's killed list lacks %s", id)
 		}
 		code, page := ad.get("/dashboard/trace?id=req-console-1")
-		if tl := section(page, `id="timeline"`); code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "team.id=") {
+		if tl := section(page, `id="waterfall"`); code != http.StatusOK || !strings.Contains(tl, "exited 4") || !strings.Contains(tl, "team.id=") {
 			t.Fatalf("admin's trace: %d\n%s", code, page)
 		}
 	})
@@ -425,7 +425,7 @@ func TestConsoleShowsTemplateBuilds(t *testing.T) {
 			t.Fatalf("build page has no request link")
 		}
 		if _, trace := v.get("/dashboard/trace?id=" + m[1]); !strings.Contains(trace, "built-for-the-console-console") {
-			t.Errorf("the trace of the build's request lacks its log line:\n%s", section(trace, `id="timeline"`))
+			t.Errorf("the trace of the build's request lacks its log line:\n%s", section(trace, `id="waterfall"`))
 		}
 	})
 

@@ -109,8 +109,8 @@ func TestBuildsRunUnderTheTeamsRules(t *testing.T) {
 		if !errors.As(err, &be) || !strings.Contains(be.Message, "No space left on device") || !strings.Contains(be.Message, "ENOSPC: the step filled the build's disk (64 MB)") {
 			t.Fatalf("err = %v, want a failed step that says it ran out of disk\n%s", err, log)
 		}
-		left, _ := filepath.Glob(filepath.Join(store, "layers", ".build-*"))
-		images, _ := filepath.Glob(filepath.Join(store, "layers", ".disk-*"))
+		left, _ := filepath.Glob(filepath.Join(store, ".layers", ".build-*"))
+		images, _ := filepath.Glob(filepath.Join(store, ".layers", ".disk-*"))
 		if len(left)+len(images) > 0 {
 			t.Errorf("the failed step left %q in the template store (which servers may share)", append(left, images...))
 		}

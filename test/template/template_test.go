@@ -36,8 +36,8 @@ func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cove server and node: skipped under -short")
 	}
-	server := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
-	registry := ocitest.Registry(t)
+	registry := ocitest.Registry(t) // on loopback: the server must allow it
+	server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--registry-allow", registry}})
 	ocitest.Push(t, registry+"/cove/busybox:1", busyboxImage(t))
 	covetest.RunSDKScenarios(t, "template.test.mjs", server.URL, server.Key,
 		"COVE_TEST_REGISTRY="+registry, "COVE_TEST_REGISTRY_USER="+ocitest.User, "COVE_TEST_REGISTRY_PASSWORD="+ocitest.Password)
@@ -69,7 +69,7 @@ func TestCLIBuildsFromImages(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "template on-image ready") || !strings.Contains(string(out), "==> pull "+registry) {
 			t.Fatalf("build: %v\n%s", err, out)
 		}
-		layers, _ := filepath.Glob(filepath.Join(templates, "layers", "*", "diff", "from-image.txt"))
+		layers, _ := filepath.Glob(filepath.Join(templates, ".layers", "*", "diff", "from-image.txt"))
 		if len(layers) != 1 {
 			t.Fatalf("no layer holds the RUN step's file: %v", layers)
 		}
@@ -258,6 +258,23 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		}
 	})
 
+	t.Run("a fromImage on the server's own port is refused before any pull, naming the address", func(t *testing.T) {
+		var req struct {
+			BuildID string `json:"buildID"`
+		}
+		if code := sendJSON(t, server.URL, server.Key, http.MethodPost, "/v3/templates", map[string]any{"name": "own-port"}, &req); code != 202 {
+			t.Fatalf("request a build: %d", code)
+		}
+		var fail struct {
+			Message string `json:"message"`
+		}
+		self := strings.TrimPrefix(server.URL, "http://")
+		code := sendJSON(t, server.URL, server.Key, http.MethodPost, "/v2/templates/own-port/builds/"+req.BuildID, map[string]any{"fromImage": self + "/cove/x:1"}, &fail)
+		if code != 403 || !strings.Contains(fail.Message, "127.0.0.1") || !strings.Contains(fail.Message, "loopback") {
+			t.Fatalf("fromImage %s/cove/x:1: %d %q, want 403 naming the address", self, code, fail.Message)
+		}
+	})
+
 	t.Run("delete removes the template", func(t *testing.T) {
 		if err := client.DeleteTemplate(ctx, "go-tpl"); err != nil {
 			t.Fatal(err)
@@ -298,7 +315,7 @@ CMD ["sleep", "infinity"]
 		t.Fatalf("output:\n%s", out)
 	}
 	found := false
-	layers, _ := filepath.Glob(filepath.Join(templates, "layers", "*", "diff", "srv", "greeting.txt"))
+	layers, _ := filepath.Glob(filepath.Join(templates, ".layers", "*", "diff", "srv", "greeting.txt"))
 	for _, l := range layers {
 		if g, _ := os.ReadFile(l); string(g) == "hello cli from root in /srv\n" {
 			found = true

@@ -3,9 +3,12 @@
 //
 // The one idea: bodies are streamed, never held in memory: downloads through
 // http.ServeContent (so Range works; a file stat reports as empty, as /proc's, is read first),
-// uploads part by part into an unnamed O_TMPFILE file on the target's mount, linked in as the
-// target once complete, so no other name ever shows. Access is checked here, not by the server: the
-// X-Access-Token header or a URL signature made from the same token.
+// uploads part by part into an unnamed O_TMPFILE file on the target's mount, copied over the
+// target in place once complete (see writeFile), so no other name ever shows and a cut upload
+// leaves the old file. Files are opened, made and written with the file system credentials of
+// the user the request names (identity.User.Act), so the kernel checks that user's
+// permissions. Access is checked here, not by the server: the X-Access-Token header or a URL
+// signature made from the same token.
 package files
 
 import (
@@ -79,7 +82,7 @@ func (h *Handler) request(r *http.Request, op operation) (*identity.User, string
 
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	_, p, err := h.request(r, opRead)
+	u, p, err := h.request(r, opRead)
 	if err != nil {
 		if !writeSignatureError(ctx, w, err) {
 			fault.WriteHTTP(ctx, w, err)
@@ -90,8 +93,13 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		fault.WriteHTTP(ctx, w, fmt.Errorf("download: %w: the path query parameter is required", fault.ErrInvalid))
 		return
 	}
-	// O_NONBLOCK so that a FIFO cannot hang the request; it means nothing for a regular file.
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Opened as the user, who must be allowed to read it. O_NONBLOCK so that a FIFO cannot
+	// hang the request; it means nothing for a regular file.
+	var f *os.File
+	err = u.Act(func() (err error) {
+		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		return err
+	})
 	if err != nil {
 		fault.WriteHTTP(ctx, w, filesystem.OSError("open", p, err))
 		return

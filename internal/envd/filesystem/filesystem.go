@@ -1,8 +1,9 @@
 // Package filesystem is envd's filesystem.Filesystem Connect service: stat, list, make,
 // move and remove paths, and watch directories, on behalf of the sandbox user a call names.
 //
-// The one idea: envd runs as root and acts on the path directly, then gives what it created
-// to the calling user (as E2B's envd does), and every OS error is wrapped once, by OSError,
+// The one idea: every call acts with the file system credentials of the user it names
+// (identity.User.Act), so the kernel checks its permissions and what it creates is that
+// user's, and every OS error is wrapped once, by OSError,
 // with the fault sentinel that becomes its Connect code. Watchers are fsnotify (inotify) only:
 // no polling, so an idle sandbox costs nothing.
 package filesystem
@@ -90,13 +91,27 @@ func (s *Service) resolveReq(h http.Header, p string) (*identity.User, string, e
 	return u, abs, nil
 }
 
-// Stat describes a path; a symlink is described itself, not followed (see Entry).
+// Stat describes a path. A symlink is followed for its type and mode, as E2B's envd does (the
+// SDK's getInfo of a link to a file says "file"): the rest of the entry is the link's own, and
+// SymlinkTarget names where it leads. A link that leads nowhere stays a SYMLINK.
 func (s *Service) Stat(ctx context.Context, req *connect.Request[rpc.StatRequest]) (*connect.Response[rpc.StatResponse], error) {
-	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
+	u, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
-	e, err := Entry(p)
+	var e *rpc.EntryInfo
+	err = u.Act(func() (err error) {
+		if e, err = Entry(p); err != nil {
+			return err
+		}
+		if e.GetType() == rpc.FileType_FILE_TYPE_SYMLINK {
+			if fi, err := os.Stat(p); err == nil {
+				e.Type = fileType(fi.Mode())
+				e.Mode = uint32(fi.Mode().Perm())
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
@@ -111,20 +126,24 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[rpc.MakeDirR
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
-	if fi, err := os.Stat(p); err == nil {
-		if fi.IsDir() {
-			return nil, fault.Connect(ctx, fmt.Errorf("make dir %s: %w", p, fault.ErrExists))
+	var e *rpc.EntryInfo
+	err = u.Act(func() error {
+		if fi, err := os.Stat(p); err == nil {
+			if fi.IsDir() {
+				return fmt.Errorf("make dir %s: %w", p, fault.ErrExists)
+			}
+			return fmt.Errorf("make dir %s: %w: a %s is in the way", p, fault.ErrInvalid, kind(fi.Mode()))
 		}
-		return nil, fault.Connect(ctx, fmt.Errorf("make dir %s: %w: a %s is in the way", p, fault.ErrInvalid, kind(fi.Mode())))
-	}
-	created, err := MkdirAll(p, u)
-	if err != nil {
-		return nil, fault.Connect(ctx, err)
-	}
-	if !created {
-		return nil, fault.Connect(ctx, fmt.Errorf("make dir %s: %w", p, fault.ErrExists))
-	}
-	e, err := Entry(p)
+		created, err := MkdirAll(p, u)
+		if err != nil {
+			return err
+		}
+		if !created {
+			return fmt.Errorf("make dir %s: %w", p, fault.ErrExists)
+		}
+		e, err = Entry(p)
+		return err
+	})
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
@@ -142,16 +161,20 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[rpc.MoveRequest
 	if err != nil {
 		return nil, fault.Connect(ctx, fmt.Errorf("destination %q: %w: %v", req.Msg.GetDestination(), fault.ErrInvalid, err))
 	}
-	if _, err := os.Lstat(src); err != nil {
-		return nil, fault.Connect(ctx, OSError("move", src, err))
-	}
-	if _, err := MkdirAll(filepath.Dir(dst), u); err != nil {
-		return nil, fault.Connect(ctx, err)
-	}
-	if err := os.Rename(src, dst); err != nil {
-		return nil, fault.Connect(ctx, OSError("move", src+" to "+dst, err))
-	}
-	e, err := Entry(dst)
+	var e *rpc.EntryInfo
+	err = u.Act(func() error {
+		if _, err := os.Lstat(src); err != nil {
+			return OSError("move", src, err)
+		}
+		if _, err := MkdirAll(filepath.Dir(dst), u); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return OSError("move", src+" to "+dst, err)
+		}
+		e, err = Entry(dst)
+		return err
+	})
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
@@ -162,23 +185,26 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[rpc.MoveRequest
 // before its contents. Depth 0 and 1 list the direct children; depth N also lists what is
 // below them down to N levels. Symlinked subdirectories are listed, not entered.
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[rpc.ListDirRequest]) (*connect.Response[rpc.ListDirResponse], error) {
-	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
+	u, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return nil, fault.Connect(ctx, OSError("list", p, err))
-	}
-	if !fi.IsDir() {
-		return nil, fault.Connect(ctx, fmt.Errorf("list %s: %w: not a directory", p, fault.ErrInvalid))
 	}
 	depth := int(req.Msg.GetDepth())
 	if depth < 1 {
 		depth = 1
 	}
 	var entries []*rpc.EntryInfo
-	if err := list(ctx, p, depth, &entries); err != nil {
+	err = u.Act(func() error {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return OSError("list", p, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("list %s: %w: not a directory", p, fault.ErrInvalid)
+		}
+		return list(ctx, p, depth, &entries)
+	})
+	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
 	return connect.NewResponse(&rpc.ListDirResponse{Entries: entries}), nil
@@ -214,13 +240,14 @@ func list(ctx context.Context, dir string, depth int, out *[]*rpc.EntryInfo) err
 // Remove deletes a file, a symlink (not its target) or a directory with its contents; a
 // path that does not exist is already removed, and succeeds.
 func (s *Service) Remove(ctx context.Context, req *connect.Request[rpc.RemoveRequest]) (*connect.Response[rpc.RemoveResponse], error) {
-	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
+	u, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
 	// A missing path is not an error, as in E2B's envd (os.RemoveAll): the path is gone either way.
-	if err := os.RemoveAll(p); err != nil {
-		return nil, fault.Connect(ctx, OSError("remove", p, err))
+	err = u.Act(func() error { return OSError("remove", p, os.RemoveAll(p)) })
+	if err != nil {
+		return nil, fault.Connect(ctx, err)
 	}
 	return connect.NewResponse(&rpc.RemoveResponse{}), nil
 }
@@ -229,12 +256,12 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[rpc.RemoveReq
 // per change with its name relative to the directory, and a keepalive every
 // Keepalive-Ping-Interval seconds, until the client goes away.
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[rpc.WatchDirRequest], stream *connect.ServerStream[rpc.WatchDirResponse]) error {
-	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
+	u, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return fault.Connect(ctx, err)
 	}
 	log := telemetry.Logger(ctx).With(telemetry.KeyRPCMethod, "filesystem.Filesystem/WatchDir")
-	w, err := newWatcher(log, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
+	w, err := newWatcher(log, u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
 		return fault.Connect(ctx, err)
 	}
@@ -281,12 +308,12 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[rpc.WatchDi
 // CreateWatcher starts a watcher like WatchDir's whose events are buffered (up to 10 000,
 // later ones are dropped and logged) until GetWatcherEvents takes them.
 func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[rpc.CreateWatcherRequest]) (*connect.Response[rpc.CreateWatcherResponse], error) {
-	_, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
+	u, p, err := s.resolveReq(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}
 	log := telemetry.Logger(ctx).With(telemetry.KeyRPCMethod, "filesystem.Filesystem/CreateWatcher")
-	w, err := newWatcher(log, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
+	w, err := newWatcher(log, u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
 		return nil, fault.Connect(ctx, err)
 	}

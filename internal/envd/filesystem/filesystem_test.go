@@ -82,8 +82,10 @@ func TestStat(t *testing.T) {
 	_, clients := serve(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "file.txt"), "hello")
-	if err := os.Symlink("file.txt", filepath.Join(dir, "link")); err != nil {
-		t.Fatal(err)
+	for link, target := range map[string]string{"link": "file.txt", "dirlink": ".", "dangling": "nope"} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	me, _ := user.Current()
 
@@ -94,13 +96,17 @@ func TestStat(t *testing.T) {
 		wantType rpc.FileType
 		wantSize int64
 		wantPerm string
+		// wantTarget is the symlink target the entry names, for a link.
+		wantTarget string
 	}{
-		{"a file is described fully", filepath.Join(dir, "file.txt"), 0, rpc.FileType_FILE_TYPE_FILE, 5, "-rw-r-----"},
-		{"a directory is a directory", dir, 0, rpc.FileType_FILE_TYPE_DIRECTORY, -1, ""},
-		{"a symlink is itself with its target", filepath.Join(dir, "link"), 0, rpc.FileType_FILE_TYPE_SYMLINK, -1, ""},
-		{"a missing path is not_found", filepath.Join(dir, "nope"), connect.CodeNotFound, 0, 0, ""},
-		{"an empty path is invalid_argument", "", connect.CodeInvalidArgument, 0, 0, ""},
-		{"a path under a file is invalid_argument", filepath.Join(dir, "file.txt", "x"), connect.CodeInvalidArgument, 0, 0, ""},
+		{"a file is described fully", filepath.Join(dir, "file.txt"), 0, rpc.FileType_FILE_TYPE_FILE, 5, "-rw-r-----", ""},
+		{"a directory is a directory", dir, 0, rpc.FileType_FILE_TYPE_DIRECTORY, -1, "", ""},
+		{"a symlink to a file is followed: a file, naming its target", filepath.Join(dir, "link"), 0, rpc.FileType_FILE_TYPE_FILE, -1, "", filepath.Join(dir, "file.txt")},
+		{"a symlink to a directory is followed: a directory, naming its target", filepath.Join(dir, "dirlink"), 0, rpc.FileType_FILE_TYPE_DIRECTORY, -1, "", dir},
+		{"a dangling symlink stays a symlink, naming its target", filepath.Join(dir, "dangling"), 0, rpc.FileType_FILE_TYPE_SYMLINK, -1, "", filepath.Join(dir, "nope")},
+		{"a missing path is not_found", filepath.Join(dir, "nope"), connect.CodeNotFound, 0, 0, "", ""},
+		{"an empty path is invalid_argument", "", connect.CodeInvalidArgument, 0, 0, "", ""},
+		{"a path under a file is invalid_argument", filepath.Join(dir, "file.txt", "x"), connect.CodeInvalidArgument, 0, 0, "", ""},
 	}
 	for _, c := range codecs {
 		for _, tt := range tests {
@@ -131,8 +137,11 @@ func TestStat(t *testing.T) {
 				if e.GetModifiedTime().AsTime().IsZero() {
 					t.Error("no modified time")
 				}
-				if tt.wantType == rpc.FileType_FILE_TYPE_SYMLINK && e.GetSymlinkTarget() != filepath.Join(dir, "file.txt") {
-					t.Errorf("symlink target = %q", e.GetSymlinkTarget())
+				if e.GetSymlinkTarget() != tt.wantTarget {
+					t.Errorf("symlink target = %q, want %q", e.GetSymlinkTarget(), tt.wantTarget)
+				}
+				if tt.wantTarget != "" && tt.wantType == rpc.FileType_FILE_TYPE_FILE && e.GetMode() != 0o640 {
+					t.Errorf("mode = %o, want the target's 640", e.GetMode())
 				}
 			})
 		}
@@ -192,15 +201,9 @@ func TestMakeDir(t *testing.T) {
 
 func TestMakeDirGivesCreatedDirsToTheUser(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody")
-	}
+	nobody := needNobody(t)
 	_, clients := serve(t)
-	dir := t.TempDir()
+	dir := openDir(t, 0o777)
 	p := filepath.Join(dir, "x", "y")
 	res, err := clients["json"].MakeDir(context.Background(), asUser(&rpc.MakeDirRequest{Path: p}, "nobody"))
 	if err != nil {

@@ -70,13 +70,22 @@ func ReadMetadata(path string) map[string]string {
 }
 
 func listXattrs(path string) ([]string, error) {
+	return xattrNames(func(buf []byte) (int, error) { return unix.Listxattr(path, buf) })
+}
+
+func flistXattrs(fd int) ([]string, error) {
+	return xattrNames(func(buf []byte) (int, error) { return unix.Flistxattr(fd, buf) })
+}
+
+// xattrNames calls list, a listxattr(2) call, with a buffer big enough for the names.
+func xattrNames(list func(buf []byte) (int, error)) ([]string, error) {
 	size := 256
 	for range 4 {
 		buf := make([]byte, size)
-		n, err := unix.Listxattr(path, buf)
+		n, err := list(buf)
 		if errors.Is(err, unix.ERANGE) {
 			// Grew meanwhile: ask for the size and retry.
-			if n, err = unix.Listxattr(path, nil); err != nil {
+			if n, err = list(nil); err != nil {
 				return nil, err
 			}
 			size = n + 64
@@ -117,8 +126,7 @@ func getXattr(path, name string) (string, error) {
 }
 
 // WriteMetadata sets md as user.e2b.* attributes on the open file f, in key order. It only
-// adds: callers replace a file's metadata by writing it on a fresh file that is then renamed
-// over the old one. An unsupporting file system is ErrXattrUnsupported; no room for the
+// adds (ReplaceMetadata also removes). An unsupporting file system is ErrXattrUnsupported; no room for the
 // attributes is fault.ErrNoSpace; other failures are wrapped with OSError.
 func WriteMetadata(f *os.File, md map[string]string) error {
 	keys := make([]string, 0, len(md))
@@ -139,4 +147,43 @@ func WriteMetadata(f *os.File, md map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// ReplaceMetadata makes md the user.e2b.* attributes of the open file f: attributes not in md
+// are removed, and only values that differ are set, so a file whose metadata does not change
+// is not touched (a watcher sees no attribute event). Errors are WriteMetadata's.
+func ReplaceMetadata(f *os.File, md map[string]string) error {
+	fd := int(f.Fd())
+	names, err := flistXattrs(fd)
+	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP) {
+		if len(md) == 0 {
+			return nil
+		}
+		return fmt.Errorf("set metadata on %s: %w", f.Name(), ErrXattrUnsupported)
+	}
+	if err != nil {
+		return OSError("list metadata of", f.Name(), err)
+	}
+	change := make(map[string]string, len(md))
+	for k, v := range md {
+		change[k] = v
+	}
+	for _, name := range names {
+		key, ok := strings.CutPrefix(name, MetadataXattrPrefix)
+		if !ok {
+			continue
+		}
+		want, keep := md[key]
+		if !keep {
+			if err := unix.Fremovexattr(fd, name); err != nil && !errors.Is(err, unix.ENODATA) {
+				return OSError("remove metadata "+key+" of", f.Name(), err)
+			}
+			continue
+		}
+		buf := make([]byte, len(want)+1) // one more: a longer value reads as ERANGE, i.e. different
+		if n, err := unix.Fgetxattr(fd, name, buf); err == nil && string(buf[:n]) == want {
+			delete(change, key)
+		}
+	}
+	return WriteMetadata(f, change)
 }

@@ -98,8 +98,8 @@ func TestEntryMetadata(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e := st.Msg.GetEntry(); e.GetType() != rpc.FileType_FILE_TYPE_SYMLINK || !maps.Equal(e.GetMetadata(), md) {
-				t.Errorf("Stat of the link = type %v metadata %v, want symlink with %v", e.GetType(), e.GetMetadata(), md)
+			if e := st.Msg.GetEntry(); e.GetType() != rpc.FileType_FILE_TYPE_FILE || !maps.Equal(e.GetMetadata(), md) {
+				t.Errorf("Stat of the link = type %v metadata %v, want the target's type (file) with %v", e.GetType(), e.GetMetadata(), md)
 			}
 
 			// Move keeps the attributes and reports them.

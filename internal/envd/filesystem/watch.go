@@ -14,6 +14,7 @@ import (
 
 	rpc "github.com/cove-dev/cove/gen/filesystem"
 	"github.com/cove-dev/cove/internal/envd/fault"
+	"github.com/cove-dev/cove/internal/envd/identity"
 
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -26,6 +27,7 @@ const maxBufferedEvents = 10_000
 // WatchDir stream or GetWatcherEvents takes them. It only wakes on inotify events, so an idle
 // watcher costs no CPU.
 type watcher struct {
+	user         *identity.User // whose file system credentials watch and describe
 	root         string
 	recursive    bool
 	includeEntry bool
@@ -42,7 +44,21 @@ type watcher struct {
 	addFailed bool // a subdirectory could not be watched; logged once
 }
 
-func newWatcher(log *slog.Logger, root string, recursive, includeEntry, allowNetworkMounts bool) (*watcher, error) {
+// newWatcher watches root for u: with u's file system credentials, so u must be allowed to
+// read the directories watched.
+func newWatcher(log *slog.Logger, u *identity.User, root string, recursive, includeEntry, allowNetworkMounts bool) (w *watcher, err error) {
+	err = u.Act(func() error {
+		w, err = startWatcher(log, u, root, recursive, includeEntry, allowNetworkMounts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	go w.run()
+	return w, nil
+}
+
+func startWatcher(log *slog.Logger, u *identity.User, root string, recursive, includeEntry, allowNetworkMounts bool) (*watcher, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, OSError("watch", root, err)
@@ -61,6 +77,7 @@ func newWatcher(log *slog.Logger, root string, recursive, includeEntry, allowNet
 		return nil, fmt.Errorf("watch %s: %w", root, err)
 	}
 	w := &watcher{
+		user:         u,
 		root:         root,
 		recursive:    recursive,
 		includeEntry: includeEntry,
@@ -76,7 +93,6 @@ func newWatcher(log *slog.Logger, root string, recursive, includeEntry, allowNet
 	if recursive {
 		w.addTree(root, false)
 	}
-	go w.run()
 	return w, nil
 }
 
@@ -87,7 +103,9 @@ func (w *watcher) run() {
 			if !ok {
 				return
 			}
-			w.handle(ev)
+			if err := w.user.Act(func() error { w.handle(ev); return nil }); err != nil {
+				w.log.Warn("watch event dropped", telemetry.KeyError, err.Error())
+			}
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return

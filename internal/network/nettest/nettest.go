@@ -70,14 +70,17 @@ type Internet struct {
 	cnames   map[string]string
 	socks    []string
 	requests []Request
+	queries  []string
 }
 
 // Request is one request a server of the internet saw.
 type Request struct {
 	Host, Path, RemoteAddr string
-	Header                 http.Header
-	TLS                    bool
-	At                     time.Time
+	// LocalAddr is the server's address the request came to (ip:port).
+	LocalAddr string
+	Header    http.Header
+	TLS       bool
+	At        time.Time
 }
 
 // Skip skips t unless the process may build namespaces, veths and nftables tables.
@@ -235,7 +238,11 @@ func (in *Internet) serve() error {
 	in.CAPEM = caPEM
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in.mu.Lock()
-		in.requests = append(in.requests, Request{Host: r.Host, Path: r.URL.Path, RemoteAddr: r.RemoteAddr,
+		local := ""
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			local = a.String()
+		}
+		in.requests = append(in.requests, Request{Host: r.Host, Path: r.URL.Path, RemoteAddr: r.RemoteAddr, LocalAddr: local,
 			Header: r.Header.Clone(), TLS: r.TLS != nil, At: time.Now()})
 		in.mu.Unlock()
 		if r.URL.Path == "/sink" { // throughput: read everything
@@ -294,6 +301,13 @@ func (in *Internet) Requests() []Request {
 	return append([]Request(nil), in.requests...)
 }
 
+// Queries lists the names the DNS server was asked for, lower-case, without the final dot.
+func (in *Internet) Queries() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.queries...)
+}
+
 // SetName makes the DNS server answer name (a fully qualified name without the final dot)
 // with addr.
 func (in *Internet) SetName(name string, addr netip.Addr) {
@@ -342,6 +356,7 @@ func (in *Internet) answerDNS(q []byte) []byte {
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
 	owner := question.Name
 	in.mu.Lock()
+	in.queries = append(in.queries, name)
 	target, isAlias := in.cnames[name]
 	if isAlias {
 		name = target

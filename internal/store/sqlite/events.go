@@ -167,7 +167,7 @@ func (db *DB) ListEvents(ctx context.Context, f store.EventFilter) (*store.Event
 
 const webhookColumns = `id, team_id, name, url, events, secret, created_at`
 
-func scanWebhook(row scanner) (*store.Webhook, error) {
+func (db *DB) scanWebhook(row scanner) (*store.Webhook, error) {
 	w := &store.Webhook{}
 	var events string
 	var created int64
@@ -178,6 +178,11 @@ func scanWebhook(row scanner) (*store.Webhook, error) {
 		return nil, fmt.Errorf("webhook %s events: %w", w.ID, err)
 	}
 	w.CreatedAt = fromMicros(created)
+	secret, err := db.openText(webhookName(w.ID), w.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s: %w", w.ID, err)
+	}
+	w.Secret = secret
 	return w, nil
 }
 
@@ -188,9 +193,13 @@ func (db *DB) InsertWebhook(ctx context.Context, w *store.Webhook) error {
 	if err != nil || w.Events == nil {
 		return fmt.Errorf("insert webhook %s: events are required", w.ID)
 	}
+	secret, err := db.sealText(webhookName(w.ID), w.Secret)
+	if err != nil {
+		return fmt.Errorf("insert webhook %s: %w", w.ID, err)
+	}
 	_, err = db.write.ExecContext(ctx, `INSERT INTO webhooks (`+webhookColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		w.ID, w.TeamID, w.Name, w.URL, string(events), w.Secret, toMicros(w.CreatedAt))
+		w.ID, w.TeamID, w.Name, w.URL, string(events), secret, toMicros(w.CreatedAt))
 	switch {
 	case isCode(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY):
 		return fmt.Errorf("insert webhook %s: %w", w.ID, store.ErrConflict)
@@ -204,7 +213,7 @@ func (db *DB) InsertWebhook(ctx context.Context, w *store.Webhook) error {
 
 // GetWebhook returns team teamID's webhook id, or store.ErrNotFound.
 func (db *DB) GetWebhook(ctx context.Context, teamID, id string) (*store.Webhook, error) {
-	w, err := scanWebhook(db.read.QueryRowContext(ctx,
+	w, err := db.scanWebhook(db.read.QueryRowContext(ctx,
 		`SELECT `+webhookColumns+` FROM webhooks WHERE id = ? AND team_id = ?`, id, teamID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("webhook %s: %w", id, store.ErrNotFound)
@@ -225,7 +234,7 @@ func (db *DB) ListWebhooks(ctx context.Context, teamID string) ([]*store.Webhook
 	defer rows.Close()
 	ws := []*store.Webhook{}
 	for rows.Next() {
-		w, err := scanWebhook(rows)
+		w, err := db.scanWebhook(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list webhooks: %w", err)
 		}
@@ -382,7 +391,12 @@ func (db *DB) ClaimDeliveries(ctx context.Context, at, leaseUntil time.Time, lim
 				rows.Close()
 				return err
 			}
-			hook := &store.Webhook{ID: w.id, TeamID: w.team, Name: w.name, URL: w.url, Secret: w.secret,
+			secret, err := db.openText(webhookName(w.id), w.secret)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("webhook %s: %w", w.id, err)
+			}
+			hook := &store.Webhook{ID: w.id, TeamID: w.team, Name: w.name, URL: w.url, Secret: secret,
 				CreatedAt: fromMicros(w.created)}
 			ev := &store.Event{ID: e.id, Type: e.typ, Timestamp: fromMicros(e.ts), TeamID: e.team,
 				SandboxID: e.sandbox, TemplateID: e.template, RequestID: e.requestID, APIKeyID: e.apiKeyID,

@@ -34,8 +34,8 @@ import (
 // cost 1.2 ms to compress (encoding takes 0.05 ms) and 0.4 ms to inflate, against 0.075 ms to
 // decode and search them raw, so a search of a 100k-line sandbox would take about 6x longer.
 //
-// Lines written before migration 0006 stay in the old logs table; queries read both and merge,
-// until PruneLogs deletes the old ones.
+// Lines written before migration 0006, in the old logs table, were moved into chunks by
+// migration 0025 (migrate_oldlogs.go), which dropped the table.
 const (
 	maxChunkLines = 2000
 	maxChunkBytes = 1 << 20

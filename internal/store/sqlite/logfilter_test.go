@@ -30,7 +30,7 @@ func filterOf(msgs ...string) []byte {
 
 func mayHold(filter []byte, search string) bool {
 	var terms [][]byte
-	for _, t := range searchTerms(search) {
+	for _, t := range store.SearchTerms(search) {
 		terms = append(terms, asciiLower(nil, []byte(t)))
 	}
 	return filterMayHold(filter, searchKeys(terms))
@@ -167,7 +167,7 @@ func TestQueryLogsWithFiltersFindsWhatAScanFinds(t *testing.T) {
 		for _, m := range all {
 			lm := asciiLower(nil, []byte(m))
 			ok := true
-			for _, term := range searchTerms(s) {
+			for _, term := range store.SearchTerms(s) {
 				ok = ok && bytes.Contains(lm, asciiLower(nil, []byte(term)))
 			}
 			if ok {

@@ -3,13 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
 
 // PruneLogs deletes the chunks whose newest line is older than olderThan, at most
-// pruneChunkRows chunks per transaction, and the old table's lines older than olderThan. A
+// pruneChunkRows chunks per transaction. A
 // chunk that straddles olderThan is kept whole until all of its lines are older: a chunk
 // spans one write batch, so its lines outlive the cutoff by at most the batch's time span.
 // The count is of the lines deleted.
@@ -60,57 +59,8 @@ func (db *DB) PruneLogs(ctx context.Context, olderThan time.Time) (int64, error)
 		}
 		total += deleted
 	}
-	n, err := db.pruneOldLogs(ctx, cutoff)
-	return total + n, err
+	return total, nil
 }
 
 // pruneChunkRows bounds the chunks one prune transaction deletes.
 const pruneChunkRows = 100
-
-// pruneOldLogs deletes lines of the old logs table older than cutoff, sandbox by sandbox,
-// in transactions of at most pruneChunk lines.
-func (db *DB) pruneOldLogs(ctx context.Context, cutoff int64) (int64, error) {
-	var total int64
-	sandbox := ""
-	for {
-		// Walk the distinct sandboxes through the primary key, one seek each.
-		err := db.read.QueryRowContext(ctx, `SELECT sandbox_id FROM logs WHERE sandbox_id > ?
-			ORDER BY sandbox_id LIMIT 1`, sandbox).Scan(&sandbox)
-		if errors.Is(err, sql.ErrNoRows) {
-			return total, nil
-		}
-		if err != nil {
-			return total, fmt.Errorf("prune logs: %w", err)
-		}
-		for {
-			// Delete up to the ts of the pruneChunk-th oldest line, or up to the cutoff.
-			bound := cutoff
-			var ts int64
-			err := db.read.QueryRowContext(ctx, `SELECT ts FROM logs WHERE sandbox_id = ? AND ts < ?
-				ORDER BY ts LIMIT 1 OFFSET ?`, sandbox, cutoff, pruneChunk).Scan(&ts)
-			switch {
-			case err == nil:
-				bound = ts
-			case !errors.Is(err, sql.ErrNoRows):
-				return total, fmt.Errorf("prune logs of %s: %w", sandbox, err)
-			}
-			res, err := db.write.ExecContext(ctx, `DELETE FROM logs WHERE sandbox_id = ? AND ts < ?`, sandbox, bound)
-			if err != nil {
-				return total, fmt.Errorf("prune logs of %s: %w", sandbox, err)
-			}
-			n, _ := res.RowsAffected()
-			total += n
-			if bound == cutoff {
-				break
-			}
-			if n == 0 { // one microsecond holds more than pruneChunk lines
-				res, err := db.write.ExecContext(ctx, `DELETE FROM logs WHERE sandbox_id = ? AND ts <= ?`, sandbox, bound)
-				if err != nil {
-					return total, fmt.Errorf("prune logs of %s: %w", sandbox, err)
-				}
-				n, _ := res.RowsAffected()
-				total += n
-			}
-		}
-	}
-}

@@ -5,42 +5,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/cove-dev/cove/internal/store"
 )
-
-// likeEscaper escapes LIKE's wildcards, with \ as the escape character.
-var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-
-// searchTerms splits a search into the substrings a line must all contain: its
-// whitespace-separated words, and each "double-quoted" phrase whole.
-func searchTerms(s string) []string {
-	var terms []string
-	for {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			return terms
-		}
-		if s[0] == '"' {
-			if end := strings.IndexByte(s[1:], '"'); end >= 0 {
-				if phrase := s[1 : 1+end]; phrase != "" {
-					terms = append(terms, phrase)
-				}
-				s = s[2+end:]
-				continue
-			}
-			s = s[1:] // an unmatched quote is not part of the search
-			continue
-		}
-		word, rest, _ := strings.Cut(s, " ")
-		if i := strings.IndexAny(word, "\t\n\r"); i >= 0 {
-			word, rest = word[:i], word[i:]+" "+rest
-		}
-		terms = append(terms, word)
-		s = rest
-	}
-}
 
 // asciiLower appends s with ASCII letters lowered to dst, as LIKE compares them.
 func asciiLower(dst, s []byte) []byte {
@@ -165,7 +132,7 @@ func newLogFilter(q *store.LogQuery) (*logFilter, error) {
 		}
 		f.minLevel = byte(rank)
 	}
-	for _, t := range searchTerms(q.Search) {
+	for _, t := range store.SearchTerms(q.Search) {
 		f.terms = append(f.terms, asciiLower(nil, []byte(t)))
 	}
 	return f, nil

@@ -25,9 +25,6 @@ const (
 	defaultLogLimit     = 1000
 	maxCommandLimit     = 1000
 	defaultCommandLimit = 100
-	// pruneChunk bounds the lines one prune transaction deletes, so the writer is never
-	// held for long.
-	pruneChunk = 5000
 )
 
 // logSeq numbers stored lines. Starting from the clock's nanoseconds keeps the numbers
@@ -49,6 +46,19 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 		}
 	}
 	first := logSeq.Add(int64(len(lines))) - int64(len(lines)) + 1
+	seqs := make([]int64, len(lines))
+	for i := range lines {
+		seqs[i] = first + int64(i)
+	}
+	if err := db.writeTx(ctx, func(tx *sql.Tx) error { return insertChunks(ctx, tx, lines, seqs) }); err != nil {
+		return fmt.Errorf("insert %d log lines: %w", len(lines), err)
+	}
+	return nil
+}
+
+// insertChunks writes lines, numbered seqs, as chunks in tx: one per (sandbox, team,
+// template) of the batch, or more past maxChunkLines or maxChunkBytes.
+func insertChunks(ctx context.Context, tx *sql.Tx, lines []store.LogLine, seqs []int64) error {
 	type groupKey struct{ sandbox, team, template string }
 	type group struct {
 		lines []*store.LogLine
@@ -66,82 +76,75 @@ func (db *DB) InsertLogs(ctx context.Context, lines []store.LogLine) error {
 			order = append(order, g)
 		}
 		g.lines = append(g.lines, l)
-		g.seqs = append(g.seqs, first+int64(i))
+		g.seqs = append(g.seqs, seqs[i])
 	}
-	err := db.writeTx(ctx, func(tx *sql.Tx) error {
-		insChunk, err := tx.PrepareContext(ctx, `INSERT INTO log_chunks (sandbox_id, team_id, template_id,
-			min_ts, max_ts, min_seq, max_seq, lines, levels, sources, streams, data)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer insChunk.Close()
-		var filters []any // chunk id, filter: written with one statement at the end
-		var insReq *sql.Stmt
-		defer func() {
-			if insReq != nil {
-				insReq.Close()
-			}
-		}()
-		c := chunkBuilder{filter: filterBuilders.Get().(*filterBuilder)}
-		defer filterBuilders.Put(c.filter)
-		for _, g := range order {
-			for start := 0; start < len(g.lines); {
-				// Cut at maxChunkLines lines, or after the line that passes maxChunkBytes of
-				// message and fields.
-				end, size := start, 0
-				for end < len(g.lines) && end-start < maxChunkLines && size < maxChunkBytes {
-					l := g.lines[end]
-					size += len(l.Message) + 64
-					for k, v := range l.Fields {
-						size += len(k) + 16
-						if s, ok := v.(string); ok {
-							size += len(s)
-						}
-					}
-					end++
-				}
-				if err := encodeChunk(&c, g.lines[start:end], g.seqs[start:end]); err != nil {
-					return fmt.Errorf("lines of %s: %w", g.lines[start].SandboxID, err)
-				}
-				l := g.lines[start]
-				res, err := insChunk.ExecContext(ctx, l.SandboxID, l.TeamID, l.TemplateID, c.minTs, c.maxTs,
-					c.minSeq, c.maxSeq, c.n, c.levels, c.sources, c.streams, c.data)
-				if err != nil {
-					return fmt.Errorf("lines of %s: %w", l.SandboxID, err)
-				}
-				id, err := res.LastInsertId()
-				if err != nil {
-					return err
-				}
-				filters = append(filters, id, bytes.Clone(c.filter.filter()))
-				if len(c.requests) > 0 {
-					if insReq == nil {
-						if insReq, err = tx.PrepareContext(ctx, `INSERT OR IGNORE INTO log_chunk_requests
-							(request_id, team_id, chunk_id) VALUES (?, ?, ?)`); err != nil {
-							return err
-						}
-					}
-					for _, r := range c.requests {
-						if _, err := insReq.ExecContext(ctx, r, l.TeamID, id); err != nil {
-							return fmt.Errorf("request ids of %s: %w", l.SandboxID, err)
-						}
-					}
-				}
-				start = end
-			}
-		}
-		return insertFilters(ctx, tx, filters)
-	})
+	insChunk, err := tx.PrepareContext(ctx, `INSERT INTO log_chunks (sandbox_id, team_id, template_id,
+		min_ts, max_ts, min_seq, max_seq, lines, levels, sources, streams, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
-		return fmt.Errorf("insert %d log lines: %w", len(lines), err)
+		return err
 	}
-	return nil
+	defer insChunk.Close()
+	var filters []any // chunk id, filter: written with one statement at the end
+	var insReq *sql.Stmt
+	defer func() {
+		if insReq != nil {
+			insReq.Close()
+		}
+	}()
+	c := chunkBuilder{filter: filterBuilders.Get().(*filterBuilder)}
+	defer filterBuilders.Put(c.filter)
+	for _, g := range order {
+		for start := 0; start < len(g.lines); {
+			// Cut at maxChunkLines lines, or after the line that passes maxChunkBytes of
+			// message and fields.
+			end, size := start, 0
+			for end < len(g.lines) && end-start < maxChunkLines && size < maxChunkBytes {
+				l := g.lines[end]
+				size += len(l.Message) + 64
+				for k, v := range l.Fields {
+					size += len(k) + 16
+					if s, ok := v.(string); ok {
+						size += len(s)
+					}
+				}
+				end++
+			}
+			if err := encodeChunk(&c, g.lines[start:end], g.seqs[start:end]); err != nil {
+				return fmt.Errorf("lines of %s: %w", g.lines[start].SandboxID, err)
+			}
+			l := g.lines[start]
+			res, err := insChunk.ExecContext(ctx, l.SandboxID, l.TeamID, l.TemplateID, c.minTs, c.maxTs,
+				c.minSeq, c.maxSeq, c.n, c.levels, c.sources, c.streams, c.data)
+			if err != nil {
+				return fmt.Errorf("lines of %s: %w", l.SandboxID, err)
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			filters = append(filters, id, bytes.Clone(c.filter.filter()))
+			if len(c.requests) > 0 {
+				if insReq == nil {
+					if insReq, err = tx.PrepareContext(ctx, `INSERT OR IGNORE INTO log_chunk_requests
+						(request_id, team_id, chunk_id) VALUES (?, ?, ?)`); err != nil {
+						return err
+					}
+				}
+				for _, r := range c.requests {
+					if _, err := insReq.ExecContext(ctx, r, l.TeamID, id); err != nil {
+						return fmt.Errorf("request ids of %s: %w", l.SandboxID, err)
+					}
+				}
+			}
+			start = end
+		}
+	}
+	return insertFilters(ctx, tx, filters)
 }
 
 // QueryLogs returns one page of the lines q selects, in (time, seq) order, ascending or
-// descending: the chunks that may hold them, scanned in order until the page is sure, merged
-// with the lines of the old logs table.
+// descending: the chunks that may hold them, scanned in order until the page is sure.
 func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, error) {
 	if q.TeamID == "" {
 		return nil, errors.New("query logs: team is required")
@@ -196,13 +199,6 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 	if err != nil {
 		return nil, fmt.Errorf("query logs of %s: %w", q.SandboxID, err)
 	}
-	old, err := db.queryOldLogs(ctx, q, limit)
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range old {
-		c.add(l)
-	}
 	c.settle()
 	page := &store.LogPage{Lines: make([]store.LogLine, 0, min(len(c.lines), limit))}
 	for _, l := range c.lines[:min(len(c.lines), limit)] {
@@ -219,7 +215,7 @@ func (db *DB) QueryLogs(ctx context.Context, q store.LogQuery) (*store.LogPage, 
 }
 
 // logScope is the WHERE terms (and their arguments) that pick q's team, sandbox and
-// template, in both the chunk and the old tables.
+// template.
 func logScope(q *store.LogQuery) ([]string, []any) {
 	where, args := []string{"team_id = ?"}, []any{q.TeamID}
 	if q.SandboxID != "" {

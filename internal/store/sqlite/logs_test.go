@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -373,47 +374,86 @@ func TestLogChunks(t *testing.T) {
 		}
 	})
 
-	t.Run("lines of the old table are read with the chunks", func(t *testing.T) {
-		for i, at := range []int{1, 3} {
-			if _, err := db.write.ExecContext(ctx, `INSERT INTO logs (`+logColumns+`) VALUES (?, ?, 'old', 'team', 'base', 2, 'envd', '', 0, 'req_old', ?, '{"k":"v"}')`,
-				toMicros(base.Add(time.Duration(at)*time.Millisecond)), int64(i), fmt.Sprintf("old %d", at)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var lines []store.LogLine
-		for _, at := range []int{0, 2, 4} {
-			l := logLine("team", "old", base.Add(time.Duration(at)*time.Millisecond), "warn", fmt.Sprintf("new %d", at))
-			l.RequestID = "req_old"
-			lines = append(lines, l)
-		}
-		if err := db.InsertLogs(ctx, lines); err != nil {
+}
+
+// TestOldLogTableMovesIntoChunks starts from a store as a release before 0025 left it, with
+// lines in the logs table of migration 0003 beside chunks, and checks that opening it moves
+// them into chunks (their order, fields, request ids and positions kept) and drops the table.
+func TestOldLogTableMovesIntoChunks(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "cove.db")
+	db := open(t, path)
+	var lines []store.LogLine
+	for _, at := range []int{0, 2, 4} {
+		l := logLine("team", "old", base.Add(time.Duration(at)*time.Millisecond), "warn", fmt.Sprintf("new %d", at))
+		l.RequestID = "req_old"
+		lines = append(lines, l)
+	}
+	if err := db.InsertLogs(ctx, lines); err != nil {
+		t.Fatal(err)
+	}
+	// Put the store back before 0025: the old table, with lines in it, and 0025 not applied.
+	old, err := migrations.ReadFile("migrations/0003_logs.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, _, _ := strings.Cut(string(old), "CREATE INDEX logs_by_request")
+	if _, err := db.write.ExecContext(ctx, table+`CREATE INDEX logs_by_request ON logs (request_id) WHERE request_id != '';`); err != nil {
+		t.Fatal(err)
+	}
+	for i, at := range []int{1, 3} {
+		if _, err := db.write.ExecContext(ctx, `INSERT INTO logs (`+logColumns+`) VALUES (?, ?, 'old', 'team', 'base', 2, 'envd', '', 0, 'req_old', ?, '{"k":"v"}')`,
+			toMicros(base.Add(time.Duration(at)*time.Millisecond)), int64(i), fmt.Sprintf("old %d", at)); err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		var after *store.LogPosition
-		for {
-			page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "old", Limit: 2, After: after, MinLevel: "warn"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, messages(page)...)
-			if page.Next == nil {
-				break
-			}
-			after = page.Next
+	}
+	for i := range 25000 { // more than a batch of the move, and more than a chunk
+		if _, err := db.write.ExecContext(ctx, `INSERT INTO logs (`+logColumns+`) VALUES (?, ?, 'bulk', 'team', 'base', 1, 'process', 'stdout', 7, '', ?, NULL)`,
+			toMicros(base.Add(time.Duration(i)*time.Microsecond)), int64(i), fmt.Sprintf("bulk %d", i)); err != nil {
+			t.Fatal(err)
 		}
-		if want := []string{"new 0", "old 1", "new 2", "old 3", "new 4"}; !reflect.DeepEqual(got, want) {
-			t.Errorf("got %q, want %q", got, want)
+	}
+	if _, err := db.write.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = 25`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	db = open(t, path)
+	var n int
+	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'logs'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the old table is still there: %d %v", n, err)
+	}
+	var got []string
+	var after *store.LogPosition
+	for {
+		page, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "old", Limit: 2, After: after, MinLevel: "warn"})
+		if err != nil {
+			t.Fatal(err)
 		}
-		trace, err := db.TraceLogs(ctx, "team", "req_old", 4)
-		if err != nil || len(trace) != 4 || trace[1].Message != "old 1" || trace[3].Message != "old 3" {
-			t.Errorf("trace: %+v, %v", trace, err)
+		got = append(got, messages(page)...)
+		if page.Next == nil {
+			break
 		}
-		page, _ := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "old", Fields: map[string]string{"k": "v"}})
-		if len(page.Lines) != 2 {
-			t.Errorf("old fields: %q", messages(page))
-		}
-	})
+		after = page.Next
+	}
+	if want := []string{"new 0", "old 1", "new 2", "old 3", "new 4"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	trace, err := db.TraceLogs(ctx, "team", "req_old", 4)
+	if err != nil || len(trace) != 4 || trace[1].Message != "old 1" || trace[3].Message != "old 3" {
+		t.Errorf("trace: %+v, %v", trace, err)
+	}
+	page, _ := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "old", Fields: map[string]string{"k": "v"}})
+	if len(page.Lines) != 2 {
+		t.Errorf("old fields: %q", messages(page))
+	}
+	bulk, err := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "bulk", Limit: 1000, Backward: true})
+	if err != nil || len(bulk.Lines) != 1000 || bulk.Lines[0].Message != "bulk 24999" || bulk.Lines[999].Message != "bulk 24000" {
+		t.Fatalf("bulk lines: %d, %v", len(bulk.Lines), err)
+	}
+	if hits, _ := db.QueryLogs(ctx, store.LogQuery{TeamID: "team", SandboxID: "bulk", Search: "bulk 12345"}); len(hits.Lines) != 1 {
+		t.Errorf("a moved line is not found by search: %q", messages(hits))
+	}
 }
 
 func TestCommands(t *testing.T) {

@@ -66,8 +66,8 @@ var datasets = map[store.Dataset]dataset{
 		remove: []string{`DELETE FROM commands WHERE sandbox_id = ? AND pid = ? AND started_at = ?`},
 	},
 	store.DatasetLogs: {
-		tables:  []string{"log_chunks", "log_chunk_requests", "logs"},
-		count:   `SELECT COALESCE(SUM(lines), 0) + (SELECT COUNT(*) FROM logs) FROM log_chunks`,
+		tables:  []string{"log_chunks", "log_chunk_requests"},
+		count:   `SELECT COALESCE(SUM(lines), 0) FROM log_chunks`,
 		oldest:  `SELECT MIN(min_ts) FROM log_chunks`,
 		victims: `SELECT id, lines FROM log_chunks WHERE max_ts < ? ORDER BY max_ts LIMIT ?`,
 		remove: []string{
@@ -123,18 +123,7 @@ func (db *DB) PruneBefore(ctx context.Context, d store.Dataset, before time.Time
 	if err != nil {
 		return 0, err
 	}
-	n, err := db.pruneBatch(ctx, d, ds, toMicros(before), batch, -1)
-	if err == nil && d == store.DatasetLogs && n < int64(batch) {
-		// Lines written before log chunks existed, in the old table nothing writes to.
-		var res sql.Result
-		res, err = db.write.ExecContext(ctx, `DELETE FROM logs WHERE (sandbox_id, ts, seq) IN (SELECT sandbox_id, ts, seq FROM logs WHERE ts < ? LIMIT ?)`,
-			toMicros(before), batch)
-		if err == nil {
-			old, _ := res.RowsAffected()
-			n += old
-		}
-	}
-	return n, err
+	return db.pruneBatch(ctx, d, ds, toMicros(before), batch, -1)
 }
 
 // PruneOverCap implements store.RetentionStore: the oldest rows go first.

@@ -3,12 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -25,7 +23,8 @@ const sandboxColumns = `id, team_id, template_id, alias, state, metadata, env_va
 	cpu_count, memory_mb, disk_size_mb, envd_version, envd_access_token,
 	secure, auto_pause, auto_resume, allow_internet,
 	started_at, end_at, paused_at, killed_at,
-	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at`
+	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at,
+	auto_pause_kind, pause_kind`
 
 var liveStates = []store.SandboxState{store.StateRunning, store.StatePaused}
 
@@ -33,8 +32,8 @@ func validState(s store.SandboxState) bool {
 	return s == store.StateRunning || s == store.StatePaused || s == store.StateKilled
 }
 
-// sandboxArgs returns sb's column values in sandboxColumns order.
-func sandboxArgs(sb *store.Sandbox) ([]any, error) {
+// sandboxArgs returns sb's column values in sandboxColumns order, its token sealed.
+func (db *DB) sandboxArgs(sb *store.Sandbox) ([]any, error) {
 	if !validState(sb.State) {
 		return nil, fmt.Errorf("unknown state %q", sb.State)
 	}
@@ -46,12 +45,17 @@ func sandboxArgs(sb *store.Sandbox) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("env var names: %w", err)
 	}
+	token, err := db.sealText(tokenName(sb.ID), sb.EnvdAccessToken)
+	if err != nil {
+		return nil, err
+	}
 	return []any{
 		sb.ID, sb.TeamID, sb.TemplateID, sb.Alias, string(sb.State), metadata, envVarNames,
-		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, sb.EnvdAccessToken,
+		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, sb.EnvdVersion, token,
 		sb.Secure, sb.AutoPause, sb.AutoResume, sb.AllowInternet,
 		toMicros(sb.StartedAt), toMicros(sb.EndAt), toNullMicros(sb.PausedAt), toNullMicros(sb.KilledAt),
 		string(sb.KillReason), sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy, toMicros(sb.UpdatedAt),
+		string(sb.AutoPauseKind), string(sb.PauseKind),
 	}, nil
 }
 
@@ -69,9 +73,9 @@ func jsonOrNull(v any, isNil bool) (sql.NullString, error) {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanSandbox(row scanner) (*store.Sandbox, error) {
+func (db *DB) scanSandbox(row scanner) (*store.Sandbox, error) {
 	sb := &store.Sandbox{}
-	var state, killReason string
+	var state, killReason, autoPauseKind, pauseKind string
 	var metadata, envVarNames sql.NullString
 	var started, end, updated int64
 	var paused, killed sql.NullInt64
@@ -81,10 +85,12 @@ func scanSandbox(row scanner) (*store.Sandbox, error) {
 		&sb.Secure, &sb.AutoPause, &sb.AutoResume, &sb.AllowInternet,
 		&started, &end, &paused, &killed,
 		&killReason, &sb.KillRequestID, &sb.KillAPIKeyID, &sb.CreatedBy, &updated,
+		&autoPauseKind, &pauseKind,
 	); err != nil {
 		return nil, err
 	}
 	sb.State, sb.KillReason = store.SandboxState(state), reason.KillReason(killReason)
+	sb.AutoPauseKind, sb.PauseKind = reason.PauseKind(autoPauseKind), reason.PauseKind(pauseKind)
 	if metadata.Valid {
 		if err := json.Unmarshal([]byte(metadata.String), &sb.Metadata); err != nil {
 			return nil, fmt.Errorf("sandbox %s metadata: %w", sb.ID, err)
@@ -97,18 +103,23 @@ func scanSandbox(row scanner) (*store.Sandbox, error) {
 	}
 	sb.StartedAt, sb.EndAt, sb.UpdatedAt = fromMicros(started), fromMicros(end), fromMicros(updated)
 	sb.PausedAt, sb.KilledAt = fromNullMicros(paused), fromNullMicros(killed)
+	token, err := db.openText(tokenName(sb.ID), sb.EnvdAccessToken)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	sb.EnvdAccessToken = token
 	return sb, nil
 }
 
 // InsertSandbox stores a new sandbox record. store.ErrConflict when one with sb.ID exists,
 // store.ErrNotFound when its team does not.
 func (db *DB) InsertSandbox(ctx context.Context, sb *store.Sandbox) error {
-	args, err := sandboxArgs(sb)
+	args, err := db.sandboxArgs(sb)
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	_, err = db.write.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	switch {
 	case isCode(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY):
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, store.ErrConflict)
@@ -122,7 +133,7 @@ func (db *DB) InsertSandbox(ctx context.Context, sb *store.Sandbox) error {
 
 // UpdateSandbox replaces the record with sb's id; store.ErrNotFound when there is none.
 func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
-	args, err := sandboxArgs(sb)
+	args, err := db.sandboxArgs(sb)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 	}
@@ -132,7 +143,8 @@ func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		cpu_count = ?, memory_mb = ?, disk_size_mb = ?, envd_version = ?, envd_access_token = ?,
 		secure = ?, auto_pause = ?, auto_resume = ?, allow_internet = ?,
 		started_at = ?, end_at = ?, paused_at = ?, killed_at = ?,
-		kill_reason = ?, kill_request_id = ?, kill_api_key_id = ?, created_by = ?, updated_at = ?
+		kill_reason = ?, kill_request_id = ?, kill_api_key_id = ?, created_by = ?, updated_at = ?,
+		auto_pause_kind = ?, pause_kind = ?
 		WHERE id = ?`, append(args[1:], sb.ID)...)
 	if isCode(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 		return fmt.Errorf("update sandbox %s: team %s: %w", sb.ID, sb.TeamID, store.ErrNotFound)
@@ -150,7 +162,7 @@ func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 
 // GetSandbox returns sandbox id, whatever its state; store.ErrNotFound when there is none.
 func (db *DB) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
-	sb, err := scanSandbox(db.read.QueryRowContext(ctx,
+	sb, err := db.scanSandbox(db.read.QueryRowContext(ctx,
 		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, store.ErrNotFound)
@@ -159,32 +171,6 @@ func (db *DB) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error)
 		return nil, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
 	return sb, nil
-}
-
-// cursor is the position after the last sandbox of a page, in listing order.
-type cursor struct {
-	order     store.ListOrder
-	startedAt int64 // unix microseconds
-	id        string
-}
-
-func (c cursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(string(c.order) + ":" + strconv.FormatInt(c.startedAt, 10) + ":" + c.id))
-}
-
-func parseCursor(s string) (cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return cursor{}, errors.New("not base64")
-	}
-	order, rest, ok1 := strings.Cut(string(b), ":")
-	at, id, ok2 := strings.Cut(rest, ":")
-	us, err := strconv.ParseInt(at, 10, 64)
-	o, oerr := store.ParseListOrder(order)
-	if !ok1 || !ok2 || err != nil || oerr != nil || order == "" || id == "" {
-		return cursor{}, errors.New("malformed")
-	}
-	return cursor{order: o, startedAt: us, id: id}, nil
 }
 
 // ListSandboxes returns one page of the sandboxes matching f, ordered by start time then
@@ -238,15 +224,15 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 
 	pageWhere, pageArgs := filter, slices.Clone(args)
 	if f.Next != "" {
-		c, err := parseCursor(f.Next)
+		c, err := store.ParseSandboxCursor(f.Next)
 		if err != nil {
 			return nil, fmt.Errorf("%w: nextToken %q is not a token this server returned (%v)", store.ErrInvalid, f.Next, err)
 		}
-		if c.order != order {
-			return nil, fmt.Errorf("%w: nextToken %q continues a listing in order %s, not %s", store.ErrInvalid, f.Next, c.order, order)
+		if c.Order != order {
+			return nil, fmt.Errorf("%w: nextToken %q continues a listing in order %s, not %s", store.ErrInvalid, f.Next, c.Order, order)
 		}
 		pageWhere += " AND (started_at, id) " + cmp + " (?, ?)"
-		pageArgs = append(pageArgs, c.startedAt, c.id)
+		pageArgs = append(pageArgs, toMicros(c.StartedAt), c.ID)
 	}
 
 	// One read transaction: the page and the total come from the same snapshot.
@@ -260,7 +246,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	// One more row than the page tells whether there is a next page.
-	sbs, err := querySandboxes(ctx, tx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+pageWhere+
+	sbs, err := db.querySandboxes(ctx, tx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+pageWhere+
 		` ORDER BY started_at `+dir+`, id `+dir+` LIMIT ?`, append(pageArgs, limit+1)...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -268,7 +254,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 	if len(sbs) > limit {
 		sbs = sbs[:limit]
 		last := sbs[limit-1]
-		page.Next = cursor{order: order, startedAt: toMicros(last.StartedAt), id: last.ID}.String()
+		page.Next = store.SandboxCursor{Order: order, StartedAt: last.StartedAt, ID: last.ID}.String()
 	}
 	page.Sandboxes = sbs
 	return page, nil
@@ -276,7 +262,7 @@ func (db *DB) ListSandboxes(ctx context.Context, f store.SandboxFilter) (*store.
 
 // LiveSandboxes returns every running or paused sandbox of every team, oldest first.
 func (db *DB) LiveSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
-	sbs, err := querySandboxes(ctx, db.read, `SELECT `+sandboxColumns+` FROM sandboxes
+	sbs, err := db.querySandboxes(ctx, db.read, `SELECT `+sandboxColumns+` FROM sandboxes
 		WHERE state IN (?, ?) ORDER BY started_at, id`, string(store.StateRunning), string(store.StatePaused))
 	if err != nil {
 		return nil, fmt.Errorf("live sandboxes: %w", err)
@@ -288,7 +274,7 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func querySandboxes(ctx context.Context, q querier, query string, args ...any) ([]*store.Sandbox, error) {
+func (db *DB) querySandboxes(ctx context.Context, q querier, query string, args ...any) ([]*store.Sandbox, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -296,7 +282,7 @@ func querySandboxes(ctx context.Context, q querier, query string, args ...any) (
 	defer rows.Close()
 	sbs := []*store.Sandbox{}
 	for rows.Next() {
-		sb, err := scanSandbox(rows)
+		sb, err := db.scanSandbox(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -34,14 +34,15 @@ type DB struct {
 	write *sql.DB // one connection: every write goes through it, in BEGIN IMMEDIATE
 	read  *sql.DB // query_only connections, for reads
 
-	stopFill func() // stops the background filling of log chunk filters
+	stopFill func()       // stops the background filling of log chunk filters
+	seal     store.Sealer // seals the secrets records keep; nil: they are stored as given
 }
 
 var _ store.Store = (*DB)(nil)
 
 // Open opens the SQLite database at path, creating it if needed, and brings its schema up
 // to date.
-func Open(ctx context.Context, path string) (*DB, error) {
+func Open(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -69,9 +70,16 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	write.SetConnMaxIdleTime(0)
 
 	db := &DB{write: write}
+	for _, o := range opts {
+		o(db)
+	}
 	if err := db.migrate(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := db.sealClear(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open store %s: seal the secrets kept in the clear: %w", path, err)
 	}
 
 	read, err := sql.Open("sqlite", uri+"?"+common+"&_query_only=1")
@@ -98,6 +106,12 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+	run     func(context.Context, *sql.Tx) error // a migration in Go, instead of sql
+}
+
+// goMigrations are the migrations that are code, not SQL: they move data SQL cannot encode.
+var goMigrations = []migration{
+	{version: 25, name: "old_logs_to_chunks", run: moveOldLogs},
 }
 
 func loadMigrations() ([]migration, error) {
@@ -119,6 +133,7 @@ func loadMigrations() ([]migration, error) {
 		}
 		ms = append(ms, migration{version: v, name: name, sql: string(b)})
 	}
+	ms = append(ms, goMigrations...)
 	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
 	for i := 1; i < len(ms); i++ {
 		if ms[i].version == ms[i-1].version {
@@ -167,7 +182,12 @@ func (db *DB) migrate(ctx context.Context) error {
 			if applied[m.version] {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			if m.run != nil {
+				err = m.run(ctx, tx)
+			} else {
+				_, err = tx.ExecContext(ctx, m.sql)
+			}
+			if err != nil {
 				return fmt.Errorf("migration %04d_%s: %w", m.version, m.name, err)
 			}
 			if _, err := tx.ExecContext(ctx,

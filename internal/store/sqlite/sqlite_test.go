@@ -369,6 +369,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 			StartedAt: base, EndAt: base.Add(time.Hour), PausedAt: &paused, KilledAt: &killed,
 			KillReason: reason.KillTimeout, KillRequestID: "req_1", KillAPIKeyID: "key_1",
 			CreatedBy: "req_0", UpdatedAt: killed,
+			AutoPauseKind: reason.PauseFilesystem, PauseKind: reason.PauseFilesystem,
 		}},
 		{"nil pointers, maps and slices read back nil", &store.Sandbox{
 			ID: "sb-nil", TeamID: team.ID, State: store.StateRunning, StartedAt: base, EndAt: base, UpdatedAt: base,
@@ -403,6 +404,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		sb.StartedAt, sb.EndAt, sb.PausedAt, sb.KilledAt = base.Add(time.Second), base.Add(time.Hour), nil, nil
 		sb.KillReason, sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy = "", "", "", "req_x"
 		sb.UpdatedAt = base.Add(3 * time.Hour)
+		sb.AutoPauseKind, sb.PauseKind = "", reason.PauseSnapshot
 		if err := db.UpdateSandbox(ctx, sb); err != nil {
 			t.Fatal(err)
 		}

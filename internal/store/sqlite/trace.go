@@ -19,7 +19,7 @@ func traceLimit(n int) int {
 // Each query repeats its partial index's condition (!= '') so the planner may use it.
 
 // TraceLogs returns the team's lines logged with requestID, oldest first: those of the
-// chunks log_chunk_requests lists for it, merged with those of the old logs table.
+// chunks log_chunk_requests lists for it.
 func (db *DB) TraceLogs(ctx context.Context, teamID, requestID string, limit int) ([]store.LogLine, error) {
 	if requestID == "" {
 		return nil, nil
@@ -31,22 +31,6 @@ func (db *DB) TraceLogs(ctx context.Context, teamID, requestID string, limit int
 		WHERE r.request_id = ? AND r.team_id = ? ORDER BY c.min_ts, c.id`, []any{requestID, teamID}, c,
 		func(l *chunkLine) bool { return string(l.request) == requestID })
 	if err != nil {
-		return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
-	}
-	rows, err := db.read.QueryContext(ctx, `SELECT `+logColumns+` FROM logs
-		WHERE request_id = ? AND request_id != '' AND team_id = ? ORDER BY ts, seq LIMIT ?`, requestID, teamID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		l, seq, err := scanLogLine(rows)
-		if err != nil {
-			return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
-		}
-		c.add(posLine{line: l, seq: seq})
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("trace logs of %s: %w", requestID, err)
 	}
 	c.settle()

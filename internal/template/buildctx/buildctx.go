@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -32,38 +31,32 @@ func ArchiveContext(ctxDir, src, dest string, w io.Writer) (string, error) {
 	if src == ".." || strings.HasPrefix(src, "../") || path.IsAbs(src) {
 		return "", fmt.Errorf("%w: copy source %q must be inside the context directory", ErrInvalid, src)
 	}
+	// Every path is opened within the context: a symlink in it is packed as a symlink and
+	// never followed out of it, not even as a directory on a source's path (src "link/x").
+	root, err := os.OpenRoot(ctxDir)
+	if err != nil {
+		return "", fmt.Errorf("%w: context directory: %v", ErrInvalid, err)
+	}
+	defer root.Close()
 	h := sha256.New()
 	fmt.Fprintf(h, "COPY %s %s", src, dest)
 	tw := tar.NewWriter(w)
-	var paths []string
-	root := filepath.Join(ctxDir, filepath.FromSlash(src))
-	if _, err := os.Lstat(root); err != nil {
+	if _, err := root.Lstat(src); err != nil {
 		return "", fmt.Errorf("%w: copy source %s: %v", ErrInvalid, src, err)
 	}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(ctxDir, p)
-		if err != nil {
-			return err
-		}
-		paths = append(paths, filepath.ToSlash(rel))
-		return nil
-	})
+	paths, err := walk(root, src)
 	if err != nil {
 		return "", fmt.Errorf("copy source %s: %w", src, err)
 	}
 	sort.Strings(paths)
 	for _, rel := range paths {
-		full := filepath.Join(ctxDir, filepath.FromSlash(rel))
-		fi, err := os.Lstat(full)
+		fi, err := root.Lstat(rel)
 		if err != nil {
 			return "", err
 		}
 		link := ""
 		if fi.Mode()&os.ModeSymlink != 0 {
-			if link, err = os.Readlink(full); err != nil {
+			if link, err = root.Readlink(rel); err != nil {
 				return "", err
 			}
 		}
@@ -81,7 +74,7 @@ func ArchiveContext(ctxDir, src, dest string, w io.Writer) (string, error) {
 			return "", err
 		}
 		if fi.Mode().IsRegular() {
-			f, err := os.Open(full)
+			f, err := root.Open(rel)
 			if err != nil {
 				return "", err
 			}
@@ -96,4 +89,31 @@ func ArchiveContext(ctxDir, src, dest string, w io.Writer) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// walk lists p and, when it is a directory (not a symlink to one), everything below it,
+// as slash paths relative to root.
+func walk(root *os.Root, p string) ([]string, error) {
+	paths := []string{p}
+	fi, err := root.Lstat(p)
+	if err != nil || !fi.IsDir() {
+		return paths, err
+	}
+	d, err := root.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		below, err := walk(root, path.Join(p, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, below...)
+	}
+	return paths, nil
 }

@@ -28,9 +28,9 @@ type Credentials struct {
 // Platform is the platform images are pulled for: the one sandboxes run on.
 var Platform = v1.Platform{OS: "linux", Architecture: "amd64"}
 
-// Pull fetches the image ref from its registry. Registries on loopback are reached over
-// plain HTTP, others over HTTPS.
-func Pull(ctx context.Context, ref string, cred Credentials) (v1.Image, name.Reference, error) {
+// Pull fetches the image ref from its registry, connecting only where guard allows.
+// Registries on loopback are reached over plain HTTP, others over HTTPS.
+func Pull(ctx context.Context, ref string, cred Credentials, guard Guard) (v1.Image, name.Reference, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, nil, fmt.Errorf("image %q: %w", ref, err)
@@ -39,7 +39,7 @@ func Pull(ctx context.Context, ref string, cred Credentials) (v1.Image, name.Ref
 	if cred.Username != "" || cred.Password != "" {
 		auth = authn.FromConfig(authn.AuthConfig{Username: cred.Username, Password: cred.Password})
 	}
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithPlatform(Platform))
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithPlatform(Platform), remote.WithTransport(guard.Transport()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pull %s: %w", r, err)
 	}

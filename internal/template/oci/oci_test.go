@@ -3,6 +3,7 @@ package oci_test
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,6 +75,9 @@ func TestApplyLayers(t *testing.T) {
 		entry{name: "opaque/old", body: "hidden above"},
 		entry{name: "escape", typ: tar.TypeSymlink, link: "../../../../"},
 		entry{name: "escape/outside", body: "must stay inside"},
+		entry{name: "dev/", typ: tar.TypeDir, mode: 0o755},
+		entry{name: "dev/sda", typ: tar.TypeBlock, mode: 0o666},
+		entry{name: "dev/mem", typ: tar.TypeChar, mode: 0o666},
 	)
 	top := layer(t,
 		entry{name: "etc/.wh.gone", body: ""},
@@ -109,6 +113,13 @@ func TestApplyLayers(t *testing.T) {
 		st := fi.Sys().(*syscall.Stat_t)
 		if st.Uid != 1000 || fi.Mode()&os.ModeSetuid == 0 || fi.Mode().Perm() != 0o755 {
 			t.Fatalf("bin/tool: uid %d mode %v", st.Uid, fi.Mode())
+		}
+	})
+	t.Run("device nodes are dropped: runc makes a sandbox's /dev", func(t *testing.T) {
+		for _, p := range []string{"dev/sda", "dev/mem"} {
+			if _, err := os.Lstat(filepath.Join(dst, p)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: %v, want it not made", p, err)
+			}
 		}
 	})
 	t.Run("hard links share the inode", func(t *testing.T) {

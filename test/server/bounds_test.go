@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// TestBoundsATenantCannotExceed runs a server with small bounds and shows each answers as a
+// clear refusal: volume mounts over the sandbox's own paths or a template's file are 400s
+// naming volumeMounts, a volume the host cannot hold is a 507 and one past the team's count
+// a 429, a build step past its time
+// limit is killed saying why, and build steps count against the team's sandbox quota.
+func TestBoundsATenantCannotExceed(t *testing.T) {
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t),
+		Args: []string{"--volume-size-mb", "8", "--build-step-timeout", "3s", "--quota-sandboxes", "2",
+			"--quota-volumes", "2", "--quota-volume-mb", "0"}})
+	a := client{t: t, url: s.URL, key: s.Key}
+	code, out, _ := a.do(http.MethodPost, "/volumes", map[string]any{"name": "bounds"})
+	if code != http.StatusCreated {
+		t.Fatalf("create volume: %d %v", code, out)
+	}
+	vol := out["volumeID"].(string)
+	t.Cleanup(func() { a.do(http.MethodDelete, "/volumes/"+vol, nil) })
+
+	for _, path := range []string{"/proc/self", "/dev", "/dev/pts", "/sys", "/run", "/etc/passwd", "/etc/passwd/x"} {
+		t.Run("a volume mounted at "+path+" is a 400 naming volumeMounts and no host path", func(t *testing.T) {
+			code, body, _ := a.do(http.MethodPost, "/sandboxes", map[string]any{"templateID": "base",
+				"volumeMounts": []map[string]any{{"name": "bounds", "path": path}}})
+			msg, _ := body["message"].(string)
+			if code != http.StatusBadRequest || !strings.Contains(msg, "volumeMounts") || strings.Contains(msg, s.DataDir) {
+				t.Errorf("%d %v", code, body)
+			}
+		})
+	}
+	t.Run("a volume larger than the host's free disk is a 507 naming sizeMB", func(t *testing.T) {
+		code, body, _ := a.do(http.MethodPost, "/volumes", map[string]any{"name": "huge", "sizeMB": 1 << 20})
+		msg, _ := body["message"].(string)
+		if code != http.StatusInsufficientStorage || !strings.Contains(msg, "sizeMB") {
+			t.Errorf("%d %v", code, body)
+		}
+	})
+
+	t.Run("a volume past the team's count is a 429 naming the quota", func(t *testing.T) {
+		code, out, _ := a.do(http.MethodPost, "/volumes", map[string]any{"name": "second"})
+		if code != http.StatusCreated {
+			t.Fatalf("the team's second volume: %d %v", code, out)
+		}
+		t.Cleanup(func() { a.do(http.MethodDelete, "/volumes/"+out["volumeID"].(string), nil) })
+		code, body, _ := a.do(http.MethodPost, "/volumes", map[string]any{"name": "third"})
+		msg, _ := body["message"].(string)
+		if code != http.StatusTooManyRequests || !strings.Contains(msg, "volume quota") {
+			t.Errorf("%d %v", code, body)
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	t.Run("a build step past the step time limit is killed, and the build fails saying so", func(t *testing.T) {
+		begun := time.Now()
+		_, err := client.BuildTemplate(ctx, "bounds-slow", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo sleeping; sleep 600"}}}}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "time limit") {
+			t.Fatalf("build: %v; want a BuildError naming the time limit", err)
+		}
+		t.Logf("the build failed after %s: %q", time.Since(begun).Round(time.Millisecond), be.Message)
+	})
+	t.Run("a build step beyond the team's sandbox quota fails naming the quota", func(t *testing.T) {
+		for range 2 {
+			id := a.create(nil)
+			t.Cleanup(func() { a.do(http.MethodDelete, "/sandboxes/"+id, nil) })
+		}
+		_, err := client.BuildTemplate(ctx, "bounds-quota", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo over-quota"}}}}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "concurrent sandboxes") {
+			t.Fatalf("build: %v; want a BuildError naming the sandbox quota", err)
+		}
+	})
+}
+
+// TestASandboxesFilesAndForksAreBounded runs what a tenant would to exhaust the host in a
+// real sandbox: a loop of eventfds stops at the open-file limit, root cannot raise it, the
+// host's kernel command line, block devices and overlay paths are out of sight, and a
+// fork-bombed sandbox is killed and leaves no cgroup.
+func TestASandboxesFilesAndForksAreBounded(t *testing.T) {
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t)})
+	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, cove.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Kill(context.Background()) })
+	run := func(t *testing.T, cmd string) string {
+		t.Helper()
+		res, err := sb.Commands.Run(ctx, cmd, cove.User("root"))
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	t.Run("a loop of eventfds stops at the open-file limit", func(t *testing.T) {
+		out := run(t, `python3 -c '
+import os
+n = 0
+try:
+    while True:
+        os.eventfd(0)
+        n += 1
+except OSError as e:
+    print(n, e.errno)'`)
+		var n, errno int
+		if _, err := fmt.Sscan(out, &n, &errno); err != nil || errno != 24 || n < 1000 || n > 2048 {
+			t.Errorf("opened %q (count, errno); want EMFILE (24) below 2048", out)
+		}
+	})
+	t.Run("root in the sandbox cannot raise the limit", func(t *testing.T) {
+		if out := run(t, "ulimit -Hn 100000 2>/dev/null && echo raised || echo refused"); out != "refused" {
+			t.Errorf("ulimit -Hn: %s", out)
+		}
+	})
+	t.Run("the host's kernel command line, block devices and overlay paths are out of sight", func(t *testing.T) {
+		out := run(t, "wc -c < /proc/cmdline; ls /sys/block | wc -l; grep -c 'upperdir=/[^p]' /proc/self/mountinfo || true")
+		if strings.Fields(out)[0] != "0" || strings.Fields(out)[1] != "0" || strings.Fields(out)[2] != "0" {
+			t.Errorf("cmdline bytes, block devices, overlay mounts naming host paths: %q", out)
+		}
+	})
+	t.Run("a fork-bombed sandbox is killed and leaves no cgroup", func(t *testing.T) {
+		if _, err := sb.Commands.Start(ctx, "bomb() { bomb | bomb & }; bomb", cove.User("root")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the bomb fills the sandbox's pids
+		begun := time.Now()
+		if err := sb.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killing the fork-bombed sandbox took %s", time.Since(begun).Round(time.Millisecond))
+		if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/cove/" + sb.ID); len(dirs) > 0 {
+			t.Errorf("cgroups left: %v", dirs)
+		}
+	})
+}
