@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,7 +95,7 @@ func TestCredentialForwarding(t *testing.T) {
 }
 
 // TestResourceBounds: a volume far larger than the free disk is refused; a sandbox cannot
-// open 200k eventfds; a fork bomb's sandbox is killed and gone.
+// open 200k eventfds; a fork-bombed sandbox is killed (promptly) and gone, cgroups and all.
 func TestResourceBounds(t *testing.T) {
 	need(t)
 	defer report(t, classBounds)
@@ -141,17 +142,24 @@ echo opened $(cat /tmp/rt-fds.* | awk '{s += $1} END {print s}')`, 2*time.Minute
 		t.Logf("the sandbox opened %d eventfds (exit %d)", n, code)
 		probe(t, classBounds, "200k eventfds", code != 0 || (n >= 0 && n < 200000), fmt.Sprintf("the sandbox opened %d: exit %d %.200s", n, code, out))
 	})
-	t.Run("a fork bomb's sandbox is killed and gone", func(t *testing.T) {
+	t.Run("a fork-bombed sandbox is killed and gone", func(t *testing.T) {
 		sb := sandbox(t, env.keyA, cove.SandboxOptions{Timeout: 5 * time.Minute})
-		sh(t, sb, `nohup bash -c ':(){ :|:& };:' >/dev/null 2>&1 &`, 20*time.Second)
-		deadline := time.Now().Add(45 * time.Second)
-		code := 0
-		for time.Now().Before(deadline) {
-			if code, _ = call(env.keyA, http.MethodGet, "/sandboxes/"+sb.ID, nil, nil); code == http.StatusNotFound {
-				break
-			}
-			time.Sleep(time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := sb.Commands.Start(ctx, "bomb() { bomb | bomb & }; bomb", cove.User("root")); err != nil {
+			t.Fatal(err)
 		}
-		probe(t, classBounds, "a fork bomb", code == http.StatusNotFound, fmt.Sprintf("45 s on, GET of the sandbox answers %d", code))
+		time.Sleep(3 * time.Second) // the bomb fills the sandbox's pids
+		begun := time.Now()
+		code, body := call(env.keyA, http.MethodDelete, "/sandboxes/"+sb.ID, nil, nil)
+		took := time.Since(begun)
+		after, _ := call(env.keyA, http.MethodGet, "/sandboxes/"+sb.ID, nil, nil)
+		left, _ := filepath.Glob("/sys/fs/cgroup/*/cove/" + sb.ID)
+		if more, _ := filepath.Glob("/sys/fs/cgroup/cove/" + sb.ID); len(more) > 0 {
+			left = append(left, more...)
+		}
+		t.Logf("killing the fork-bombed sandbox took %s", took.Round(time.Millisecond))
+		probe(t, classBounds, "a fork bomb", code >= 200 && code < 300 && after == http.StatusNotFound && len(left) == 0 && took < 30*time.Second,
+			fmt.Sprintf("kill answered %d %.120s after %s; then GET answered %d; cgroups left: %v", code, body, took.Round(time.Millisecond), after, left))
 	})
 }

@@ -131,11 +131,15 @@ func newTeam(t *testing.T, s *covetest.Server, name string) string {
 
 // TestImageCache: team B builds a template named image-<first 20 hex of an image's digest>
 // before anyone pulled that image; team A's build from the image must get the image, not B's
-// template.
+// template. A control first builds from an image nobody poisoned.
 func TestImageCache(t *testing.T) {
 	need(t)
 	defer report(t, classImageCache)
 	registry := ocitest.Registry(t)
+	// A server of its own that may pull from the test registry (on loopback, which the pull
+	// guard refuses unless the operator allows it), with a second team.
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--registry-allow", registry}})
+	keyB := newTeam(t, s, "rt-image-b")
 	image := func(content string) v1.Image {
 		return ocitest.Image(t, runtimetest.BusyboxRootfs(t), map[string]string{
 			"bin/bash":     "#!/bin/sh\nexec /bin/sh \"$@\"\n",
@@ -146,15 +150,15 @@ func TestImageCache(t *testing.T) {
 	// Control: a build from an image nobody poisoned has the image's file.
 	ctlRef := registry + "/rt/control:1"
 	ocitest.Push(t, ctlRef, image("control image\n"))
-	tid, bid, refused, body := startBuild(env.server.URL, env.keyA, "rt-from-control", map[string]any{"fromImage": ctlRef, "fromImageRegistry": auth,
+	tid, bid, refused, body := startBuild(s.URL, s.Key, "rt-from-control", map[string]any{"fromImage": ctlRef, "fromImageRegistry": auth,
 		"steps": []map[string]any{{"type": "RUN", "args": []string{"true"}}}})
 	if refused != 0 {
 		t.Fatalf("control: a build from an image in the test registry was refused (%d %.200s): the class cannot be judged", refused, body)
 	}
-	if st, why := waitBuild(env.server.URL, env.keyA, tid, bid, 3*time.Minute); st != "ready" {
+	if st, why := waitBuild(s.URL, s.Key, tid, bid, 3*time.Minute); st != "ready" {
 		t.Fatalf("control: a build from an image in the test registry ended %s: %s", st, why)
 	}
-	if ok, why := createWorks(t, env.server.URL, env.keyA, tid, "grep -q 'control image' /rt-image.txt"); !ok {
+	if ok, why := createWorks(t, s.URL, s.Key, tid, "grep -q 'control image' /rt-image.txt"); !ok {
 		t.Fatalf("control: a sandbox from the image lacks its file: %s", why)
 	}
 	ref := registry + "/rt/image:1"
@@ -165,26 +169,26 @@ func TestImageCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	poison := "image-" + digest.Hex[:20]
-	tid, bid, refused, body = startBuild(env.server.URL, env.keyB, poison, map[string]any{"fromTemplate": "base",
+	tid, bid, refused, body = startBuild(s.URL, keyB, poison, map[string]any{"fromTemplate": "base",
 		"steps": []map[string]any{{"type": "RUN", "args": []string{"echo poisoned > /tmp/rt-poisoned.txt; echo poisoned > rt-poisoned.txt"}}}})
 	if refused == 0 {
-		st, why := waitBuild(env.server.URL, env.keyB, tid, bid, 2*time.Minute)
+		st, why := waitBuild(s.URL, keyB, tid, bid, 2*time.Minute)
 		t.Logf("team B's template %s: %s %s", poison, st, why)
 	} else {
 		t.Logf("team B's template %s: refused %d %.200s", poison, refused, body)
 	}
-	tid, bid, refused, body = startBuild(env.server.URL, env.keyA, "rt-from-image", map[string]any{"fromImage": ref,
+	tid, bid, refused, body = startBuild(s.URL, s.Key, "rt-from-image", map[string]any{"fromImage": ref,
 		"fromImageRegistry": auth,
 		"steps":             []map[string]any{{"type": "RUN", "args": []string{"true"}}}})
 	if refused != 0 {
 		probe(t, classImageCache, "A's build from the image", false, fmt.Sprintf("A's build was refused: %d %.200s", refused, body))
 		return
 	}
-	if st, why := waitBuild(env.server.URL, env.keyA, tid, bid, 3*time.Minute); st != "ready" {
+	if st, why := waitBuild(s.URL, s.Key, tid, bid, 3*time.Minute); st != "ready" {
 		probe(t, classImageCache, "A's build from the image", false, fmt.Sprintf("A's build ended %s: %s", st, why))
 		return
 	}
-	ok, why := createWorks(t, env.server.URL, env.keyA, tid, "grep -q 'from the image' /rt-image.txt && ! ls /tmp/rt-poisoned.txt /home/user/rt-poisoned.txt /rt-poisoned.txt 2>/dev/null")
+	ok, why := createWorks(t, s.URL, s.Key, tid, "grep -q 'from the image' /rt-image.txt && ! ls /tmp/rt-poisoned.txt /home/user/rt-poisoned.txt /rt-poisoned.txt 2>/dev/null")
 	probe(t, classImageCache, "A's sandbox from the image holds the image, not B's template", ok, why)
 }
 
