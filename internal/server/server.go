@@ -33,6 +33,7 @@ import (
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/oidc"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/redact"
@@ -106,6 +107,13 @@ type Config struct {
 	Logger    *slog.Logger
 	// Ready, if set, is called with the listener's address once the server serves.
 	Ready func(addr string, apiKey string)
+
+	// OIDCIssuer is the workload identity issuer's URL, the API's external one (scheme://host);
+	// http://<listen address> when empty. OIDCTokenTTL is a token's life (15 min when 0) and
+	// OIDCKeyRotation how long a signing key signs (24 h when 0).
+	OIDCIssuer      string
+	OIDCTokenTTL    time.Duration
+	OIDCKeyRotation time.Duration
 }
 
 // Paths inside the data dir.
@@ -184,6 +192,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		s.startOrchestrator, // and recover the sandboxes of the last run
 		s.startBackground,
 		s.listen,
+		s.startIdentity,
 		s.buildHandlers,
 	} {
 		if err := step(ctx); err != nil {
@@ -218,6 +227,7 @@ type instance struct {
 	ln        net.Listener
 	dashboard *console.Console
 	srv       *http.Server
+	issuer    *oidc.Issuer
 }
 
 // newInstance fills cfg's defaults.
@@ -470,6 +480,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	proxyDomain, sandboxDomain := SandboxDomains(s.cfg.Domain, s.ln.Addr())
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
+		Identity:    s.issuer,
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	metrics := promhttp.HandlerFor(telemetry.Metrics(), promhttp.HandlerOpts{})
