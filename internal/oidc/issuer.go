@@ -47,6 +47,9 @@ const (
 // parties' clocks run a little off.
 const leeway = time.Minute
 
+// minPeriod is the shortest token TTL and key rotation New accepts.
+const minPeriod = time.Minute
+
 // Errors callers branch on.
 var (
 	// ErrNoToken is a token name the sandbox did not register, or a sandbox that is gone.
@@ -136,11 +139,15 @@ func New(ctx context.Context, cfg Config) (*Issuer, error) {
 		return nil, fmt.Errorf("oidc: %w", err)
 	}
 	cfg.URL = iss
-	if cfg.TokenTTL <= 0 {
+	if cfg.TokenTTL == 0 {
 		cfg.TokenTTL = DefaultTokenTTL
 	}
-	if cfg.Rotation <= 0 {
+	if cfg.Rotation == 0 {
 		cfg.Rotation = DefaultRotation
+	}
+	// Shorter would only churn keys and tokens; a mistyped unit should fail the start.
+	if cfg.TokenTTL < minPeriod || cfg.Rotation < minPeriod {
+		return nil, fmt.Errorf("oidc: token TTL %s and key rotation %s must each be at least %s", cfg.TokenTTL, cfg.Rotation, minPeriod)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -273,7 +280,7 @@ func thumbprint(pub *ecdsa.PublicKey) (string, error) {
 // Run keeps the keys rotated and forgets the registrations of killed sandboxes, until ctx
 // ends.
 func (i *Issuer) Run(ctx context.Context) {
-	t := time.NewTicker(min(time.Minute, i.cfg.Rotation/4))
+	t := time.NewTicker(min(time.Minute, i.cfg.Rotation/4)) // Rotation/4 >= 15 s: New checked
 	defer t.Stop()
 	for {
 		select {

@@ -379,6 +379,17 @@ process.stdout.write(ok ? JSON.parse(Buffer.from(p, 'base64url')).aud : 'bad sig
 	}
 }
 
+func TestNewRefusesPeriodsUnderAMinute(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, c := range []Config{{TokenTTL: time.Second}, {Rotation: time.Second}, {TokenTTL: -time.Minute}} {
+		c.Store, c.Records, c.Vault, c.URL = f.db, f.db, f.vault, testURL
+		if _, err := New(context.Background(), c); err == nil {
+			t.Errorf("New took TTL %s and rotation %s", c.TokenTTL, c.Rotation)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
