@@ -7,6 +7,9 @@
 // egress proxy asks Token for a fresh one as it forwards each request. The signing keys are
 // made on first start, rotated on a schedule, and kept in the store sealed with the vault's
 // key; a retired key stays in the published key set until every token it signed has expired.
+//
+// It must not import the orchestrator, the network manager or the edges: the egress proxy
+// calls Token through its own interface, and the API serves what Discovery and JWKS return.
 package oidc
 
 import (
@@ -251,7 +254,7 @@ func (i *Issuer) rotate(ctx context.Context, now time.Time) error {
 		}
 	}
 	i.keys = append([]*signingKey{{id: kid, priv: priv, created: now}}, i.keys...)
-	telemetry.Logger(ctx).Info("identity signing key rotated", "kid", kid)
+	telemetry.Logger(ctx).Info("identity signing key rotated", telemetry.KeyIdentityKid, kid)
 	return nil
 }
 

@@ -17,7 +17,7 @@ func (s *instance) startIdentity(ctx context.Context) error {
 		issuerURL = "http://" + s.ln.Addr().String()
 		if tcp, ok := s.ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
 			s.cfg.Logger.Warn("the workload identity issuer's URL is the listen address, which relying parties cannot reach: set --oidc-issuer to the API's external URL",
-				"issuer", issuerURL)
+				telemetry.KeyIdentityIssuer, issuerURL)
 		}
 	}
 	issuer, err := oidc.New(telemetry.WithLogger(ctx, s.cfg.Logger), oidc.Config{
