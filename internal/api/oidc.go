@@ -17,6 +17,7 @@ import (
 // tokens with it, and it publishes the documents relying parties verify them with.
 type Identity interface {
 	Register(ctx context.Context, sandboxID string, tokens []store.IdentityToken) error
+	Inherit(ctx context.Context, from, to string) error
 	Forget(ctx context.Context, sandboxID string) error
 	Discovery() oidc.Discovery
 	JWKS(ctx context.Context) (oidc.JWKS, error)
@@ -67,14 +68,31 @@ func (a *api) registerIAM(ctx context.Context, c caller, sb *store.Sandbox, toke
 	if len(tokens) == 0 {
 		return nil
 	}
-	err := a.cfg.Identity.Register(ctx, sb.ID, tokens)
-	if err == nil {
+	if err := a.cfg.Identity.Register(ctx, sb.ID, tokens); err != nil {
+		a.killWithoutIAM(ctx, c, sb.ID)
+		return fmt.Errorf("create sandbox: iam: %w", err)
+	}
+	return nil
+}
+
+// inheritIAM gives a fork its source's tokens; when that fails the fork is killed.
+func (a *api) inheritIAM(ctx context.Context, c caller, from string, fork *store.Sandbox) error {
+	if a.cfg.Identity == nil {
 		return nil
 	}
-	if kerr := a.cfg.Sandboxes.Kill(context.WithoutCancel(ctx), c.team.ID, sb.ID, reason.KillRequest, c.key.ID); kerr != nil {
-		telemetry.Logger(ctx).Warn("sandbox not killed after its identity tokens failed", telemetry.KeySandboxID, sb.ID, telemetry.KeyError, kerr.Error())
+	if err := a.cfg.Identity.Inherit(ctx, from, fork.ID); err != nil {
+		a.killWithoutIAM(ctx, c, fork.ID)
+		return fmt.Errorf("fork %s: iam: %w", from, err)
 	}
-	return fmt.Errorf("create sandbox: iam: %w", err)
+	return nil
+}
+
+// killWithoutIAM kills sandbox id whose tokens could not be registered: it must not run with
+// rules naming tokens it cannot get.
+func (a *api) killWithoutIAM(ctx context.Context, c caller, id string) {
+	if err := a.cfg.Sandboxes.Kill(context.WithoutCancel(ctx), c.team.ID, id, reason.KillRequest, c.key.ID); err != nil {
+		telemetry.Logger(ctx).Warn("sandbox not killed after its identity tokens failed", telemetry.KeySandboxID, id, telemetry.KeyError, err.Error())
+	}
 }
 
 // forgetIAM drops a killed sandbox's tokens at once (the issuer's sweep would in a minute).

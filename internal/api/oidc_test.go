@@ -10,9 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/oidc"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/vault"
@@ -22,7 +25,7 @@ import (
 const issuerURL = "https://cove.example.test"
 
 // newIdentityEnv is newEnv with a real issuer over a real SQLite store and vault.
-func newIdentityEnv(t *testing.T) (*env, *sqlite.DB) {
+func newIdentityEnv(t *testing.T) (*identityEnv, *sqlite.DB) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -39,11 +42,17 @@ func newIdentityEnv(t *testing.T) (*env, *sqlite.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{fake: newFake(), logs: &logBuffer{}}
+	e := &identityEnv{env: &env{fake: newFake(), logs: &logBuffer{}}, identity: issuer}
 	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.fake, Keys: fakeKeys{}, Identity: issuer, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e, db
+}
+
+// identityEnv is an env whose API has a real issuer.
+type identityEnv struct {
+	*env
+	identity *oidc.Issuer
 }
 
 func TestIdentityDocumentsAreServedWithoutAKey(t *testing.T) {
@@ -148,4 +157,54 @@ func TestCreateRegistersIdentityTokens(t *testing.T) {
 			t.Fatalf("%d %s; want a 400 naming iam", res.status, res.body)
 		}
 	})
+}
+
+// forkingFake is the fake orchestrator that also forks: each fork is a new sandbox.
+type forkingFake struct{ *fakeSandboxes }
+
+func (f forkingFake) Fork(ctx context.Context, teamID, id string, count int, _ time.Duration) ([]orchestrator.ForkResult, error) {
+	out := make([]orchestrator.ForkResult, count)
+	for i := range out {
+		out[i].Sandbox, out[i].Err = f.Create(ctx, orchestrator.CreateRequest{TeamID: teamID, TemplateID: "base"})
+	}
+	return out, nil
+}
+
+func (forkingFake) CreateSnapshot(context.Context, string, string, string) (*snapshot.Snapshot, error) {
+	return nil, errors.New("not in this test")
+}
+
+func (forkingFake) ListSnapshots(context.Context, string, string, string) ([]*snapshot.Snapshot, error) {
+	return nil, nil
+}
+
+func (forkingFake) DeleteSnapshot(context.Context, string, string) error { return nil }
+
+func (forkingFake) DiskUsage(context.Context) ([]cove.DiskUsage, error) { return nil, nil }
+
+func TestAForkInheritsItsSourcesIdentityTokens(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, db := newIdentityEnv(t)
+	srv := httptest.NewServer(api.New(api.Config{Sandboxes: forkingFake{e.fake}, Keys: fakeKeys{}, Identity: e.identity}))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	tokens := []store.IdentityToken{{Name: "aws", Audience: "sts.amazonaws.com", TokenType: "JWT-SVID"}}
+	if err := e.identity.Register(ctx, "irunning", tokens); err != nil {
+		t.Fatal(err)
+	}
+	res := e.do(t, http.MethodPost, "/sandboxes/irunning/fork", `{"count":2}`)
+	var forks []struct {
+		Sandbox struct {
+			SandboxID string `json:"sandboxID"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(res.body, &forks); err != nil || res.status != http.StatusCreated || len(forks) != 2 {
+		t.Fatalf("fork: %d %s", res.status, res.body)
+	}
+	for _, f := range forks {
+		if tok, err := db.GetIdentityToken(ctx, f.Sandbox.SandboxID, "aws"); err != nil || tok.Audience != "sts.amazonaws.com" {
+			t.Errorf("fork %s: %+v, %v; want the source's token", f.Sandbox.SandboxID, tok, err)
+		}
+	}
 }

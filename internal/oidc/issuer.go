@@ -351,6 +351,17 @@ func (i *Issuer) Register(ctx context.Context, sandboxID string, tokens []store.
 	return nil
 }
 
+// Inherit gives sandbox to the tokens sandbox from registered: a fork keeps its source's
+// network rules, and with them the token names they use. A source without tokens is not an
+// error.
+func (i *Issuer) Inherit(ctx context.Context, from, to string) error {
+	tokens, err := i.cfg.Store.IdentityTokens(ctx, from)
+	if err != nil || len(tokens) == 0 {
+		return err
+	}
+	return i.Register(ctx, to, tokens)
+}
+
 // Forget drops sandboxID's registrations and cached tokens (at its kill).
 func (i *Issuer) Forget(ctx context.Context, sandboxID string) error {
 	i.mu.Lock()

@@ -39,6 +39,8 @@ type Identity interface {
 
 	// PutIdentityTokens registers sandboxID's tokens, replacing any it had.
 	PutIdentityTokens(ctx context.Context, sandboxID string, tokens []IdentityToken) error
+	// IdentityTokens lists sandboxID's registered tokens by name; none is an empty list.
+	IdentityTokens(ctx context.Context, sandboxID string) ([]IdentityToken, error)
 	// GetIdentityToken returns sandboxID's token name; ErrNotFound when it registered none.
 	GetIdentityToken(ctx context.Context, sandboxID, name string) (*IdentityToken, error)
 	// DeleteIdentityTokens forgets sandboxID's tokens; none is not an error.

@@ -88,6 +88,27 @@ func (db *DB) PutIdentityTokens(ctx context.Context, sandboxID string, tokens []
 	return nil
 }
 
+// IdentityTokens lists sandboxID's registered tokens by name.
+func (db *DB) IdentityTokens(ctx context.Context, sandboxID string) ([]store.IdentityToken, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT name, audience, token_type FROM identity_tokens WHERE sandbox_id = ? ORDER BY name`, sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("identity tokens of %s: %w", sandboxID, err)
+	}
+	defer rows.Close()
+	var out []store.IdentityToken
+	for rows.Next() {
+		t := store.IdentityToken{SandboxID: sandboxID}
+		if err := rows.Scan(&t.Name, &t.Audience, &t.TokenType); err != nil {
+			return nil, fmt.Errorf("identity tokens of %s: %w", sandboxID, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("identity tokens of %s: %w", sandboxID, err)
+	}
+	return out, nil
+}
+
 // GetIdentityToken returns sandboxID's registered token name.
 func (db *DB) GetIdentityToken(ctx context.Context, sandboxID, name string) (*store.IdentityToken, error) {
 	t := store.IdentityToken{SandboxID: sandboxID, Name: name}
