@@ -312,15 +312,26 @@ func (i *Issuer) Sweep(ctx context.Context) error {
 	return errors.Join(err, derr)
 }
 
+// Limits of a registration: tokens are kept with the sandbox, and a name and audience go
+// into every request that uses them.
+const (
+	MaxTokens        = 32
+	MaxNameBytes     = 128
+	MaxAudienceBytes = 1024
+)
+
 // Validate checks the tokens a create registers; the error names the field at fault.
 func Validate(tokens []store.IdentityToken) error {
+	if len(tokens) > MaxTokens {
+		return fmt.Errorf("%w: iam.tokens has %d tokens, over the limit of %d", ErrInvalid, len(tokens), MaxTokens)
+	}
 	for _, t := range tokens {
 		field := "iam.tokens." + t.Name
-		if t.Name == "" || strings.ContainsAny(t.Name, "{}") || strings.IndexFunc(t.Name, isControl) >= 0 {
-			return fmt.Errorf("%w: iam.tokens: name %q must be non-empty, without '{', '}' or control characters (it goes into ${e2b.identity.tokens.<name>})", ErrInvalid, t.Name)
+		if t.Name == "" || len(t.Name) > MaxNameBytes || strings.ContainsAny(t.Name, "{}") || strings.IndexFunc(t.Name, isControl) >= 0 {
+			return fmt.Errorf("%w: iam.tokens: name %.40q must be 1 to %d bytes, without '{', '}' or control characters (it goes into ${e2b.identity.tokens.<name>})", ErrInvalid, t.Name, MaxNameBytes)
 		}
-		if strings.TrimSpace(t.Audience) == "" {
-			return fmt.Errorf("%w: %s.audience must not be empty", ErrInvalid, field)
+		if strings.TrimSpace(t.Audience) == "" || len(t.Audience) > MaxAudienceBytes {
+			return fmt.Errorf("%w: %s.audience must be 1 to %d bytes, not blank", ErrInvalid, field, MaxAudienceBytes)
 		}
 		if _, err := ParseTokenType(t.TokenType); err != nil {
 			return fmt.Errorf("%w: %s.tokenType: %v", ErrInvalid, field, err)

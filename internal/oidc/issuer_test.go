@@ -392,6 +392,15 @@ func TestNewRefusesPeriodsUnderAMinute(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
+	t.Run("more tokens than the limit are refused", func(t *testing.T) {
+		many := make([]store.IdentityToken, MaxTokens+1)
+		for n := range many {
+			many[n] = store.IdentityToken{Name: fmt.Sprint("t", n), Audience: "a", TokenType: "JWT-SVID"}
+		}
+		if err := Validate(many); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "iam.tokens") {
+			t.Fatalf("%d tokens: %v, want ErrInvalid naming iam.tokens", len(many), err)
+		}
+	})
 	for _, c := range []struct {
 		name  string
 		token store.IdentityToken
@@ -402,6 +411,8 @@ func TestValidate(t *testing.T) {
 		{"an unknown type names the token type", store.IdentityToken{Name: "aws", Audience: "a", TokenType: "x509"}, "iam.tokens.aws.tokenType"},
 		{"a brace in the name is refused", store.IdentityToken{Name: "a}b", Audience: "a", TokenType: "JWT-SVID"}, "iam.tokens: name"},
 		{"an empty name is refused", store.IdentityToken{Audience: "a", TokenType: "JWT-SVID"}, "iam.tokens: name"},
+		{"a name over its limit is refused", store.IdentityToken{Name: strings.Repeat("n", MaxNameBytes+1), Audience: "a", TokenType: "JWT-SVID"}, "iam.tokens: name"},
+		{"an audience over its limit names the audience", store.IdentityToken{Name: "aws", Audience: strings.Repeat("a", MaxAudienceBytes+1), TokenType: "JWT-SVID"}, "iam.tokens.aws.audience"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := Validate([]store.IdentityToken{c.token})
