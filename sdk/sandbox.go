@@ -84,6 +84,8 @@ type SandboxOptions struct {
 	VolumeMounts []VolumeMount
 	// Network holds egress rules; nil leaves them empty.
 	Network *NetworkRules
+	// IAM registers workload identity tokens the network rules can use; nil registers none.
+	IAM *IAM
 }
 
 // VolumeMount mounts a volume (by name) at an absolute path in a sandbox. The server reads
@@ -124,6 +126,8 @@ type NewSandbox struct {
 	CollectLogs *bool `json:"collectLogs,omitempty"`
 	// VolumeMounts mounts the team's volumes (by name) at paths in the sandbox.
 	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
+	// IAM registers named workload identity tokens (E2B's iam).
+	IAM *IAM `json:"iam,omitempty"`
 }
 
 // SandboxAutoResumeConfig is E2B's: a paused sandbox resumes when traffic reaches it.
@@ -167,6 +171,7 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 		TemplateID: cmpOr(opts.Template, "base"), Metadata: opts.Metadata, EnvVars: opts.EnvVars,
 		AutoPause: opts.AutoPause, Secure: &secure, AllowInternetAccess: &internet, VolumeMounts: opts.VolumeMounts,
 	}
+	body.IAM = opts.IAM
 	if opts.Timeout > 0 {
 		s := float64(seconds(opts.Timeout))
 		body.Timeout = &s

@@ -165,5 +165,6 @@ how to point the E2B SDK at it.`,
 	f.StringVar(&logLevel, "log-level", envOr("COVE_LOG_LEVEL", "info"), "debug, info, warn or error [$COVE_LOG_LEVEL]")
 	otelFlag(cmd, &otelEndpoint)
 	netFlags.register(cmd)
+	oidcFlags(cmd, &cfg)
 	return cmd
 }

@@ -70,6 +70,9 @@ type Config struct {
 	Networks Networks
 	// Secrets serves /secrets; nil leaves those operations to the 501.
 	Secrets Secrets
+	// Identity issues workload identity tokens (create's iam) and serves their discovery
+	// document and key set; nil refuses iam with a 400.
+	Identity Identity
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch
@@ -123,6 +126,9 @@ func (a *api) routes() {
 	}
 	if a.cfg.Secrets != nil {
 		a.secretRoutes()
+	}
+	if a.cfg.Identity != nil {
+		a.identityRoutes()
 	}
 	if a.cfg.Activity != nil {
 		a.handle("GET /teams/{teamID}/metrics", a.teamMetrics)

@@ -228,6 +228,11 @@ func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d durable) 
 			out[i].Error = &body
 			continue
 		}
+		if err := a.inheritIAM(r.Context(), c, id, res.Sandbox); err != nil {
+			body := errdefs.NewBody(statusOf(err), err.Error(), rid)
+			out[i].Error = &body
+			continue
+		}
 		sb := a.newSandbox(res.Sandbox)
 		out[i].Sandbox = &sb
 	}

@@ -115,6 +115,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err != nil {
 		return err
 	}
+	iam, err := a.parseIAM(body.IAM)
+	if err != nil {
+		return err
+	}
 	// E2B's v2 create has no secure field: every sandbox it makes is secured (an envd access
 	// token, signed file URLs). The v1 create secures only when asked. An explicit value wins.
 	secure := r.URL.Path == "/v2/sandboxes"
@@ -158,6 +162,9 @@ func (a *api) create(w http.ResponseWriter, r *http.Request, c caller) error {
 			return fmt.Errorf("create sandbox from template %q: %w", body.TemplateID, err)
 		}
 		return fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := a.registerIAM(ctx, c, sb, iam); err != nil {
+		return err
 	}
 	httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, sb.ID)
 	writeJSON(w, http.StatusCreated, a.newSandbox(sb))
@@ -248,6 +255,7 @@ func (a *api) kill(w http.ResponseWriter, r *http.Request, c caller) error {
 	if err := a.cfg.Sandboxes.Kill(ctx, c.team.ID, id, reason.KillRequest, c.key.ID); err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
 	}
+	a.forgetIAM(ctx, id)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

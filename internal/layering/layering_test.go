@@ -34,6 +34,7 @@ var rules = []struct {
 	{"internal/orchestrator", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/api", []string{"internal/server", "internal/proxy", "internal/console"}},
 	{"internal/proxy", []string{"internal/server", "internal/api", "internal/console"}},
+	{"internal/oidc", []string{"internal/orchestrator", "internal/network", "internal/api", "internal/proxy", "internal/server"}},
 	{"sdk", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store", "internal/telemetry"}},
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/oidc"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/proxy"
 	"github.com/cove-dev/cove/internal/redact"
@@ -125,6 +126,13 @@ type Config struct {
 	// RegistryAllow are registries (HOST or HOST:PORT) fromImage pulls may reach whatever
 	// they resolve to (loopback, the host's own addresses, past the egress limit).
 	RegistryAllow []string
+
+	// OIDCIssuer is the workload identity issuer's URL, the API's external one (scheme://host);
+	// http://<listen address> when empty. OIDCTokenTTL is a token's life (15 min when 0) and
+	// OIDCKeyRotation how long a signing key signs (24 h when 0).
+	OIDCIssuer      string
+	OIDCTokenTTL    time.Duration
+	OIDCKeyRotation time.Duration
 }
 
 // Paths inside the data dir.
@@ -206,6 +214,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		s.startOrchestrator, // and recover the sandboxes of the last run
 		s.startBackground,
 		s.listen,
+		s.startIdentity,
 		s.buildHandlers,
 	} {
 		if err := step(ctx); err != nil {
@@ -233,6 +242,7 @@ type instance struct {
 	secrets   *secrets.Store
 	vault     *vault.Vault // seals what the server keeps secret at rest
 	netw      orchestrator.Network
+	netman    *network.Manager                          // nil with NoNetwork
 	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	orch      *orchestrator.Orchestrator
 	retainer  *retention.Retainer
@@ -241,6 +251,7 @@ type instance struct {
 	dashboard *console.Console
 	proxy     *proxy.Proxy
 	srv       *http.Server
+	issuer    *oidc.Issuer
 }
 
 // newInstance fills cfg's defaults.
@@ -420,7 +431,7 @@ func (s *instance) startNetwork(ctx context.Context) error {
 		return fmt.Errorf("%w (or run with --network=false: sandboxes get no egress)", err)
 	}
 	s.onClose(func() error { return m.Close(context.Background()) }) // after the sandboxes are gone: removes the table
-	s.netw = m
+	s.netw, s.netman = m, m
 	return nil
 }
 
@@ -499,6 +510,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
+		Identity:    s.issuer,
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	s.proxy = px

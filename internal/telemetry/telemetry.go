@@ -170,6 +170,10 @@ const (
 
 	// The Go SDK's client lines.
 	KeyServerRequestID = "server.request_id"
+
+	// Workload identity (internal/oidc): the issuer URL and a signing key's id.
+	KeyIdentityIssuer = "identity.issuer"
+	KeyIdentityKid    = "identity.kid"
 )
 
 type loggerKey struct{}
