@@ -103,6 +103,19 @@ test('a Secret named by a rule reaches the test host over HTTPS while the sandbo
   assert.equal(await Secret.exists(name, opts), false)
 })
 
+test('a workload identity token (iam) a rule names reaches the test host; the sandbox sees only the placeholder', TIMEOUT, async () => {
+  const host = requireEnv('COVE_TEST_NAME')
+  const sbx = await create({
+    iam: { tokens: { web: { audience: host, tokenType: 'JWT-SVID' } } },
+    network: { rules: { [host]: [{ transform: ({ iam }) => ({ headers: { Authorization: `Bearer ${iam.tokens.web}` } }) }] } },
+  })
+  const r = await curl(sbx, `https://${host}/identity`)
+  assert.equal(r.code, 0, r.out)
+  const seen = await sbx.commands.run('env; cat /proc/[0-9]*/environ 2>/dev/null | tr "\\0" "\\n"')
+  assert.equal(/eyJ[\w-]+\.eyJ/.test(seen.stdout), false, 'a JWT is visible in the sandbox')
+  assert.match(JSON.stringify(await sbx.getInfo()), /^(?!.*eyJ[\w-]+\.eyJ)/s)
+})
+
 test('allowPublicTraffic: false keeps the sandbox\'s ports behind its trafficAccessToken; envd still answers the SDK', TIMEOUT, async () => {
   const sbx = await create({ network: { allowPublicTraffic: false } })
   assert.ok(sbx.trafficAccessToken, 'create returned no trafficAccessToken')

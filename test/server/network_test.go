@@ -279,12 +279,22 @@ func TestOfficialSDKNetwork(t *testing.T) {
 	if strings.Contains(s.Logs(), nettest.SOCKSPassword) {
 		t.Error("the server's log holds the proxy password")
 	}
-	var sawSecret bool
+	var sawSecret, sawToken bool
 	for _, r := range in.Requests() {
 		sawSecret = sawSecret || (r.Path == "/secret" && strings.HasSuffix(r.Header.Get("X-Api-Key"), "-planted") && r.TLS)
+		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Path == "/identity" && r.TLS {
+			claims, err := verifyAgainstIssuer(s.URL, token)
+			if err != nil || claims.Aud != "web.test" {
+				t.Errorf("the identity token the npm SDK's rule named does not verify against Cove's key set: %+v %v", claims, err)
+			}
+			sawToken = true
+		}
 	}
 	if !sawSecret {
 		t.Error("the test host never saw the secret's value in X-Api-Key over HTTPS")
+	}
+	if !sawToken {
+		t.Error("the test host never saw the workload identity token the npm SDK's iam and rule asked for")
 	}
 }
 
