@@ -31,6 +31,7 @@ type Engine interface {
 	store.MetricStore
 	store.TraceStore
 	store.RetentionStore
+	store.Identity
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
@@ -55,6 +56,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("metric samples", func(t *testing.T) { samples(t, open(t, false)) })
 	t.Run("a request's trace", func(t *testing.T) { traces(t, open(t, false)) })
 	t.Run("retention", func(t *testing.T) { retention(t, open(t, false)) })
+	t.Run("workload identity keys and tokens", func(t *testing.T) { identity(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
@@ -903,5 +905,65 @@ func retention(t *testing.T, s Engine) {
 	}
 	if _, err := s.Usage(ctx, "nonsense", false); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("an unknown dataset: %v", err)
+	}
+}
+
+func identity(t *testing.T, s Engine) {
+	ctx := context.Background()
+	for i, id := range []string{"k1", "k2"} {
+		if err := s.InsertSigningKey(ctx, &store.SigningKey{ID: id, Algorithm: "ES256", Sealed: []byte("sealed-" + id), CreatedAt: base.Add(time.Duration(i) * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.InsertSigningKey(ctx, &store.SigningKey{ID: "k1", Algorithm: "ES256", Sealed: []byte("x"), CreatedAt: base.Add(3 * time.Hour)}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a key id twice: %v", err)
+	}
+	keys := must[[]*store.SigningKey](t)(s.SigningKeys(ctx))
+	if len(keys) != 2 || keys[0].ID != "k2" || keys[0].RetiredAt != nil || keys[1].RetiredAt == nil || !keys[1].RetiredAt.Equal(base.Add(time.Hour)) ||
+		string(keys[1].Sealed) != "sealed-k1" {
+		t.Fatalf("keys %+v", keys)
+	}
+	if err := s.DeleteSigningKeys(ctx, base.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if keys := must[[]*store.SigningKey](t)(s.SigningKeys(ctx)); len(keys) != 1 || keys[0].ID != "k2" {
+		t.Fatalf("after deleting the retired: %+v", keys)
+	}
+	team := must[*store.Team](t)(s.CreateTeam(ctx, "acme"))
+	for _, id := range []string{"sb_live", "sb_dead"} {
+		sb := sandbox(team.ID, id, base, store.StateRunning, nil)
+		if id == "sb_dead" {
+			sb.State = store.StateKilled
+		}
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutIdentityTokens(ctx, id, []store.IdentityToken{{Name: "web", Audience: "a", TokenType: "JWT-SVID"}, {Name: "aws", Audience: "sts", TokenType: "JWT-SVID"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutIdentityTokens(ctx, "sb_live", []store.IdentityToken{{Name: "web", Audience: "b", TokenType: "JWT-SVID"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := must[[]store.IdentityToken](t)(s.IdentityTokens(ctx, "sb_live")); len(got) != 1 || got[0].Audience != "b" || got[0].SandboxID != "sb_live" {
+		t.Fatalf("a put replaces: %+v", got)
+	}
+	if got := must[[]store.IdentityToken](t)(s.IdentityTokens(ctx, "sb_dead")); len(got) != 2 || got[0].Name != "aws" {
+		t.Fatalf("by name: %+v", got)
+	}
+	if tok := must[*store.IdentityToken](t)(s.GetIdentityToken(ctx, "sb_live", "web")); tok.Audience != "b" {
+		t.Fatalf("get %+v", tok)
+	}
+	if _, err := s.GetIdentityToken(ctx, "sb_live", "aws"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unregistered name: %v", err)
+	}
+	if ids := must[[]string](t)(s.DeleteKilledIdentityTokens(ctx)); !reflect.DeepEqual(ids, []string{"sb_dead"}) {
+		t.Fatalf("forgot %v", ids)
+	}
+	if err := s.DeleteIdentityTokens(ctx, "sb_live"); err != nil {
+		t.Fatal(err)
+	}
+	if got := must[[]store.IdentityToken](t)(s.IdentityTokens(ctx, "sb_live")); len(got) != 0 {
+		t.Fatalf("after delete: %+v", got)
 	}
 }
