@@ -148,4 +148,11 @@ func TestTLSServesTheAPIAndSandboxHosts(t *testing.T) {
 		covetest.RunSDKScenarios(t, "tls.test.mjs", s.URL, s.Key,
 			"E2B_SANDBOX_URL=", "NODE_EXTRA_CA_CERTS="+ca, "NODE_OPTIONS=--import "+filepath.Join(compat, "localhost.mjs"))
 	})
+	t.Run("the SDK's whole scenario suite passes over https as over http", func(t *testing.T) {
+		// server.test.mjs is what test/e2e runs over plain http: the same file, the API and
+		// envd reached over TLS with the test CA trusted.
+		_, compat := covetest.NodeSDK(t)
+		covetest.RunSDKScenarios(t, "server.test.mjs", s.URL, s.Key,
+			"NODE_EXTRA_CA_CERTS="+ca, "NODE_OPTIONS=--import "+filepath.Join(compat, "localhost.mjs"))
+	})
 }
