@@ -386,9 +386,9 @@ func (in *Ingester) belowFloor() bool {
 	in.mu.Unlock()
 	switch {
 	case low && !was:
-		in.cfg.Logger.Error("log store below its free-space floor: log lines are dropped", "disk.free_bytes", free, "disk.floor_bytes", in.cfg.MinFreeBytes)
+		in.cfg.Logger.Error("log store below its free-space floor: log lines are dropped", telemetry.KeyDiskFreeBytes, free, telemetry.KeyDiskFloorBytes, in.cfg.MinFreeBytes)
 	case !low && was:
-		in.cfg.Logger.Info("log store above its free-space floor again", "disk.free_bytes", free, "disk.floor_bytes", in.cfg.MinFreeBytes)
+		in.cfg.Logger.Info("log store above its free-space floor again", telemetry.KeyDiskFreeBytes, free, telemetry.KeyDiskFloorBytes, in.cfg.MinFreeBytes)
 	}
 	return low
 }

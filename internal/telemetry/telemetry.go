@@ -260,3 +260,10 @@ const (
 	KeyNodeHeartbeat = "node.heartbeat_at" // the node's last lease renewal
 	KeyNodeSandboxes = "node.sandboxes"    // sandboxes the node held
 )
+
+// Log keys of disk space and file modes.
+const (
+	KeyDiskFreeBytes  = "disk.free_bytes"  // free bytes on a store's disk
+	KeyDiskFloorBytes = "disk.floor_bytes" // the free space a store keeps
+	KeyModeBefore     = "mode_before"      // a file mode Cove changed, as it was
+)

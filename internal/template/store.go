@@ -198,7 +198,7 @@ func private(dir string) error {
 		return fmt.Errorf("make %s reachable by its owner only (it holds tenants' files): %w", dir, err)
 	}
 	telemetry.Logger(context.Background()).Warn("template directory was open to other users: made it 0700 (it holds tenants' files: image roots, setuid binaries included, and uploads)",
-		"dir", dir, "was", fmt.Sprintf("%04o", fi.Mode().Perm()))
+		telemetry.KeyDir, dir, telemetry.KeyModeBefore, fmt.Sprintf("%04o", fi.Mode().Perm()))
 	return nil
 }
 
