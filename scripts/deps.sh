@@ -45,6 +45,18 @@ if [ ! -x bin/versitygw ] || [ "$(cat bin/versitygw.version 2>/dev/null)" != "$V
 		echo "deps: versitygw not built; the S3 blob store tests skip" >&2
 	fi
 fi
+# gVisor's runsc, the second isolation runtime (cove server --runtime runsc): pinned, built once
+# into bin/ without cgo. Newer versions need sidecar binaries that cannot be fetched here.
+RUNSC_VER=v0.0.0-20260905035102-160fafc42237
+if [ ! -x bin/runsc ] || [ "$(cat bin/runsc.version 2>/dev/null)" != "$RUNSC_VER" ]; then
+	echo "deps: building gVisor runsc ${RUNSC_VER} into bin/ (a few minutes the first time)"
+	mkdir -p bin
+	if GOBIN="$PWD/bin" CGO_ENABLED=0 go install "gvisor.dev/gvisor/runsc@${RUNSC_VER}"; then
+		echo "$RUNSC_VER" >bin/runsc.version
+	else
+		echo "deps: runsc not built; the runsc runtime tests skip" >&2
+	fi
+fi
 # Snapshot pause (CRIU 4): built from source once, about two minutes. Without it pauses
 # freeze and the snapshot tests skip, saying why.
 ./scripts/criu.sh || echo "deps: CRIU 4 not built; pauses will freeze and snapshot tests skip" >&2
