@@ -44,8 +44,13 @@ RACE_PKGS := ./internal/api/ ./internal/collect/ ./internal/console/ ./internal/
 	./internal/logs/ ./internal/orchestrator/ ./internal/proxy/ ./internal/redact/ ./internal/sampler/ \
 	./internal/server/ ./internal/store/... ./internal/teamapi/ ./internal/telemetry/... ./internal/template/ \
 	./internal/trace/ ./reason/ ./requestid/
+# The race detector's reports go to files and are printed again after the run, so that the
+# end of a long log (all a CI summary keeps) holds them whole.
+RACE_LOGS := $(or $(TMPDIR),/tmp)/cove-race-logs
 race:
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
+	rm -rf $(RACE_LOGS) && mkdir -p $(RACE_LOGS)
+	CGO_ENABLED=1 GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) || \
+		{ for f in $(RACE_LOGS)/report.*; do [ -f "$$f" ] && { echo "== race report $$f"; head -c 20000 "$$f"; }; done; exit 1; }
 
 deps:
 	./scripts/deps.sh

@@ -154,6 +154,7 @@ how to point the E2B SDK at it.`,
 	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
 	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines, build_logs; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines, build_logs 720h:10000 logs")
 	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
+	f.DurationVar(&cfg.BuildTimeout, "build-timeout", 3*time.Hour, "how long a whole template build may run, from its first step to its publish, before it is cancelled and fails with that reason (0: no limit)")
 	f.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", time.Hour, "how long one step of a template build may run before it is killed, failing the build with that reason (0: no limit); running steps also count against the team's sandbox quota")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")
 	f.StringVar(&cfg.Mirror, "mirror", envOr("COVE_MIRROR", ""), "Debian mirror URL the base template's first build downloads from; the machine's apt sources when empty [$COVE_MIRROR]")

@@ -172,17 +172,17 @@ func (o *Orchestrator) fits(team string, cpus, memoryMB int) error {
 	return nil
 }
 
-// ReserveBuildStep counts a running step of team's template build as one of its sandboxes,
-// under the step's id, until release: builds and sandboxes share the team's concurrent
-// sandbox quota (a build asked for past it fails its step with a *QuotaError). A step is no
-// create: the create rate is not charged.
-func (o *Orchestrator) ReserveBuildStep(team, id string) (release func(), err error) {
+// ReserveBuildStep counts a running step of team's template build, with its cpus and
+// memoryMB, as one of its sandboxes, under the step's id, until release: builds and
+// sandboxes share the team's concurrent sandbox, vCPU and memory quotas (a step past one
+// fails with a *QuotaError). A step is no create: the create rate is not charged.
+func (o *Orchestrator) ReserveBuildStep(team, id string, cpus, memoryMB int) (release func(), err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err := o.fits(team, 0, 0); err != nil {
+	if err := o.fits(team, cpus, memoryMB); err != nil {
 		return nil, err
 	}
-	o.creating[id] = reservation{team: team}
+	o.creating[id] = reservation{team: team, vcpus: cpus, memoryMB: memoryMB}
 	return func() {
 		o.mu.Lock()
 		delete(o.creating, id)

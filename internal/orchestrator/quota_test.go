@@ -114,7 +114,7 @@ func TestBuildStepsShareTheTeamsSandboxQuota(t *testing.T) {
 		live: map[string]*entry{"a": {sb: &store.Sandbox{ID: "a", TeamID: "t1"}}}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
 	var releases []func()
 	for _, id := range []string{"build-1", "build-2"} {
-		release, err := o.ReserveBuildStep("t1", id)
+		release, err := o.ReserveBuildStep("t1", id, 1, 256)
 		if err != nil {
 			t.Fatalf("step %s beside one sandbox under a quota of 3: %v", id, err)
 		}
@@ -122,7 +122,7 @@ func TestBuildStepsShareTheTeamsSandboxQuota(t *testing.T) {
 	}
 	t.Run("a third step is refused: the team holds one sandbox and two steps", func(t *testing.T) {
 		var qe *QuotaError
-		if _, err := o.ReserveBuildStep("t1", "build-3"); !errors.As(err, &qe) || qe.Limit != "concurrent sandboxes" {
+		if _, err := o.ReserveBuildStep("t1", "build-3", 1, 256); !errors.As(err, &qe) || qe.Limit != "concurrent sandboxes" {
 			t.Errorf("third step: %v; want the concurrent sandboxes quota", err)
 		}
 	})
@@ -132,6 +132,28 @@ func TestBuildStepsShareTheTeamsSandboxQuota(t *testing.T) {
 		o.mu.Unlock()
 		if err == nil {
 			t.Error("create admitted past the quota the steps hold")
+		}
+	})
+	t.Run("a step is charged its CPUs and memory against the team's quotas", func(t *testing.T) {
+		o := &Orchestrator{cfg: Config{Quotas: Quotas{Default: Quota{Sandboxes: 10, VCPUs: 4, MemoryMB: 2048}}},
+			live: map[string]*entry{"a": {sb: &store.Sandbox{ID: "a", TeamID: "t1", CPUCount: 2, MemoryMB: 512}}}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
+		release, err := o.ReserveBuildStep("t1", "step-1", 2, 1024)
+		if err != nil {
+			t.Fatalf("a 2 vCPU step beside a 2 vCPU sandbox under 4 vCPUs: %v", err)
+		}
+		var qe *QuotaError
+		if _, err := o.ReserveBuildStep("t1", "step-2", 1, 256); !errors.As(err, &qe) || qe.Limit != "vCPUs" {
+			t.Errorf("a step past the vCPU quota: %v; want the vCPUs quota", err)
+		}
+		o.mu.Lock()
+		err = o.admit("b", "t1", 1, 1024, now)
+		o.mu.Unlock()
+		if !errors.As(err, &qe) || qe.Limit != "vCPUs" {
+			t.Errorf("a create while the step holds the team's vCPUs: %v", err)
+		}
+		release()
+		if _, err := o.ReserveBuildStep("t1", "step-2", 2, 1600); !errors.As(err, &qe) || qe.Limit != "memory MB" {
+			t.Errorf("a step past the memory quota: %v; want the memory quota", err)
 		}
 	})
 	t.Run("a finished step gives its place back, and steps charge no create rate", func(t *testing.T) {

@@ -27,11 +27,12 @@ import (
 // the team's sandboxes and is killed past the step time limit (g).
 func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) template.Sandbox {
 	return template.Sandbox{
-		DiskSizeMB: cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
+		DiskSizeMB:   cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
+		BuildTimeout: cfg.BuildTimeout,
 		Pull: func(team string) oci.Guard {
 			return oci.Guard{Registries: cfg.RegistryAllow, Limit: cfg.Network.EgressLimit, Allows: pullPolicy(cfg.Quotas.For(team).Egress, team)}
 		},
-		Network: func(team string) template.StepNetwork {
+		Network: func(team string, cpus, memoryMB int) template.StepNetwork {
 			var n template.StepNetwork = template.Loopback
 			if netw != nil {
 				n = teamNetwork{netw: netw, egress: cfg.Quotas.For(team).Egress, team: team}
@@ -39,7 +40,7 @@ func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) template.S
 			if g.reserve == nil && g.timeout <= 0 {
 				return n
 			}
-			return &guardedSteps{StepNetwork: n, team: team, guard: g, held: map[string]heldStep{}}
+			return &guardedSteps{StepNetwork: n, team: team, cpus: cpus, memoryMB: memoryMB, guard: g, held: map[string]heldStep{}}
 		},
 		Limits: func(team string, cpus, memoryMB int) (int, int, error) {
 			q := cfg.Quotas.For(team)
@@ -61,11 +62,11 @@ func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) template.S
 	}
 }
 
-// stepGuard bounds a team's build steps: reserve counts a running step as one of the team's
-// sandboxes (orchestrator.ReserveBuildStep), and a step still running after timeout is told
+// stepGuard bounds a team's build steps: reserve counts a running step, with its CPUs and
+// memory, as one of the team's sandboxes (orchestrator.ReserveBuildStep), and a step still running after timeout is told
 // why in its log (note) and killed (kill: the runtime's Destroy). A zero field bounds nothing.
 type stepGuard struct {
-	reserve func(team, id string) (release func(), err error)
+	reserve func(team, id string, cpus, memoryMB int) (release func(), err error)
 	timeout time.Duration
 	note    func(id, line string)
 	kill    func(ctx context.Context, id string) error
@@ -77,8 +78,9 @@ type stepGuard struct {
 // (once it is gone).
 type guardedSteps struct {
 	template.StepNetwork
-	team  string
-	guard stepGuard
+	team           string
+	cpus, memoryMB int // each step's size, charged against the team's quota
+	guard          stepGuard
 
 	mu   sync.Mutex
 	held map[string]heldStep
@@ -92,7 +94,7 @@ type heldStep struct {
 func (g *guardedSteps) Attach(ctx context.Context, id string) (string, string, error) {
 	release := func() {}
 	if g.guard.reserve != nil && g.team != "" {
-		r, err := g.guard.reserve(g.team, id)
+		r, err := g.guard.reserve(g.team, id, g.cpus, g.memoryMB)
 		if err != nil {
 			return "", "", fmt.Errorf("build step of team %s: %w", g.team, err)
 		}

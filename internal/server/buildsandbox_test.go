@@ -104,13 +104,13 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		}
 	})
 	t.Run("a server without networking builds on loopback", func(t *testing.T) {
-		if n := buildSandbox(cfg, nil, stepGuard{}).Network("open"); n != template.Loopback {
+		if n := buildSandbox(cfg, nil, stepGuard{}).Network("open", 2, 512); n != template.Loopback {
 			t.Errorf("network %v, want loopback", n)
 		}
 	})
 	t.Run("steps attach under the team's egress, flush their denials and detach", func(t *testing.T) {
 		netw := &fakeNetwork{attached: map[string]network.Policy{}}
-		n := buildSandbox(cfg, netw, stepGuard{}).Network("closed")
+		n := buildSandbox(cfg, netw, stepGuard{}).Network("closed", 2, 512)
 		netns, resolv, err := n.Attach(context.Background(), "step-1")
 		if err != nil || netns != "/run/netns/step-1" || resolv != "/run/resolv/step-1" {
 			t.Fatalf("attach: %q %q %v", netns, resolv, err)
@@ -128,13 +128,13 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		if _, left := netw.attached["step-1"]; left || !slices.Equal(netw.flushed, []string{"step-1"}) {
 			t.Errorf("after detach: attached %v, flushed %v", netw.attached, netw.flushed)
 		}
-		if s := buildSandbox(cfg, netw, stepGuard{}).Network("open").String(); !strings.Contains(s, "no egress rules") {
+		if s := buildSandbox(cfg, netw, stepGuard{}).Network("open", 2, 512).String(); !strings.Contains(s, "no egress rules") {
 			t.Errorf("an open team's network: %q", s)
 		}
 	})
 	t.Run("a team whose egress does not parse gets no network, and says why", func(t *testing.T) {
 		netw := &fakeNetwork{attached: map[string]network.Policy{}}
-		n := buildSandbox(cfg, netw, stepGuard{}).Network("broken")
+		n := buildSandbox(cfg, netw, stepGuard{}).Network("broken", 2, 512)
 		if _, _, err := n.Attach(context.Background(), "step-2"); err == nil || len(netw.attached) != 0 {
 			t.Errorf("attach: %v, attached %v", err, netw.attached)
 		}
@@ -142,9 +142,31 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 			t.Errorf("String: %q", s)
 		}
 	})
+	t.Run("each step holds its CPUs and memory in the team's quota while it runs", func(t *testing.T) {
+		type held struct {
+			team, id  string
+			cpus, mem int
+		}
+		var got []held
+		released := 0
+		g := stepGuard{reserve: func(team, id string, cpus, memoryMB int) (func(), error) {
+			got = append(got, held{team, id, cpus, memoryMB})
+			return func() { released++ }, nil
+		}}
+		n := buildSandbox(cfg, nil, g).Network("open", 3, 768)
+		if _, _, err := n.Attach(context.Background(), "step-4"); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Detach(context.Background(), "step-4"); err != nil {
+			t.Fatal(err)
+		}
+		if want := []held{{"open", "step-4", 3, 768}}; !slices.Equal(got, want) || released != 1 {
+			t.Errorf("reserved %+v (released %d), want %+v released once", got, released, want)
+		}
+	})
 	t.Run("an attach the network refuses fails the step", func(t *testing.T) {
 		netw := &fakeNetwork{attached: map[string]network.Policy{}, err: errors.New("pool exhausted")}
-		if _, _, err := buildSandbox(cfg, netw, stepGuard{}).Network("open").Attach(context.Background(), "step-3"); err == nil || !strings.Contains(err.Error(), "pool exhausted") {
+		if _, _, err := buildSandbox(cfg, netw, stepGuard{}).Network("open", 2, 512).Attach(context.Background(), "step-3"); err == nil || !strings.Contains(err.Error(), "pool exhausted") {
 			t.Errorf("attach: %v", err)
 		}
 	})

@@ -107,6 +107,8 @@ type Config struct {
 	HostFilesFreePercent int
 	// BuildStepTimeout kills a template build's step that runs longer (0: no limit).
 	BuildStepTimeout time.Duration
+	// BuildTimeout cancels a whole template build that runs longer (0: no limit).
+	BuildTimeout time.Duration
 	// VolumeMinFreeMB is the free space the volumes' disk keeps above every volume filled:
 	// a volume that would not fit is refused (507). 1024 when 0, none when negative.
 	VolumeMinFreeMB int

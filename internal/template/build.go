@@ -153,7 +153,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		if err != nil {
 			failed := s.FailedLog(spec.Name)
 			os.MkdirAll(filepath.Dir(failed), 0o755)
-			if rerr := os.Rename(logPath, failed); rerr == nil {
+			// An operator's build names the kept log's path; a team's build keeps host
+			// paths out of what it answers (its log is served by the build's logs).
+			if rerr := os.Rename(logPath, failed); rerr == nil && spec.BuildID == "" {
 				err = fmt.Errorf("%w (log: %s)", err, failed)
 			}
 			if rerr := removeTree(build); rerr != nil {

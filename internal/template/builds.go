@@ -330,6 +330,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		return err
 	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	bctx, stopTimer := b.timeLimited(bctx)
 	b.mu.Lock()
 	b.cancel[id] = cancel
 	b.mu.Unlock()
@@ -337,6 +338,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 	go func() {
 		defer b.wg.Done()
 		defer cancel()
+		defer stopTimer()
 		defer release() // when run panics
 		b.run(bctx, r, req, release)
 	}()
@@ -356,7 +358,7 @@ func (b *Builds) log(r *BuildRecord, step, level, msg string) {
 func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest, release func()) {
 	finish := func(t *Template, err error) {
 		release()
-		b.finish(r, t, err)
+		b.finish(r, t, timeLimitReason(ctx, err))
 	}
 	if req.FromImage != "" {
 		var cred oci.Credentials

@@ -2,7 +2,9 @@ package template
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cove-dev/cove/internal/template/oci"
 )
@@ -32,8 +34,9 @@ func (loopback) String() string                                         { return
 
 // Sandbox is how the steps of a team's build are confined, as the team's sandboxes are.
 type Sandbox struct {
-	// Network returns the network of team's build steps; nil, or a nil result, is Loopback.
-	Network func(team string) StepNetwork
+	// Network returns the network of team's build steps, each running with cpus and
+	// memoryMB (what Limits gave); nil, or a nil result, is Loopback.
+	Network func(team string, cpus, memoryMB int) StepNetwork
 	// Limits returns the CPUs and memory a step of team's build runs with, given what the
 	// build asked for (0: not asked), or an error wrapping ErrInvalid that names the field
 	// over the team's limit.
@@ -41,6 +44,10 @@ type Sandbox struct {
 	// DiskSizeMB is the disk each RUN step writes its changes into, as a sandbox's disk: a
 	// write past it gets ENOSPC and fails the build. 0: the store's disk, unbounded.
 	DiskSizeMB int
+	// BuildTimeout bounds a whole build, from its first step to its publish: a build still
+	// running then is cancelled, its running step killed, and it fails with a
+	// *BuildTimeLimitError. 0: no limit.
+	BuildTimeout time.Duration
 	// Pull returns where team's fromImage pulls may connect (the server's egress limit, the
 	// team's egress policy, the registries the operator allows); nil, the zero oci.Guard.
 	Pull func(team string) oci.Guard
@@ -61,17 +68,17 @@ func (b *Builds) SetSandbox(sb Sandbox) { b.sandbox = sb }
 
 // stepSandbox is the network and limits of r's steps.
 func (b *Builds) stepSandbox(r *BuildRecord) (StepNetwork, int, int, error) {
-	net := Loopback
-	if b.sandbox.Network != nil {
-		if n := b.sandbox.Network(r.TeamID); n != nil {
-			net = n
-		}
-	}
 	cpus, mem := r.CPUCount, r.MemoryMB
 	if b.sandbox.Limits != nil {
 		var err error
 		if cpus, mem, err = b.sandbox.Limits(r.TeamID, r.CPUCount, r.MemoryMB); err != nil {
 			return nil, 0, 0, fmt.Errorf("build %s: %w", r.ID, err)
+		}
+	}
+	net := Loopback
+	if b.sandbox.Network != nil {
+		if n := b.sandbox.Network(r.TeamID, cpus, mem); n != nil {
+			net = n
 		}
 	}
 	return net, cpus, mem, nil
@@ -101,4 +108,35 @@ func (s *Store) StepLog(id, line string) (BuildStep, bool) {
 	r := v.(*runningStep)
 	r.out.Printf("==> network: %s", line)
 	return r.step, true
+}
+
+// BuildTimeLimitError is why a build that ran past Sandbox.BuildTimeout failed.
+type BuildTimeLimitError struct {
+	Limit time.Duration
+}
+
+func (e *BuildTimeLimitError) Error() string {
+	return fmt.Sprintf("build killed: it ran past the build time limit of %s (--build-timeout)", e.Limit)
+}
+
+// timeLimited bounds ctx by the builds' time limit, if they have one.
+func (b *Builds) timeLimited(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := b.sandbox.BuildTimeout; d > 0 {
+		return context.WithTimeoutCause(ctx, d, &BuildTimeLimitError{Limit: d})
+	}
+	return ctx, func() {}
+}
+
+// timeLimitReason makes err, which ended a build whose context is ctx, say the build ran
+// past its time limit when that is why it ended, keeping the step it ended in.
+func timeLimitReason(ctx context.Context, err error) error {
+	var tl *BuildTimeLimitError
+	if err == nil || !errors.As(context.Cause(ctx), &tl) || errors.As(err, &tl) {
+		return err
+	}
+	var se *StepError
+	if errors.As(err, &se) {
+		return &StepError{Index: se.Index, Step: se.Step, Err: tl}
+	}
+	return tl
 }

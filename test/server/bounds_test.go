@@ -21,7 +21,7 @@ import (
 // limit is killed saying why, and build steps count against the team's sandbox quota.
 func TestBoundsATenantCannotExceed(t *testing.T) {
 	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t),
-		Args: []string{"--volume-size-mb", "8", "--build-step-timeout", "3s", "--quota-sandboxes", "2",
+		Args: []string{"--volume-size-mb", "8", "--build-step-timeout", "3s", "--build-timeout", "12s", "--quota-sandboxes", "2",
 			"--quota-volumes", "2", "--quota-volume-mb", "0"}})
 	a := client{t: t, url: s.URL, key: s.Key}
 	code, out, _ := a.do(http.MethodPost, "/volumes", map[string]any{"name": "bounds"})
@@ -70,8 +70,21 @@ func TestBoundsATenantCannotExceed(t *testing.T) {
 		_, err := client.BuildTemplate(ctx, "bounds-slow", cove.TemplateDefinition{FromTemplate: "base",
 			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo sleeping; sleep 600"}}}}, cove.TemplateBuildOptions{})
 		var be *cove.BuildError
-		if !errors.As(err, &be) || !strings.Contains(be.Message, "time limit") {
-			t.Fatalf("build: %v; want a BuildError naming the time limit", err)
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "time limit") || strings.Contains(be.Message, s.DataDir) {
+			t.Fatalf("build: %v; want a BuildError naming the time limit and no host path", err)
+		}
+		t.Logf("the build failed after %s: %q", time.Since(begun).Round(time.Millisecond), be.Message)
+	})
+	t.Run("a build whose steps each keep to the step limit is killed at the build's limit", func(t *testing.T) {
+		var steps []cove.TemplateStep
+		for i := range 10 {
+			steps = append(steps, cove.TemplateStep{Type: "RUN", Args: []string{fmt.Sprintf("echo step %d; sleep 2", i)}})
+		}
+		begun := time.Now()
+		_, err := client.BuildTemplate(ctx, "bounds-long", cove.TemplateDefinition{FromTemplate: "base", Steps: steps}, cove.TemplateBuildOptions{})
+		var be *cove.BuildError
+		if !errors.As(err, &be) || !strings.Contains(be.Message, "build time limit of 12s") || strings.Contains(be.Message, s.DataDir) {
+			t.Fatalf("build: %v; want a BuildError naming the build time limit and no host path", err)
 		}
 		t.Logf("the build failed after %s: %q", time.Since(begun).Round(time.Millisecond), be.Message)
 	})
