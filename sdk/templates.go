@@ -3,6 +3,8 @@ package cove
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -143,6 +145,9 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 		if err != nil {
 			return nil, &Error{Op: op, Message: err.Error(), Err: err}
 		}
+		// The server refuses a body cut or changed on the way (RFC 9530).
+		sum := sha256.Sum256(tar.Bytes())
+		up.Header.Set("Content-Digest", "sha-256=:"+base64.StdEncoding.EncodeToString(sum[:])+":")
 		res, err := c.http.Do(up)
 		if err != nil {
 			return nil, &Error{Op: op, Message: "upload " + st.Args[0] + ": " + err.Error(), Err: err}

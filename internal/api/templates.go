@@ -2,6 +2,8 @@ package api
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -250,7 +252,12 @@ func (a *api) upload(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("%w: the upload link is unknown, used or expired; ask for a new one", errUnauthorized))
 		return
 	}
-	if err := a.cfg.Builds.Upload(team, hash, r.Body, maxUpload); err != nil {
+	digest, err := contentDigest(r.Header.Get("Content-Digest"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.cfg.Builds.Upload(team, hash, r.Body, maxUpload, digest); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -544,4 +551,27 @@ func startSnapshotJSON(sn *template.StartSnapshot) *cove.TemplateStartSnapshot {
 		return nil
 	}
 	return &cove.TemplateStartSnapshot{BuildID: sn.BuildID, SizeBytes: sn.Bytes, ReadyMS: sn.ReadyMS, SnapshotMS: sn.SnapshotMS, CreatedAt: sn.CreatedAt}
+}
+
+// contentDigest reads an RFC 9530 Content-Digest header's sha-256 (`sha-256=:BASE64:`); ""
+// is none. Other algorithms beside it are ignored; a header with no sha-256 is a 400.
+func contentDigest(h string) ([]byte, error) {
+	if h == "" {
+		return nil, nil
+	}
+	for _, member := range strings.Split(h, ",") {
+		alg, val, ok := strings.Cut(strings.TrimSpace(member), "=")
+		if !ok || !strings.EqualFold(alg, "sha-256") {
+			continue
+		}
+		if len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
+			break
+		}
+		sum, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
+		if err != nil || len(sum) != sha256.Size {
+			break
+		}
+		return sum, nil
+	}
+	return nil, fmt.Errorf("%w: Content-Digest: want sha-256=:<base64 of 32 bytes>:", errBadRequest)
 }

@@ -1,7 +1,12 @@
 package api_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -35,21 +40,53 @@ func TestUploadLinkAlwaysAnswers201(t *testing.T) {
 		res := e.do(t, "GET", "/templates/tpl/files/"+hash, "")
 		return res.status, res.json(t)
 	}
-	status, first := link()
-	if status != http.StatusCreated || first["present"] != false || first["url"] == "" {
-		t.Fatalf("before the upload: %d %v, want 201 with present false and a url", status, first)
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	tw.WriteHeader(&tar.Header{Name: "files.txt", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
+	tw.Write([]byte("files\n"))
+	tw.Close()
+	put := func(body []byte, digest string) (int, string) {
+		t.Helper()
+		status, l := link()
+		if status != http.StatusCreated || l["present"] != false || l["url"] == "" {
+			t.Fatalf("before the upload: %d %v, want 201 with present false and a url", status, l)
+		}
+		req, err := http.NewRequest("PUT", l["url"].(string), bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if digest != "" {
+			req.Header.Set("Content-Digest", digest)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		msg, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(msg)
 	}
-	req, err := http.NewRequest("PUT", first["url"].(string), strings.NewReader("files"))
-	if err != nil {
-		t.Fatal(err)
+	digest := func(b []byte) string {
+		sum := sha256.Sum256(b)
+		return "sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":"
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name, digest string
+		body         []byte
+		want         string
+	}{
+		{"an upload cut short is a 400 and not kept", "", archive.Bytes()[:700], "whole tar"},
+		{"an upload whose Content-Digest differs is a 400 and not kept", digest([]byte("other")), archive.Bytes(), "Content-Digest"},
+		{"a Content-Digest without a sha-256 is a 400 naming it", "md5=:AAAA:", archive.Bytes(), "Content-Digest"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if status, msg := put(tt.body, tt.digest); status != http.StatusBadRequest || !strings.Contains(msg, tt.want) {
+				t.Errorf("upload: %d %s; want 400 naming %q", status, msg, tt.want)
+			}
+		})
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("upload: %d", res.StatusCode)
+	if status, msg := put(archive.Bytes(), digest(archive.Bytes())); status != http.StatusOK {
+		t.Fatalf("upload: %d %s", status, msg)
 	}
 	status, again := link()
 	if status != http.StatusCreated || again["present"] != true {

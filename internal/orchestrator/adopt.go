@@ -80,13 +80,16 @@ func (o *Orchestrator) adopt(ctx context.Context, sb *store.Sandbox) (err error)
 			return fmt.Errorf("the server restarted and its envd did not answer: %w", err)
 		}
 	}
+	// Once live, the sandbox is the evictor's too (an overdue one is killed at once): what
+	// the log line says of it is read before.
+	adopted := []any{telemetry.KeyState, string(sb.State), telemetry.KeyRuntimeState, state.String(), telemetry.KeyPID, rsb.Pid,
+		telemetry.KeyEndAt, sb.EndAt.UTC()}
 	o.mu.Lock()
 	o.live[sb.ID] = e
 	o.mu.Unlock()
 	o.watchInit(e)
 	o.nudge()
-	o.logger(ctx).Info("sandbox adopted", telemetry.KeyState, string(sb.State), telemetry.KeyRuntimeState, state.String(), telemetry.KeyPID, rsb.Pid,
-		telemetry.KeyEndAt, sb.EndAt.UTC(), telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)
+	o.logger(ctx).Info("sandbox adopted", append(adopted, telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)...)
 	return nil
 }
 
@@ -112,12 +115,12 @@ func (o *Orchestrator) adoptSnapshot(ctx context.Context, e *entry, req CreateRe
 			return fmt.Errorf("the server restarted and could not restore its snapshot: %w", err)
 		}
 	}
+	adopted := []any{telemetry.KeyState, string(sb.State), telemetry.KeyRuntimeState, runtime.StateCheckpointed.String(), telemetry.KeyEndAt, sb.EndAt.UTC()}
 	o.mu.Lock()
 	o.live[sb.ID] = e
 	o.mu.Unlock()
 	o.nudge()
-	o.logger(ctx).Info("sandbox adopted", telemetry.KeyState, string(sb.State), telemetry.KeyRuntimeState, runtime.StateCheckpointed.String(),
-		telemetry.KeyEndAt, sb.EndAt.UTC(), telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)
+	o.logger(ctx).Info("sandbox adopted", append(adopted, telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)...)
 	return nil
 }
 

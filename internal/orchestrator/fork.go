@@ -343,12 +343,14 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("envd in sandbox %s did not come back: %w", sb.ID, err)
 	}
+	// Once registered, the sandbox is its clients' and the evictor's: what follows reads a copy.
+	out := copySandbox(sb)
 	if err = o.register(ctx, e); err != nil {
 		return nil, err
 	}
-	o.emit(ctx, events.SandboxCreated, sb, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: sb.Secure,
-		AutoPause: sb.AutoPause, ForkedFrom: from.forkedFrom, SnapshotID: from.snapshotID, DurationMS: time.Since(begun).Milliseconds()})
-	telemetry.SandboxesCreated.WithLabelValues(sb.TemplateID).Inc()
+	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure,
+		AutoPause: out.AutoPause, ForkedFrom: from.forkedFrom, SnapshotID: from.snapshotID, DurationMS: time.Since(begun).Milliseconds()})
+	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.RestoreSeconds.Observe(time.Since(begun).Seconds())
 	attrs := []any{telemetry.KeyDurationMS, time.Since(begun).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds()}
@@ -359,5 +361,5 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		attrs = append(attrs, telemetry.KeySnapshotID, from.snapshotID)
 	}
 	o.logger(ctx).Info("sandbox created", attrs...)
-	return copySandbox(sb), nil
+	return out, nil
 }

@@ -221,11 +221,12 @@ func (o *Orchestrator) adoptKept(ctx context.Context, sb *store.Sandbox, begun t
 	if _, err := o.reclaimNetwork(ctx, e); err != nil {
 		return fmt.Errorf("the server restarted and could not give its kept files their network back: %w", err)
 	}
+	adopted := []any{telemetry.KeyState, string(sb.State), telemetry.KeyPauseKind, reason.PauseFilesystem.String(),
+		telemetry.KeySnapshotBytes, kept.Bytes, telemetry.KeyEndAt, sb.EndAt.UTC()} // read before the evictor may kill it
 	o.mu.Lock()
 	o.live[sb.ID] = e
 	o.mu.Unlock()
 	o.nudge()
-	o.logger(ctx).Info("sandbox adopted", telemetry.KeyState, string(sb.State), telemetry.KeyPauseKind, reason.PauseFilesystem.String(),
-		telemetry.KeySnapshotBytes, kept.Bytes, telemetry.KeyEndAt, sb.EndAt.UTC(), telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)
+	o.logger(ctx).Info("sandbox adopted", append(adopted, telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds())/1000)...)
 	return nil
 }

@@ -1,8 +1,13 @@
 package template
 
 import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -462,10 +467,19 @@ func (b *Builds) HasUpload(team, hash string) bool {
 	return validHash(hash) && err == nil
 }
 
-// Upload stores team's archive of hash read from r (at most max bytes), complete or not at all.
-func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
+// Upload stores team's archive of hash read from r (at most max bytes), complete or not at
+// all: a body that is no whole tar (gzipped or not) is refused, and so is one whose sha256
+// is not digest, when the client sent one (nil: none).
+//
+// The files hash is the client's cache key, not a checksum the server can recompute: E2B's
+// SDKs hash the step's text and each file's host stat (directory sizes among them), which no
+// archive carries. Uploads are kept per team, so a hash only ever names the team's own bytes.
+func (b *Builds) Upload(team, hash string, r io.Reader, max int64, digest []byte) error {
 	if !validHash(hash) {
 		return fmt.Errorf("%w: files hash %q is not a hex sha256", ErrInvalid, hash)
+	}
+	if digest != nil && len(digest) != sha256.Size {
+		return fmt.Errorf("%w: upload %s: the content digest is %d bytes, not a sha-256", ErrInvalid, hash, len(digest))
 	}
 	dir := b.teamUploads(team)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -476,7 +490,8 @@ func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	n, err := io.Copy(f, io.LimitReader(r, max+1))
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, sum), io.LimitReader(r, max+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -486,7 +501,72 @@ func (b *Builds) Upload(team, hash string, r io.Reader, max int64) error {
 	if n > max {
 		return fmt.Errorf("%w: upload %s is larger than %d bytes", ErrInvalid, hash, max)
 	}
+	if digest != nil && !bytes.Equal(sum.Sum(nil), digest) {
+		return fmt.Errorf("%w: upload %s: the body's sha-256 is not the Content-Digest sent with it (cut or changed on the way)", ErrInvalid, hash)
+	}
+	if err := wholeArchive(f.Name()); err != nil {
+		return fmt.Errorf("%w: upload %s is not a whole tar archive: %v", ErrInvalid, hash, err)
+	}
 	return os.Rename(f.Name(), filepath.Join(dir, hash+".tar"))
+}
+
+// wholeArchive reads the archive at p to its end, as a COPY step will: a cut or corrupt
+// tar, or gzip stream, is an error now rather than a build failing later.
+func wholeArchive(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		r = zr
+	}
+	var tail zeroTail
+	r = io.TeeReader(r, &tail)
+	tr := tar.NewReader(r)
+	for {
+		if _, err := tr.Next(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return err
+		}
+	}
+	// A gzip stream checks its length and CRC at its end, after the tar's last block.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	// The tar reader takes a stream cut between two entries for a short archive: a whole
+	// one ends in two zero blocks.
+	if tail < 2*512 {
+		return errors.New("no end-of-archive marker: the upload was cut")
+	}
+	return nil
+}
+
+// zeroTail counts the zero bytes that end what was written to it.
+type zeroTail int
+
+func (z *zeroTail) Write(p []byte) (int, error) {
+	i := len(p) - 1
+	for i >= 0 && p[i] == 0 {
+		i--
+	}
+	if i < 0 {
+		*z += zeroTail(len(p))
+	} else {
+		*z = zeroTail(len(p) - 1 - i)
+	}
+	return len(p), nil
 }
 
 // Close cancels the builds running in this process and waits for them: they end failed.

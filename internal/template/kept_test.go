@@ -68,7 +68,7 @@ func TestBuildFilesArePruned(t *testing.T) {
 	upload := func(t *testing.T, name string) string {
 		t.Helper()
 		hash, tar := archiveFile(t, ctxDir, name)
-		if err := builds.Upload("team-1", hash, tar, 1<<20); err != nil {
+		if err := builds.Upload("team-1", hash, tar, 1<<20, nil); err != nil {
 			t.Fatal(err)
 		}
 		return hash
