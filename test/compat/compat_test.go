@@ -34,6 +34,14 @@ import (
 const envdVersion = "0.6.4"
 
 func TestSDKDrivesEnvd(t *testing.T) {
+	runScenarios(t, "envd.test.mjs", 5*time.Minute, "COVE_DEFAULT_USER="+defaultUser(t), "COVE_OTHER_USER="+otherUser())
+}
+
+// runScenarios runs the npm SDK scenarios of script under `node --test` against a real `cove
+// envd` and a fixture control plane for its one sandbox, with env added to the SDK's
+// variables, failing t when a scenario fails; it skips, saying why, without node or the SDK.
+func runScenarios(t *testing.T, script string, limit time.Duration, env ...string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("compat test starts cove envd and node: skipped under -short")
 	}
@@ -49,31 +57,27 @@ func TestSDKDrivesEnvd(t *testing.T) {
 		t.Skip("the e2b npm SDK is not installed: run `npm ci` (or `npm install`) in test/compat")
 	}
 
-	cove := buildCove(t)
-	envdURL := startEnvd(t, cove)
-
+	envdURL := startEnvd(t, buildCove(t))
 	sandboxID := "i" + randomHex(t, 10)
 	apiKey := "e2b_" + randomHex(t, 20)
 	api := httptest.NewServer(fixtureControlPlane(t, sandboxID, apiKey))
 	t.Cleanup(api.Close)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	if deadline, ok := t.Deadline(); ok {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < limit {
 		ctx, cancel = context.WithDeadline(context.Background(), deadline.Add(-10*time.Second))
 	}
 	defer cancel()
 
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "envd.test.mjs")
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"E2B_API_URL="+api.URL,
 		"E2B_SANDBOX_URL="+envdURL,
 		"E2B_API_KEY="+apiKey,
 		"COVE_SANDBOX_ID="+sandboxID,
-		"COVE_DEFAULT_USER="+defaultUser(t),
-		"COVE_OTHER_USER="+otherUser(),
 		"NO_COLOR=1",
-	)
+	), env...)
 	cmd.WaitDelay = 5 * time.Second
 	out := covetest.NewLineLogger(t, "node: ")
 	cmd.Stdout = out
@@ -81,7 +85,7 @@ func TestSDKDrivesEnvd(t *testing.T) {
 	err = cmd.Run()
 	out.Flush()
 	if err != nil {
-		t.Fatalf("node --test envd.test.mjs: %v (the SDK scenarios above name what failed)", err)
+		t.Fatalf("node --test %s: %v (the SDK scenarios above name what failed)", script, err)
 	}
 }
 
