@@ -113,6 +113,10 @@ type CreatedEventData struct {
 	// StartSnapshotBuild is the template build whose start snapshot the sandbox was
 	// restored from, its start command running; "" when the command ran at create.
 	StartSnapshotBuild string `json:"start_snapshot_build,omitempty"`
+	// Pooled: the create claimed a started sandbox of the template's warm pool; ClaimMS is
+	// how long the claim took (its record, network rules and envd's /init).
+	Pooled  bool    `json:"pooled,omitempty"`
+	ClaimMS float64 `json:"claim_ms,omitempty"`
 }
 
 // ConnectedEventData is a connected event's payload: the TTL after the connect.

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -50,7 +51,7 @@ type DropCounter interface {
 
 // Collector collects one sandbox's lines and command records.
 type Collector struct {
-	labels   Labels
+	labels   atomic.Pointer[Labels] // set anew once, when a pooled sandbox is claimed
 	redactor *redact.Redactor
 	logs     Logs
 	commands store.CommandStore
@@ -84,7 +85,17 @@ func (c *Collector) Recent() []string {
 
 // New returns a collector for one sandbox. logs or commands may be nil to skip them.
 func New(labels Labels, r *redact.Redactor, logs Logs, commands store.CommandStore, logger *slog.Logger) *Collector {
-	return &Collector{labels: labels, redactor: r, logs: logs, commands: commands, logger: logger, running: map[int]*store.CommandRecord{}}
+	c := &Collector{redactor: r, logs: logs, commands: commands, logger: logger, running: map[int]*store.CommandRecord{}}
+	c.labels.Store(&labels)
+	return c
+}
+
+// Claim labels what is collected from now on as team's: a sandbox booted for a warm pool
+// belongs to no team until a create claims it.
+func (c *Collector) Claim(team string) {
+	l := *c.labels.Load()
+	l.TeamID = team
+	c.labels.Store(&l)
 }
 
 // maxLine bounds one line read from a pipe; envd splits output lines well below it.
@@ -207,7 +218,8 @@ func with(fields map[string]any, k string, v any) map[string]any {
 
 // add labels, redacts and stores one line. Host labels win over the line's own fields.
 func (c *Collector) add(line store.LogLine) {
-	line.SandboxID, line.TeamID, line.TemplateID = c.labels.SandboxID, c.labels.TeamID, c.labels.TemplateID
+	l := c.labels.Load()
+	line.SandboxID, line.TeamID, line.TemplateID = l.SandboxID, l.TeamID, l.TemplateID
 	line.Message, _ = c.redactor.String(line.Message)
 	if line.Source == store.SourceProcess {
 		c.mu.Lock()
@@ -228,7 +240,8 @@ func (c *Collector) add(line store.LogLine) {
 }
 
 func (c *Collector) base(pid int, tag, requestID string, startedAt time.Time) *store.CommandRecord {
-	return &store.CommandRecord{SandboxID: c.labels.SandboxID, TeamID: c.labels.TeamID, TemplateID: c.labels.TemplateID,
+	l := c.labels.Load()
+	return &store.CommandRecord{SandboxID: l.SandboxID, TeamID: l.TeamID, TemplateID: l.TemplateID,
 		PID: pid, Tag: tag, RequestID: requestID, StartedAt: startedAt}
 }
 
@@ -310,7 +323,8 @@ func (c *Collector) commandEnd(ctx context.Context, rec envdapi.CommandEnd) {
 	cr.StderrHead, cr.StderrTail, errCut = keep(rec.StderrHead, rec.StderrTail, rec.StderrBytes, rec.StderrBinary)
 	cr.Truncated = outCut || errCut || rec.LinesDropped > 0 || rec.BytesDropped > 0
 	if dc, ok := c.logs.(DropCounter); ok {
-		dc.DroppedInSandbox(c.labels.SandboxID, c.labels.TeamID, rec.LinesDropped, rec.BytesDropped)
+		l := c.labels.Load()
+		dc.DroppedInSandbox(l.SandboxID, l.TeamID, rec.LinesDropped, rec.BytesDropped)
 	}
 	if n := counts.Total(); n > 0 {
 		cr.Redactions = map[string]int{}

@@ -130,6 +130,7 @@ func (o *Orchestrator) adoptSnapshot(ctx context.Context, e *entry, req CreateRe
 func (o *Orchestrator) Detach(ctx context.Context) {
 	o.closed.Do(func() { close(o.stop) })
 	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
+	o.closePools(ctx) // a pool is rebuilt by the next server, never adopted
 	n := 0
 	for _, e := range o.entries() {
 		e.mu.Lock()

@@ -79,6 +79,9 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		}
 		return nil, fmt.Errorf("template %q: %w", req.TemplateID, err)
 	}
+	if out, ok, err := o.claimPooled(ctx, req, tmpl, timeout, begun); ok {
+		return out, err
+	}
 	now := time.Now()
 	sb := &store.Sandbox{
 		ID: newID(), TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning,
@@ -269,6 +272,16 @@ func hasUser(rootfs, name string) bool {
 // the caller's API key, and the values of env vars and metadata whose names look secret.
 // Commands add the secret values of their own envs as they start (collect).
 func (o *Orchestrator) sandboxRedactor(sb *store.Sandbox, req CreateRequest) *redact.Redactor {
+	base := o.cfg.Redactor
+	if base == nil {
+		base = redact.New(redact.Options{})
+	}
+	return base.With(sandboxSecrets(sb, req)...)
+}
+
+// sandboxSecrets are the values a sandbox's redactor masks beside the server's: its access
+// token, the request's secrets and env var and metadata values under secret-looking names.
+func sandboxSecrets(sb *store.Sandbox, req CreateRequest) []string {
 	secrets := append([]string{sb.EnvdAccessToken}, req.Secrets...)
 	for _, m := range []map[string]string{req.EnvVars, req.Metadata} {
 		for k, v := range m {
@@ -277,11 +290,7 @@ func (o *Orchestrator) sandboxRedactor(sb *store.Sandbox, req CreateRequest) *re
 			}
 		}
 	}
-	base := o.cfg.Redactor
-	if base == nil {
-		base = redact.New(redact.Options{})
-	}
-	return base.With(secrets...)
+	return secrets
 }
 
 // redactMetadata masks the known secrets in metadata values: a value equal to an env

@@ -678,6 +678,7 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		}
 		o.logger(ctx).Info("recover: destroyed leftover sandbox without a record", telemetry.KeySandboxID, id)
 	}
+	o.openPools()
 	return nil
 }
 
@@ -700,6 +701,7 @@ func (o *Orchestrator) closeOpenCommands(ctx context.Context, id string, why rea
 func (o *Orchestrator) Shutdown(ctx context.Context) {
 	o.closed.Do(func() { close(o.stop) })
 	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID)
+	o.closePools(ctx)
 	for _, e := range o.entries() {
 		_ = o.kill(ctx, e, reason.KillServerShutdown, "", "")
 	}

@@ -83,6 +83,13 @@ type Config struct {
 	MemoryMB       int           // per sandbox; 512 when 0
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
 	PIDs           int64         // per sandbox; 512 when 0
+	// Pools is how many started sandboxes to keep per template name (cove server --pool); a
+	// size set through SetPoolSize, recorded with the template, wins.
+	Pools map[string]int
+	// PoolMax bounds one template's pool (DefaultPoolMax when 0); PoolRefillPerSec bounds
+	// the boots that refill the pools (4 a second when 0).
+	PoolMax          int
+	PoolRefillPerSec float64
 	// HostFilesFreePercent is the share of the host's open files (fs.file-max) a create
 	// leaves free: below it creates are refused (503). 10 when 0, none when negative.
 	HostFilesFreePercent int
@@ -152,6 +159,13 @@ type Orchestrator struct {
 	stop   chan struct{}
 	closed sync.Once
 	wg     sync.WaitGroup
+
+	// poolMu guards the warm pools (pool.go). Never held with mu or an entry's mu.
+	poolMu      sync.Mutex
+	pools       map[string]*warmPool
+	poolsOpen   bool          // Recover ran: what it finds without a record is no longer swept
+	poolsClosed bool          // the server is stopping: nothing is pooled any more
+	poolWake    chan struct{} // the pool filler looks again
 }
 
 // entry is one live (running or paused) sandbox.
@@ -256,10 +270,13 @@ func New(cfg Config) (*Orchestrator, error) {
 		}
 	}
 	telemetry.Metrics()
-	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		poolWake: make(chan struct{}, 1)}
 	o.watchDisk()
-	o.wg.Add(1)
+	o.initPools()
+	o.wg.Add(2)
 	go o.evictor()
+	go o.poolFiller()
 	return o, nil
 }
 

@@ -180,6 +180,7 @@ func register() {
 	}
 	Registry.MustRegister(StoreRows, StoreBytes, StoreOldestAgeSeconds, StoreRetentionSeconds, StoreMaxRows, StorePruned)
 	Registry.MustRegister(NetworkDenied)
+	Registry.MustRegister(PoolReady, PoolTarget, PoolClaims, PoolBoots, PoolDiscarded)
 }
 
 // What each store keeps (internal/retention), by dataset: a closed set of five.
