@@ -67,6 +67,10 @@ func detail(e cove.SandboxEvent) string {
 		add("kill_reason", d.KillReason)
 	case *cove.CreatedEventData:
 		add("timeout", d.TimeoutSeconds)
+		if d.Pooled {
+			add("pooled", true)
+			add("claim_ms", d.ClaimMS)
+		}
 	case *cove.ResumedEventData:
 		add("timeout", d.TimeoutSeconds)
 		add("end_at", d.EndAt.Format(time.RFC3339))

@@ -50,7 +50,7 @@ func parseFile[T any](flag, path string, parse func(io.Reader) (T, error)) (T, e
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
 	var logLevel, otelEndpoint, budgetsFile, quotasFile, onStop, pauseKind string
-	var webhookAllow, retain []string
+	var webhookAllow, retain, pools []string
 	var netFlags networkFlags
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -97,6 +97,9 @@ how to point the E2B SDK at it.`,
 				if cfg.Quotas.Default == (orchestrator.Quota{}) {
 					cfg.Quotas.Default = def // the flags, unless the file sets a default
 				}
+			}
+			if cfg.Pools, err = orchestrator.ParsePools(pools); err != nil {
+				return fmt.Errorf("--pool %w", err)
 			}
 			for _, r := range retain {
 				d, p, err := retention.ParseFlag(r)
@@ -154,6 +157,9 @@ how to point the E2B SDK at it.`,
 	f.IntVar(&cfg.DiskSizeMB, "disk-size-mb", 1024, "each sandbox's disk in MiB: an ext4 image of this size holds what it writes, and writes past it get ENOSPC (uploads 507)")
 	f.StringArrayVar(&retain, "retain", nil, "a dataset's TTL and size cap, DATASET=TTL[:MAXROWS] (events, webhook_deliveries, metric_samples, command_records, log_lines, build_logs; 0: none); repeatable. Defaults: events 720h:1000000, webhook_deliveries 168h:1000000, metric_samples 24h:5000000, command_records and log_lines --retention:1000000 and :50000000 lines, build_logs 720h:10000 logs")
 	f.StringSliceVar(&webhookAllow, "webhook-allow-net", nil, "CIDR ranges webhooks may be delivered to although they are loopback, link-local, private, unique-local or this server's own (refused otherwise); repeatable")
+	f.StringArrayVar(&pools, "pool", nil, "keep N started sandboxes of a template ready for creates to claim, TEMPLATE=N (repeatable); `cove template pool` changes a size at runtime and wins")
+	f.IntVar(&cfg.PoolMax, "pool-max", orchestrator.DefaultPoolMax, "the most sandboxes one template's warm pool holds")
+	f.Float64Var(&cfg.PoolRefillPerSec, "pool-refill-per-sec", 4, "the most sandboxes started a second to refill the warm pools (one at a time)")
 	f.DurationVar(&cfg.BuildTimeout, "build-timeout", 3*time.Hour, "how long a whole template build may run, from its first step to its publish, before it is cancelled and fails with that reason (0: no limit)")
 	f.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", time.Hour, "how long one step of a template build may run before it is killed, failing the build with that reason (0: no limit); running steps also count against the team's sandbox quota")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")

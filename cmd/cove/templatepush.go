@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"os"
 	"strings"
 
@@ -143,5 +144,34 @@ func newTemplateAPICmds() []*cobra.Command {
 		}
 		return nil
 	})
-	return []*cobra.Command{tags, tag, untag, del, status}
+	pool := verb("pool NAME N", "Keep N started sandboxes of a template ready for creates to claim (0: none); with $COVE_ADMIN_TOKEN set, any template's, such as base", cobra.ExactArgs(2), func(cmd *cobra.Command, c *cove.Client, f *apiFlags, args []string) error {
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			return fmt.Errorf("N: %q is not a count of sandboxes", args[1])
+		}
+		p, err := c.SetTemplatePool(cmd.Context(), args[0], n)
+		if err != nil {
+			return err
+		}
+		if f.asJSON {
+			return printJSON(p)
+		}
+		fmt.Printf("template %s: a pool of %d (%d ready now; it refills in the background)\n", p.Template, p.Size, p.Ready)
+		return nil
+	})
+	pools := verb("pools", "List the warm pools: each template's size and how many are ready", cobra.NoArgs, func(cmd *cobra.Command, c *cove.Client, f *apiFlags, _ []string) error {
+		ps, err := c.Pools(cmd.Context())
+		if err != nil {
+			return err
+		}
+		if f.asJSON {
+			return printJSON(ps)
+		}
+		fmt.Println("TEMPLATE\tSIZE\tREADY\tLAST ERROR")
+		for _, p := range ps {
+			fmt.Printf("%s\t%d\t%d\t%s\n", p.Template, p.Size, p.Ready, p.LastError)
+		}
+		return nil
+	})
+	return []*cobra.Command{tags, tag, untag, del, status, pool, pools}
 }

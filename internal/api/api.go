@@ -70,6 +70,8 @@ type Config struct {
 	Networks Networks
 	// Secrets serves /secrets; nil leaves those operations to the 501.
 	Secrets Secrets
+	// Pools sizes and lists the warm pools; nil leaves their routes out.
+	Pools Pools
 	// Identity issues workload identity tokens (create's iam) and serves their discovery
 	// document and key set; nil refuses iam with a 400.
 	Identity Identity
@@ -113,6 +115,7 @@ func (a *api) routes() {
 	a.handle("POST /sandboxes/{id}/connect", a.connect)
 	a.handle("POST /v2/sandboxes/{id}/connect", a.connect)
 	a.routeDurable()
+	a.routePools()
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
 	for pattern, h := range a.cfg.AdminRoutes {
 		a.handleAdmin(pattern, func(w http.ResponseWriter, r *http.Request) error {

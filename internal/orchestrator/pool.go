@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -55,6 +57,20 @@ type PoolStatus struct {
 	Ready    int // started, unclaimed
 	// LastError is why the last refill failed ("" when it did not).
 	LastError string
+}
+
+// ParsePools reads --pool flags, each TEMPLATE=N, into sizes by template name.
+func ParsePools(flags []string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, f := range flags {
+		name, size, ok := strings.Cut(f, "=")
+		n, err := strconv.Atoi(size)
+		if !ok || name == "" || err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: want TEMPLATE=N, N a count of sandboxes (0 or more)", f)
+		}
+		out[name] = n
+	}
+	return out, nil
 }
 
 // templateGen names a template's build: a rebuild (new layers, a new start snapshot) makes
@@ -126,6 +142,17 @@ func (o *Orchestrator) SetPoolSize(ctx context.Context, owner, name string, n in
 	if why := o.poolable(t); why != "" && n > 0 {
 		return fmt.Errorf("%w: template %s cannot be pooled: %s", ErrInvalid, name, why)
 	}
+	if owner != "" {
+		// A team's pools together hold no more than it may run: its concurrent sandbox
+		// quota, or one pool's cap without one.
+		limit := o.cfg.Quotas.For(owner).Sandboxes
+		if limit <= 0 {
+			limit = o.poolMax()
+		}
+		if held := o.teamPooled(owner, name); held+n > limit {
+			return fmt.Errorf("%w: size %d: the team's pools would hold %d sandboxes, over its limit of %d", ErrInvalid, n, held+n, limit)
+		}
+	}
 	if err := o.cfg.Templates.SetPoolSize(name, n); err != nil {
 		return fmt.Errorf("record the pool size of template %s: %w", name, err)
 	}
@@ -149,6 +176,25 @@ func (o *Orchestrator) SetPoolSize(ctx context.Context, owner, name string, n in
 	o.logger(ctx).Info("pool size set", telemetry.KeyTemplateID, name, telemetry.KeyPoolSize, n)
 	o.wakePools()
 	return nil
+}
+
+// teamPooled is the sum of the sizes of team's templates' pools, but except's.
+func (o *Orchestrator) teamPooled(team, except string) int {
+	o.poolMu.Lock()
+	sizes := map[string]int{}
+	for name, p := range o.pools {
+		if name != except {
+			sizes[name] = p.target
+		}
+	}
+	o.poolMu.Unlock()
+	n := 0
+	for name, size := range sizes {
+		if t, err := o.cfg.Templates.Get(name); err == nil && t.TeamID == team {
+			n += size
+		}
+	}
+	return n
 }
 
 // Pools says what each warm pool holds, by template name. team "" lists every pool; a team

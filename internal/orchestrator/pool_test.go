@@ -259,3 +259,33 @@ func TestPoolSizes(t *testing.T) {
 		}
 	})
 }
+
+func TestATeamSizesThePoolsOfItsOwnTemplatesWithinItsQuota(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Quotas = Quotas{Default: Quota{Sandboxes: 3}} })
+	for _, name := range []string{"mine", "also-mine"} {
+		h.addTemplate(name, "root:x:0:0:root:/root:/bin/sh\n")
+		b, _ := json.Marshal(template.Template{Name: name, CreatedAt: time.Now(), TeamID: h.team})
+		if err := os.WriteFile(filepath.Join(h.templates.Dir(), name, "meta.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := h.ctx("req-pool")
+	if err := h.o.SetPoolSize(ctx, h.team, "mine", 2); err != nil {
+		t.Fatalf("the team's own template: %v", err)
+	}
+	if err := h.o.SetPoolSize(ctx, h.team, "also-mine", 2); !errors.Is(err, ErrInvalid) {
+		t.Errorf("pools past the team's 3 sandboxes: %v, want invalid", err)
+	}
+	if err := h.o.SetPoolSize(ctx, h.team, "also-mine", 1); err != nil {
+		t.Errorf("pools within the team's 3 sandboxes: %v", err)
+	}
+	if err := h.o.SetPoolSize(ctx, "another-team", "mine", 1); !errors.Is(err, ErrTemplateNotFound) {
+		t.Errorf("another team sizing the team's template: %v, want not found", err)
+	}
+	if got := h.o.Pools("another-team"); len(got) != 0 {
+		t.Errorf("another team sees the team's pools: %+v", got)
+	}
+	if got := h.o.Pools(h.team); len(got) != 2 {
+		t.Errorf("the team sees %+v, want its two pools", got)
+	}
+}

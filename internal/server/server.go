@@ -109,6 +109,11 @@ type Config struct {
 	BuildStepTimeout time.Duration
 	// BuildTimeout cancels a whole template build that runs longer (0: no limit).
 	BuildTimeout time.Duration
+	// Pools sizes the warm pools by template name (a size set through the API wins);
+	// PoolMax bounds one pool, PoolRefillPerSec the boots that refill them.
+	Pools            map[string]int
+	PoolMax          int
+	PoolRefillPerSec float64
 	// VolumeMinFreeMB is the free space the volumes' disk keeps above every volume filled:
 	// a volume that would not fit is refused (507). 1024 when 0, none when negative.
 	VolumeMinFreeMB int
@@ -455,6 +460,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
 		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
+		Pools: cfg.Pools, PoolMax: cfg.PoolMax, PoolRefillPerSec: cfg.PoolRefillPerSec,
 	})
 	if err != nil {
 		return err
@@ -510,7 +516,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		domain = DefaultTLSDomain + portSuffix(s.ln.Addr())
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
+	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
 		Identity:    s.issuer,
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
