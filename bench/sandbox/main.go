@@ -12,6 +12,8 @@
 //
 //  1. create: POST /sandboxes -> end event of /bin/true through the proxy, sequential, each
 //     sandbox killed right after (kill timed apart);
+//     1b. pool: the same with a warm pool of base (-pool) refilled between creates, the ratio to
+//     the cold creates, then -burst creates without waiting: misses, and the refill rate;
 //  2. freeze/thaw: POST /pause and POST /connect on one sandbox, plus the server's own
 //     cove_sandbox_transition_seconds histogram;
 //  3. density: N idle sandboxes, their memory cgroups summed, MemAvailable as a cross-check;
@@ -48,6 +50,7 @@ type config struct {
 	creates, cycles int
 	idle, reqs      int
 	breakdown       int
+	pool, burst     int
 	settle          time.Duration
 	asJSON          bool
 }
@@ -61,6 +64,7 @@ type bench struct {
 	log       string // server log file
 	serverPid int
 	rows      []result
+	coldP50   time.Duration // phaseCreate's, for the pool's ratio
 }
 
 func main() {
@@ -74,6 +78,8 @@ func main() {
 	flag.IntVar(&c.reqs, "reqs", 1000, "requests per proxy-overhead series")
 	flag.IntVar(&c.breakdown, "breakdown", 20, "creates replayed stage by stage with internal/runtime (0: skip)")
 	flag.DurationVar(&c.settle, "settle", 5*time.Second, "wait before sampling idle sandboxes' memory")
+	flag.IntVar(&c.pool, "pool", 4, "warm pool size of base for the pooled creates (0: skip the pool phase)")
+	flag.IntVar(&c.burst, "burst", 100, "sequential creates run against the pool without waiting for its refills")
 	flag.BoolVar(&quick, "quick", false, "smoke run: -n 10 -cycles 10 -idle 5 -reqs 300 -breakdown 6 -settle 2s")
 	flag.BoolVar(&c.asJSON, "json", false, "also print the results as JSON")
 	flag.Parse()
@@ -130,6 +136,7 @@ func run(c config) (err error) {
 		f    func(context.Context) error
 	}{
 		{"create", b.phaseCreate},
+		{"pool", b.phasePool},
 		{"freeze/thaw", b.phaseFreeze},
 		{"density", b.phaseDensity},
 		{"proxy", b.phaseProxy},

@@ -46,7 +46,7 @@ func (b *bench) startServer(ctx context.Context) (stop func(), err error) {
 			release()
 		}
 	}()
-	cmd := exec.Command(b.cfg.cove, append([]string{"server", "--data", b.cfg.data, "--addr", "127.0.0.1:0", "--log-level", "info"},
+	cmd := exec.Command(b.cfg.cove, append([]string{"server", "--data", b.cfg.data, "--addr", "127.0.0.1:0", "--log-level", "info", "--pool-refill-per-sec", "50"},
 		covetest.NetworkArgs(pool)...)...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // dies with us, even on a crash
