@@ -78,6 +78,9 @@ type Config struct {
 	Builds     Builds    // nil: the templates page lists no builds
 	// Metrics is read by the health page; telemetry.Metrics() when nil.
 	Metrics prometheus.Gatherer
+	// Pools says what the warm pools hold (the orchestrator's), for the templates page; nil:
+	// no pool column.
+	Pools func(team string) []orchestrator.PoolStatus
 	// Nodes is the cluster's membership, for the admin's nodes page; nil on a server that is
 	// no cluster node.
 	Nodes store.Nodes

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
@@ -219,7 +220,18 @@ func TestTemplatesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.console.cfg.Templates = ts
+	f.console.cfg.Pools = func(team string) []orchestrator.PoolStatus {
+		return []orchestrator.PoolStatus{{Template: "base", Target: 4, Ready: 3}, {Template: "python", Target: 2, Ready: 0, LastError: "envd did not come up"}}
+	}
 
+	t.Run("each template's warm pool shows what is ready and a failing refill", func(t *testing.T) {
+		page := f.get(t, "/dashboard/templates", http.StatusOK)
+		for _, want := range []string{`<td class="pool">3 of 4 ready</td>`, `2 ready <span class="st-error" title="envd did not come up">refill failing</span>`, `<td class="pool">–</td>`} {
+			if !strings.Contains(page, want) {
+				t.Errorf("page lacks %q", want)
+			}
+		}
+	})
 	t.Run("a team sees every template with its live sandboxes, not the steps", func(t *testing.T) {
 		page := f.get(t, "/dashboard/templates", http.StatusOK)
 		for _, want := range []string{`<tr data-template="base">`, "Debian bookworm", "175.0 MiB", `<a href="/dashboard/?template=base">1000</a>`,

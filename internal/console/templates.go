@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
 )
@@ -27,6 +28,7 @@ type templateRow struct {
 	*template.Template
 	Live   int
 	Builds []buildRow
+	Pool   *orchestrator.PoolStatus // nil: no warm pool
 }
 
 // templatesPage lists the ready templates the viewer's team may start (its own, public ones
@@ -50,6 +52,12 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	pools := map[string]orchestrator.PoolStatus{}
+	if c.cfg.Pools != nil {
+		for _, p := range c.cfg.Pools(s.TeamID) {
+			pools[p.Template] = p
+		}
+	}
 	rows := make([]templateRow, 0, len(ts))
 	for _, t := range ts {
 		if !s.admin() && !t.VisibleTo(s.TeamID) {
@@ -61,6 +69,9 @@ func (c *Console) templatesPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		row := templateRow{Template: t, Live: page.Total}
+		if p, ok := pools[t.Name]; ok && (p.Target > 0 || p.Ready > 0) {
+			row.Pool = &p
+		}
 		for _, b := range builds {
 			if b.Template == t.Name && len(row.Builds) < templateBuilds {
 				row.Builds = append(row.Builds, b)
