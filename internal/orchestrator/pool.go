@@ -498,11 +498,17 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
+	var stages []any // how long each step of the claim took, for its log line
+	lap := func(key string) {
+		stages = append(stages, key, float64(time.Since(now).Microseconds())/1000)
+		now = time.Now()
+	}
 	release, err := o.reserve(sb, now)
 	if err != nil {
 		return nil, err
 	}
 	defer release() // registered live by now, or failed
+	lap(telemetry.KeyClaimQuotaMS)
 	e.sb = sb
 	for _, s := range sandboxSecrets(sb, req) {
 		e.redactor.AddSecret(s)
@@ -512,6 +518,7 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 	if err := o.keepSecrets(ctx, e); err != nil {
 		return nil, err
 	}
+	lap(telemetry.KeyClaimSecretsMS)
 	req = withPorts(e, req)
 	if o.cfg.Network != nil {
 		p := network.Policy{}
@@ -529,6 +536,7 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 		}
 		sb.AllowInternet = p.AllowInternet
 	}
+	lap(telemetry.KeyClaimNetworkMS)
 	e.collector.Claim(sb.TeamID)
 	init := templateInit(t, req.EnvVars)
 	init.CollectOutput = o.collectOutput(sb, req.CollectLogs, t.CollectLogs)
@@ -538,9 +546,11 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 	if err := postInit(ctx, e.envd, init); err != nil {
 		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
 	}
+	lap(telemetry.KeyClaimInitMS)
 	if err := o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
+	lap(telemetry.KeyClaimStoreMS)
 	out = copySandbox(sb)
 	claimed := time.Since(begun)
 	created := &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause,
@@ -549,6 +559,7 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 		created.StartSnapshotBuild = sn.BuildID
 	}
 	o.emit(ctx, events.SandboxCreated, out, created)
+	lap(telemetry.KeyClaimEventMS)
 	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
 	telemetry.SandboxCreateSeconds.Observe(claimed.Seconds())
@@ -564,8 +575,8 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
 	}
 	o.nudge()
-	o.logger(ctx).Info("sandbox created", telemetry.KeyDurationMS, claimed.Milliseconds(), telemetry.KeyPooled, true,
-		telemetry.KeyPooledForMS, now.Sub(pe.since).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds(), telemetry.KeySecure, out.Secure,
-		telemetry.KeyAutoPause, out.AutoPause, telemetry.KeyEnvNames, out.EnvVarNames, telemetry.KeyAllowInternetAccess, out.AllowInternet)
+	o.logger(ctx).Info("sandbox created", append([]any{telemetry.KeyDurationMS, claimed.Milliseconds(), telemetry.KeyPooled, true,
+		telemetry.KeyPooledForMS, out.StartedAt.Sub(pe.since).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds(), telemetry.KeySecure, out.Secure,
+		telemetry.KeyAutoPause, out.AutoPause, telemetry.KeyEnvNames, out.EnvVarNames, telemetry.KeyAllowInternetAccess, out.AllowInternet}, stages...)...)
 	return out, nil
 }

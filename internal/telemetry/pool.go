@@ -26,6 +26,14 @@ const (
 	KeyPoolSize    = "pool.size"
 	KeyPooled      = "pooled"
 	KeyPooledForMS = "pooled_for_ms"
+	// A claim's steps, in ms: quota, secrets kept, network rules, envd's /init, the record,
+	// the created event.
+	KeyClaimQuotaMS   = "claim.quota_ms"
+	KeyClaimSecretsMS = "claim.secrets_ms"
+	KeyClaimNetworkMS = "claim.network_ms"
+	KeyClaimInitMS    = "claim.init_ms"
+	KeyClaimStoreMS   = "claim.store_ms"
+	KeyClaimEventMS   = "claim.event_ms"
 )
 
 // Pool claim results and discard reasons: closed sets.
