@@ -41,6 +41,7 @@ import (
 	"github.com/cove-dev/cove/internal/secrets"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -55,7 +56,11 @@ import (
 type Config struct {
 	Addr    string // listen address; 127.0.0.1:3000 by default
 	DataDir string // state, templates, sandboxes and logs; /var/lib/cove by default
-	Domain  string // sandbox host domain for {port}-{id}.{domain} routing, with :port when not 443 or 80
+	// State is where the records live (ParseState): the data dir's SQLite file when empty or
+	// "sqlite", another SQLite file as sqlite:///PATH, or a PostgreSQL database as
+	// postgres://USER@HOST:PORT/DB?…. The vault's key stays in the data dir either way.
+	State  string
+	Domain string // sandbox host domain for {port}-{id}.{domain} routing, with :port when not 443 or 80
 	// TLSCert and TLSKey are the server's certificate and key (a wildcard one for the sandbox
 	// hosts); TLSSelfSigned makes them from a CA of the data dir's. Either serves TLS only.
 	TLSCert, TLSKey string
@@ -163,20 +168,47 @@ func adminToken(data string) (string, error) {
 // OpenStore opens the data dir's store with its vault, which seals the secrets records keep,
 // for the server and for CLI verbs that work beside a running server.
 func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
-	db, _, err := openStore(ctx, data)
-	return db, err
+	kept, err := openVault(data)
+	if err != nil {
+		return nil, err
+	}
+	return sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
 }
 
-func openStore(ctx context.Context, data string) (*sqlite.DB, *vault.Vault, error) {
+// openVault opens the data dir's vault, making the data dir on first run.
+func openVault(data string) (*vault.Vault, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	kept, err := vault.Open(filepath.Join(data, "vault"))
+	return vault.Open(filepath.Join(data, "vault"))
+}
+
+// openStore opens the store state names (ParseState) with the data dir's vault sealing the
+// secrets its records keep, on either engine.
+func openStore(ctx context.Context, data, state string) (store.DB, *vault.Vault, error) {
+	where, err := ParseState(state)
 	if err != nil {
 		return nil, nil, err
 	}
-	db, err := sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
-	return db, kept, err
+	kept, err := openVault(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	var db store.DB
+	switch where.Engine {
+	case EnginePostgres:
+		db, err = postgres.Open(ctx, where.DSN, postgres.WithSealer(kept))
+	default:
+		path := where.Path
+		if path == "" {
+			path = dbPath(data)
+		}
+		db, err = sqlite.Open(ctx, path, sqlite.WithSealer(kept))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("--state %s: %w", where, err)
+	}
+	return db, kept, nil
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
@@ -198,6 +230,9 @@ func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Sto
 // reverse order, once Run returns).
 func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := checkTLSFlags(cfg); err != nil {
+		return err
+	}
+	if _, err := ParseState(cfg.State); err != nil {
 		return err
 	}
 	s := newInstance(cfg, progress)
@@ -234,7 +269,7 @@ type instance struct {
 
 	templates *template.Store
 	rt        *runtime.Runc
-	db        *sqlite.DB
+	db        store.DB
 	apiKey    string // the first run's key, in clear; "" after the first run
 	admin     string
 	ingester  *logs.Ingester
@@ -348,12 +383,15 @@ func (s *instance) openTemplates(ctx context.Context) error {
 	return nil
 }
 
-// openStore opens the SQLite store, making the first team, API key and admin token on
-// first run.
+// openStore opens the store (SQLite or PostgreSQL, by State), making the first team, API
+// key and admin token on first run.
 func (s *instance) openStore(ctx context.Context) error {
-	db, kept, err := openStore(ctx, s.cfg.DataDir)
+	db, kept, err := openStore(ctx, s.cfg.DataDir, s.cfg.State)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
+	}
+	if where, _ := ParseState(s.cfg.State); where.Engine == EnginePostgres {
+		s.say("state in PostgreSQL at %s", where)
 	}
 	s.db, s.vault = db, kept
 	s.onClose(db.Close)
@@ -714,7 +752,7 @@ func (s sampleSource) Live() []sampler.Target {
 
 // firstRunKey makes the default team and its first API key when the store has no team, and
 // returns the key in clear (once), keeping a root-only copy in the data dir.
-func firstRunKey(ctx context.Context, db *sqlite.DB, data string) (string, error) {
+func firstRunKey(ctx context.Context, db store.Keys, data string) (string, error) {
 	teams, err := db.ListTeams(ctx)
 	if err != nil {
 		return "", fmt.Errorf("store: %w", err)
