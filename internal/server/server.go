@@ -1,5 +1,6 @@
 // Package server composes `cove server`: the REST API, the proxy and /metrics on one port,
-// over the orchestrator, the runc runtime, the template store and the SQLite store.
+// over the orchestrator, the runc runtime, the template store and the store (the embedded
+// SQLite file, or PostgreSQL with --state).
 //
 // The one idea: first run on a bare Debian machine must just work. Run installs the Debian
 // packages it needs, builds the base template with its progress shown, creates a team and an
@@ -56,17 +57,17 @@ import (
 type Config struct {
 	Addr    string // listen address; 127.0.0.1:3000 by default
 	DataDir string // state, templates, sandboxes and logs; /var/lib/cove by default
-	// State is where the records live (ParseState): the data dir's SQLite file when empty or
-	// "sqlite", another SQLite file as sqlite:///PATH, or a PostgreSQL database as
-	// postgres://USER@HOST:PORT/DB?…. The vault's key stays in the data dir either way.
-	State  string
-	Domain string // sandbox host domain for {port}-{id}.{domain} routing, with :port when not 443 or 80
+	Domain  string // sandbox host domain for {port}-{id}.{domain} routing, with :port when not 443 or 80
 	// TLSCert and TLSKey are the server's certificate and key (a wildcard one for the sandbox
 	// hosts); TLSSelfSigned makes them from a CA of the data dir's. Either serves TLS only.
 	TLSCert, TLSKey string
 	TLSSelfSigned   bool
 	// TemplateDir is the template store; <DataDir>/templates when empty.
 	TemplateDir string
+	// State is where the records live (ParseState): the data dir's SQLite file when empty or
+	// "sqlite", another SQLite file as sqlite:///PATH, or a PostgreSQL database as
+	// postgres://USER@HOST:PORT/DB?…. The vault's key stays in the data dir either way.
+	State string
 	// SampleInterval is how often each sandbox's resources are sampled; 5 s when 0.
 	SampleInterval time.Duration
 	// Retention is how long log lines and ended commands are kept; 7 days when 0.
@@ -165,8 +166,8 @@ func adminToken(data string) (string, error) {
 	return token, nil
 }
 
-// OpenStore opens the data dir's store with its vault, which seals the secrets records keep,
-// for the server and for CLI verbs that work beside a running server.
+// OpenStore opens the data dir's SQLite store with its vault, which seals the secrets records
+// keep, for CLI verbs that work beside a running server on the default --state.
 func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
 	kept, err := openVault(data)
 	if err != nil {
