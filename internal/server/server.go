@@ -195,17 +195,18 @@ func openStore(ctx context.Context, data, state string) (store.DB, *vault.Vault,
 	if err != nil {
 		return nil, nil, err
 	}
-	var db store.DB
-	switch where.Engine {
-	case EnginePostgres:
-		db, err = postgres.Open(ctx, where.DSN, postgres.WithSealer(kept))
-	default:
-		path := where.Path
-		if path == "" {
-			path = dbPath(data)
+	if where.Engine == EnginePostgres {
+		db, err := postgres.Open(ctx, where.DSN, postgres.WithSealer(kept))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--state: %w", err) // err names the address, redacted
 		}
-		db, err = sqlite.Open(ctx, path, sqlite.WithSealer(kept))
+		return db, kept, nil
 	}
+	path := where.Path
+	if path == "" {
+		path = dbPath(data)
+	}
+	db, err := sqlite.Open(ctx, path, sqlite.WithSealer(kept))
 	if err != nil {
 		return nil, nil, fmt.Errorf("--state %s: %w", where, err)
 	}
