@@ -243,8 +243,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	for _, step := range []func(context.Context) error{
 		s.checkHost,
 		s.lockDataDir,
+		s.openStore, // before the base template's first build: a database that fails, fails at once
 		s.openTemplates,
-		s.openStore,
 		s.startLogs,
 		s.startEvents,
 		s.startNetwork,

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -93,5 +94,26 @@ func TestOpenStoreFailsClearly(t *testing.T) {
 				t.Errorf("openStore: %v; want an error naming --state and %q, without the password", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestOpenStoreOnASQLiteFileElsewhere(t *testing.T) {
+	data, elsewhere := t.TempDir(), filepath.Join(t.TempDir(), "records.db")
+	db, _, err := openStore(context.Background(), data, "sqlite://"+elsewhere)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.CreateTeam(context.Background(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(elsewhere); err != nil {
+		t.Errorf("no store at %s: %v", elsewhere, err)
+	}
+	if _, err := os.Stat(dbPath(data)); !os.IsNotExist(err) {
+		t.Errorf("a store in the data dir too: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "vault")); err != nil {
+		t.Errorf("the vault is not in the data dir: %v", err)
 	}
 }
