@@ -128,6 +128,7 @@ how to point the E2B SDK at it.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Addr, "addr", envOr("COVE_ADDR", "127.0.0.1:3000"), "listen address [$COVE_ADDR]")
 	dataDirFlag(cmd, &cfg.DataDir)
+	f.StringVar(&cfg.State, "state", envOr("COVE_STATE", ""), "where the records live: sqlite (the data dir's cove.db, the default), sqlite:///PATH, or a PostgreSQL 15+ database as postgres://USER[:PASSWORD]@HOST:PORT/DB?sslmode=… (the vault key, templates and snapshots stay in --data) [$COVE_STATE]")
 	f.StringVar(&cfg.TemplateDir, "templates", envOr("COVE_TEMPLATES", ""), "template store directory; <data>/templates when empty [$COVE_TEMPLATES]")
 	f.StringArrayVar(&cfg.RegistryAllow, "registry-allow", nil, "a registry HOST[:PORT] template builds' fromImage may pull from whatever it resolves to, even loopback or this host (repeatable)")
 	f.StringVar(&cfg.Domain, "domain", envOr("COVE_DOMAIN", ""), "domain for {port}-{id}.{domain} sandbox hosts, with :port when clients reach it on another port than 443 (80) [$COVE_DOMAIN]")

@@ -1,5 +1,6 @@
 // Package server composes `cove server`: the REST API, the proxy and /metrics on one port,
-// over the orchestrator, the runc runtime, the template store and the SQLite store.
+// over the orchestrator, the runc runtime, the template store and the store (the embedded
+// SQLite file, or PostgreSQL with --state).
 //
 // The one idea: first run on a bare Debian machine must just work. Run installs the Debian
 // packages it needs, builds the base template with its progress shown, creates a team and an
@@ -41,6 +42,7 @@ import (
 	"github.com/cove-dev/cove/internal/secrets"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -62,6 +64,10 @@ type Config struct {
 	TLSSelfSigned   bool
 	// TemplateDir is the template store; <DataDir>/templates when empty.
 	TemplateDir string
+	// State is where the records live (ParseState): the data dir's SQLite file when empty or
+	// "sqlite", another SQLite file as sqlite:///PATH, or a PostgreSQL database as
+	// postgres://USER@HOST:PORT/DB?…. The vault's key stays in the data dir either way.
+	State string
 	// SampleInterval is how often each sandbox's resources are sampled; 5 s when 0.
 	SampleInterval time.Duration
 	// Retention is how long log lines and ended commands are kept; 7 days when 0.
@@ -167,23 +173,51 @@ func adminToken(data string) (string, error) {
 	return token, nil
 }
 
-// OpenStore opens the data dir's store with its vault, which seals the secrets records keep,
-// for the server and for CLI verbs that work beside a running server.
+// OpenStore opens the data dir's SQLite store with its vault, which seals the secrets records
+// keep, for CLI verbs that work beside a running server on the default --state.
 func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
-	db, _, err := openStore(ctx, data)
-	return db, err
+	kept, err := openVault(data)
+	if err != nil {
+		return nil, err
+	}
+	return sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
 }
 
-func openStore(ctx context.Context, data string) (*sqlite.DB, *vault.Vault, error) {
+// openVault opens the data dir's vault, making the data dir on first run.
+func openVault(data string) (*vault.Vault, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	kept, err := vault.Open(filepath.Join(data, "vault"))
+	return vault.Open(filepath.Join(data, "vault"))
+}
+
+// openStore opens the store state names (ParseState) with the data dir's vault sealing the
+// secrets its records keep, on either engine.
+func openStore(ctx context.Context, data, state string) (store.DB, *vault.Vault, error) {
+	where, err := ParseState(state)
 	if err != nil {
 		return nil, nil, err
 	}
-	db, err := sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
-	return db, kept, err
+	kept, err := openVault(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if where.Engine == EnginePostgres {
+		db, err := postgres.Open(ctx, where.DSN, postgres.WithSealer(kept))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--state: %w", err) // err names the address, redacted
+		}
+		return db, kept, nil
+	}
+	path := where.Path
+	if path == "" {
+		path = dbPath(data)
+	}
+	db, err := sqlite.Open(ctx, path, sqlite.WithSealer(kept))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--state %s: %w", where, err)
+	}
+	return db, kept, nil
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
@@ -207,14 +241,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if err := checkTLSFlags(cfg); err != nil {
 		return err
 	}
+	if _, err := ParseState(cfg.State); err != nil {
+		return err
+	}
 	s := newInstance(cfg, progress)
 	defer s.close()
 	ctx = telemetry.WithLogger(ctx, s.cfg.Logger)
 	for _, step := range []func(context.Context) error{
 		s.checkHost,
 		s.lockDataDir,
+		s.openStore, // before the base template's first build: a database that fails, fails at once
 		s.openTemplates,
-		s.openStore,
 		s.startLogs,
 		s.startEvents,
 		s.startNetwork,
@@ -241,7 +278,7 @@ type instance struct {
 
 	templates *template.Store
 	rt        *runtime.Runc
-	db        *sqlite.DB
+	db        store.DB
 	apiKey    string // the first run's key, in clear; "" after the first run
 	admin     string
 	ingester  *logs.Ingester
@@ -355,12 +392,15 @@ func (s *instance) openTemplates(ctx context.Context) error {
 	return nil
 }
 
-// openStore opens the SQLite store, making the first team, API key and admin token on
-// first run.
+// openStore opens the store (SQLite or PostgreSQL, by State), making the first team, API
+// key and admin token on first run.
 func (s *instance) openStore(ctx context.Context) error {
-	db, kept, err := openStore(ctx, s.cfg.DataDir)
+	db, kept, err := openStore(ctx, s.cfg.DataDir, s.cfg.State)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
+	}
+	if where, _ := ParseState(s.cfg.State); where.Engine == EnginePostgres {
+		s.say("state in PostgreSQL at %s", where)
 	}
 	s.db, s.vault = db, kept
 	s.onClose(db.Close)
@@ -722,7 +762,7 @@ func (s sampleSource) Live() []sampler.Target {
 
 // firstRunKey makes the default team and its first API key when the store has no team, and
 // returns the key in clear (once), keeping a root-only copy in the data dir.
-func firstRunKey(ctx context.Context, db *sqlite.DB, data string) (string, error) {
+func firstRunKey(ctx context.Context, db store.Keys, data string) (string, error) {
 	teams, err := db.ListTeams(ctx)
 	if err != nil {
 		return "", fmt.Errorf("store: %w", err)

@@ -161,6 +161,26 @@ type Store interface {
 	Close() error
 }
 
+// DB is one whole store, all that `cove server` keeps in it: the embedded SQLite file by
+// default, or a PostgreSQL database (--state postgres://…). Both engines implement it, with
+// the same meaning (the conformance suite, internal/store/storetest).
+type DB interface {
+	Store
+	Activity
+	EventStore
+	LogStore
+	CommandStore
+	MetricStore
+	TraceStore
+	RetentionStore
+	ConsoleSessions
+	Secrets
+	Identity
+	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of
+	// time, one sample each, oldest first (the console's charts).
+	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]MetricSample, error)
+}
+
 // Span is when one sandbox lived: from its start to its kill (zero while it lives).
 type Span struct {
 	Started time.Time

@@ -49,6 +49,7 @@ type Option func(*DB)
 func WithSealer(s store.Sealer) Option { return func(db *DB) { db.seal = s } }
 
 var (
+	_ store.DB              = (*DB)(nil)
 	_ store.Keys            = (*DB)(nil)
 	_ store.Sandboxes       = (*DB)(nil)
 	_ store.Activity        = (*DB)(nil)
@@ -77,6 +78,15 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	for _, o := range opts {
 		o(db)
 	}
+	// A database that does not answer fails here, in reachTimeout, rather than after the
+	// system's TCP timeout, minutes later.
+	pctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	err = pool.Ping(pctx)
+	cancel()
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", redactDSN(dsn), err)
+	}
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store %s: %w", redactDSN(dsn), err)
@@ -84,9 +94,20 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	return db, nil
 }
 
-// redactDSN drops a password from dsn (user:password@ of a URL), for errors; it does not
-// need dsn to parse.
+// reachTimeout is how long Open waits for the database to answer at all.
+const reachTimeout = 15 * time.Second
+
+// redactDSN drops a password from dsn (user:password@ of a URL, and a password= parameter),
+// for errors; it does not need dsn to parse.
 func redactDSN(dsn string) string {
+	if i := strings.Index(dsn, "password="); i >= 0 {
+		end := strings.IndexAny(dsn[i:], "& ")
+		rest := ""
+		if end >= 0 {
+			rest = dsn[i+end:]
+		}
+		dsn = dsn[:i] + "password=***" + rest
+	}
 	scheme, rest, ok := strings.Cut(dsn, "://")
 	at := strings.LastIndex(rest, "@")
 	if !ok || at < 0 {

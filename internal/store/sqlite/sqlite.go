@@ -38,7 +38,10 @@ type DB struct {
 	seal     store.Sealer // seals the secrets records keep; nil: they are stored as given
 }
 
-var _ store.Store = (*DB)(nil)
+var (
+	_ store.Store = (*DB)(nil)
+	_ store.DB    = (*DB)(nil)
+)
 
 // Open opens the SQLite database at path, creating it if needed, and brings its schema up
 // to date.
