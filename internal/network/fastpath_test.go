@@ -4,6 +4,10 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +71,57 @@ func TestOpenConnectionsFollowUpdates(t *testing.T) {
 			t.Fatal("256 MiB more went through on a connection the new rules deny")
 		}
 	})
+}
+
+// TestAnUpdateThatChangesNoRuleRunsNoNft: a warm pool's sandbox claimed under the rules it
+// was started with (only the team changes) costs no nft run; a change of rules does.
+func TestAnUpdateThatChangesNoRuleRunsNoNft(t *testing.T) {
+	in := nettest.New(t)
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		t.Skip("no nft binary")
+	}
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	wrapper := filepath.Join(dir, "nft")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\ns=$(cat)\nprintf '%s\\n--\\n' \"$s\" >> "+calls+"\nprintf '%s\\n' \"$s\" | exec "+nft+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv := nettest.ReserveServer(t)
+	m, err := network.New(context.Background(), network.Config{
+		Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
+		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, StateDir: t.TempDir(), NFT: wrapper,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	a := attach(t, m, "sb-pooled", network.Policy{AllowInternet: true})
+	// The runs that set this sandbox's rules (warm namespaces are readied beside).
+	runs := func() int {
+		b, _ := os.ReadFile(calls)
+		n := 0
+		for _, script := range strings.Split(string(b), "\n--\n") {
+			if strings.Contains(script, "flush chain") && strings.Contains(script, " . "+a.Addr.String()+" }") {
+				n++
+			}
+		}
+		return n
+	}
+	before := runs()
+	if err := m.Update(context.Background(), "sb-pooled", network.Policy{AllowInternet: true, Team: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := m.Policy("sb-pooled"); p.Team != "t1" || runs() != before {
+		t.Errorf("policy %+v after %d nft runs; want the team's, and none", p, runs()-before)
+	}
+	if err := m.Update(context.Background(), "sb-pooled", network.Policy{Team: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if runs() != before+1 {
+		t.Errorf("%d nft runs for a change of rules, want 1", runs()-before)
+	}
+	if p, _ := m.Policy("sb-pooled"); p.AllowInternet {
+		t.Error("the internet is still allowed")
+	}
 }

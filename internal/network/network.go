@@ -395,6 +395,14 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 	if err := m.record(id, h.slot, p, in); err != nil {
 		return err
 	}
+	if m.sameRules(h.slot, old, p) {
+		// Nothing the packet filter holds changes (a warm pool's sandbox claimed under the
+		// rules it was started with, or only the team changes): no nft run.
+		m.mu.Lock()
+		h.policy = p
+		m.mu.Unlock()
+		return nil
+	}
 	if err := m.applyPolicy(ctx, h.slot, p, true); err != nil {
 		return errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.record(id, h.slot, old, in))
 	}
@@ -402,6 +410,13 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 	h.policy, h.learned = p, map[netip.Addr]learnedAddr{} // the table's set starts afresh too
 	m.mu.Unlock()
 	return nil
+}
+
+// sameRules reports whether slot s's packet filter rules under policy a are those under b.
+func (m *Manager) sameRules(s *slot, a, b Policy) bool {
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	return m.sandboxScript(s, a, true, 1) == m.sandboxScript(s, b, true, 1)
 }
 
 // Policy is sandbox id's policy now.

@@ -23,11 +23,12 @@ import (
 )
 
 // This file: warm pools. The server keeps started sandboxes per template, their envd
-// answering, that belong to no team: no record, no quota, no events, a network that lets
-// nothing out. A create the pool can serve claims one: the sandbox becomes the caller's
-// (its record, team, timeout, metadata, network rules, inbound settings) and envd's /init
-// gives it the caller's environment and access token, as the cold path's /init does. A
-// pooled sandbox's id was never shown to anyone: it is the claimer's own.
+// answering, that belong to no team: no record, no quota, no events, no secrets, and the
+// network rules of most creates (nothing but envd runs in them). A create the pool can
+// serve claims one: the sandbox becomes the caller's (its record, team, timeout, metadata,
+// network rules, inbound settings) and envd's /init gives it the caller's environment and
+// access token, as the cold path's /init does. A pooled sandbox's id was never shown to
+// anyone: it is the claimer's own.
 //
 // A pool is never adopted: Detach and Shutdown destroy what is pooled, and a crashed
 // server's pooled sandboxes have no record, so the next start's Recover destroys them as
@@ -321,7 +322,7 @@ func (o *Orchestrator) refillOne() bool {
 }
 
 // bootPooled starts a sandbox of t for its pool: the cold path's runtime and envd steps,
-// with no team, no record and a network that lets nothing out.
+// with no team and no record.
 func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (pe *poolEntry, err error) {
 	begun := time.Now()
 	sb := &store.Sandbox{ID: newID(), TemplateID: t.Name, State: store.StateRunning, Metadata: map[string]string{},
@@ -348,7 +349,9 @@ func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (pe
 	if snap, _ := o.startSnapshot(t, CreateRequest{}); snap != nil {
 		spec.Start, spec.Restore = false, snap.Dir
 	}
-	if ctx, err = o.attachNetwork(ctx, sb, CreateRequest{}, &spec); err != nil {
+	// Under the rules of most creates (E2B's default: the internet, no lists), so that their
+	// claim changes nothing in the packet filter. Nothing runs in it but envd until a claim.
+	if ctx, err = o.attachNetwork(ctx, sb, CreateRequest{AllowInternet: true}, &spec); err != nil {
 		return nil, fmt.Errorf("pool %s: network: %w", t.Name, err)
 	}
 	rsb, err := o.cfg.Runtime.Create(ctx, spec)

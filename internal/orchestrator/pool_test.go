@@ -78,8 +78,8 @@ func TestAWarmPoolServesCreatesWithTheCallersIdentity(t *testing.T) {
 	}
 	pooled := h.waitPool("base", 2)
 	for _, id := range pooled {
-		if p, ok := net.Policy(id); !ok || p.AllowInternet || p.Team != "" {
-			t.Errorf("pooled %s: policy %+v; want attached, closed, no team", id, p)
+		if p, ok := net.Policy(id); !ok || !p.AllowInternet || p.Team != "" || len(p.AllowOut)+len(p.DenyOut) != 0 {
+			t.Errorf("pooled %s: policy %+v; want attached under a default create's rules, no team", id, p)
 		}
 		if _, err := h.db.GetSandbox(ctx, id); err == nil {
 			t.Errorf("pooled %s has a record before any claim", id)
