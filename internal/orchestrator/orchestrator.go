@@ -84,8 +84,10 @@ type Config struct {
 	DiskSizeMB     int           // each sandbox's disk: writes past it get ENOSPC; 1024 when 0
 	PIDs           int64         // per sandbox; 512 when 0
 	// Pools is how many started sandboxes to keep per template name (cove server --pool); a
-	// size set through SetPoolSize, recorded with the template, wins.
-	Pools map[string]int
+	// size set through SetPoolSize, recorded in PoolSizes, wins. A nil PoolSizes keeps
+	// those in memory only.
+	Pools     map[string]int
+	PoolSizes store.PoolSizes
 	// PoolMax bounds one template's pool (DefaultPoolMax when 0); PoolRefillPerSec bounds
 	// the boots that refill the pools (4 a second when 0).
 	PoolMax          int
@@ -273,7 +275,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		poolWake: make(chan struct{}, 1)}
 	o.watchDisk()
-	o.initPools()
+	if err := o.initPools(); err != nil {
+		return nil, err
+	}
 	o.wg.Add(2)
 	go o.evictor()
 	go o.poolFiller()

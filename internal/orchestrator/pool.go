@@ -96,24 +96,27 @@ func (o *Orchestrator) poolable(t *template.Template) string {
 	return "its start command runs at create (the template has no start snapshot)"
 }
 
-// initPools sets the pools' sizes: a template's recorded size (SetPoolSize) wins over the
-// server's flag (Config.Pools).
-func (o *Orchestrator) initPools() {
+// initPools sets the pools' sizes: a recorded size (SetPoolSize) wins over the server's
+// flag (Config.Pools).
+func (o *Orchestrator) initPools() error {
 	o.pools = map[string]*warmPool{}
 	for name, n := range o.cfg.Pools {
 		o.pools[name] = &warmPool{target: min(max(n, 0), o.poolMax())}
 	}
-	if ts, err := o.cfg.Templates.List(); err == nil {
-		for _, t := range ts {
-			if t.PoolSize != nil {
-				o.pools[t.Name] = &warmPool{target: min(max(*t.PoolSize, 0), o.poolMax())}
-			}
+	if o.cfg.PoolSizes != nil {
+		sizes, err := o.cfg.PoolSizes.PoolSizes(context.Background())
+		if err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		for name, n := range sizes {
+			o.pools[name] = &warmPool{target: min(max(n, 0), o.poolMax())}
 		}
 	}
 	for name, p := range o.pools {
 		telemetry.PoolTarget.WithLabelValues(name).Set(float64(p.target))
 		telemetry.PoolReady.WithLabelValues(name).Set(0)
 	}
+	return nil
 }
 
 func (o *Orchestrator) poolMax() int {
@@ -124,7 +127,7 @@ func (o *Orchestrator) poolMax() int {
 }
 
 // SetPoolSize keeps n started sandboxes of template name from now on (0: none), recorded
-// with the template so that the next server start keeps them too. owner is the caller's
+// in the store (Config.PoolSizes) so that the next server start keeps them too. owner is the caller's
 // team: a team sizes the pools of its own templates; "" is the operator, who sizes any.
 func (o *Orchestrator) SetPoolSize(ctx context.Context, owner, name string, n int) error {
 	if n < 0 || n > o.poolMax() {
@@ -154,8 +157,10 @@ func (o *Orchestrator) SetPoolSize(ctx context.Context, owner, name string, n in
 			return fmt.Errorf("%w: size %d: the team's pools would hold %d sandboxes, over its limit of %d", ErrInvalid, n, held+n, limit)
 		}
 	}
-	if err := o.cfg.Templates.SetPoolSize(name, n); err != nil {
-		return fmt.Errorf("record the pool size of template %s: %w", name, err)
+	if o.cfg.PoolSizes != nil {
+		if err := o.cfg.PoolSizes.SetPoolSize(ctx, name, n); err != nil {
+			return fmt.Errorf("record the pool size of template %s: %w", name, err)
+		}
 	}
 	o.poolMu.Lock()
 	p := o.pools[name]

@@ -14,14 +14,21 @@ import (
 
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
 )
 
 func withPool(template string, n int) option {
 	return func(c *Config) {
 		c.Pools = map[string]int{template: n}
-		c.PoolRefillPerSec = 1000
+		withPoolStore(c)
 	}
+}
+
+// withPoolStore keeps pool sizes in the harness's store and refills at once.
+func withPoolStore(c *Config) {
+	c.PoolSizes = c.Store.(store.PoolSizes)
+	c.PoolRefillPerSec = 1000
 }
 
 // waitPool waits until template's pool holds n ready sandboxes and returns their ids.
@@ -207,7 +214,7 @@ func TestARestartedServerRebuildsItsPoolInsteadOfAdoptingIt(t *testing.T) {
 }
 
 func TestPoolSizes(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, withPoolStore)
 	if err := h.o.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -228,14 +235,17 @@ func TestPoolSizes(t *testing.T) {
 			}
 		})
 	}
-	t.Run("the operator sizes a pool; the size is kept with the template and the pool fills", func(t *testing.T) {
+	t.Run("the operator sizes a pool; the size is recorded and the pool fills", func(t *testing.T) {
 		if err := h.o.SetPoolSize(ctx, "", "base", 1); err != nil {
 			t.Fatal(err)
 		}
-		tmpl, err := h.templates.Get("base")
-		if err != nil || tmpl.PoolSize == nil || *tmpl.PoolSize != 1 {
-			t.Fatalf("template %+v %v", tmpl, err)
+		if sizes, err := h.db.PoolSizes(context.Background()); err != nil || sizes["base"] != 1 {
+			t.Fatalf("recorded sizes %v %v", sizes, err)
 		}
+		h.waitPool("base", 1)
+	})
+	t.Run("a restarted server keeps the recorded size", func(t *testing.T) {
+		h.restart()
 		h.waitPool("base", 1)
 	})
 	t.Run("a smaller size destroys what is over it", func(t *testing.T) {
@@ -261,7 +271,7 @@ func TestPoolSizes(t *testing.T) {
 }
 
 func TestATeamSizesThePoolsOfItsOwnTemplatesWithinItsQuota(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Quotas = Quotas{Default: Quota{Sandboxes: 3}} })
+	h := newHarness(t, withPoolStore, func(c *Config) { c.Quotas = Quotas{Default: Quota{Sandboxes: 3}} })
 	for _, name := range []string{"mine", "also-mine"} {
 		h.addTemplate(name, "root:x:0:0:root:/root:/bin/sh\n")
 		b, _ := json.Marshal(template.Template{Name: name, CreatedAt: time.Now(), TeamID: h.team})

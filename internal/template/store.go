@@ -55,9 +55,6 @@ type Template struct {
 	// CollectLogs switches the collection of command output for sandboxes of this template
 	// (a create request's own collectLogs wins); nil means on.
 	CollectLogs *bool `json:"collect_logs,omitempty"`
-	// PoolSize is how many started sandboxes of the template the server keeps ready for
-	// creates to claim (a warm pool); nil leaves it to cove server --pool.
-	PoolSize *int `json:"pool_size,omitempty"`
 
 	// Bootstrap is the BOOTSTRAP line a root template was debootstrapped from.
 	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
@@ -407,11 +404,6 @@ func (s *Store) CheckOwner(name, team string) error {
 		return fmt.Errorf("%w: %s (it was made on the host or by another team's API key)", ErrNotOwner, name)
 	}
 	return nil
-}
-
-// SetPoolSize records how many started sandboxes of the template the server keeps ready.
-func (s *Store) SetPoolSize(name string, n int) error {
-	return s.updateMeta(name, func(t *Template) { t.PoolSize = &n })
 }
 
 // SetCollectLogs records whether sandboxes of the template collect their commands' output.

@@ -32,6 +32,7 @@ type Engine interface {
 	store.TraceStore
 	store.RetentionStore
 	store.Identity
+	store.PoolSizes
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
@@ -57,6 +58,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("a request's trace", func(t *testing.T) { traces(t, open(t, false)) })
 	t.Run("retention", func(t *testing.T) { retention(t, open(t, false)) })
 	t.Run("workload identity keys and tokens", func(t *testing.T) { identity(t, open(t, false)) })
+	t.Run("warm pool sizes", func(t *testing.T) { poolSizes(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
@@ -965,5 +967,31 @@ func identity(t *testing.T, s Engine) {
 	}
 	if got := must[[]store.IdentityToken](t)(s.IdentityTokens(ctx, "sb_live")); len(got) != 0 {
 		t.Fatalf("after delete: %+v", got)
+	}
+}
+
+func poolSizes(t *testing.T, db Engine) {
+	ctx := context.Background()
+	if got, err := db.PoolSizes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("a new store's pool sizes: %v %v", got, err)
+	}
+	for _, set := range []struct {
+		name string
+		size int
+	}{{"base", 3}, {"python", 1}, {"base", 0}} {
+		if err := db.SetPoolSize(ctx, set.name, set.size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := db.PoolSizes(ctx); err != nil || len(got) != 2 || got["base"] != 0 || got["python"] != 1 {
+		t.Errorf("pool sizes %v %v; want base 0 (the last word), python 1", got, err)
+	}
+	for _, bad := range []struct {
+		name string
+		size int
+	}{{"", 1}, {"base", -1}} {
+		if err := db.SetPoolSize(ctx, bad.name, bad.size); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SetPoolSize(%q, %d): %v, want invalid", bad.name, bad.size, err)
+		}
 	}
 }

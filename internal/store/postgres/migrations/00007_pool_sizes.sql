@@ -1,0 +1,11 @@
+-- +goose Up
+-- Warm pools: how many started sandboxes of each template the server keeps ready (set through
+-- the API or CLI; cove server --pool is the default for a template without a row).
+CREATE TABLE pool_sizes (
+    template   TEXT COLLATE "C" PRIMARY KEY,
+    size       INTEGER NOT NULL CHECK (size >= 0),
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+-- +goose Down
+DROP TABLE pool_sizes;
