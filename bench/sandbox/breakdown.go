@@ -34,7 +34,11 @@ func (b *bench) phaseBreakdown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ts, err := template.Open(b.cfg.data, rt)
+	dir := filepath.Join(b.cfg.data, "templates")
+	if env := os.Getenv("COVE_TEMPLATES"); env != "" {
+		dir = env // the server's store too (cove server reads $COVE_TEMPLATES)
+	}
+	ts, err := template.OpenAt(dir, rt)
 	if err != nil {
 		return err
 	}
