@@ -16,7 +16,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/server"
-	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/templates"
@@ -30,18 +30,19 @@ func printJSON(v any) error {
 }
 
 func newAPIKeyCmd() *cobra.Command {
-	var data, team string
+	var data, state, team string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "apikey", Short: "Create, list and revoke API keys (works on the data dir, beside a running server)"}
 	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory [$COVE_DATA]")
+	stateFlag(cmd, &state)
 	cmd.PersistentFlags().StringVar(&team, "team", "", "team id; the only team when there is one")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	// withTeamStore opens the data dir's store once and resolves the team on it (--team, or
 	// the only one there is) for fn.
-	withTeamStore := func(cmd *cobra.Command, fn func(ctx context.Context, db *sqlite.DB, teamID string) error) error {
+	withTeamStore := func(cmd *cobra.Command, fn func(ctx context.Context, db store.DB, teamID string) error) error {
 		ctx := cmd.Context()
-		db, err := server.OpenStore(ctx, data)
+		db, err := server.OpenStore(ctx, data, state)
 		if err != nil {
 			return err
 		}
@@ -67,7 +68,7 @@ func newAPIKeyCmd() *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create an API key; it is printed once", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withTeamStore(cmd, func(ctx context.Context, db *sqlite.DB, teamID string) error {
+			return withTeamStore(cmd, func(ctx context.Context, db store.DB, teamID string) error {
 				key, rec, err := db.CreateAPIKey(ctx, teamID, args[0])
 				if err != nil {
 					return err
@@ -83,7 +84,7 @@ func newAPIKeyCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List a team's API keys", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withTeamStore(cmd, func(ctx context.Context, db *sqlite.DB, teamID string) error {
+			return withTeamStore(cmd, func(ctx context.Context, db store.DB, teamID string) error {
 				keys, err := db.ListAPIKeys(ctx, teamID)
 				if err != nil {
 					return err
@@ -103,7 +104,7 @@ func newAPIKeyCmd() *cobra.Command {
 	revoke := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withTeamStore(cmd, func(ctx context.Context, db *sqlite.DB, teamID string) error {
+			return withTeamStore(cmd, func(ctx context.Context, db store.DB, teamID string) error {
 				if err := db.RevokeAPIKey(ctx, teamID, args[0]); err != nil {
 					return fmt.Errorf("revoke %s: %w", args[0], err)
 				}
@@ -285,15 +286,16 @@ func humanBytes(n int64) string {
 }
 
 func newTeamCmd() *cobra.Command {
-	var data string
+	var data, state string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "team", Short: "Create and list teams (works on the data dir, beside a running server)"}
 	cmd.PersistentFlags().StringVar(&data, "data", envOr("COVE_DATA", "/var/lib/cove"), "data directory [$COVE_DATA]")
+	stateFlag(cmd, &state)
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a team; give it keys with `cove apikey create --team ID`", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, err := server.OpenStore(cmd.Context(), data)
+			db, err := server.OpenStore(cmd.Context(), data, state)
 			if err != nil {
 				return err
 			}
@@ -312,7 +314,7 @@ func newTeamCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List teams", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := server.OpenStore(cmd.Context(), data)
+			db, err := server.OpenStore(cmd.Context(), data, state)
 			if err != nil {
 				return err
 			}
@@ -465,4 +467,10 @@ func startSnapshotColumn(t *template.Template) string {
 		return "none"
 	}
 	return "-"
+}
+
+// stateFlag is --state of the verbs that work on the server's store: where its records live,
+// as cove server's --state says.
+func stateFlag(cmd *cobra.Command, state *string) {
+	cmd.PersistentFlags().StringVar(state, "state", envOr("COVE_STATE", ""), "where the server keeps its records, as its --state: sqlite (the default), sqlite:///PATH or postgres://… [$COVE_STATE]")
 }

@@ -126,7 +126,7 @@ func TestRunServesEveryRoomOnOnePort(t *testing.T) {
 	}
 
 	otherKey := func() string {
-		db, err := OpenStore(ctx, r.dataDir)
+		db, err := OpenStore(ctx, r.dataDir, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestRunServesEveryRoomOnOnePort(t *testing.T) {
 	r.stop(t)
 
 	t.Run("stopping kills the live sandboxes for server_shutdown", func(t *testing.T) {
-		db, err := OpenStore(ctx, r.dataDir)
+		db, err := OpenStore(ctx, r.dataDir, "")
 		if err != nil {
 			t.Fatal(err)
 		}

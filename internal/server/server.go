@@ -173,14 +173,12 @@ func adminToken(data string) (string, error) {
 	return token, nil
 }
 
-// OpenStore opens the data dir's SQLite store with its vault, which seals the secrets records
-// keep, for CLI verbs that work beside a running server on the default --state.
-func OpenStore(ctx context.Context, data string) (*sqlite.DB, error) {
-	kept, err := openVault(data)
-	if err != nil {
-		return nil, err
-	}
-	return sqlite.Open(ctx, dbPath(data), sqlite.WithSealer(kept))
+// OpenStore opens the store a server on data and state (its --data and --state) keeps its
+// records in, with the data dir's vault, which seals the secrets records keep: for CLI verbs
+// that work beside a running server.
+func OpenStore(ctx context.Context, data, state string) (store.DB, error) {
+	db, _, err := openStore(ctx, data, state)
+	return db, err
 }
 
 // openVault opens the data dir's vault, making the data dir on first run.

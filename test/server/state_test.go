@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,6 +64,19 @@ func TestServerOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Run("cove apikey with the server's --state makes a key the server takes", func(t *testing.T) {
+		out, err := exec.Command(covetest.Binary(t), "apikey", "create", "from-cli", "--data", s.DataDir, "--state", withPassword).Output()
+		if err != nil {
+			t.Fatalf("cove apikey create: %v", err)
+		}
+		key, _, _ := strings.Cut(string(out), "\n")
+		if ids := listed(t, cove.NewClient(cove.Config{APIURL: s.URL, APIKey: key})); !slices.Contains(ids, live.ID) {
+			t.Errorf("the CLI's key %q lists %v, not the team's %s", key, ids, live.ID)
+		}
+		if _, err := os.Stat(filepath.Join(s.DataDir, "cove.db")); !os.IsNotExist(err) {
+			t.Errorf("the CLI made a cove.db beside a server on PostgreSQL: %v", err)
+		}
+	})
 	t.Run("the running sandbox is listed", func(t *testing.T) {
 		ids := listed(t, c)
 		if !slices.Contains(ids, live.ID) || slices.Contains(ids, killed.ID) {
