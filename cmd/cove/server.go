@@ -161,6 +161,7 @@ how to point the E2B SDK at it.`,
 	f.StringArrayVar(&pools, "pool", nil, "keep N started sandboxes of a template ready for creates to claim, TEMPLATE=N (repeatable); `cove template pool` changes a size at runtime and wins")
 	f.IntVar(&cfg.PoolMax, "pool-max", orchestrator.DefaultPoolMax, "the most sandboxes one template's warm pool holds")
 	f.Float64Var(&cfg.PoolRefillPerSec, "pool-refill-per-sec", 4, "the most sandboxes started a second to refill the warm pools (one at a time)")
+	f.BoolVar(&cfg.LazyRestore, "restore-lazy", true, "resume a snapshot-paused sandbox before all its memory is read back: CRIU's lazy pages serve each page on first touch and the rest in the background (false: read every page first)")
 	f.DurationVar(&cfg.BuildTimeout, "build-timeout", 3*time.Hour, "how long a whole template build may run, from its first step to its publish, before it is cancelled and fails with that reason (0: no limit)")
 	f.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", time.Hour, "how long one step of a template build may run before it is killed, failing the build with that reason (0: no limit); running steps also count against the team's sandbox quota")
 	f.BoolVar(&cfg.NoBuild, "no-build", false, "do not build the base template on first run")

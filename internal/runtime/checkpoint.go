@@ -104,6 +104,9 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	if sb == nil {
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, ErrNotFound)
 	}
+	if err := sb.lazy.wait(ctx); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
+	}
 	img, work := r.checkpointDir(id), r.criuWorkDir(id)
 	for _, d := range []string{img, work} {
 		if err := os.RemoveAll(d); err != nil {
@@ -197,8 +200,31 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	pidFile := filepath.Join(dir, "init.pid")
 	_ = os.Remove(pidFile)
 	logFile := filepath.Join(dir, "runc.log")
-	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, "--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json", "restore", "--detach",
-		"--image-path", img, "--work-path", work, "--bundle", dir, "--pid-file", pidFile, id)
+	args := []string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json", "restore", "--detach"}
+	var lazy *lazyPages
+	if r.cfg.LazyRestore {
+		// The daemon serves the images from a directory of their own, which it removes once
+		// done: the sandbox's checkpoint directory is free for its next checkpoint.
+		served := img + ".lazy"
+		_ = os.RemoveAll(served)
+		if err := os.Rename(img, served); err != nil {
+			return nil, fmt.Errorf("restore %s: %w", id, err)
+		}
+		if lazy, err = startLazyPages(ctx, served, work); err != nil {
+			_ = os.Rename(served, img)
+			return nil, fmt.Errorf("restore %s: %w", id, err)
+		}
+		orig := img
+		defer func() {
+			if err != nil { // the checkpoint stays for another try, as without lazy pages
+				lazy.stop()
+				_ = os.Rename(served, orig)
+			}
+		}()
+		img = served
+		args = append(args, "--lazy-pages")
+	}
+	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--image-path", img, "--work-path", work, "--bundle", dir, "--pid-file", pidFile, id)...)
 	// CRIU gives the restored processes runc's stdout and stderr where they had the old
 	// pipes (runc passes them as inherited fds): these are the new pipes' write ends.
 	cmd.Stdout, cmd.Stderr = outW, errW
@@ -213,14 +239,18 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
 	network, joined := r.networkOf(id, pid, joined)
-	sb := &sandbox{id: id, pid: pid, network: network, netns: joined, exited: make(chan struct{})}
+	sb := &sandbox{id: id, pid: pid, network: network, netns: joined, exited: make(chan struct{}), lazy: lazy}
 	if err := r.reap(sb); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
 	r.mu.Lock()
 	r.sandboxes[id] = sb
 	r.mu.Unlock()
-	_ = os.RemoveAll(img)
+	if lazy == nil {
+		_ = os.RemoveAll(img)
+	} else {
+		lazy.restored()
+	}
 	return &Sandbox{ID: id, Pid: pid, Stdout: outR, Stderr: errR}, nil
 }
 

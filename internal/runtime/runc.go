@@ -42,6 +42,9 @@ type Config struct {
 	NoSeccomp bool
 	// NoFile is RLIMIT_NOFILE of sandboxes whose Limits leave it 0; DefaultNoFile when 0.
 	NoFile uint64
+	// LazyRestore restores a checkpoint with its memory served on demand (CRIU's lazy pages
+	// over userfaultfd): the sandbox runs before every page is read (lazy.go).
+	LazyRestore bool
 }
 
 // DefaultNoFile is the open files each process of a sandbox may hold unless configured:
@@ -76,6 +79,8 @@ type sandbox struct {
 	exit    Exit
 	// checkpointing: a checkpoint is stopping init, so its exit is no death (Exit.Checkpointed).
 	checkpointing atomic.Bool
+	// lazy serves its memory after a lazy restore, until every page is in; nil otherwise.
+	lazy *lazyPages
 }
 
 type idLock struct {

@@ -115,6 +115,8 @@ type Config struct {
 	BuildStepTimeout time.Duration
 	// BuildTimeout cancels a whole template build that runs longer (0: no limit).
 	BuildTimeout time.Duration
+	// LazyRestore resumes snapshots with their memory served on demand (runtime.Config).
+	LazyRestore bool
 	// Pools sizes the warm pools by template name (a size set through the API wins);
 	// PoolMax bounds one pool, PoolRefillPerSec the boots that refill them.
 	Pools            map[string]int
@@ -221,7 +223,14 @@ func openStore(ctx context.Context, data, state string) (store.DB, *vault.Vault,
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
 // with a runc runtime for build steps.
 func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Store, *runtime.Runc, error) {
-	rt, err := runtime.NewRunc(ctx, runtime.Config{DataDir: filepath.Join(data, "sandboxes")})
+	return openTemplates(ctx, data, templateDir, runtime.Config{})
+}
+
+// openTemplates is OpenTemplates with the runtime configured as rc says (its DataDir is the
+// data dir's sandboxes).
+func openTemplates(ctx context.Context, data, templateDir string, rc runtime.Config) (*template.Store, *runtime.Runc, error) {
+	rc.DataDir = filepath.Join(data, "sandboxes")
+	rt, err := runtime.NewRunc(ctx, rc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -359,7 +368,7 @@ func (s *instance) lockDataDir(context.Context) error {
 // openTemplates opens the runtime and the template store, building the base template on
 // first run.
 func (s *instance) openTemplates(ctx context.Context) error {
-	templates, rt, err := OpenTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir)
+	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, runtime.Config{LazyRestore: s.cfg.LazyRestore})
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}

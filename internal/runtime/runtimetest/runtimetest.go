@@ -132,3 +132,15 @@ func makeBusyboxRootfs(root string) error {
 	}
 	return nil
 }
+
+// RuncWith is Runc with cfg's options (its directories are the test's own).
+func RuncWith(t testing.TB, cfg runtime.Config) *runtime.Runc {
+	t.Helper()
+	Runc(t) // skips, saying why, where runc cannot run
+	cfg.DataDir, cfg.RuncRoot, cfg.NetnsDir = t.TempDir(), t.TempDir(), t.TempDir()
+	r, err := runtime.NewRunc(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
