@@ -25,7 +25,36 @@ const (
 	// EventSandboxNetworkDenied: the network rules refused connections of the sandbox
 	// (sampled: at most a few per sandbox every two seconds).
 	EventSandboxNetworkDenied = "sandbox.network.denied"
+	// EventLimitReached: a bound of docs/bounds.md refused or cut something of a team (a
+	// quota, the host's free space or files, a log budget, a build's time). Sampled: at most
+	// one per team, limit and sandbox every ten seconds. SandboxID is "" when no sandbox was
+	// concerned (a create or a volume refused).
+	EventLimitReached = "team.limit.reached"
 )
+
+// Limits an EventLimitReached names: a closed set.
+const (
+	LimitTeamSandboxes = "team_sandboxes"    // the team's concurrent sandboxes (429)
+	LimitTeamVCPUs     = "team_vcpus"        // the team's vCPUs (429)
+	LimitTeamMemory    = "team_memory"       // the team's memory (429)
+	LimitTeamCreates   = "team_create_rate"  // the team's creates per second (429)
+	LimitTeamVolumes   = "team_volumes"      // the team's volume count or total size (429)
+	LimitHostVolumes   = "host_volume_space" // a volume the host's disk cannot hold (507)
+	LimitHostFiles     = "host_open_files"   // the host's open files, creates refused (503)
+	LimitTeamLogBytes  = "team_log_bytes"    // the team's log bytes per hour: lines dropped
+	LimitHostLogDisk   = "host_log_disk"     // the log store's free-space floor: lines dropped
+	LimitBuildStepTime = "build_step_time"   // a template build's step killed at its limit
+	LimitBuildTime     = "build_time"        // a whole template build cancelled at its limit
+)
+
+// LimitReachedEventData is an EventLimitReached's payload.
+type LimitReachedEventData struct {
+	Caller
+	// Limit names the bound (the Limit* constants); Detail says what was refused or cut, in
+	// the words of the refusal the client got.
+	Limit  string `json:"limit"`
+	Detail string `json:"detail"`
+}
 
 // SandboxEvent is one lifecycle event, as GET /events/sandboxes[/{id}] lists it and every
 // webhook receives it. The server emits these very types.
@@ -69,6 +98,7 @@ var eventData = map[string]func() any{
 	EventSandboxOOM:           func() any { return new(OOMEventData) },
 	EventSandboxCheckpointed:  func() any { return new(CheckpointedEventData) },
 	EventSandboxNetworkDenied: func() any { return new(NetworkDeniedEventData) },
+	EventLimitReached:         func() any { return new(LimitReachedEventData) },
 }
 
 // EventDataFor returns a new, empty payload of the event type (a pointer), or an error for a

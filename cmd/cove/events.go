@@ -81,6 +81,8 @@ func detail(e cove.SandboxEvent) string {
 		add("end_at", d.EndAt.Format(time.RFC3339))
 	case *cove.OOMEventData:
 		add("count", d.Count)
+	case *cove.LimitReachedEventData:
+		add("limit", d.Limit)
 	}
 	if name := keyName(data); name != "" {
 		add("api_key_name", name)

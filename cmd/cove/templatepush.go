@@ -147,7 +147,7 @@ func newTemplateAPICmds() []*cobra.Command {
 	pool := verb("pool NAME N", "Keep N started sandboxes of a template ready for creates to claim (0: none); with $COVE_ADMIN_TOKEN set, any template's, such as base", cobra.ExactArgs(2), func(cmd *cobra.Command, c *cove.Client, f *apiFlags, args []string) error {
 		n, err := strconv.Atoi(args[1])
 		if err != nil {
-			return fmt.Errorf("N: %q is not a count of sandboxes", args[1])
+			return fmt.Errorf("the size %q is not a count of sandboxes", args[1])
 		}
 		p, err := c.SetTemplatePool(cmd.Context(), args[0], n)
 		if err != nil {

@@ -573,5 +573,5 @@ func contentDigest(h string) ([]byte, error) {
 		}
 		return sum, nil
 	}
-	return nil, fmt.Errorf("%w: Content-Digest: want sha-256=:<base64 of 32 bytes>:", errBadRequest)
+	return nil, fmt.Errorf("%w: Content-Digest: want sha-256=:<base64 of 32 bytes>: (RFC 9530)", errBadRequest)
 }

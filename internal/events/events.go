@@ -228,7 +228,7 @@ func toStore(ctx context.Context, ev Event) (*store.Event, error) {
 	if !ev.Type.Valid() {
 		return nil, fmt.Errorf("emit: unknown event type %q", string(ev.Type))
 	}
-	if ev.SandboxID == "" || ev.TeamID == "" {
+	if (ev.SandboxID == "" && ev.Type != LimitReached) || ev.TeamID == "" {
 		return nil, fmt.Errorf("emit %s: sandbox and team are required", ev.Type)
 	}
 	if ev.ID == "" {

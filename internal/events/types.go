@@ -33,12 +33,15 @@ const (
 	// SandboxNetworkDenied: Cove's network rules refused connections of a sandbox (sampled:
 	// at most a few per sandbox every two seconds).
 	SandboxNetworkDenied EventType = cove.EventSandboxNetworkDenied
+	// LimitReached: a bound refused or cut something of a team; the one type that may name no
+	// sandbox (a create or a volume refused). Data: cove.LimitReachedEventData.
+	LimitReached EventType = cove.EventLimitReached
 )
 
 // EventTypes lists every EventType.
 var EventTypes = []EventType{
 	SandboxCreated, SandboxConnected, SandboxPaused, SandboxResumed, SandboxUpdated,
-	SandboxKilled, SandboxOOM, SandboxCheckpointed, SandboxNetworkDenied,
+	SandboxKilled, SandboxOOM, SandboxCheckpointed, SandboxNetworkDenied, LimitReached,
 }
 
 // unknownType is what String shows for the zero EventType.

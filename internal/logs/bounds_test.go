@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,12 +14,17 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func TestATeamsLinesShareAnHourlyByteBudget(t *testing.T) {
 	db := newDB(t)
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, MaxBytesPerHourPerTeam: 100, Now: clk.Now})
+	var told []string
+	in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, MaxBytesPerMinutePerSandbox: -1, MaxBytesPerHourPerTeam: 100, Now: clk.Now,
+		OnLimit: func(team, sandboxID, templateID, limit, detail string) {
+			told = append(told, team+"/"+sandboxID+"/"+limit)
+		}})
 	for range 6 {
 		for _, sb := range []string{"sb1", "sb2"} {
 			in.Add(store.LogLine{SandboxID: sb, TeamID: "loud", Message: "0123456789"})
@@ -33,6 +39,11 @@ func TestATeamsLinesShareAnHourlyByteBudget(t *testing.T) {
 	t.Run("another team is not charged", func(t *testing.T) {
 		if got := in.Dropped("sb3"); got != 0 {
 			t.Errorf("dropped %d of the quiet team", got)
+		}
+	})
+	t.Run("each dropped line is told to the team's limit events (which sample)", func(t *testing.T) {
+		if want := []string{"loud/sb1/" + cove.LimitTeamLogBytes, "loud/sb2/" + cove.LimitTeamLogBytes}; strings.Join(told, " ") != strings.Join(want, " ") {
+			t.Errorf("told %v, want %v", told, want)
 		}
 	})
 	clk.Add(time.Hour)
@@ -95,8 +106,16 @@ func TestBelowTheDisksFreeSpaceFloorLinesAreDroppedNotWritten(t *testing.T) {
 	db := newDB(t)
 	var logs syncBuffer
 	dropped := counterValue(t, telemetry.LogLinesDropped.WithLabelValues(dropDisk))
+	var (
+		toldMu sync.Mutex
+		told   []string
+	)
 	in := NewIngester(db, Config{MaxLinesPerSecPerSandbox: -1, DataDir: dir, MinFreeBytes: 2 << 20, FlushInterval: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)), OnLimit: func(team, sandboxID, templateID, limit, detail string) {
+			toldMu.Lock()
+			defer toldMu.Unlock()
+			told = append(told, team+"/"+sandboxID+"/"+limit)
+		}})
 	for range 10 {
 		in.Add(store.LogLine{SandboxID: "sb", TeamID: "team", Message: "while full"})
 	}
@@ -107,6 +126,13 @@ func TestBelowTheDisksFreeSpaceFloorLinesAreDroppedNotWritten(t *testing.T) {
 		}
 		if got := counterValue(t, telemetry.LogLinesDropped.WithLabelValues(dropDisk)) - dropped; got != 10 {
 			t.Errorf("cove_log_lines_dropped{reason=disk_floor} grew by %v, want 10", got)
+		}
+	})
+	t.Run("the drops are told to the team's limit events", func(t *testing.T) {
+		toldMu.Lock()
+		defer toldMu.Unlock()
+		if len(told) == 0 || told[0] != "team/sb/"+cove.LimitHostLogDisk {
+			t.Errorf("told %v", told)
 		}
 	})
 	t.Run("crossing the floor is logged once", func(t *testing.T) {

@@ -10,6 +10,7 @@ package logs
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // Config tunes an Ingester. Zero values take the defaults.
@@ -53,6 +55,10 @@ type Config struct {
 	SandboxQueueSize int
 	// Logger receives Cove's own lines about ingestion (drops, failed writes).
 	Logger *slog.Logger
+	// OnLimit is told of each line a team's byte budget or the free-space floor dropped
+	// (limit: cove.LimitTeamLogBytes, cove.LimitHostLogDisk), outside the ingester's lock; it
+	// samples (events.Limits). nil tells nobody.
+	OnLimit func(team, sandboxID, templateID, limit, detail string)
 	// Now is the clock; time.Now by default.
 	Now func() time.Time
 }
@@ -200,6 +206,7 @@ func (in *Ingester) Add(l store.LogLine) {
 	if why := in.admit(st, l.TeamID, size, now); why != "" {
 		st.countDropped(why, 1)
 		in.mu.Unlock()
+		in.limitReached(l, why)
 		return
 	}
 	in.queue = append(in.queue, l)
@@ -246,6 +253,21 @@ func (in *Ingester) DroppedInSandbox(sandboxID, teamID string, lines, bytes uint
 	}
 	st.teamID, st.lastSeen = teamID, now
 	st.countDropped(dropEnvd, lines)
+}
+
+// limitReached tells OnLimit of a line dropped by a team's or the host's bound.
+func (in *Ingester) limitReached(l store.LogLine, why string) {
+	if in.cfg.OnLimit == nil {
+		return
+	}
+	switch why {
+	case dropTeam:
+		in.cfg.OnLimit(l.TeamID, l.SandboxID, l.TemplateID, cove.LimitTeamLogBytes,
+			fmt.Sprintf("log lines dropped: the team's sandboxes stored %d bytes this hour (--log-team-bytes-per-hour)", in.cfg.MaxBytesPerHourPerTeam))
+	case dropDisk:
+		in.cfg.OnLimit(l.TeamID, l.SandboxID, l.TemplateID, cove.LimitHostLogDisk,
+			"log lines dropped: the log store's disk is below its free-space floor (--log-min-free-mb)")
+	}
 }
 
 // admit charges a line of size bytes to its sandbox's and team's limits and returns why it
@@ -351,15 +373,24 @@ func (in *Ingester) run() {
 			st.queued = 0
 		}
 		in.lowDisk = low
+		var floored []store.LogLine // a line of each sandbox the floor dropped lines of
 		if low {
+			seen := map[string]bool{}
 			for _, l := range batch {
 				if st := in.sandboxes[l.SandboxID]; st != nil {
 					st.countDropped(dropDisk, 1)
+				}
+				if !seen[l.SandboxID] {
+					seen[l.SandboxID] = true
+					floored = append(floored, l)
 				}
 			}
 			batch = nil
 		}
 		in.mu.Unlock()
+		for _, l := range floored {
+			in.limitReached(l, dropDisk)
+		}
 		in.write(batch)
 		in.report(closed)
 		if closed {

@@ -99,7 +99,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
-	release, err := o.reserve(sb, now)
+	release, err := o.reserve(ctx, sb, now)
 	if err != nil {
 		return nil, err
 	}

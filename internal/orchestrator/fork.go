@@ -285,7 +285,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		sb.Metadata = map[string]string{}
 	}
 	ctx = sandboxLog(ctx, sb)
-	release, err := o.reserve(sb, now) // a copy counts against the team's quotas as a create does
+	release, err := o.reserve(ctx, sb, now) // a copy counts against the team's quotas as a create does
 	if err != nil {
 		return nil, err
 	}

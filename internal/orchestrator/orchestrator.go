@@ -168,6 +168,8 @@ type Orchestrator struct {
 	poolsOpen   bool          // Recover ran: what it finds without a record is no longer swept
 	poolsClosed bool          // the server is stopping: nothing is pooled any more
 	poolWake    chan struct{} // the pool filler looks again
+
+	limits *events.Limits // team.limit.reached, sampled (limits.go)
 }
 
 // entry is one live (running or paused) sandbox.
@@ -274,6 +276,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	telemetry.Metrics()
 	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		poolWake: make(chan struct{}, 1)}
+	if cfg.Events != nil {
+		o.limits = events.NewLimits(cfg.Events, cfg.Logger)
+	}
 	o.watchDisk()
 	if err := o.initPools(); err != nil {
 		return nil, err

@@ -511,7 +511,7 @@ func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateReque
 		stages = append(stages, key, float64(time.Since(now).Microseconds())/1000)
 		now = time.Now()
 	}
-	release, err := o.reserve(sb, now)
+	release, err := o.reserve(ctx, sb, now)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // Quota bounds what one team may hold at once and how fast it may create. Zero means no
@@ -195,9 +197,10 @@ func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
 
 // reserve admits sb against its team's quotas (as admit) and returns the release of its
 // reservation, for when it is registered live or its create failed.
-func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func(), err error) {
+func (o *Orchestrator) reserve(ctx context.Context, sb *store.Sandbox, now time.Time) (release func(), err error) {
 	if err := o.hostFilesFree(); err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("host_files").Inc()
+		o.refused(ctx, sb, err, cove.LimitHostFiles)
 		return nil, err
 	}
 	o.mu.Lock()
@@ -205,6 +208,7 @@ func (o *Orchestrator) reserve(sb *store.Sandbox, now time.Time) (release func()
 	o.mu.Unlock()
 	if err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
+		o.refused(ctx, sb, err, "")
 		return nil, err
 	}
 	return func() {

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -176,13 +177,13 @@ func TestCreatesAreRefusedWhileTheHostIsShortOfOpenFiles(t *testing.T) {
 		return &Orchestrator{cfg: Config{HostFilesFreePercent: pct}, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}}
 	}
 	t.Run("a host keeping all its files free refuses with 503 naming open files", func(t *testing.T) {
-		_, err := newO(100).reserve(&store.Sandbox{ID: "a", TeamID: "t1"}, now)
+		_, err := newO(100).reserve(context.Background(), &store.Sandbox{ID: "a", TeamID: "t1"}, now)
 		if errdefs.Status(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "open files") {
 			t.Errorf("reserve: %v (status %d); want 503 naming open files", err, errdefs.Status(err))
 		}
 	})
 	t.Run("this host, with the default share, admits", func(t *testing.T) {
-		release, err := newO(0).reserve(&store.Sandbox{ID: "a", TeamID: "t1"}, now)
+		release, err := newO(0).reserve(context.Background(), &store.Sandbox{ID: "a", TeamID: "t1"}, now)
 		if err != nil {
 			t.Fatal(err)
 		}

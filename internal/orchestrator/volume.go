@@ -13,6 +13,7 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // VolumeMount mounts a team's volume (by name or id) at an absolute path in a sandbox,
@@ -113,9 +114,11 @@ func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string, si
 	switch {
 	case errors.Is(err, snapshot.ErrVolumeQuota):
 		o.logger(ctx).Warn("volume refused: team quota", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
+		o.limits.Reached(ctx, teamID, "", "", cove.LimitTeamVolumes, err.Error())
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	case errors.Is(err, snapshot.ErrVolumeNoSpace):
 		o.logger(ctx).Warn("volume refused: host disk", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
+		o.limits.Reached(ctx, teamID, "", "", cove.LimitHostVolumes, err.Error())
 		return nil, fmt.Errorf("%w: sizeMB: %v", errdefs.ErrNoSpace, err)
 	case errors.Is(err, snapshot.ErrVolumeName):
 		return nil, fmt.Errorf("%w: name: %v", ErrInvalid, err)

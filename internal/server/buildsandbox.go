@@ -70,7 +70,9 @@ type stepGuard struct {
 	timeout time.Duration
 	note    func(id, line string)
 	kill    func(ctx context.Context, id string) error
-	logger  *slog.Logger
+	// limit tells the team (team.limit.reached); nil tells nobody.
+	limit  func(ctx context.Context, team, detail string)
+	logger *slog.Logger
 }
 
 // guardedSteps is a team's step network that also holds each step's place in the team's
@@ -123,6 +125,9 @@ func (g *guardedSteps) expire(ctx context.Context, id string, d time.Duration) {
 	}
 	logger := cmp.Or(g.guard.logger, telemetry.Logger(ctx))
 	logger.Warn("build step killed: time limit", telemetry.KeySandboxID, id, telemetry.KeyTeamID, g.team, telemetry.KeyDurationMS, d.Milliseconds())
+	if g.guard.limit != nil {
+		g.guard.limit(ctx, g.team, why)
+	}
 	if err := g.guard.kill(ctx, id); err != nil {
 		logger.Error("build step kill failed", telemetry.KeySandboxID, id, telemetry.KeyError, err.Error())
 	}

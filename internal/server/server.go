@@ -50,6 +50,7 @@ import (
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/internal/vault"
 	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
 	shipped "github.com/cove-dev/cove/templates"
 )
 
@@ -283,6 +284,8 @@ type instance struct {
 	say      func(format string, args ...any)
 	closers  []func() error // run in reverse by close; their errors are of no use by then
 
+	limitEvents limitEvents // team.limit.reached of the log store and builds (limits.go)
+
 	templates *template.Store
 	rt        *runtime.Runc
 	db        store.DB
@@ -421,7 +424,7 @@ func (s *instance) openStore(ctx context.Context) error {
 // startLogs starts the log ingester and tees the server's own logger into it.
 func (s *instance) startLogs(context.Context) error {
 	s.ingester = logs.NewIngester(s.db, logs.Config{Logger: s.cfg.Logger, MaxBytesPerHourPerTeam: s.cfg.LogTeamBytesPerHour,
-		DataDir: s.cfg.DataDir, MinFreeBytes: s.cfg.LogMinFreeMB << 20})
+		DataDir: s.cfg.DataDir, MinFreeBytes: s.cfg.LogMinFreeMB << 20, OnLimit: s.limitEvents.logLimit})
 	s.onClose(s.ingester.Close)
 	// From here on, the server's own lines about a sandbox also go to the log store, so a
 	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
@@ -451,6 +454,7 @@ func (s *instance) startEvents(ctx context.Context) error {
 		return fmt.Errorf("events: %w", err)
 	}
 	s.bus = bus
+	s.limitEvents.start(bus, s)
 	s.onClose(func() error { bus.Close(); return nil })
 	return nil
 }
@@ -537,8 +541,15 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	s.onClose(func() error { builds.Close(); return nil })
 	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
-	builds.SetSandbox(buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
-		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger}))
+	sb := buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
+		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger,
+		limit: func(ctx context.Context, team, detail string) {
+			s.limitEvents.reached(ctx, team, "", "", cove.LimitBuildStepTime, detail)
+		}})
+	sb.OnTimeLimit = func(team, why string) {
+		s.limitEvents.reached(context.Background(), team, "", "", cove.LimitBuildTime, why)
+	}
+	builds.SetSandbox(sb)
 	s.builds = builds
 	s.retainer = retention.New(retention.Config{Store: s.db, Files: buildRetention(builds, s.templates), Policies: policies(s.cfg), Logger: s.cfg.Logger})
 	go s.retainer.Run(ctx)

@@ -363,7 +363,12 @@ func (b *Builds) log(r *BuildRecord, step, level, msg string) {
 func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest, release func()) {
 	finish := func(t *Template, err error) {
 		release()
-		b.finish(r, t, timeLimitReason(ctx, err))
+		err = timeLimitReason(ctx, err)
+		var tl *BuildTimeLimitError
+		if errors.As(err, &tl) && b.sandbox.OnTimeLimit != nil {
+			b.sandbox.OnTimeLimit(r.TeamID, fmt.Sprintf("build %s of template %s: %v", r.ID, r.Template, tl))
+		}
+		b.finish(r, t, err)
 	}
 	if req.FromImage != "" {
 		var cred oci.Credentials

@@ -48,6 +48,9 @@ type Sandbox struct {
 	// running then is cancelled, its running step killed, and it fails with a
 	// *BuildTimeLimitError. 0: no limit.
 	BuildTimeout time.Duration
+	// OnTimeLimit is told of each build of team that ran past BuildTimeout, with why it
+	// failed (the server's team.limit.reached); nil tells nobody.
+	OnTimeLimit func(team, why string)
 	// Pull returns where team's fromImage pulls may connect (the server's egress limit, the
 	// team's egress policy, the registries the operator allows); nil, the zero oci.Guard.
 	Pull func(team string) oci.Guard

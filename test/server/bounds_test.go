@@ -100,6 +100,36 @@ func TestBoundsATenantCannotExceed(t *testing.T) {
 			t.Fatalf("build: %v; want a BuildError naming the sandbox quota", err)
 		}
 	})
+	t.Run("a create past the team's quota is a 429", func(t *testing.T) {
+		for range 2 {
+			id := a.create(nil)
+			t.Cleanup(func() { a.do(http.MethodDelete, "/sandboxes/"+id, nil) })
+		}
+		if code, body, _ := a.do(http.MethodPost, "/sandboxes", map[string]any{"templateID": "base"}); code != http.StatusTooManyRequests {
+			t.Errorf("a third sandbox under a quota of 2: %d %v", code, body)
+		}
+	})
+	t.Run("each bound the team hit is a team.limit.reached event, once, saying what was refused", func(t *testing.T) {
+		evs, err := client.Events(ctx, "", cove.EventOptions{Types: []string{cove.EventLimitReached}, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, e := range evs {
+			d, err := e.Data()
+			lr, ok := d.(*cove.LimitReachedEventData)
+			if err != nil || !ok || lr.Detail == "" || strings.Contains(lr.Detail, s.DataDir) {
+				t.Errorf("event %+v: data %+v %v", e, d, err)
+				continue
+			}
+			got[lr.Limit]++
+		}
+		for _, want := range []string{cove.LimitHostVolumes, cove.LimitTeamVolumes, cove.LimitBuildStepTime, cove.LimitBuildTime, cove.LimitTeamSandboxes} {
+			if got[want] != 1 {
+				t.Errorf("%d %s events, want 1 (all: %v)", got[want], want, got)
+			}
+		}
+	})
 }
 
 // TestASandboxesFilesAndForksAreBounded runs what a tenant would to exhaust the host in a
