@@ -137,8 +137,9 @@ func (m *Manager) checkAllocation(id string, a Allocation, taken map[int]bool) e
 		return fmt.Errorf("link %s address %s, not %s %s of this configuration", a.Link, a.Addr, s.link, s.addr)
 	case filepath.Dir(a.Netns) != m.cfg.StateDir || !strings.HasPrefix(filepath.Base(a.Netns), "ns-"):
 		return fmt.Errorf("namespace %s is not in %s", a.Netns, m.cfg.StateDir)
-	case filepath.Dir(a.ResolvConf) != m.cfg.StateDir || !strings.HasPrefix(filepath.Base(a.ResolvConf), "resolv-"):
-		return fmt.Errorf("resolv.conf %s is not in %s", a.ResolvConf, m.cfg.StateDir)
+	case (filepath.Dir(a.ResolvConf) != m.cfg.FilesDir && filepath.Dir(a.ResolvConf) != m.cfg.StateDir) || !strings.HasPrefix(filepath.Base(a.ResolvConf), "resolv-"):
+		// (StateDir: where a server before FilesDir wrote it.)
+		return fmt.Errorf("resolv.conf %s is not in %s", a.ResolvConf, m.cfg.FilesDir)
 	}
 	return nil
 }

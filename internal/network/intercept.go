@@ -150,7 +150,7 @@ func (c *ca) leaf(host string) (*tls.Certificate, error) {
 // TrustBundle writes the sandbox's CA bundle: the template's (templateBundle, may be nil)
 // with Cove's CA added, to bind-mount over /etc/ssl/certs/ca-certificates.crt.
 func (m *Manager) TrustBundle(id string, templateBundle []byte) (string, error) {
-	path := filepath.Join(m.cfg.StateDir, "ca-"+id+".crt")
+	path := filepath.Join(m.cfg.FilesDir, "ca-"+id+".crt")
 	b := append(append(bytes.TrimRight(templateBundle, "\n"), '\n'), m.ca.pem...)
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return "", fmt.Errorf("trust bundle: %w", err)
@@ -160,7 +160,7 @@ func (m *Manager) TrustBundle(id string, templateBundle []byte) (string, error) 
 
 // removeTrustBundle removes what TrustBundle wrote for id.
 func (m *Manager) removeTrustBundle(id string) {
-	_ = os.Remove(filepath.Join(m.cfg.StateDir, "ca-"+id+".crt"))
+	_ = os.Remove(filepath.Join(m.cfg.FilesDir, "ca-"+id+".crt"))
 }
 
 // CAPEM is the Cove CA certificate sandboxes trust.

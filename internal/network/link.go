@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -60,7 +61,7 @@ func (m *Manager) slotAt(index int) *slot {
 		host:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 1)}),
 		addr:   netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n + 2)}),
 		netns:  filepath.Join(m.cfg.StateDir, fmt.Sprintf("ns-%s-%d", m.gen, index)),
-		resolv: filepath.Join(m.cfg.StateDir, fmt.Sprintf("resolv-%s-%d.conf", m.gen, index)),
+		resolv: filepath.Join(m.cfg.FilesDir, fmt.Sprintf("resolv-%s-%d.conf", m.gen, index)),
 	}
 }
 
@@ -161,21 +162,23 @@ func (m *Manager) sweep() error {
 			}
 		}
 	}
-	entries, err := os.ReadDir(m.cfg.StateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	for _, e := range entries {
-		p := filepath.Join(m.cfg.StateDir, e.Name())
-		if m.claimed(p) {
-			continue
+	for _, dir := range slices.Compact([]string{m.cfg.StateDir, m.cfg.FilesDir}) {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
-		if strings.HasPrefix(e.Name(), "ns-") {
-			if err := runtime.RemoveNetns(p); err != nil {
-				errs = append(errs, err)
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			if m.claimed(p) {
+				continue
 			}
-		} else if strings.HasPrefix(e.Name(), "resolv-") {
-			_ = os.Remove(p)
+			if strings.HasPrefix(e.Name(), "ns-") {
+				if err := runtime.RemoveNetns(p); err != nil {
+					errs = append(errs, err)
+				}
+			} else if strings.HasPrefix(e.Name(), "resolv-") {
+				_ = os.Remove(p)
+			}
 		}
 	}
 	return errors.Join(errs...)

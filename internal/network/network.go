@@ -31,6 +31,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -63,8 +64,12 @@ type Config struct {
 	IPForward bool
 	// Warm is how many namespaces with their veth are kept ready (4 by default; -1: none).
 	Warm int
-	// StateDir holds the pinned namespaces and resolv.conf files; /run/cove/net/<table>.
+	// StateDir holds the pinned namespaces; /run/cove/net/<table>.
 	StateDir string
+	// FilesDir holds the files bound into sandboxes (resolv.conf, CA bundles): a tmpfs, so a
+	// sandbox's mountinfo names no path of the host's; /dev/shm/cove-net-<table> by default,
+	// StateDir where /dev/shm is no tmpfs.
+	FilesDir string
 	// RecordDir keeps each sandbox's allocation (Allocation), so that a restarted server
 	// re-claims it; <StateDir>/records by default. Owner only: a policy may hold an egress
 	// proxy's password.
@@ -187,6 +192,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.RecordDir == "" {
 		cfg.RecordDir = filepath.Join(cfg.StateDir, "records")
 	}
+	if cfg.FilesDir == "" {
+		cfg.FilesDir = cfg.StateDir
+		if runtime.OnTmpfs(runtime.ShmDir) != "" {
+			cfg.FilesDir = filepath.Join(runtime.ShmDir, "cove-net-"+cfg.Table)
+		}
+	}
 	if cfg.NFT == "" {
 		cfg.NFT = "nft"
 	}
@@ -210,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		}
 		cfg.DNS = hostResolvers(conf)
 	}
-	for _, dir := range []string{cfg.StateDir, cfg.RecordDir} {
+	for _, dir := range []string{cfg.StateDir, cfg.RecordDir, cfg.FilesDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
@@ -510,6 +521,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	errs = append(errs, m.nft(context.WithoutCancel(ctx), fmt.Sprintf("table inet %s\ndelete table inet %s\n", t, t)))
 	m.resolver.close()
 	m.proxy.close()
+	_ = os.Remove(m.cfg.FilesDir)
 	_ = os.Remove(m.cfg.StateDir)
 	return errors.Join(errs...)
 }

@@ -506,6 +506,18 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	}
 	kept := s.vault
 	cfg := s.cfg
+	// envd's binary is bound into every sandbox from a tmpfs copy: the bind names no path of
+	// the host's (runtime.StageBinary).
+	if cfg.CoveBinary == "" {
+		if cfg.CoveBinary, err = os.Executable(); err != nil {
+			return fmt.Errorf("find the cove binary: %w", err)
+		}
+	}
+	if staged, err := runtime.StageBinary(cfg.CoveBinary); err != nil {
+		cfg.Logger.Warn("envd's binary is bound from its host path", telemetry.KeyError, err.Error())
+	} else {
+		cfg.CoveBinary = staged
+	}
 	orch, err := orchestrator.New(orchestrator.Config{
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -178,6 +179,22 @@ except OSError as e:
 		out := run(t, "wc -c < /proc/cmdline; ls /sys/block | wc -l; grep -c 'upperdir=/[^p]' /proc/self/mountinfo || true")
 		if strings.Fields(out)[0] != "0" || strings.Fields(out)[1] != "0" || strings.Fields(out)[2] != "0" {
 			t.Errorf("cmdline bytes, block devices, overlay mounts naming host paths: %q", out)
+		}
+	})
+	t.Run("no mount names a path of the host's: envd's binary, resolv.conf, the CA bundle", func(t *testing.T) {
+		if _, err := os.Stat("/dev/shm"); err != nil {
+			t.Skip("no /dev/shm tmpfs: the binds keep their host paths")
+		}
+		mounts := run(t, "cat /proc/self/mountinfo")
+		for _, host := range []string{s.DataDir, filepath.Dir(covetest.Binary(t)), "/run/cove", "/usr/local/bin", "/tmp/"} {
+			if strings.Contains(mounts, host) {
+				t.Errorf("mountinfo names %s:\n%s", host, mounts)
+			}
+		}
+		for _, target := range []string{" /.cove/cove ", " /etc/resolv.conf ", " /etc/ssl/certs/ca-certificates.crt "} {
+			if !strings.Contains(mounts, target) {
+				t.Errorf("no mount at%s:\n%s", target, mounts)
+			}
 		}
 	})
 	t.Run("a fork-bombed sandbox is killed and leaves no cgroup", func(t *testing.T) {
