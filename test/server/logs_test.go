@@ -382,7 +382,10 @@ func TestBinaryOutputIsOneSummaryLineAndABase64Record(t *testing.T) {
 		// these, one summary and no NUL.
 		summaries := 0
 		for _, l := range page.Logs {
-			if strings.HasPrefix(l.Message, "binary output, 2.9 MiB, crc32c ae8cb66e, sha256 35bce4eae54ec8e6cc2868baa8d157914d6ae2858811b4cc0c078c94460fa26f") {
+			// The sha256 is given up, said so, when its hasher falls behind the output (a loaded
+			// machine): envd never slows the command's output for it.
+			if strings.HasPrefix(l.Message, "binary output, 2.9 MiB, crc32c ae8cb66e, sha256 35bce4eae54ec8e6cc2868baa8d157914d6ae2858811b4cc0c078c94460fa26f") ||
+				l.Message == "binary output, 2.9 MiB, crc32c ae8cb66e, sha256 not computed: over budget" {
 				summaries++
 			}
 			if strings.Contains(l.Message, "\x00") {
