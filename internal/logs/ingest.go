@@ -145,6 +145,9 @@ type teamWindow struct {
 type Ingester struct {
 	store store.LogStore
 	cfg   Config
+	// teamBudget is what OnLimit is told of a line the team's budget dropped: made once, not
+	// per dropped line.
+	teamBudget string
 
 	mu        sync.Mutex
 	queue     []store.LogLine
@@ -162,12 +165,13 @@ type Ingester struct {
 func NewIngester(s store.LogStore, cfg Config) *Ingester {
 	cfg.defaults()
 	in := &Ingester{
-		store:     s,
-		cfg:       cfg,
-		sandboxes: map[string]*sandboxState{},
-		teams:     map[string]*teamWindow{},
-		kick:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
+		store:      s,
+		cfg:        cfg,
+		teamBudget: fmt.Sprintf("log lines dropped: the team's sandboxes stored %d bytes this hour (--log-team-bytes-per-hour)", cfg.MaxBytesPerHourPerTeam),
+		sandboxes:  map[string]*sandboxState{},
+		teams:      map[string]*teamWindow{},
+		kick:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
 	}
 	go in.run()
 	return in
@@ -262,8 +266,7 @@ func (in *Ingester) limitReached(l store.LogLine, why string) {
 	}
 	switch why {
 	case dropTeam:
-		in.cfg.OnLimit(l.TeamID, l.SandboxID, l.TemplateID, cove.LimitTeamLogBytes,
-			fmt.Sprintf("log lines dropped: the team's sandboxes stored %d bytes this hour (--log-team-bytes-per-hour)", in.cfg.MaxBytesPerHourPerTeam))
+		in.cfg.OnLimit(l.TeamID, l.SandboxID, l.TemplateID, cove.LimitTeamLogBytes, in.teamBudget)
 	case dropDisk:
 		in.cfg.OnLimit(l.TeamID, l.SandboxID, l.TemplateID, cove.LimitHostLogDisk,
 			"log lines dropped: the log store's disk is below its free-space floor (--log-min-free-mb)")

@@ -13,20 +13,17 @@ import (
 
 // quotaLimits names each QuotaError's limit as the event does.
 var quotaLimits = map[string]string{
-	"concurrent sandboxes": cove.LimitTeamSandboxes,
-	"vCPUs":                cove.LimitTeamVCPUs,
-	"memory MB":            cove.LimitTeamMemory,
-	"creates per second":   cove.LimitTeamCreates,
+	quotaSandboxes: cove.LimitTeamSandboxes,
+	quotaVCPUs:     cove.LimitTeamVCPUs,
+	quotaMemory:    cove.LimitTeamMemory,
+	quotaCreates:   cove.LimitTeamCreates,
 }
 
-// refused tells sb's team that a bound refused its create (err, a *QuotaError or the host
-// files' 503).
-func (o *Orchestrator) refused(ctx context.Context, sb *store.Sandbox, err error, limit string) {
+// quotaRefused tells sb's team that one of its quotas refused its create (err, a
+// *QuotaError).
+func (o *Orchestrator) quotaRefused(ctx context.Context, sb *store.Sandbox, err error) {
 	var qe *QuotaError
 	if errors.As(err, &qe) {
-		limit = quotaLimits[qe.Limit]
-	}
-	if limit != "" {
-		o.limits.Reached(ctx, sb.TeamID, "", sb.TemplateID, limit, err.Error())
+		o.limits.Reached(ctx, sb.TeamID, "", sb.TemplateID, quotaLimits[qe.Limit], err.Error())
 	}
 }

@@ -276,9 +276,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	telemetry.Metrics()
 	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		poolWake: make(chan struct{}, 1)}
-	if cfg.Events != nil {
-		o.limits = events.NewLimits(cfg.Events, cfg.Logger)
-	}
+	o.limits = events.NewLimits(cfg.Events, cfg.Logger) // nil without Events: tells nobody
 	o.watchDisk()
 	if err := o.initPools(); err != nil {
 		return nil, err

@@ -98,13 +98,21 @@ func (q Quota) valid() error {
 
 // QuotaError says a create was refused by the team's quota; the API answers 429.
 type QuotaError struct {
-	Limit string // "concurrent sandboxes", "vCPUs", "memory MB", "creates per second", "volumes", "volume MB"
+	Limit string // one of the quota* names below
 	Have  float64
 	Max   float64
 }
 
+// The limits a QuotaError names.
+const (
+	quotaSandboxes = "concurrent sandboxes"
+	quotaVCPUs     = "vCPUs"
+	quotaMemory    = "memory MB"
+	quotaCreates   = "creates per second"
+)
+
 func (e *QuotaError) Error() string {
-	if e.Limit == "creates per second" {
+	if e.Limit == quotaCreates {
 		return fmt.Sprintf("team quota: sandbox creates are limited to %g per second; retry in %.1f s", e.Max, e.Have)
 	}
 	return fmt.Sprintf("team quota: this sandbox would make %g %s, over the team's limit of %g", e.Have, e.Limit, e.Max)
@@ -139,7 +147,7 @@ func (o *Orchestrator) admit(id, team string, cpus, memoryMB int, now time.Time)
 		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
 		b.at = now
 		if b.tokens < 1 {
-			return &QuotaError{Limit: "creates per second", Have: (1 - b.tokens) / rate, Max: rate}
+			return &QuotaError{Limit: quotaCreates, Have: (1 - b.tokens) / rate, Max: rate}
 		}
 		b.tokens--
 	}
@@ -165,11 +173,11 @@ func (o *Orchestrator) fits(team string, cpus, memoryMB int) error {
 	}
 	switch {
 	case q.Sandboxes > 0 && n > q.Sandboxes:
-		return &QuotaError{Limit: "concurrent sandboxes", Have: float64(n), Max: float64(q.Sandboxes)}
+		return &QuotaError{Limit: quotaSandboxes, Have: float64(n), Max: float64(q.Sandboxes)}
 	case q.VCPUs > 0 && c > q.VCPUs:
-		return &QuotaError{Limit: "vCPUs", Have: float64(c), Max: float64(q.VCPUs)}
+		return &QuotaError{Limit: quotaVCPUs, Have: float64(c), Max: float64(q.VCPUs)}
 	case q.MemoryMB > 0 && m > q.MemoryMB:
-		return &QuotaError{Limit: "memory MB", Have: float64(m), Max: float64(q.MemoryMB)}
+		return &QuotaError{Limit: quotaMemory, Have: float64(m), Max: float64(q.MemoryMB)}
 	}
 	return nil
 }
@@ -200,7 +208,7 @@ func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
 func (o *Orchestrator) reserve(ctx context.Context, sb *store.Sandbox, now time.Time) (release func(), err error) {
 	if err := o.hostFilesFree(); err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("host_files").Inc()
-		o.refused(ctx, sb, err, cove.LimitHostFiles)
+		o.limits.Reached(ctx, sb.TeamID, "", sb.TemplateID, cove.LimitHostFiles, err.Error())
 		return nil, err
 	}
 	o.mu.Lock()
@@ -208,7 +216,7 @@ func (o *Orchestrator) reserve(ctx context.Context, sb *store.Sandbox, now time.
 	o.mu.Unlock()
 	if err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("quota").Inc()
-		o.refused(ctx, sb, err, "")
+		o.quotaRefused(ctx, sb, err)
 		return nil, err
 	}
 	return func() {
