@@ -15,12 +15,15 @@ const (
 	KillOOM             KillReason = "oom"
 	KillEnvdExited      KillReason = "envd_exited"
 	KillServerShutdown  KillReason = "server_shutdown"
+	// KillNodeLost: the cluster node that ran the sandbox stopped renewing its lease (killed,
+	// powered off, cut off); the sandbox is declared dead wherever it may still run.
+	KillNodeLost KillReason = "node_lost"
 )
 
 // KillReasons lists every KillReason, for metrics that pre-declare their label values.
 var KillReasons = []KillReason{
 	KillUnknown, KillRequest, KillTimeout, KillAdmin, KillOrphaned, KillTemplateMissing,
-	KillResumeFailed, KillOOM, KillEnvdExited, KillServerShutdown,
+	KillResumeFailed, KillOOM, KillEnvdExited, KillServerShutdown, KillNodeLost,
 }
 
 func (k KillReason) String() string {

@@ -81,8 +81,17 @@ type Config struct {
 // features off below 0.6.4.
 const EnvdVersion = envdapi.Version
 
-// clientID fills E2B's deprecated clientID field.
+// clientID fills E2B's deprecated clientID field on a lone server.
 const clientID = "cove"
+
+// clientOf is E2B's clientID of a sandbox: the cluster node that runs it (E2B names its
+// node there too), or "cove" on a lone server.
+func clientOf(sb *store.Sandbox) string {
+	if sb.Node != "" {
+		return sb.Node
+	}
+	return clientID
+}
 
 // maxBody bounds a request body; the largest legitimate one is a create with env vars.
 const maxBody = 1 << 20

@@ -192,21 +192,7 @@ func Place(ctx context.Context, nodes store.Nodes, r Request, rnd *rand.Rand) (s
 	if err != nil {
 		return "", fmt.Errorf("cluster: place: %w", err)
 	}
-	var fit []*store.Node
-	for _, n := range all {
-		if n.State == store.NodeActive && n.UsedVCPUs+r.VCPUs <= n.VCPUs && n.UsedMemoryMB+r.MemoryMB <= n.MemoryMB &&
-			n.UsedSandboxes < n.MaxSandboxes && n.Starting < n.MaxStarts {
-			fit = append(fit, n)
-		}
-	}
-	if rnd == nil {
-		rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	}
-	rnd.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
-	// Best of K by score, then the rest in their shuffled order as fallbacks.
-	head := fit[:min(K, len(fit))]
-	sort.SliceStable(head, func(i, j int) bool { return score(head[i], r) > score(head[j], r) })
-	for _, n := range fit {
+	for _, n := range Rank(all, r, rnd) {
 		err := nodes.Reserve(ctx, store.Reservation{SandboxID: r.SandboxID, Node: n.Name, TeamID: r.TeamID, VCPUs: r.VCPUs, MemoryMB: r.MemoryMB}, r.Limits)
 		switch {
 		case err == nil:
@@ -218,6 +204,26 @@ func Place(ctx context.Context, nodes store.Nodes, r Request, rnd *rand.Rand) (s
 		}
 	}
 	return "", ErrNoNode
+}
+
+// Rank orders the active nodes with room for r as a placement tries them: the best of K
+// sampled nodes by score first, then the rest in a random order as fallbacks. rnd nil
+// seeds one.
+func Rank(all []*store.Node, r Request, rnd *rand.Rand) []*store.Node {
+	var fit []*store.Node
+	for _, n := range all {
+		if n.State == store.NodeActive && n.UsedVCPUs+r.VCPUs <= n.VCPUs && n.UsedMemoryMB+r.MemoryMB <= n.MemoryMB &&
+			n.UsedSandboxes < n.MaxSandboxes && n.Starting < n.MaxStarts {
+			fit = append(fit, n)
+		}
+	}
+	if rnd == nil {
+		rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	rnd.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
+	head := fit[:min(K, len(fit))]
+	sort.SliceStable(head, func(i, j int) bool { return score(head[i], r) > score(head[j], r) })
+	return fit
 }
 
 // score is how good a home n is for r: its free share of memory and vCPUs after r, plus one

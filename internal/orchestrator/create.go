@@ -83,7 +83,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		return out, err
 	}
 	now := time.Now()
-	sb := &store.Sandbox{
+	sb := &store.Sandbox{Node: o.cfg.Node,
 		ID: newID(), TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning,
 		Metadata: req.Metadata, CPUCount: orDefault(tmpl.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(tmpl.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,

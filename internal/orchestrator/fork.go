@@ -274,7 +274,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		return nil, err
 	}
 	now := time.Now()
-	sb := &store.Sandbox{
+	sb := &store.Sandbox{Node: o.cfg.Node,
 		ID: newID(), TeamID: from.team, TemplateID: from.template, State: store.StateRunning,
 		Metadata: maps.Clone(from.metadata), CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: from.secure, EnvdAccessToken: from.token, AutoPause: from.autoPause, AutoResume: from.autoResume,

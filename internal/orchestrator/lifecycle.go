@@ -105,15 +105,20 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	wasState := e.sb.State
 	e.killed = true
 	e.closeAll()
-	pm := o.postmortem(ctx, e)
+	pm := &cove.Postmortem{At: time.Now().UTC()}
+	var destroyErr error
+	if !e.remote {
+		pm = o.postmortem(ctx, e)
+		destroyErr = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
+		o.detachNetwork(ctx, e.sb.ID)
+		o.dropSecrets(ctx, e)
+		if e.sb.PauseKind == reason.PauseFilesystem {
+			o.dropBootEnv(ctx, e)
+		}
+		o.unplace(ctx, e.sb.ID) // a lost node's are the sweeper's to give back
+	}
 	if detail != "" {
 		pm.Detail = detail
-	}
-	destroyErr := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
-	o.detachNetwork(ctx, e.sb.ID)
-	o.dropSecrets(ctx, e)
-	if e.sb.PauseKind == reason.PauseFilesystem {
-		o.dropBootEnv(ctx, e)
 	}
 	e.stopWatching()
 	e.closeLog()
@@ -150,7 +155,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	data.Postmortem, data.EndAt = pm, e.sb.EndAt.UTC() // the TTL, which a timeout kill reached
 	o.emit(ctx, events.SandboxKilled, e.sb, data)
 	telemetry.SandboxesKilled.WithLabelValues(why.String()).Inc()
-	telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
+	if !e.remote {
+		telemetry.SandboxesLive.WithLabelValues(string(wasState)).Dec()
+	}
 	telemetry.SandboxTransitionSeconds.WithLabelValues("kill").Observe(time.Since(begun).Seconds())
 
 	ctx = telemetry.With(ctx, telemetry.KeyKillReason, why.String())
@@ -643,6 +650,9 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	for _, sb := range recs {
+		if sb.Node != o.cfg.Node {
+			continue // another node's: it adopts its own, or the cluster declares it lost
+		}
 		telemetry.SandboxesLive.WithLabelValues(string(sb.State)).Inc()
 		why := o.adopt(ctx, sb)
 		if why == nil {

@@ -76,6 +76,13 @@ type Config struct {
 	Redactor *redact.Redactor
 	// Network gives sandboxes egress; nil leaves them loopback only.
 	Network Network
+	// Node is this server's name in a cluster (cove server --node): every sandbox it starts
+	// is recorded with it, and it adopts and sweeps only those. "" on a lone server.
+	Node string
+	// Placement, in a cluster, is the shared ledger each sandbox reserves its vCPUs and
+	// memory in, on Node and against its team's cluster-wide quota, in one transaction: racing
+	// creates on several nodes never overcommit a node or a team. nil on a lone server.
+	Placement Placement
 
 	DefaultTimeout time.Duration // 300 s when 0
 	MaxTimeout     time.Duration // 24 h when 0
@@ -193,6 +200,9 @@ type entry struct {
 	adopted bool
 	// detached: the server let go of the sandbox (Detach); its init's exit is not ours to act on.
 	detached bool
+	// remote: the sandbox ran on another cluster node, now lost (NodeLost); killing it only
+	// ends its record here: nothing of it is on this node to destroy.
+	remote bool
 	// onDisk: paused as a snapshot: no process runs, resume restores it.
 	onDisk bool
 	// boots counts the sandbox's reboots (filesystem-only pauses resumed): an init's exit

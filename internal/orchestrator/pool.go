@@ -330,7 +330,7 @@ func (o *Orchestrator) refillOne() bool {
 // with no team and no record.
 func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (pe *poolEntry, err error) {
 	begun := time.Now()
-	sb := &store.Sandbox{ID: newID(), TemplateID: t.Name, State: store.StateRunning, Metadata: map[string]string{},
+	sb := &store.Sandbox{Node: o.cfg.Node, ID: newID(), TemplateID: t.Name, State: store.StateRunning, Metadata: map[string]string{},
 		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, StartedAt: begun}
 	base := o.cfg.Redactor

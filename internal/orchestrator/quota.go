@@ -219,10 +219,19 @@ func (o *Orchestrator) reserve(ctx context.Context, sb *store.Sandbox, now time.
 		o.quotaRefused(ctx, sb, err)
 		return nil, err
 	}
-	return func() {
+	unadmit := func() {
 		o.mu.Lock()
 		delete(o.creating, sb.ID)
 		o.mu.Unlock()
+	}
+	settle, err := o.place(ctx, sb)
+	if err != nil {
+		unadmit()
+		return nil, err
+	}
+	return func() {
+		unadmit()
+		settle()
 	}, nil
 }
 

@@ -35,7 +35,7 @@ func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, 
 	if err := ck.CanCheckpoint(); err != nil {
 		return nil, fmt.Errorf("%w: %v", template.ErrNoStartSnapshot, err)
 	}
-	sb := &store.Sandbox{ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
+	sb := &store.Sandbox{Node: o.cfg.Node, ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
 		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB)}
 	ctx = sandboxLog(ctx, sb)
 	// The build sandbox counts against its team's quotas while it runs, as a sandbox does.

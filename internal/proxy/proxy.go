@@ -186,6 +186,19 @@ func (p *Proxy) Match(r *http.Request) bool {
 	return isSignedFiles(r)
 }
 
+// SandboxID is the sandbox r is for, by its E2b-Sandbox-Id header or its Host; false for
+// a request that names none that way (a signed /files URL names its sandbox only through
+// a signature, which the node holding the sandbox checks).
+func (p *Proxy) SandboxID(r *http.Request) (string, bool) {
+	if id := r.Header.Get(HeaderSandboxID); id != "" {
+		return id, validID(id)
+	}
+	if t, ok := p.hostTarget(r.Host); ok {
+		return t.id, true
+	}
+	return "", false
+}
+
 // target is where a request goes.
 type target struct {
 	id     string

@@ -143,6 +143,10 @@ type Config struct {
 	// they resolve to (loopback, the host's own addresses, past the egress limit).
 	RegistryAllow []string
 
+	// Cluster makes the server one node of a cluster (cluster.go); a lone server when its
+	// Node is empty.
+	Cluster ClusterConfig
+
 	// OIDCIssuer is the workload identity issuer's URL, the API's external one (scheme://host);
 	// http://<listen address> when empty. OIDCTokenTTL is a token's life (15 min when 0) and
 	// OIDCKeyRotation how long a signing key signs (24 h when 0).
@@ -180,26 +184,30 @@ func adminToken(data string) (string, error) {
 // records in, with the data dir's vault, which seals the secrets records keep: for CLI verbs
 // that work beside a running server.
 func OpenStore(ctx context.Context, data, state string) (store.DB, error) {
-	db, _, err := openStore(ctx, data, state)
+	db, _, err := openStore(ctx, data, state, nil)
 	return db, err
 }
 
-// openVault opens the data dir's vault, making the data dir on first run.
-func openVault(data string) (*vault.Vault, error) {
+// openVault opens the data dir's vault, making the data dir on first run; with key (a
+// cluster's, derived from its secret) rather than the data dir's own.
+func openVault(data string, key []byte) (*vault.Vault, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
+	}
+	if key != nil {
+		return vault.OpenKeyed(filepath.Join(data, "vault"), key)
 	}
 	return vault.Open(filepath.Join(data, "vault"))
 }
 
 // openStore opens the store state names (ParseState) with the data dir's vault sealing the
-// secrets its records keep, on either engine.
-func openStore(ctx context.Context, data, state string) (store.DB, *vault.Vault, error) {
+// secrets its records keep, on either engine; vaultKey, when set, is the cluster's key.
+func openStore(ctx context.Context, data, state string, vaultKey []byte) (store.DB, *vault.Vault, error) {
 	where, err := ParseState(state)
 	if err != nil {
 		return nil, nil, err
 	}
-	kept, err := openVault(data)
+	kept, err := openVault(data, vaultKey)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -252,6 +260,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 	if _, err := ParseState(cfg.State); err != nil {
 		return err
 	}
+	if err := checkClusterFlags(cfg); err != nil {
+		return err
+	}
+	applyNodeNames(&cfg)
 	s := newInstance(cfg, progress)
 	defer s.close()
 	ctx = telemetry.WithLogger(ctx, s.cfg.Logger)
@@ -264,6 +276,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) error {
 		s.startEvents,
 		s.startNetwork,
 		s.startOrchestrator, // and recover the sandboxes of the last run
+		s.startCluster,      // join the cluster: lease, sweeps, forwarding (with --node)
 		s.startBackground,
 		s.listen,
 		s.startIdentity,
@@ -306,6 +319,7 @@ type instance struct {
 	proxy     *proxy.Proxy
 	srv       *http.Server
 	issuer    *oidc.Issuer
+	cluster   *clusterNode // nil on a lone server
 }
 
 // newInstance fills cfg's defaults.
@@ -371,7 +385,12 @@ func (s *instance) lockDataDir(context.Context) error {
 // openTemplates opens the runtime and the template store, building the base template on
 // first run.
 func (s *instance) openTemplates(ctx context.Context) error {
-	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, runtime.Config{LazyRestore: s.cfg.LazyRestore})
+	rc := runtime.Config{LazyRestore: s.cfg.LazyRestore}
+	if s.cfg.Cluster.on() {
+		rc, _, _ = nodeNames(s.cfg.Cluster.Node)
+		rc.LazyRestore = s.cfg.LazyRestore
+	}
+	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, rc)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
@@ -405,7 +424,18 @@ func (s *instance) openTemplates(ctx context.Context) error {
 // openStore opens the store (SQLite or PostgreSQL, by State), making the first team, API
 // key and admin token on first run.
 func (s *instance) openStore(ctx context.Context) error {
-	db, kept, err := openStore(ctx, s.cfg.DataDir, s.cfg.State)
+	var vaultKey []byte
+	if s.cfg.Cluster.on() {
+		// Every node seals with the cluster's key: each opens what another sealed.
+		secret, err := readClusterSecret(s.cfg.Cluster.SecretFile)
+		if err != nil {
+			return err
+		}
+		if vaultKey, err = clusterKey(secret, "vault"); err != nil {
+			return err
+		}
+	}
+	db, kept, err := openStore(ctx, s.cfg.DataDir, s.cfg.State, vaultKey)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -524,6 +554,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
 		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 		Pools: cfg.Pools, PoolSizes: s.db, PoolMax: cfg.PoolMax, PoolRefillPerSec: cfg.PoolRefillPerSec,
+		Node: cfg.Cluster.Node, Placement: placement(cfg, s.db),
 	})
 	if err != nil {
 		return err
@@ -592,13 +623,20 @@ func (s *instance) buildHandlers(context.Context) error {
 		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	s.proxy = px
+	if s.cluster != nil {
+		s.cluster.sandboxOf = px.SandboxID
+	}
 	// A team's series (its id in the team label) only to its own key or the admin token.
 	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.Metrics(), Keys: s.db, AdminToken: s.admin})
 	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case s.cluster != nil && px.Match(r):
+			s.cluster.serve(w, r, true, px)
 		case px.Match(r):
 			px.ServeHTTP(w, r)
+		case s.cluster != nil && clusterPath(r.URL.Path):
+			s.cluster.serve(w, r, false, apiHandler)
 		case strings.HasPrefix(r.URL.Path, console.Prefix):
 			s.dashboard.ServeHTTP(w, r)
 		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:

@@ -85,7 +85,7 @@ func TestOpenStoreFailsClearly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			db, _, err := openStore(ctx, t.TempDir(), tt.state)
+			db, _, err := openStore(ctx, t.TempDir(), tt.state, nil)
 			if err == nil {
 				db.Close()
 				t.Fatalf("openStore(%q) succeeded", tt.state)
@@ -99,7 +99,7 @@ func TestOpenStoreFailsClearly(t *testing.T) {
 
 func TestOpenStoreOnASQLiteFileElsewhere(t *testing.T) {
 	data, elsewhere := t.TempDir(), filepath.Join(t.TempDir(), "records.db")
-	db, _, err := openStore(context.Background(), data, "sqlite://"+elsewhere)
+	db, _, err := openStore(context.Background(), data, "sqlite://"+elsewhere, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

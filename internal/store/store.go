@@ -91,6 +91,9 @@ type Sandbox struct {
 	// PauseKind is how a paused sandbox was paused; "" while it runs. A filesystem pause
 	// has no processes to restore: its resume cold-boots on the kept files.
 	PauseKind reason.PauseKind
+	// Node is the cluster node that runs the sandbox (or ran it last, when paused or
+	// killed); "" on a server that is no cluster's node.
+	Node string
 }
 
 // SandboxFilter selects sandboxes for a listing.

@@ -12,6 +12,7 @@
 package vault
 
 import (
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -40,6 +41,21 @@ var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile
 
 // Open opens the vault in dir, making it and its key on first use.
 func Open(dir string) (*Vault, error) {
+	return open(dir, nil)
+}
+
+// OpenKeyed opens the vault in dir with a key given rather than kept in dir: a cluster's
+// nodes seal with one key derived from the cluster's secret, so each opens what another
+// sealed in the shared store. A dir whose own key differs is refused: what it sealed would
+// not open.
+func OpenKeyed(dir string, key []byte) (*Vault, error) {
+	if len(key) != 32 {
+		return nil, fmt.Errorf("vault: a key is 32 bytes, not %d", len(key))
+	}
+	return open(dir, key)
+}
+
+func open(dir string, given []byte) (*Vault, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
@@ -47,7 +63,12 @@ func Open(dir string) (*Vault, error) {
 		return nil, fmt.Errorf("vault: %w", err)
 	}
 	key, err := os.ReadFile(filepath.Join(dir, keyFile))
-	if errors.Is(err, os.ErrNotExist) {
+	switch {
+	case given != nil && errors.Is(err, os.ErrNotExist):
+		key = given
+	case given != nil && err == nil && !bytes.Equal(key, given):
+		return nil, fmt.Errorf("vault: %s holds a key of its own, not the one given: what it sealed would not open (a cluster node needs a new data dir)", dir)
+	case errors.Is(err, os.ErrNotExist):
 		key = make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
 			return nil, fmt.Errorf("vault: new key: %w", err)
@@ -55,7 +76,7 @@ func Open(dir string) (*Vault, error) {
 		if err := writeFile(filepath.Join(dir, keyFile), key); err != nil {
 			return nil, fmt.Errorf("vault: %w", err)
 		}
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("vault: %w", err)
 	}
 	if len(key) != 32 {

@@ -93,3 +93,38 @@ func TestVault(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenKeyed: vaults opened with one given key (a cluster's nodes) open what each other
+// sealed, keep no key file of their own, and a dir with a key of its own is refused.
+func TestOpenKeyed(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	a, err := vault.OpenKeyed(t.TempDir(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bDir := t.TempDir()
+	b, err := vault.OpenKeyed(bDir, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := a.Seal("token-x", []byte("hunter2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Unseal("token-x", sealed); err != nil || string(got) != "hunter2" {
+		t.Fatalf("another node's vault: %q %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(bDir, ".key")); !os.IsNotExist(err) {
+		t.Errorf("a keyed vault wrote a key file: %v", err)
+	}
+	own := t.TempDir()
+	if _, err := vault.Open(own); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vault.OpenKeyed(own, key); err == nil {
+		t.Error("a dir with a key of its own opened with another key")
+	}
+	if _, err := vault.OpenKeyed(t.TempDir(), key[:16]); err == nil {
+		t.Error("a 16-byte key was taken")
+	}
+}

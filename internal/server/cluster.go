@@ -1,0 +1,471 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"regexp"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cove-dev/cove/internal/cluster"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
+	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/requestid"
+)
+
+// ClusterConfig makes the server one node of a cluster (issue 24): nodes share one
+// PostgreSQL store (--state), and each answers every API call and sandbox request,
+// forwarding to the node that holds the sandbox.
+type ClusterConfig struct {
+	// Node names this server in the cluster: 1 to 24 of [a-z0-9-], starting with a letter.
+	// Every host-wide name it uses (nftables table, veth prefix, cgroup parent, runc root,
+	// network namespaces) derives from it, so several nodes can share a host. "" is no
+	// cluster.
+	Node string
+	// Advertise is the URL the other nodes reach this one's API at (http://ADDR:PORT).
+	Advertise string
+	// SecretFile holds the cluster's shared secret (at least 32 bytes): it signs the
+	// requests nodes forward to each other and keys the vault every node seals records with.
+	SecretFile string
+	// MaxSandboxes and MaxStarts bound the sandboxes this node runs and starts at once
+	// (200 and 8 when 0).
+	MaxSandboxes, MaxStarts int
+	// VCPUs is the vCPUs this node offers its sandboxes' reservations: time-shared, so
+	// more than the host's CPUs (8 per host CPU when 0), as E2B's nodes overcommit them.
+	VCPUs int
+	// Lease is how long a renewal keeps the node alive (every Lease/5); 10 s when 0. A node
+	// whose lease lapses is declared lost by the others.
+	Lease time.Duration
+}
+
+func (c ClusterConfig) on() bool { return c.Node != "" }
+
+var validNode = regexp.MustCompile(`^[a-z][a-z0-9-]{0,23}$`)
+
+// checkClusterFlags refuses a cluster configuration that cannot work, before anything starts.
+func checkClusterFlags(cfg Config) error {
+	c := cfg.Cluster
+	if !c.on() {
+		if c.Advertise != "" || c.SecretFile != "" {
+			return errors.New("--advertise and --cluster-secret-file need --node")
+		}
+		return nil
+	}
+	if !validNode.MatchString(c.Node) {
+		return fmt.Errorf("--node %q must be 1 to 24 of [a-z0-9-], starting with a letter", c.Node)
+	}
+	if where, err := ParseState(cfg.State); err != nil || where.Engine != EnginePostgres {
+		return errors.New("--node needs a shared --state postgres://…: a cluster's nodes keep their records in one PostgreSQL database")
+	}
+	u, err := url.Parse(c.Advertise)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("--advertise %q must be the URL other nodes reach this one at, as http://HOST:PORT", c.Advertise)
+	}
+	if c.SecretFile == "" {
+		return errors.New("--node needs --cluster-secret-file: the secret the cluster's nodes share")
+	}
+	if _, err := readClusterSecret(c.SecretFile); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readClusterSecret reads the cluster's shared secret: at least 32 bytes, surrounding
+// white space ignored.
+func readClusterSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < 32 {
+		return nil, fmt.Errorf("--cluster-secret-file %s: the secret is %d bytes, it must be at least 32 (head -c 32 /dev/urandom | base64)", path, len(b))
+	}
+	return b, nil
+}
+
+// clusterKey derives a key for one use (purpose) from the cluster's secret.
+func clusterKey(secret []byte, purpose string) ([]byte, error) {
+	return hkdf.Key(sha256.New, secret, nil, "cove cluster "+purpose, 32)
+}
+
+// nodeNames are the host-wide names a node derives from its name, so that several nodes
+// share a host: its runc state, network namespaces and cgroup parent, its nftables table
+// and veth prefix.
+func nodeNames(node string) (runtime.Config, string, string) {
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	table := "cove_" + strings.ReplaceAll(node, "-", "_")
+	link := fmt.Sprintf("c%05x", h.Sum32()&0xfffff) // 6 of [a-z0-9], as network wants
+	return runtime.Config{
+		RuncRoot:     "/run/cove/" + node + "/runc",
+		NetnsDir:     "/run/cove/" + node + "/netns",
+		CgroupParent: "/cove-" + node,
+	}, table, link
+}
+
+// applyNodeNames sets the names a node derives from its name where the operator set none.
+func applyNodeNames(cfg *Config) {
+	if !cfg.Cluster.on() {
+		return
+	}
+	_, table, link := nodeNames(cfg.Cluster.Node)
+	if cfg.Network.Table == "" {
+		cfg.Network.Table = table
+	}
+	if cfg.Network.LinkPrefix == "" {
+		cfg.Network.LinkPrefix = link
+	}
+}
+
+// Forwarding. A request for a sandbox another node holds goes to that node: its API
+// routes (/sandboxes/{id}/…) and its traffic (E2b-Sandbox-Id, {port}-{id}.{domain}), with
+// the request's id, so one request is one trace across nodes. A forwarded request carries
+// the forwarding node's signature (HeaderNodeForward), which the other node checks and then
+// serves it itself: a request is forwarded once at most.
+
+// HeaderNodeForward signs a request one node forwards to another:
+// "<node> <unix ms> <hex HMAC-SHA256>" over the node, the time, the method, the Host, the
+// path and query, and the request id, with a key derived from the cluster's secret.
+const HeaderNodeForward = "Cove-Node-Forward"
+
+// forwardSkew is how far a forwarded request's time may be from the receiver's clock.
+const forwardSkew = time.Minute
+
+type clusterNode struct {
+	name    string
+	self    *url.URL
+	signKey []byte
+	nodes   store.Nodes
+	// local says whether this node holds the sandbox (in its memory): served here at once.
+	local func(id string) bool
+	// sandboxOf names the sandbox a proxied request is for.
+	sandboxOf func(r *http.Request) (string, bool)
+	// records reads a sandbox's record (its node).
+	records store.Sandboxes
+	fwd     *httputil.ReverseProxy
+
+	mu     sync.Mutex
+	owners map[string]ownerEntry // sandbox id → its node, for a few seconds
+}
+
+type ownerEntry struct {
+	node *store.Node
+	at   time.Time
+}
+
+// ownerTTL is how long a sandbox's node is remembered: a moved or lost sandbox is found again
+// within it.
+const ownerTTL = 2 * time.Second
+
+func newClusterNode(name, advertise string, secret []byte, nodes store.Nodes, records store.Sandboxes) (*clusterNode, error) {
+	u, err := url.Parse(advertise)
+	if err != nil {
+		return nil, fmt.Errorf("--advertise: %w", err)
+	}
+	key, err := clusterKey(secret, "forward")
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterNode{name: name, self: u, signKey: key, nodes: nodes, records: records, owners: map[string]ownerEntry{}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	c.fwd = &httputil.ReverseProxy{
+		Rewrite:       c.rewrite,
+		Transport:     tr,
+		FlushInterval: -1, // streams (commands' output, watches) pass each write on at once
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			httpx.WriteError(r.Context(), w, fmt.Errorf("%w: forward to node %s: %v", errdefs.ErrUnavailable, forwardTarget(r), err))
+		},
+	}
+	return c, nil
+}
+
+type targetKey struct{}
+
+// forwardTarget is the node a request was forwarded to, for errors.
+func forwardTarget(r *http.Request) string {
+	if n, ok := r.Context().Value(targetKey{}).(*store.Node); ok {
+		return n.Name
+	}
+	return "?"
+}
+
+func (c *clusterNode) rewrite(pr *httputil.ProxyRequest) {
+	n := pr.In.Context().Value(targetKey{}).(*store.Node)
+	u, _ := url.Parse(n.AdvertiseURL)
+	pr.SetURL(u)
+	pr.Out.Host = pr.In.Host // {port}-{id}.{domain} routes on the other node as here
+	pr.SetXForwarded()
+	id := telemetry.RequestID(pr.In.Context())
+	if id != "" {
+		pr.Out.Header.Set(requestid.Header, id)
+	}
+	pr.Out.Header.Set(HeaderNodeForward, c.sign(pr.Out.Method, pr.Out.Host, pr.Out.URL.RequestURI(), id, time.Now()))
+}
+
+func (c *clusterNode) mac(node, ts, method, host, uri, reqID string) string {
+	m := hmac.New(sha256.New, c.signKey)
+	for _, s := range []string{node, ts, method, host, uri, reqID} {
+		m.Write([]byte(s))
+		m.Write([]byte{0})
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (c *clusterNode) sign(method, host, uri, reqID string, now time.Time) string {
+	ts := strconv.FormatInt(now.UnixMilli(), 10)
+	return c.name + " " + ts + " " + c.mac(c.name, ts, method, host, uri, reqID)
+}
+
+// forwarded checks a request's node signature: false when it has none, an error when it has
+// one that does not verify (a request must not pose as a node's).
+func (c *clusterNode) forwarded(r *http.Request) (bool, error) {
+	h := r.Header.Get(HeaderNodeForward)
+	if h == "" {
+		return false, nil
+	}
+	parts := strings.Fields(h)
+	if len(parts) != 3 {
+		return false, fmt.Errorf("%w: %s is not \"<node> <unix ms> <signature>\"", errdefs.ErrUnauthenticated, HeaderNodeForward)
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || time.Since(time.UnixMilli(ms)).Abs() > forwardSkew {
+		return false, fmt.Errorf("%w: %s is older than %s or from a clock that is off", errdefs.ErrUnauthenticated, HeaderNodeForward, forwardSkew)
+	}
+	want := c.mac(parts[0], parts[1], r.Method, r.Host, r.URL.RequestURI(), r.Header.Get(requestid.Header))
+	if !hmac.Equal([]byte(want), []byte(parts[2])) {
+		return false, fmt.Errorf("%w: %s does not verify with this cluster's secret", errdefs.ErrUnauthenticated, HeaderNodeForward)
+	}
+	return true, nil
+}
+
+// sandboxPath names the sandbox of an API path /sandboxes/{id}[/…] (also under /v2 and
+// /admin); not a create or a list.
+func sandboxPath(path string) (string, bool) {
+	for _, prefix := range []string{"/sandboxes/", "/v2/sandboxes/", "/admin/sandboxes/"} {
+		if rest, ok := strings.CutPrefix(path, prefix); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			return id, id != ""
+		}
+	}
+	return "", false
+}
+
+// clusterPath says whether an API path may be another node's to answer: a sandbox's
+// routes, and a create (placed on the best node).
+func clusterPath(path string) bool {
+	if path == "/sandboxes" {
+		return true
+	}
+	_, ok := sandboxPath(path)
+	return ok
+}
+
+// Route decides where r is served: nil here, or the node to forward it to.
+func (c *clusterNode) route(r *http.Request, proxied bool) (*store.Node, error) {
+	if ok, err := c.forwarded(r); ok || err != nil {
+		return nil, err
+	}
+	var id string
+	var ok bool
+	if proxied {
+		id, ok = c.sandboxOf(r)
+	} else if r.Method == http.MethodPost && r.URL.Path == "/sandboxes" {
+		return c.placeCreate(r)
+	} else {
+		id, ok = sandboxPath(r.URL.Path)
+	}
+	if !ok || c.local(id) {
+		return nil, nil
+	}
+	return c.ownerOf(r.Context(), id), nil
+}
+
+// ownerOf is the live node that holds sandbox id when that is another node; nil when it is
+// this one, the sandbox is unknown, or its node is not alive (then the record answers here).
+func (c *clusterNode) ownerOf(ctx context.Context, id string) *store.Node {
+	c.mu.Lock()
+	e, hit := c.owners[id]
+	c.mu.Unlock()
+	if hit && time.Since(e.at) < ownerTTL {
+		return e.node
+	}
+	var owner *store.Node
+	if sb, err := c.records.GetSandbox(ctx, id); err == nil && sb.Node != "" && sb.Node != c.name {
+		if n, err := c.nodes.GetNode(ctx, sb.Node); err == nil && (n.State == store.NodeActive || n.State == store.NodeDraining) {
+			owner = n
+		}
+	}
+	c.mu.Lock()
+	if len(c.owners) > 100_000 {
+		clear(c.owners)
+	}
+	c.owners[id] = ownerEntry{node: owner, at: time.Now()}
+	c.mu.Unlock()
+	return owner
+}
+
+// createBody is what placement reads of a create: its template (a node that caches it
+// starts it without a download).
+type createBody struct {
+	TemplateID string `json:"templateID"`
+}
+
+// placeCreate picks the node a create runs on: the best of K active nodes with room, by
+// free share of vCPUs and memory, one that caches the template ahead. nil is this node. The
+// node that runs it reserves its room atomically (orchestrator.Placement): a node that
+// filled meanwhile refuses, and the client's retry is placed afresh.
+func (c *clusterNode) placeCreate(r *http.Request) (*store.Node, error) {
+	all, err := c.nodes.ListNodes(r.Context()) // afresh: what the last creates reserved counts
+	if err != nil {
+		return nil, nil // the store is down: this node answers (and fails) itself
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read body: %v", errdefs.ErrInvalidArgument, err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var cb createBody
+	_ = json.Unmarshal(body, &cb) // a malformed body is the API's to refuse, wherever it lands
+	ranked := cluster.Rank(all, cluster.Request{Template: cb.TemplateID, VCPUs: 1, MemoryMB: 1}, nil)
+	if len(ranked) == 0 || ranked[0].Name == c.name {
+		return nil, nil
+	}
+	return ranked[0], nil
+}
+
+// serve answers r here (next) or forwards it to the node that holds its sandbox.
+func (c *clusterNode) serve(w http.ResponseWriter, r *http.Request, proxied bool, next http.Handler) {
+	n, err := c.route(r, proxied)
+	if err != nil {
+		httpx.WriteError(r.Context(), w, err)
+		return
+	}
+	if n == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	telemetry.Logger(r.Context()).Debug("request forwarded", telemetry.KeyNode, n.Name)
+	c.fwd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, n)))
+}
+
+// Membership.
+
+// nodeCapacity is what this host offers sandboxes: its CPUs, memory and the data dir's disk.
+func nodeCapacity(dataDir string) (vcpus int, memMB, diskMB int64) {
+	vcpus = goruntime.NumCPU()
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		memMB = int64(si.Totalram) * int64(si.Unit) >> 20
+	}
+	var fs syscall.Statfs_t
+	if syscall.Statfs(dataDir, &fs) == nil {
+		diskMB = int64(fs.Blocks) * fs.Bsize >> 20
+	}
+	return vcpus, memMB, diskMB
+}
+
+// startCluster registers this node, renews its lease, sweeps lost nodes and puts the
+// forwarding in front of the handlers built next.
+func (s *instance) startCluster(ctx context.Context) error {
+	c := s.cfg.Cluster
+	if !c.on() {
+		return nil
+	}
+	nodes, ok := s.db.(store.Nodes)
+	if !ok {
+		return errors.New("--node: the store keeps no cluster ledger (it needs --state postgres://…)")
+	}
+	secret, err := readClusterSecret(c.SecretFile)
+	if err != nil {
+		return err
+	}
+	cn, err := newClusterNode(c.Node, c.Advertise, secret, nodes, s.db)
+	if err != nil {
+		return err
+	}
+	cn.local = s.orch.Holds
+	s.cluster = cn
+	vcpus, memMB, diskMB := nodeCapacity(s.cfg.DataDir)
+	vcpus = orDefault(c.VCPUs, 8*vcpus)
+	lease := c.Lease
+	if lease <= 0 {
+		lease = 10 * time.Second
+	}
+	m := &cluster.Member{Store: nodes, Interval: lease / 5, LeaseFor: lease, Logger: s.cfg.Logger,
+		Node: store.Node{Name: c.Node, AdvertiseURL: c.Advertise, VCPUs: vcpus, MemoryMB: memMB, DiskMB: diskMB,
+			MaxSandboxes: orDefault(c.MaxSandboxes, 200), MaxStarts: orDefault(c.MaxStarts, 8)},
+		Templates: s.cachedTemplates,
+		OnLost:    func(ctx context.Context, lostAt time.Time) { s.orch.Lost(ctx, lostAt) },
+	}
+	if err := m.Register(ctx); err != nil {
+		return err
+	}
+	sw := &cluster.Sweeper{Store: nodes, Interval: lease / 5, Logger: s.cfg.Logger,
+		OnNodeLost: func(ctx context.Context, n *store.Node, _ []*store.Reservation) {
+			if _, err := s.orch.NodeLost(ctx, n.Name, n.HeartbeatAt); err != nil {
+				s.cfg.Logger.Error("node lost: its sandboxes not ended", telemetry.KeyNode, n.Name, telemetry.KeyError, err.Error())
+			}
+		}}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); m.Run(runCtx) }()
+	go func() { defer wg.Done(); sw.Run(runCtx) }()
+	s.onClose(func() error { stop(); wg.Wait(); return nil })
+	s.say("node %s of a cluster, advertised at %s (%d vCPUs, %d MiB)", c.Node, c.Advertise, vcpus, memMB)
+	return nil
+}
+
+// cachedTemplates names the templates this node holds, for placement to prefer it.
+func (s *instance) cachedTemplates() []string {
+	all, err := s.templates.List()
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(all))
+	for _, t := range all {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// placement is the cluster's ledger a node's creates reserve in; nil on a lone server.
+func placement(cfg Config, db store.DB) orchestrator.Placement {
+	if !cfg.Cluster.on() {
+		return nil
+	}
+	if nodes, ok := db.(store.Nodes); ok {
+		return nodes
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
+	"github.com/cove-dev/cove/reason"
+	cove "github.com/cove-dev/cove/sdk"
+)
+
+// clusterNode is one `cove server --node` of a test cluster.
+type clusterNode struct {
+	name string
+	srv  *covetest.Server
+	c    *cove.Client
+}
+
+// freePort is a loopback port nothing listens on now: a node must know the address it
+// advertises before it starts.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startCluster starts one cove server per name on one new PostgreSQL database, sharing a
+// cluster secret, each with a lease of lease. The first node's API key serves them all.
+func startCluster(t *testing.T, lease time.Duration, names ...string) []*clusterNode {
+	t.Helper()
+	covetest.Skip(t)
+	pg := pgtest.StartFor(t) // skips, saying why, without PostgreSQL 15's binaries or root
+	dsn := pg.NewDatabase(t)
+	secret := filepath.Join(t.TempDir(), "cluster-secret")
+	if err := os.WriteFile(secret, []byte("a-test-cluster-secret-of-forty-bytes-or-so\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the servers start, so it runs after they stopped: the host-wide
+	// names the nodes derived from their names (node.go's runc root, netns dir and cgroup
+	// parent) go with them.
+	t.Cleanup(func() {
+		for _, name := range names {
+			for _, d := range []string{"/run/cove/" + name + "/runc", "/run/cove/" + name + "/netns", "/run/cove/" + name} {
+				if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("node %s left %v", name, err)
+				}
+			}
+			parents, _ := filepath.Glob("/sys/fs/cgroup/*/cove-" + name)
+			for _, p := range parents {
+				if err := os.Remove(p); err != nil {
+					t.Errorf("node %s left its cgroup: %v", name, err)
+				}
+			}
+		}
+	})
+	var nodes []*clusterNode
+	var key string
+	for _, name := range names {
+		data := t.TempDir()
+		if key != "" {
+			// The database made the team and its key with the first node; the harness reads
+			// the key from the data dir.
+			if err := os.WriteFile(filepath.Join(data, "initial-api-key"), []byte(key+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		srv := covetest.StartWith(t, data, covetest.Options{OnStop: "kill", Args: []string{"--state", dsn, "--node", name,
+			"--addr", addr, "--advertise", "http://" + addr, "--cluster-secret-file", secret, "--node-lease", lease.String()}})
+		key = srv.Key
+		nodes = append(nodes, &clusterNode{name: name, srv: srv,
+			c: cove.NewClient(cove.Config{APIURL: srv.URL, APIKey: srv.Key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})})
+	}
+	return nodes
+}
+
+// TestCluster runs three nodes on one PostgreSQL: creates through one node spread over the
+// nodes, every node answers for every sandbox (API calls, commands, files) by forwarding to
+// the one that holds it, a forged node signature is refused, and a node killed with SIGKILL
+// is declared lost: its running sandboxes end with reason node_lost, seen from the others.
+func TestCluster(t *testing.T) {
+	nodes := startCluster(t, 3*time.Second, "node-a", "node-b", "node-c")
+	a, b := nodes[0], nodes[1]
+	ctx := context.Background()
+
+	held := map[string][]*cove.Sandbox{} // node → its sandboxes
+	var all []*cove.Sandbox
+	for i := range 6 {
+		sb, err := a.c.Create(ctx, cove.SandboxOptions{Metadata: map[string]string{"n": fmt.Sprint(i)}})
+		if err != nil {
+			t.Fatalf("create %d through %s: %v\n%s", i, a.name, err, a.srv.Logs())
+		}
+		info, err := b.c.Info(ctx, sb.ID)
+		if err != nil {
+			t.Fatalf("info of %s through %s: %v", sb.ID, b.name, err)
+		}
+		held[info.ClientID] = append(held[info.ClientID], sb)
+		all = append(all, sb)
+	}
+	t.Logf("six creates through %s landed: %d on node-a, %d on node-b, %d on node-c", a.name, len(held["node-a"]), len(held["node-b"]), len(held["node-c"]))
+	if len(held) < 2 {
+		t.Fatalf("six creates all landed on one node: %v", keys(held))
+	}
+	for name := range held {
+		if !strings.HasPrefix(name, "node-") {
+			t.Fatalf("clientID %q names no node", name)
+		}
+	}
+
+	t.Run("every node answers for every sandbox", func(t *testing.T) {
+		for _, sb := range all {
+			for _, via := range nodes {
+				conn, err := via.c.Connect(ctx, sb.ID, 0)
+				if err != nil {
+					t.Fatalf("connect to %s through %s: %v", sb.ID, via.name, err)
+				}
+				res, err := conn.Commands.Run(ctx, "hostname; echo via-"+via.name)
+				if err != nil || !strings.Contains(res.Stdout, "via-"+via.name) {
+					t.Fatalf("run in %s through %s: %+v %v", sb.ID, via.name, res, err)
+				}
+				path := "/tmp/from-" + via.name
+				if _, err := conn.Files.Write(ctx, path, []byte(sb.ID+via.name)); err != nil {
+					t.Fatalf("write in %s through %s: %v", sb.ID, via.name, err)
+				}
+				got, err := conn.Files.Read(ctx, path)
+				if err != nil || string(got) != sb.ID+via.name {
+					t.Fatalf("read in %s through %s: %q %v", sb.ID, via.name, got, err)
+				}
+			}
+		}
+	})
+
+	t.Run("a forged node signature is refused", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodGet, a.srv.URL+"/sandboxes/"+all[0].ID, nil)
+		req.Header.Set("X-API-Key", a.srv.Key)
+		req.Header.Set("Cove-Node-Forward", fmt.Sprintf("node-b %d %s", time.Now().UnixMilli(), strings.Repeat("ab", 32)))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a forged Cove-Node-Forward: %s, want 401", res.Status)
+		}
+	})
+
+	t.Run("a node killed with SIGKILL is lost: its sandboxes end with reason node_lost", func(t *testing.T) {
+		victim := b
+		if len(held[victim.name]) == 0 {
+			victim = nodes[2]
+		}
+		if len(held[victim.name]) == 0 {
+			t.Skip("no sandbox landed on node-b or node-c")
+		}
+		begun := time.Now()
+		victim.srv.Crash()
+		for _, sb := range held[victim.name] {
+			for {
+				_, err := a.c.Info(ctx, sb.ID)
+				var killed *cove.SandboxKilledError
+				if errors.As(err, &killed) {
+					if killed.Reason != reason.KillNodeLost {
+						t.Fatalf("%s of the lost %s was killed with %s, want node_lost", sb.ID, victim.name, killed.Reason)
+					}
+					break
+				}
+				if time.Since(begun) > 30*time.Second {
+					t.Fatalf("%s of %s not declared dead 30 s after its node was killed: %v", sb.ID, victim.name, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		t.Logf("%d sandboxes of %s read node_lost %s after its SIGKILL", len(held[victim.name]), victim.name, time.Since(begun).Round(100*time.Millisecond))
+		evs, err := a.c.Events(ctx, held[victim.name][0].ID, cove.EventOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range evs {
+			if e.Type == cove.EventSandboxKilled && strings.Contains(string(e.EventData), "node_lost") && strings.Contains(string(e.EventData), victim.name) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no sandbox.killed event naming node_lost and %s: %+v", victim.name, evs)
+		}
+		// Back again, the lost node resurrects none of them: their records say node_lost, and
+		// what still ran of them on its host is destroyed at its start.
+		victim.srv.Restart()
+		for _, sb := range held[victim.name] {
+			var killed *cove.SandboxKilledError
+			if _, err := victim.c.Info(ctx, sb.ID); !errors.As(err, &killed) || killed.Reason != reason.KillNodeLost {
+				t.Errorf("%s after %s came back: %v, want killed with node_lost", sb.ID, victim.name, err)
+			}
+			if !strings.Contains(victim.srv.Logs(), `"recover: destroyed leftover sandbox without a record","service":"server","request_id":"system","sandbox.id":"`+sb.ID+`"`) {
+				t.Errorf("%s back did not destroy what ran of %s", victim.name, sb.ID)
+			}
+		}
+		// The others' sandboxes live on.
+		for name, sbs := range held {
+			if name == victim.name {
+				continue
+			}
+			for _, sb := range sbs {
+				if _, err := a.c.Info(ctx, sb.ID); err != nil {
+					t.Errorf("%s on %s, which lives: %v", sb.ID, name, err)
+				}
+			}
+		}
+	})
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
