@@ -177,7 +177,7 @@ how to point the E2B SDK at it.`,
 	f.StringVar(&cfg.Cluster.SecretFile, "cluster-secret-file", envOr("COVE_CLUSTER_SECRET_FILE", ""), "with --node: a file holding the secret every node of the cluster shares (32 bytes or more): it signs requests between nodes and keys the vault [$COVE_CLUSTER_SECRET_FILE]")
 	f.IntVar(&cfg.Cluster.MaxSandboxes, "node-max-sandboxes", 200, "with --node: the most sandboxes this node runs; placement sends creates elsewhere past it")
 	f.IntVar(&cfg.Cluster.MaxStarts, "node-max-starts", 8, "with --node: the most sandbox starts under way on this node at once")
-	f.IntVar(&cfg.Cluster.VCPUs, "node-vcpus", 0, "with --node: the vCPUs this node offers sandboxes, time-shared (0: 8 per host CPU); placement counts each sandbox's against it")
+	f.IntVar(&cfg.Cluster.VCPUs, "node-vcpus", 0, "with --node: the vCPUs this node offers sandboxes, time-shared (0: two per sandbox of --node-max-sandboxes, or 8 per host CPU if more); placement counts each sandbox's against it")
 	f.DurationVar(&cfg.Cluster.Lease, "node-lease", 10*time.Second, "with --node: how long one renewal keeps this node alive (renewed every fifth of it); a node whose lease lapses is declared lost and its running sandboxes end with reason node_lost")
 	otelFlag(cmd, &otelEndpoint)
 	netFlags.register(cmd)

@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
@@ -46,6 +48,9 @@ func (o *Orchestrator) place(ctx context.Context, sb *store.Sandbox) (settle fun
 	r := store.Reservation{SandboxID: sb.ID, Node: o.cfg.Node, TeamID: sb.TeamID, VCPUs: sb.CPUCount, MemoryMB: int64(sb.MemoryMB)}
 	if err := o.cfg.Placement.Reserve(ctx, r, store.TeamLimits{Sandboxes: q.Sandboxes, VCPUs: q.VCPUs, MemoryMB: int64(q.MemoryMB)}); err != nil {
 		telemetry.SandboxCreateFailures.WithLabelValues("placement").Inc()
+		if full, ok := ctx.Value(nodeFullKey{}).(*atomic.Bool); ok && errors.Is(err, store.ErrNodeFull) {
+			full.Store(true)
+		}
 		return nil, fmt.Errorf("place sandbox on node %s: %w", o.cfg.Node, err)
 	}
 	return func() {
@@ -63,6 +68,16 @@ func (o *Orchestrator) place(ctx context.Context, sb *store.Sandbox) (settle fun
 			o.logger(ctx).Warn("placement not settled", telemetry.KeySandboxID, sb.ID, telemetry.KeyError, err.Error())
 		}
 	}, nil
+}
+
+type nodeFullKey struct{}
+
+// WatchNodeFull returns a context whose create reports, through full, that this node had no
+// room for it (store.ErrNodeFull): the cluster then places the create on another node,
+// rather than answer 429 while others have room.
+func WatchNodeFull(ctx context.Context) (_ context.Context, full func() bool) {
+	var b atomic.Bool
+	return context.WithValue(ctx, nodeFullKey{}, &b), b.Load
 }
 
 // unplace gives back a killed sandbox's room in the cluster's ledger.

@@ -52,7 +52,8 @@ type ClusterConfig struct {
 	// (200 and 8 when 0).
 	MaxSandboxes, MaxStarts int
 	// VCPUs is the vCPUs this node offers its sandboxes' reservations: time-shared, so
-	// more than the host's CPUs (8 per host CPU when 0), as E2B's nodes overcommit them.
+	// more than the host's CPUs (when 0, two per sandbox of MaxSandboxes, or 8 per host CPU
+	// if that is more): memory and the sandbox count bound a node first.
 	VCPUs int
 	// Lease is how long a renewal keeps the node alive (every Lease/5); 10 s when 0. A node
 	// whose lease lapses is declared lost by the others.
@@ -283,17 +284,20 @@ func clusterPath(path string) bool {
 	return ok
 }
 
-// Route decides where r is served: nil here, or the node to forward it to.
+// HeaderNodeFull marks a create's answer when the node that tried it had no room
+// (store.ErrNodeFull): the node that placed it tries the next one.
+const HeaderNodeFull = "Cove-Node-Full"
+
+// maxPlacements is how many nodes one create tries, best first.
+const maxPlacements = 3
+
+// route decides where a request for one sandbox is served: nil here, or the node to
+// forward it to.
 func (c *clusterNode) route(r *http.Request, proxied bool) (*store.Node, error) {
-	if ok, err := c.forwarded(r); ok || err != nil {
-		return nil, err
-	}
 	var id string
 	var ok bool
 	if proxied {
 		id, ok = c.sandboxOf(r)
-	} else if r.Method == http.MethodPost && r.URL.Path == "/sandboxes" {
-		return c.placeCreate(r)
 	} else {
 		id, ok = sandboxPath(r.URL.Path)
 	}
@@ -333,42 +337,128 @@ type createBody struct {
 	TemplateID string `json:"templateID"`
 }
 
-// placeCreate picks the node a create runs on: the best of K active nodes with room, by
-// free share of vCPUs and memory, one that caches the template ahead. nil is this node. The
-// node that runs it reserves its room atomically (orchestrator.Placement): a node that
-// filled meanwhile refuses, and the client's retry is placed afresh.
-func (c *clusterNode) placeCreate(r *http.Request) (*store.Node, error) {
-	all, err := c.nodes.ListNodes(r.Context()) // afresh: what the last creates reserved counts
-	if err != nil {
-		return nil, nil // the store is down: this node answers (and fails) itself
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%w: read body: %v", errdefs.ErrInvalidArgument, err)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var cb createBody
-	_ = json.Unmarshal(body, &cb) // a malformed body is the API's to refuse, wherever it lands
-	ranked := cluster.Rank(all, cluster.Request{Template: cb.TemplateID, VCPUs: 1, MemoryMB: 1}, nil)
-	if len(ranked) == 0 || ranked[0].Name == c.name {
-		return nil, nil
-	}
-	return ranked[0], nil
+// isCreate says whether r creates a sandbox (placed on the best node).
+func isCreate(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path == "/sandboxes"
 }
 
-// serve answers r here (next) or forwards it to the node that holds its sandbox.
+// serve answers r here (next) or forwards it to the node that holds its sandbox; a create
+// goes to the best nodes in turn until one has room.
 func (c *clusterNode) serve(w http.ResponseWriter, r *http.Request, proxied bool, next http.Handler) {
-	n, err := c.route(r, proxied)
+	forwarded, err := c.forwarded(r)
 	if err != nil {
 		httpx.WriteError(r.Context(), w, err)
 		return
 	}
-	if n == nil {
+	switch {
+	case !proxied && isCreate(r) && forwarded:
+		c.createHere(w, r, next) // placed here by another node: say if there is no room
+	case !proxied && isCreate(r):
+		c.placeCreate(w, r, next)
+	case forwarded:
 		next.ServeHTTP(w, r)
-		return
+	default:
+		n, err := c.route(r, proxied)
+		if err != nil {
+			httpx.WriteError(r.Context(), w, err)
+			return
+		}
+		if n == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.forward(w, r, n)
 	}
+}
+
+// forward passes r to node n, streaming its answer back.
+func (c *clusterNode) forward(w http.ResponseWriter, r *http.Request, n *store.Node) {
 	telemetry.Logger(r.Context()).Debug("request forwarded", telemetry.KeyNode, n.Name)
 	c.fwd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, n)))
+}
+
+// createHere runs a create on this node, its answer marked HeaderNodeFull when this node
+// had no room for it.
+func (c *clusterNode) createHere(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ctx, full := orchestrator.WatchNodeFull(r.Context())
+	rec := &bufferedResponse{header: http.Header{}}
+	next.ServeHTTP(rec, r.WithContext(ctx))
+	if full() {
+		rec.header.Set(HeaderNodeFull, "1")
+	}
+	rec.copyTo(w)
+}
+
+// placeCreate tries a create on the best nodes in turn (this one, or forwarded), moving on
+// from a node that had no room, and answers the first other outcome. Each node reserves its
+// room atomically as it creates (orchestrator.Placement), so racing creates never
+// overcommit one; ranking only picks the order.
+func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		httpx.WriteError(r.Context(), w, fmt.Errorf("%w: read body: %v", errdefs.ErrInvalidArgument, err))
+		return
+	}
+	var cb createBody
+	_ = json.Unmarshal(body, &cb) // a malformed body is the API's to refuse, wherever it lands
+	all, err := c.nodes.ListNodes(r.Context()) // afresh: what the last creates reserved counts
+	if err != nil {
+		all = nil // the ledger is down: this node answers (and fails) itself
+	}
+	ranked := cluster.Rank(all, cluster.Request{Template: cb.TemplateID, VCPUs: 1, MemoryMB: 1}, nil)
+	if len(ranked) == 0 {
+		ranked = []*store.Node{{Name: c.name}}
+	}
+	var last *bufferedResponse
+	for i, n := range ranked[:min(len(ranked), maxPlacements)] {
+		rec := &bufferedResponse{header: http.Header{}}
+		req := r.Clone(r.Context())
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if n.Name == c.name {
+			c.createHere(rec, req, next)
+		} else {
+			c.forward(rec, req, n)
+		}
+		last = rec
+		if rec.header.Get(HeaderNodeFull) == "" {
+			break
+		}
+		telemetry.Logger(r.Context()).Info("node had no room for a create, placing it on the next", telemetry.KeyNode, n.Name, telemetry.KeyAttempt, i+1)
+	}
+	last.header.Del(HeaderNodeFull)
+	last.copyTo(w)
+}
+
+// bufferedResponse holds a create's answer (small JSON) until placement knows it is the one
+// to give.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.status == 0 {
+		b.status = code
+	}
+}
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	return b.body.Write(p)
+}
+
+func (b *bufferedResponse) copyTo(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	w.WriteHeader(b.status)
+	_, _ = w.Write(b.body.Bytes())
 }
 
 // Membership.
@@ -409,14 +499,15 @@ func (s *instance) startCluster(ctx context.Context) error {
 	cn.local = s.orch.Holds
 	s.cluster = cn
 	vcpus, memMB, diskMB := nodeCapacity(s.cfg.DataDir)
-	vcpus = orDefault(c.VCPUs, 8*vcpus)
+	maxSandboxes := orDefault(c.MaxSandboxes, 200)
+	vcpus = orDefault(c.VCPUs, max(8*vcpus, 2*maxSandboxes))
 	lease := c.Lease
 	if lease <= 0 {
 		lease = 10 * time.Second
 	}
 	m := &cluster.Member{Store: nodes, Interval: lease / 5, LeaseFor: lease, Logger: s.cfg.Logger,
 		Node: store.Node{Name: c.Node, AdvertiseURL: c.Advertise, VCPUs: vcpus, MemoryMB: memMB, DiskMB: diskMB,
-			MaxSandboxes: orDefault(c.MaxSandboxes, 200), MaxStarts: orDefault(c.MaxStarts, 8)},
+			MaxSandboxes: maxSandboxes, MaxStarts: orDefault(c.MaxStarts, 8)},
 		Templates: s.cachedTemplates,
 		OnLost:    func(ctx context.Context, lostAt time.Time) { s.orch.Lost(ctx, lostAt) },
 	}

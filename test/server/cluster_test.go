@@ -145,6 +145,11 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the npm SDK's scenarios through node-b cannot tell a cluster from one node", func(t *testing.T) {
+		// Its creates land on any node; every call after goes through node-b.
+		covetest.RunSDKScenarios(t, "server.test.mjs", b.srv.URL, b.srv.Key)
+	})
+
 	t.Run("a forged node signature is refused", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, a.srv.URL+"/sandboxes/"+all[0].ID, nil)
 		req.Header.Set("X-API-Key", a.srv.Key)
