@@ -400,7 +400,7 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 		return
 	}
 	var cb createBody
-	_ = json.Unmarshal(body, &cb) // a malformed body is the API's to refuse, wherever it lands
+	_ = json.Unmarshal(body, &cb)              // a malformed body is the API's to refuse, wherever it lands
 	all, err := c.nodes.ListNodes(r.Context()) // afresh: what the last creates reserved counts
 	if err != nil {
 		all = nil // the ledger is down: this node answers (and fails) itself
