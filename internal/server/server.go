@@ -627,7 +627,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		s.cluster.sandboxOf = px.SandboxID
 	}
 	// A team's series (its id in the team label) only to its own key or the admin token.
-	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.Metrics(), Keys: s.db, AdminToken: s.admin})
+	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin})
 	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {

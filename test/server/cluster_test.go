@@ -150,6 +150,20 @@ func TestCluster(t *testing.T) {
 		covetest.RunSDKScenarios(t, "server.test.mjs", b.srv.URL, b.srv.Key)
 	})
 
+	t.Run("each node's /metrics carries its node label", func(t *testing.T) {
+		for _, n := range nodes {
+			res, err := http.Get(n.srv.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if !strings.Contains(string(body), `node="`+n.name+`"`) {
+				t.Errorf("%s's /metrics has no node=%q label:\n%.500s", n.name, n.name, body)
+			}
+		}
+	})
+
 	t.Run("a forged node signature is refused", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, a.srv.URL+"/sandboxes/"+all[0].ID, nil)
 		req.Header.Set("X-API-Key", a.srv.Key)
