@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -217,6 +218,12 @@ func TestCluster(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no sandbox.killed event naming node_lost and %s: %+v", victim.name, evs)
+		}
+		// cove explain, through another node, names the lost node and its last heartbeat.
+		cmd := exec.Command(covetest.Binary(t), "explain", held[victim.name][0].ID, "--api-url", nodes[2].srv.URL, "--api-key", a.srv.Key)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "node_lost") || !strings.Contains(string(out), "node "+victim.name+" lost: last heartbeat ") {
+			t.Errorf("cove explain of a node_lost sandbox: %v\n%s", err, out)
 		}
 		// Back again, the lost node resurrects none of them: their records say node_lost, and
 		// what still ran of them on its host is destroyed at its start.
