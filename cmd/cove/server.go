@@ -179,6 +179,8 @@ how to point the E2B SDK at it.`,
 	f.IntVar(&cfg.Cluster.MaxStarts, "node-max-starts", 8, "with --node: the most sandbox starts under way on this node at once")
 	f.IntVar(&cfg.Cluster.VCPUs, "node-vcpus", 0, "with --node: the vCPUs this node offers sandboxes, time-shared (0: two per sandbox of --node-max-sandboxes, or 8 per host CPU if more); placement counts each sandbox's against it")
 	f.DurationVar(&cfg.Cluster.Lease, "node-lease", 10*time.Second, "with --node: how long one renewal keeps this node alive (renewed every fifth of it); a node whose lease lapses is declared lost and its running sandboxes end with reason node_lost")
+	f.StringVar(&cfg.Objects, "objects", envOr("COVE_OBJECTS", ""), "object store a cluster's nodes share templates through: s3://BUCKET?endpoint=URL&region=R (path-style; credentials from the standard AWS variables) or file:///DIR; a template built on one node starts on every node [$COVE_OBJECTS]")
+	f.Int64Var(&cfg.ObjectsCacheMB, "objects-cache-mb", 1024, "MiB of the local cache of an S3 --objects store")
 	otelFlag(cmd, &otelEndpoint)
 	netFlags.register(cmd)
 	oidcFlags(cmd, &cfg)

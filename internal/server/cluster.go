@@ -560,3 +560,27 @@ func placement(cfg Config, db store.DB) orchestrator.Placement {
 	}
 	return nil
 }
+
+// redactObjects is an --objects address fit for a log: without a query's secrets (an S3
+// address carries none; credentials come from the environment), only scheme, bucket and
+// endpoint.
+func redactObjects(addr string) string {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "(unreadable address)"
+	}
+	u.User = nil
+	return u.String()
+}
+
+// adminRoutes are the operator's routes behind the admin token: the retention status, and a
+// cluster node's view of the nodes (list, drain, activate).
+func (s *instance) adminRoutes() map[string]http.Handler {
+	routes := map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}
+	if nodes, ok := s.db.(store.Nodes); ok && s.cluster != nil {
+		for pattern, h := range cluster.AdminRoutes(nodes) {
+			routes[pattern] = h
+		}
+	}
+	return routes
+}

@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
@@ -146,6 +148,11 @@ type Config struct {
 	// Cluster makes the server one node of a cluster (cluster.go); a lone server when its
 	// Node is empty.
 	Cluster ClusterConfig
+	// Objects is the object store templates are shared through (blob.Open's address:
+	// s3://BUCKET?endpoint=URL&region=R or file:///DIR); none when empty. ObjectsCacheMB
+	// bounds the local cache of an S3 store (1024 when 0).
+	Objects        string
+	ObjectsCacheMB int64
 
 	// OIDCIssuer is the workload identity issuer's URL, the API's external one (scheme://host);
 	// http://<listen address> when empty. OIDCTokenTTL is a token's life (15 min when 0) and
@@ -395,6 +402,14 @@ func (s *instance) openTemplates(ctx context.Context) error {
 		return fmt.Errorf("runtime: %w", err)
 	}
 	s.templates, s.rt = templates, rt
+	if s.cfg.Objects != "" {
+		objects, err := blob.Open(ctx, s.cfg.Objects, s.cfg.DataDir, cmp.Or(s.cfg.ObjectsCacheMB, 1024)<<20)
+		if err != nil {
+			return fmt.Errorf("--objects: %w", err)
+		}
+		templates.SetReplica(&template.Replica{Blobs: objects, Logger: s.cfg.Logger})
+		s.say("templates shared through the object store %s", redactObjects(s.cfg.Objects))
+	}
 	telemetry.WatchDisk("data", s.cfg.DataDir)
 	telemetry.WatchDisk("templates", templates.Dir())
 	base, err := templates.Get(shipped.BaseName)
@@ -620,7 +635,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
 		Identity:    s.issuer,
-		AdminRoutes: map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}})
+		AdminRoutes: s.adminRoutes()})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	s.proxy = px
 	if s.cluster != nil {

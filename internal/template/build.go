@@ -188,6 +188,9 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if err := s.publish(build, spec.Name, spec.Replace); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
+	if err := s.push(ctx, spec.Name); err != nil {
+		out.Printf("==> not shared with the other nodes: %v", err)
+	}
 	if spec.Replace && spec.From != "" {
 		// The build it replaced may leave layers nothing uses; those sandboxes still stack are kept.
 		if freed, err := s.gcLayers(); err != nil {
@@ -260,6 +263,9 @@ func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer,
 	out.Printf("==> ready: %s, %d MB in %.1fs", t.Name, t.SizeBytes>>20, t.BuildTime)
 	if err := s.publish(build, t.Name, false); err != nil {
 		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
+	}
+	if err := s.push(ctx, t.Name); err != nil {
+		out.Printf("==> not shared with the other nodes: %v", err)
 	}
 	return s.lookup(t.Name)
 }

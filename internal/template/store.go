@@ -115,6 +115,7 @@ type Store struct {
 	dir     string
 	rt      runtime.Runtime
 	starter StartSnapshotter // takes start snapshots; nil: builds take none
+	replica *Replica         // the object store templates are shared through; nil: none (replica.go)
 
 	mu sync.Mutex // serialises the final renames
 
@@ -281,6 +282,19 @@ func (s *Store) get(name string) (*Template, error) {
 		return nil, fmt.Errorf("get template: %w", ValidName(name))
 	}
 	t, err := readMeta(filepath.Join(s.dir, name))
+	if errors.Is(err, os.ErrNotExist) && s.replica != nil {
+		// Built on another node: fetched from the object store once, then local.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		ferr := s.fetch(ctx, name)
+		cancel()
+		switch {
+		case errors.Is(ferr, ErrNotFound):
+		case ferr != nil:
+			return nil, fmt.Errorf("template %s: %w", name, ferr)
+		default:
+			t, err = readMeta(filepath.Join(s.dir, name))
+		}
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("template %s: %w", name, ErrNotFound)
 	}
@@ -365,6 +379,12 @@ func (s *Store) Remove(name string) error {
 	}
 	if _, err := s.gcLayers(); err != nil {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
+	}
+	if s.replica != nil {
+		// Other nodes fetch it no more (their copies stay until they remove theirs).
+		if err := s.replica.Blobs.Delete(context.Background(), metaKey(name)); err != nil {
+			return fmt.Errorf("remove template %s from the object store: %w", name, err)
+		}
 	}
 	return nil
 }

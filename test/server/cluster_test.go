@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/blob/blobtest"
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/reason"
@@ -47,6 +48,7 @@ func startCluster(t *testing.T, lease time.Duration, names ...string) []*cluster
 	covetest.Skip(t)
 	pg := pgtest.StartFor(t) // skips, saying why, without PostgreSQL 15's binaries or root
 	dsn := pg.NewDatabase(t)
+	s3 := blobtest.Start(t, "", "cove-cluster") // skips, saying why, without versitygw
 	secret := filepath.Join(t.TempDir(), "cluster-secret")
 	if err := os.WriteFile(secret, []byte("a-test-cluster-secret-of-forty-bytes-or-so\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -81,8 +83,11 @@ func startCluster(t *testing.T, lease time.Duration, names ...string) []*cluster
 			}
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		srv := covetest.StartWith(t, data, covetest.Options{OnStop: "kill", Args: []string{"--state", dsn, "--node", name,
-			"--addr", addr, "--advertise", "http://" + addr, "--cluster-secret-file", secret, "--node-lease", lease.String()}})
+		// Each node has a template store of its own (the shared base linked in): what one
+		// builds, the others fetch from the object store.
+		srv := covetest.StartWith(t, data, covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t),
+			Args: []string{"--state", dsn, "--node", name, "--objects", s3.URL("cove-cluster"),
+				"--addr", addr, "--advertise", "http://" + addr, "--cluster-secret-file", secret, "--node-lease", lease.String()}})
 		key = srv.Key
 		nodes = append(nodes, &clusterNode{name: name, srv: srv,
 			c: cove.NewClient(cove.Config{APIURL: srv.URL, APIKey: srv.Key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})})
@@ -161,6 +166,46 @@ func TestCluster(t *testing.T) {
 			res.Body.Close()
 			if !strings.Contains(string(body), `node="`+n.name+`"`) {
 				t.Errorf("%s's /metrics has no node=%q label:\n%.500s", n.name, n.name, body)
+			}
+		}
+	})
+
+	t.Run("a template built through node-a starts on node-c", func(t *testing.T) {
+		if _, err := a.c.BuildTemplate(ctx, "cluster-built", cove.TemplateDefinition{FromTemplate: "base",
+			Steps: []cove.TemplateStep{{Type: "RUN", Args: []string{"echo built-through-a > /tmp/built.txt"}}}}, cove.TemplateBuildOptions{}); err != nil {
+			t.Fatalf("build through %s: %v", a.name, err)
+		}
+		token, err := os.ReadFile(filepath.Join(a.srv.DataDir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := cove.NewClient(cove.Config{APIURL: a.srv.URL, AdminToken: strings.TrimSpace(string(token))})
+		// Only node-c takes creates while the others drain.
+		for _, n := range nodes[:2] {
+			if _, err := admin.DrainNode(ctx, n.name); err != nil {
+				t.Fatalf("drain %s: %v", n.name, err)
+			}
+			t.Cleanup(func() { _, _ = admin.ActivateNode(context.Background(), n.name) })
+		}
+		sb, err := a.c.Create(ctx, cove.SandboxOptions{Template: "cluster-built"})
+		if err != nil {
+			t.Fatalf("create of the template built on %s: %v\n%s", a.name, err, nodes[2].srv.Logs())
+		}
+		defer sb.Kill(ctx)
+		info, err := a.c.Info(ctx, sb.ID)
+		if err != nil || info.ClientID != "node-c" {
+			t.Fatalf("the create landed on %+v (%v), want node-c", info, err)
+		}
+		res, err := sb.Commands.Run(ctx, "cat /tmp/built.txt")
+		if err != nil || res.Stdout != "built-through-a\n" {
+			t.Fatalf("the template's file on node-c: %+v %v", res, err)
+		}
+		if !strings.Contains(nodes[2].srv.Logs(), `"msg":"template fetched from the object store"`) {
+			t.Error("node-c did not say it fetched the template")
+		}
+		for _, n := range nodes[:2] {
+			if _, err := admin.ActivateNode(ctx, n.name); err != nil {
+				t.Fatalf("activate %s: %v", n.name, err)
 			}
 		}
 	})
