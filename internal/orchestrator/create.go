@@ -230,7 +230,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 
 // register records a started sandbox and makes it live: served, watched, timed.
 func (o *Orchestrator) register(ctx context.Context, e *entry) error {
-	if err := o.cfg.Store.InsertSandbox(ctx, e.sb); err != nil {
+	record := o.cfg.Store.InsertSandbox
+	if e.moved {
+		record = o.cfg.Store.UpdateSandbox // its record exists: it names this node now
+	}
+	if err := record(ctx, e.sb); err != nil {
 		return fmt.Errorf("record sandbox: %w", err)
 	}
 	o.mu.Lock()

@@ -212,6 +212,9 @@ type origin struct {
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string          // where the copy came from, for the created event
 	volumes                []VolumeMount   // the origin's volumes (Name is the id), mounted again at the same paths
+	// moved is the record of a sandbox paused on another node, now resumed on this one under
+	// its own id (takeOver); nil for a new sandbox (a fork, a snapshot's start).
+	moved *store.Sandbox
 
 	// autoPauseKind is how the copy's TTL auto-pause pauses.
 	autoPauseKind reason.PauseKind
@@ -281,6 +284,12 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
 		AutoPauseKind: from.autoPauseKind,
 	}
+	if from.moved != nil {
+		// The same sandbox, come to this node: its id, token and record, running again here.
+		sb = copySandbox(from.moved)
+		sb.Node, sb.State, sb.PausedAt, sb.PauseKind = o.cfg.Node, store.StateRunning, nil, ""
+		sb.EndAt, sb.UpdatedAt = now.Add(timeout), now
+	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
@@ -291,7 +300,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	}
 	defer release()
 	// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, from.forkedFrom, from.snapshotID)}
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, from.forkedFrom, from.snapshotID), moved: from.moved != nil}
 	if err := o.keepSecrets(ctx, e); err != nil {
 		return nil, err
 	}
@@ -307,8 +316,8 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	}()
 	spec := runtime.Spec{
 		ID: sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(o.cfg.MemoryMB) << 20, CPUs: float64(o.cfg.CPUCount), PIDs: o.cfg.PIDs,
-			DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
+		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs,
+			DiskBytes: int64(sb.DiskSizeMB) << 20},
 		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Restore: dir,
 	}
@@ -348,11 +357,18 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	if err = o.register(ctx, e); err != nil {
 		return nil, err
 	}
+	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
+	telemetry.RestoreSeconds.Observe(time.Since(begun).Seconds())
+	if from.moved != nil {
+		o.emit(ctx, events.SandboxResumed, out, &cove.ResumedEventData{EndAt: out.EndAt.UTC(), TimeoutSeconds: timeout.Seconds(),
+			Kind: reason.PauseSnapshot.String(), DurationMS: time.Since(begun).Milliseconds()})
+		o.logger(ctx).Info("sandbox resumed on another node than the one it was paused on", telemetry.KeyDurationMS, time.Since(begun).Milliseconds(),
+			telemetry.KeyNode, o.cfg.Node, telemetry.KeyDetail, "paused on "+from.moved.Node)
+		return out, nil
+	}
 	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure,
 		AutoPause: out.AutoPause, ForkedFrom: from.forkedFrom, SnapshotID: from.snapshotID, DurationMS: time.Since(begun).Milliseconds()})
 	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
-	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
-	telemetry.RestoreSeconds.Observe(time.Since(begun).Seconds())
 	attrs := []any{telemetry.KeyDurationMS, time.Since(begun).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds()}
 	if from.forkedFrom != "" {
 		attrs = append(attrs, telemetry.KeyForkedFrom, from.forkedFrom)

@@ -116,6 +116,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 			o.dropBootEnv(ctx, e)
 		}
 		o.unplace(ctx, e.sb.ID) // a lost node's are the sweeper's to give back
+		if e.onDisk && o.cfg.Mover != nil {
+			o.cfg.Mover.Forget(context.WithoutCancel(ctx), e.sb.ID)
+		}
 	}
 	if detail != "" {
 		pm.Detail = detail
@@ -328,6 +331,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 			return fmt.Errorf("pause %s: snapshot failed, the sandbox runs on: %w", e.sb.ID, err)
 		}
 		e.onDisk = true
+		o.shareCheckpoint(ctx, e, ck)
 		ev.SnapshotBytes, ev.SnapshotMS, zeroBytes = info.Bytes, info.Duration.Milliseconds(), info.ZeroBytes
 		telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
 		telemetry.SnapshotBytes.Observe(float64(info.Bytes))
@@ -393,6 +397,11 @@ func (o *Orchestrator) restore(ctx context.Context, e *entry) (time.Duration, er
 // Resume thaws a paused sandbox with a new TTL. ErrConflict if it is running.
 func (o *Orchestrator) Resume(ctx context.Context, teamID, id string, timeout time.Duration) (*store.Sandbox, error) {
 	e, err := o.entryFor(ctx, teamID, id)
+	if errors.Is(err, ErrNotFound) {
+		if sb, ok := o.pausedElsewhere(ctx, teamID, id); ok {
+			return o.takeOver(ctx, sb, timeout)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +419,12 @@ func (o *Orchestrator) Resume(ctx context.Context, teamID, id string, timeout ti
 // or resumes a paused one, and says which.
 func (o *Orchestrator) Connect(ctx context.Context, teamID, id string, timeout time.Duration) (*store.Sandbox, bool, error) {
 	e, err := o.entryFor(ctx, teamID, id)
+	if errors.Is(err, ErrNotFound) {
+		if sb, ok := o.pausedElsewhere(ctx, teamID, id); ok {
+			out, err := o.takeOver(ctx, sb, timeout)
+			return out, err == nil, err
+		}
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
+
+	"github.com/cove-dev/cove/internal/runtime"
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -135,4 +139,88 @@ func (o *Orchestrator) Lost(ctx context.Context, heartbeat time.Time) {
 		}
 		_ = o.kill(ctx, e, reason.KillNodeLost, "", nodeLostDetail(o.cfg.Node, heartbeat))
 	}
+}
+
+// Mover carries a snapshot-paused sandbox's checkpoint between a cluster's nodes through
+// its object store.
+type Mover interface {
+	// Upload stores the checkpoint exported to dir (runtime.Checkpointer.Export) as the
+	// sandbox's, replacing an older one.
+	Upload(ctx context.Context, id, dir string) error
+	// Download unpacks the sandbox's checkpoint into a new directory under parent and
+	// returns it; an error wrapping ErrNotFound when there is none.
+	Download(ctx context.Context, id, parent string) (string, error)
+	// Forget deletes the sandbox's checkpoint: it runs again, or is gone.
+	Forget(ctx context.Context, id string)
+	// NodeAlive says whether a node holds its lease: a live node's paused sandboxes resume
+	// there, never taken over.
+	NodeAlive(ctx context.Context, node string) bool
+}
+
+// shareCheckpoint uploads a sandbox just paused to disk, so that another node can resume it
+// if this one is lost. A failed upload leaves the pause done: the sandbox resumes here only.
+// Caller holds e.mu.
+func (o *Orchestrator) shareCheckpoint(ctx context.Context, e *entry, ck runtime.Checkpointer) {
+	if o.cfg.Mover == nil {
+		return
+	}
+	begun := time.Now()
+	scratch, err := os.MkdirTemp(o.cfg.LogDir, ".share-"+e.sb.ID+"-")
+	if err == nil {
+		defer os.RemoveAll(scratch)
+		dir := filepath.Join(scratch, "checkpoint") // Export makes it
+		if _, err = ck.Export(ctx, e.sb.ID, dir); err == nil {
+			err = o.cfg.Mover.Upload(ctx, e.sb.ID, dir)
+		}
+	}
+	if err != nil {
+		o.logger(ctx).Warn("paused sandbox not shared with the other nodes: it resumes on this node only", telemetry.KeyError, err.Error())
+		return
+	}
+	o.logger(ctx).Info("paused sandbox shared with the other nodes", telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+}
+
+// takeOver resumes on this node a sandbox paused to disk on another node that is lost: its
+// checkpoint comes from the object store, and it runs here under its own id, token and
+// record, which names this node from then on. Its reservation on this node is the claim:
+// two nodes taking it over at once cannot both reserve it.
+func (o *Orchestrator) takeOver(ctx context.Context, sb *store.Sandbox, timeout time.Duration) (*store.Sandbox, error) {
+	if o.cfg.Mover == nil || sb.State != store.StatePaused || sb.PauseKind != reason.PauseSnapshot ||
+		sb.Node == "" || sb.Node == o.cfg.Node || o.cfg.Mover.NodeAlive(ctx, sb.Node) {
+		return nil, fmt.Errorf("%w: %s (recorded %s on node %q, which holds it)", ErrNotFound, sb.ID, sb.State, sb.Node)
+	}
+	timeout, err := o.clampTimeout(timeout)
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp(o.cfg.LogDir, ".takeover-"+sb.ID+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	dir, err := o.cfg.Mover.Download(ctx, sb.ID, scratch)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s, paused on the lost node %s: %w", sb.ID, sb.Node, err)
+	}
+	out, err := o.createFrom(ctx, origin{team: sb.TeamID, template: sb.TemplateID, token: sb.EnvdAccessToken, metadata: sb.Metadata,
+		secure: sb.Secure, autoPause: sb.AutoPause, autoResume: sb.AutoResume, allowInternet: sb.AllowInternet,
+		autoPauseKind: sb.AutoPauseKind, moved: sb}, dir, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s, paused on the lost node %s: %w", sb.ID, sb.Node, err)
+	}
+	o.cfg.Mover.Forget(ctx, sb.ID)
+	return out, nil
+}
+
+// pausedElsewhere is the record of the team's sandbox id when another node paused it; false
+// otherwise (takeOver decides whether this node may resume it).
+func (o *Orchestrator) pausedElsewhere(ctx context.Context, teamID, id string) (*store.Sandbox, bool) {
+	if o.cfg.Mover == nil {
+		return nil, false
+	}
+	sb, err := o.cfg.Store.GetSandbox(ctx, id)
+	if err != nil || (teamID != "" && sb.TeamID != teamID) || sb.State != store.StatePaused || sb.Node == o.cfg.Node {
+		return nil, false
+	}
+	return sb, true
 }

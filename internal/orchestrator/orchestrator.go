@@ -79,6 +79,11 @@ type Config struct {
 	// Node is this server's name in a cluster (cove server --node): every sandbox it starts
 	// is recorded with it, and it adopts and sweeps only those. "" on a lone server.
 	Node string
+	// Mover, in a cluster with an object store, carries snapshot-paused sandboxes between
+	// nodes: a pause uploads the checkpoint, and a resume on another node, once the pausing
+	// node is lost, takes the sandbox over (node.go). nil: a paused sandbox resumes where it
+	// was paused.
+	Mover Mover
 	// Placement, in a cluster, is the shared ledger each sandbox reserves its vCPUs and
 	// memory in, on Node and against its team's cluster-wide quota, in one transaction: racing
 	// creates on several nodes never overcommit a node or a team. nil on a lone server.
@@ -203,6 +208,8 @@ type entry struct {
 	// remote: the sandbox ran on another cluster node, now lost (NodeLost); killing it only
 	// ends its record here: nothing of it is on this node to destroy.
 	remote bool
+	// moved: paused on another node, resumed on this one (takeOver): its record exists.
+	moved bool
 	// onDisk: paused as a snapshot: no process runs, resume restores it.
 	onDisk bool
 	// boots counts the sandbox's reboots (filesystem-only pauses resumed): an init's exit

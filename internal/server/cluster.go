@@ -16,6 +16,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	goruntime "runtime"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/cluster"
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
@@ -583,4 +585,48 @@ func (s *instance) adminRoutes() map[string]http.Handler {
 		}
 	}
 	return routes
+}
+
+// checkpointMover carries snapshot-paused sandboxes between nodes through the object store
+// (orchestrator.Mover): blob sandboxes/<id>/checkpoint.tar.
+type checkpointMover struct {
+	blobs blob.Store
+	nodes store.Nodes
+}
+
+func checkpointBlob(id string) string { return "sandboxes/" + id + "/checkpoint.tar" }
+
+func (m checkpointMover) Upload(ctx context.Context, id, dir string) error {
+	return blob.PutTree(ctx, m.blobs, checkpointBlob(id), dir, "")
+}
+
+func (m checkpointMover) Download(ctx context.Context, id, parent string) (string, error) {
+	if err := blob.GetTree(ctx, m.blobs, checkpointBlob(id), parent, "checkpoint"); err != nil {
+		if errors.Is(err, blob.ErrNotFound) {
+			return "", fmt.Errorf("%w: no checkpoint of %s in the object store", orchestrator.ErrNotFound, id)
+		}
+		return "", err
+	}
+	return filepath.Join(parent, "checkpoint"), nil
+}
+
+func (m checkpointMover) Forget(ctx context.Context, id string) {
+	_ = m.blobs.Delete(ctx, checkpointBlob(id)) // what is left costs space, never a wrong resume
+}
+
+func (m checkpointMover) NodeAlive(ctx context.Context, node string) bool {
+	n, err := m.nodes.GetNode(ctx, node)
+	if err != nil {
+		return false
+	}
+	return (n.State == store.NodeActive || n.State == store.NodeDraining) && time.Now().Before(n.LeaseUntil)
+}
+
+// mover is the orchestrator's Mover: a cluster node with an object store; nil otherwise.
+func (s *instance) mover() orchestrator.Mover {
+	nodes, ok := s.db.(store.Nodes)
+	if !ok || !s.cfg.Cluster.on() || s.objects == nil {
+		return nil
+	}
+	return checkpointMover{blobs: s.objects, nodes: nodes}
 }

@@ -327,6 +327,7 @@ type instance struct {
 	srv       *http.Server
 	issuer    *oidc.Issuer
 	cluster   *clusterNode // nil on a lone server
+	objects   blob.Store   // --objects; nil without
 }
 
 // newInstance fills cfg's defaults.
@@ -408,6 +409,7 @@ func (s *instance) openTemplates(ctx context.Context) error {
 			return fmt.Errorf("--objects: %w", err)
 		}
 		templates.SetReplica(&template.Replica{Blobs: objects, Logger: s.cfg.Logger})
+		s.objects = objects
 		s.say("templates shared through the object store %s", redactObjects(s.cfg.Objects))
 	}
 	telemetry.WatchDisk("data", s.cfg.DataDir)
@@ -569,7 +571,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
 		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 		Pools: cfg.Pools, PoolSizes: s.db, PoolMax: cfg.PoolMax, PoolRefillPerSec: cfg.PoolRefillPerSec,
-		Node: cfg.Cluster.Node, Placement: placement(cfg, s.db),
+		Node: cfg.Cluster.Node, Placement: placement(cfg, s.db), Mover: s.mover(),
 	})
 	if err != nil {
 		return err

@@ -9,9 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -29,8 +27,7 @@ import (
 // (every node has the base's). A root template's own files travel as one tar
 // (templates/<name>/tree.tar), without its start snapshot, which is the node's own.
 //
-// The tars are GNU tar's, with numeric owners and every extended attribute: overlay
-// whiteouts (character devices 0:0) and opaque directories (trusted.overlay.opaque) survive.
+// The tars are blob.PutTree's: overlay whiteouts and opaque directories survive.
 
 // Replica is the object store a template store shares its templates through.
 type Replica struct {
@@ -46,7 +43,6 @@ func (s *Store) SetReplica(r *Replica) { s.replica = r }
 func metaKey(name string) string  { return "templates/" + name + "/meta.json" }
 func treeKey(name string) string  { return "templates/" + name + "/tree.tar" }
 func layerBlob(key string) string { return "layers/" + key + ".tar" }
-func tarFlags() []string          { return []string{"--numeric-owner", "--xattrs", "--xattrs-include=*"} }
 func (r *Replica) log() *slog.Logger {
 	if r.Logger != nil {
 		return r.Logger
@@ -74,14 +70,14 @@ func (s *Store) push(ctx context.Context, name string) error {
 		} else if err != nil {
 			return fmt.Errorf("push template %s: %w", name, err)
 		}
-	} else if err := putTar(ctx, r.Blobs, treeKey(name), filepath.Join(s.dir, name), "./"+StartSnapshotDir); err != nil {
+	} else if err := blob.PutTree(ctx, r.Blobs, treeKey(name), filepath.Join(s.dir, name), "./"+StartSnapshotDir); err != nil {
 		return fmt.Errorf("push template %s: %w", name, err)
 	}
 	for _, k := range t.Layers {
 		if _, err := r.Blobs.Stat(ctx, layerBlob(k)); err == nil {
 			continue
 		}
-		if err := putTar(ctx, r.Blobs, layerBlob(k), s.layerDir(k), ""); err != nil {
+		if err := blob.PutTree(ctx, r.Blobs, layerBlob(k), s.layerDir(k), ""); err != nil {
 			return fmt.Errorf("push template %s: layer %s: %w", name, k, err)
 		}
 	}
@@ -155,12 +151,12 @@ func (s *Store) fetch(ctx context.Context, name string) error {
 		if exists(s.layerDir(k)) {
 			continue
 		}
-		if err := getTar(ctx, r.Blobs, layerBlob(k), s.layersDir(), k); err != nil {
+		if err := blob.GetTree(ctx, r.Blobs, layerBlob(k), s.layersDir(), k); err != nil {
 			return fmt.Errorf("fetch template %s: layer %s: %w", name, k, err)
 		}
 	}
 	if t.Root == "" {
-		if err := getTar(ctx, r.Blobs, treeKey(name), s.dir, name); err != nil {
+		if err := blob.GetTree(ctx, r.Blobs, treeKey(name), s.dir, name); err != nil {
 			return fmt.Errorf("fetch template %s: %w", name, err)
 		}
 		// The tree's meta.json is the one pushed last (a replaced template's newest).
@@ -182,67 +178,5 @@ func (s *Store) fetch(ctx context.Context, name string) error {
 		}
 	}
 	r.log().Info("template fetched from the object store", telemetry.KeyTemplateID, name, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
-	return nil
-}
-
-// putTar stores dir's tree as one tar under key, leaving out exclude ("" for nothing).
-func putTar(ctx context.Context, b blob.Store, key, dir, exclude string) error {
-	args := append([]string{"-C", dir}, tarFlags()...)
-	if exclude != "" {
-		args = append(args, "--exclude="+exclude)
-	}
-	cmd := exec.CommandContext(ctx, "tar", append(args, "-cf", "-", ".")...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	perr := b.Put(ctx, key, out, -1)
-	if perr != nil {
-		_ = cmd.Process.Kill()
-	}
-	werr := cmd.Wait()
-	if perr != nil {
-		return perr
-	}
-	if werr != nil {
-		_ = b.Delete(ctx, key) // a tar cut short must not be taken for a whole one
-		return fmt.Errorf("tar %s: %w: %s", dir, werr, strings.TrimSpace(stderr.String()))
-	}
-	return nil
-}
-
-// getTar unpacks the tar under key into parent/name: beside it first, then renamed in.
-func getTar(ctx context.Context, b blob.Store, key, parent, name string) error {
-	rc, err := b.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	tmp, err := os.MkdirTemp(parent, ".fetch-"+name+"-")
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "tar", append(append([]string{"-C", tmp}, tarFlags()...), "-xpf", "-")...)
-	cmd.Stdin = rc
-	if out, err := cmd.CombinedOutput(); err != nil {
-		_ = removeTree(tmp)
-		return fmt.Errorf("untar %s: %w: %s", key, err, strings.TrimSpace(string(out)))
-	}
-	if err := os.Chmod(tmp, 0o700); err != nil {
-		_ = removeTree(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(parent, name)); err != nil {
-		_ = removeTree(tmp)
-		if exists(filepath.Join(parent, name)) {
-			return nil // another fetch put it there first
-		}
-		return err
-	}
 	return nil
 }

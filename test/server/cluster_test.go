@@ -232,9 +232,24 @@ func TestCluster(t *testing.T) {
 		if len(held[victim.name]) == 0 {
 			t.Skip("no sandbox landed on node-b or node-c")
 		}
+		// Its first sandbox, paused to disk with a process holding a value in memory only,
+		// resumes on another node once this one is lost; the rest run, and die with it.
+		paused := held[victim.name][0]
+		running := held[victim.name][1:]
+		if _, err := paused.Commands.Start(ctx, `bash -c 'v=$RANDOM$RANDOM; echo $v > /tmp/v; while sleep 0.2; do echo $v > /tmp/v2; done'`); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		want, err := paused.Files.Read(ctx, "/tmp/v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.c.PauseWith(ctx, paused.ID, cove.PauseOptions{Kind: reason.PauseSnapshot}); err != nil {
+			t.Fatalf("pause on %s: %v", victim.name, err)
+		}
 		begun := time.Now()
 		victim.srv.Crash()
-		for _, sb := range held[victim.name] {
+		for _, sb := range running {
 			for {
 				_, err := a.c.Info(ctx, sb.ID)
 				var killed *cove.SandboxKilledError
@@ -250,8 +265,32 @@ func TestCluster(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 		}
-		t.Logf("%d sandboxes of %s read node_lost %s after its SIGKILL", len(held[victim.name]), victim.name, time.Since(begun).Round(100*time.Millisecond))
-		evs, err := a.c.Events(ctx, held[victim.name][0].ID, cove.EventOptions{})
+		t.Logf("%d running sandboxes of %s read node_lost %s after its SIGKILL", len(running), victim.name, time.Since(begun).Round(100*time.Millisecond))
+		resumed, err := a.c.Connect(ctx, paused.ID, 0)
+		if err != nil {
+			t.Fatalf("resume %s, paused on the lost %s, through %s: %v\n%s", paused.ID, victim.name, a.name, err, a.srv.Logs())
+		}
+		info, err := a.c.Info(ctx, paused.ID)
+		if err != nil || info.ClientID == victim.name {
+			t.Fatalf("the resumed sandbox is on %+v (%v), not off the lost node", info, err)
+		}
+		if _, err := resumed.Commands.Run(ctx, "rm -f /tmp/v2"); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if got, err = resumed.Files.Read(ctx, "/tmp/v2"); err == nil && len(got) > 0 {
+				break
+			}
+		}
+		if string(got) != string(want) {
+			t.Fatalf("after the move to %s the process writes %q, want %q from its memory", info.ClientID, got, want)
+		}
+		t.Logf("%s, paused on %s, resumed on %s with its process and memory", paused.ID, victim.name, info.ClientID)
+		if len(running) == 0 {
+			return
+		}
+		evs, err := a.c.Events(ctx, running[0].ID, cove.EventOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +304,7 @@ func TestCluster(t *testing.T) {
 			t.Errorf("no sandbox.killed event naming node_lost and %s: %+v", victim.name, evs)
 		}
 		// cove explain, through another node, names the lost node and its last heartbeat.
-		cmd := exec.Command(covetest.Binary(t), "explain", held[victim.name][0].ID, "--api-url", nodes[2].srv.URL, "--api-key", a.srv.Key)
+		cmd := exec.Command(covetest.Binary(t), "explain", running[0].ID, "--api-url", nodes[2].srv.URL, "--api-key", a.srv.Key)
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "node_lost") || !strings.Contains(string(out), "node "+victim.name+" lost: last heartbeat ") {
 			t.Errorf("cove explain of a node_lost sandbox: %v\n%s", err, out)
@@ -273,7 +312,7 @@ func TestCluster(t *testing.T) {
 		// Back again, the lost node resurrects none of them: their records say node_lost, and
 		// what still ran of them on its host is destroyed at its start.
 		victim.srv.Restart()
-		for _, sb := range held[victim.name] {
+		for _, sb := range running {
 			var killed *cove.SandboxKilledError
 			if _, err := victim.c.Info(ctx, sb.ID); !errors.As(err, &killed) || killed.Reason != reason.KillNodeLost {
 				t.Errorf("%s after %s came back: %v, want killed with node_lost", sb.ID, victim.name, err)
