@@ -331,7 +331,7 @@ func (o *Orchestrator) pause(ctx context.Context, e *entry, kind reason.PauseKin
 			return fmt.Errorf("pause %s: snapshot failed, the sandbox runs on: %w", e.sb.ID, err)
 		}
 		e.onDisk = true
-		o.shareCheckpoint(ctx, e, ck)
+		e.shared = o.cfg.Mover != nil && o.shareCheckpoint(ctx, e, ck) == nil // logged: unshared, it resumes here only
 		ev.SnapshotBytes, ev.SnapshotMS, zeroBytes = info.Bytes, info.Duration.Milliseconds(), info.ZeroBytes
 		telemetry.SnapshotSeconds.Observe(info.Duration.Seconds())
 		telemetry.SnapshotBytes.Observe(float64(info.Bytes))
@@ -380,6 +380,10 @@ func (o *Orchestrator) restore(ctx context.Context, e *entry) (time.Duration, er
 		return 0, err
 	}
 	e.onDisk = false
+	if e.shared {
+		e.shared = false
+		go o.cfg.Mover.Forget(context.WithoutCancel(ctx), e.sb.ID) // it runs here again
+	}
 	o.drain(ctx, e, rsb, CreateRequest{})
 	o.watchOOM(ctx, e)
 	o.watchInit(e)

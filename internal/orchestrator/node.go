@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -160,9 +161,9 @@ type Mover interface {
 // shareCheckpoint uploads a sandbox just paused to disk, so that another node can resume it
 // if this one is lost. A failed upload leaves the pause done: the sandbox resumes here only.
 // Caller holds e.mu.
-func (o *Orchestrator) shareCheckpoint(ctx context.Context, e *entry, ck runtime.Checkpointer) {
+func (o *Orchestrator) shareCheckpoint(ctx context.Context, e *entry, ck runtime.Checkpointer) error {
 	if o.cfg.Mover == nil {
-		return
+		return nil
 	}
 	begun := time.Now()
 	scratch, err := os.MkdirTemp(o.cfg.LogDir, ".share-"+e.sb.ID+"-")
@@ -175,9 +176,10 @@ func (o *Orchestrator) shareCheckpoint(ctx context.Context, e *entry, ck runtime
 	}
 	if err != nil {
 		o.logger(ctx).Warn("paused sandbox not shared with the other nodes: it resumes on this node only", telemetry.KeyError, err.Error())
-		return
+		return err
 	}
 	o.logger(ctx).Info("paused sandbox shared with the other nodes", telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	return nil
 }
 
 // takeOver resumes on this node a sandbox paused to disk on another node that is lost: its
@@ -185,9 +187,20 @@ func (o *Orchestrator) shareCheckpoint(ctx context.Context, e *entry, ck runtime
 // record, which names this node from then on. Its reservation on this node is the claim:
 // two nodes taking it over at once cannot both reserve it.
 func (o *Orchestrator) takeOver(ctx context.Context, sb *store.Sandbox, timeout time.Duration) (*store.Sandbox, error) {
+	handed := sb.Node == o.cfg.Node // a draining node handed it here (Migrate)
 	if o.cfg.Mover == nil || sb.State != store.StatePaused || sb.PauseKind != reason.PauseSnapshot ||
-		sb.Node == "" || sb.Node == o.cfg.Node || o.cfg.Mover.NodeAlive(ctx, sb.Node) {
+		sb.Node == "" || (!handed && o.cfg.Mover.NodeAlive(ctx, sb.Node)) {
 		return nil, fmt.Errorf("%w: %s (recorded %s on node %q, which holds it)", ErrNotFound, sb.ID, sb.State, sb.Node)
+	}
+	// One take-over of a sandbox at a time on this node: a second finds it live.
+	mu, _ := o.takeovers.LoadOrStore(sb.ID, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	if o.Holds(sb.ID) {
+		return o.Get(ctx, sb.TeamID, sb.ID)
+	}
+	if fresh, err := o.cfg.Store.GetSandbox(ctx, sb.ID); err != nil || fresh.State != store.StatePaused {
+		return nil, fmt.Errorf("%w: %s is no longer paused elsewhere", ErrConflict, sb.ID)
 	}
 	timeout, err := o.clampTimeout(timeout)
 	if err != nil {
@@ -219,8 +232,103 @@ func (o *Orchestrator) pausedElsewhere(ctx context.Context, teamID, id string) (
 		return nil, false
 	}
 	sb, err := o.cfg.Store.GetSandbox(ctx, id)
-	if err != nil || (teamID != "" && sb.TeamID != teamID) || sb.State != store.StatePaused || sb.Node == o.cfg.Node {
+	if err != nil || (teamID != "" && sb.TeamID != teamID) || sb.State != store.StatePaused || o.Holds(id) {
 		return nil, false
 	}
 	return sb, true
+}
+
+// Adopt takes over a sandbox another node handed to this one (Migrate): it runs here from
+// its checkpoint in the object store, with its id, token, processes and memory.
+func (o *Orchestrator) Adopt(ctx context.Context, id string) (*store.Sandbox, error) {
+	ctx = telemetry.WithLogger(ctx, o.cfg.Logger)
+	sb, err := o.cfg.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if sb.Node != o.cfg.Node {
+		return nil, fmt.Errorf("%w: %s was handed to node %q, not this one", ErrConflict, id, sb.Node)
+	}
+	return o.takeOver(ctx, sb, time.Until(sb.EndAt).Round(time.Second))
+}
+
+// Migrate moves a running sandbox to node to (a drain): it is checkpointed and shared
+// through the object store, its record handed to to, and adopt asks to to take it over.
+// When adopt fails, the sandbox is taken back and resumed here: it is never lost to a move.
+// Clients see a pause for the move's length; requests in it wait, then reach the new node.
+func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(context.Context) error) error {
+	if o.cfg.Mover == nil || o.cfg.Placement == nil {
+		return fmt.Errorf("%w: moving a sandbox needs a cluster with an object store (--node and --objects)", ErrInvalid)
+	}
+	begun := time.Now()
+	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), requestID(ctx))
+	e, err := o.entryFor(ctx, "", id)
+	if err != nil {
+		return err
+	}
+	ctx = sandboxLog(ctx, e.sb)
+	e.mu.Lock()
+	running := !e.killed && e.sb.State == store.StateRunning
+	e.mu.Unlock()
+	if !running {
+		return fmt.Errorf("%w: %s is not running: only running sandboxes move", ErrConflict, id)
+	}
+	if err := o.pause(ctx, e, reason.PauseSnapshot); err != nil {
+		return fmt.Errorf("move %s: %w", id, err)
+	}
+	e.mu.Lock()
+	shared := e.shared
+	e.mu.Unlock()
+	back := func(cause error) error {
+		if _, rerr := o.resume(ctx, e, time.Until(e.sb.EndAt), false); rerr != nil {
+			return errors.Join(cause, fmt.Errorf("and it did not resume here: %w", rerr))
+		}
+		return cause
+	}
+	if !shared {
+		return back(fmt.Errorf("move %s: its checkpoint is not in the object store", id))
+	}
+	// Handed over: the record names to, this node lets go of it (its checkpoint stays in the
+	// object store until to has it running).
+	e.mu.Lock()
+	e.sb.Node, e.sb.UpdatedAt = to, time.Now()
+	err = o.cfg.Store.UpdateSandbox(ctx, e.sb)
+	if err == nil {
+		o.mu.Lock()
+		delete(o.live, id)
+		o.mu.Unlock()
+		o.unplace(ctx, id)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		e.sb.Node = o.cfg.Node
+		return back(fmt.Errorf("move %s: %w", id, err))
+	}
+	if err := adopt(ctx); err != nil {
+		// Taken back: the record names this node again, and it runs here.
+		e.mu.Lock()
+		e.sb.Node, e.sb.UpdatedAt = o.cfg.Node, time.Now()
+		uerr := o.cfg.Store.UpdateSandbox(ctx, e.sb)
+		e.mu.Unlock()
+		o.mu.Lock()
+		o.live[id] = e
+		o.mu.Unlock()
+		if _, perr := o.place(ctx, e.sb); perr != nil {
+			o.logger(ctx).Warn("moved back without a reservation", telemetry.KeyError, perr.Error())
+		}
+		return back(errors.Join(fmt.Errorf("move %s to %s: %w", id, to, err), uerr))
+	}
+	// Running on to: what is left of it here goes, without a kill (it lives on).
+	e.mu.Lock()
+	e.killed = true // no request here acts on it any more
+	e.closeAll()
+	_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), id)
+	o.detachNetwork(ctx, id)
+	o.dropSecrets(ctx, e)
+	e.stopWatching()
+	e.closeLog()
+	e.mu.Unlock()
+	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
+	o.logger(ctx).Info("sandbox moved to another node", telemetry.KeyNode, to, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	return nil
 }

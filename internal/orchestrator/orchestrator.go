@@ -164,10 +164,12 @@ type Orchestrator struct {
 
 	// mu guards live. Lock order: an entry's mu may be held when taking mu, never the
 	// other way round.
-	mu       sync.Mutex
-	live     map[string]*entry
-	creating map[string]reservation // creates in flight, counted against their team's quota
-	rates    map[string]*bucket     // each team's create-rate bucket
+	mu   sync.Mutex
+	live map[string]*entry
+	// takeovers serialises the take-overs of one sandbox (node.go): id → *sync.Mutex.
+	takeovers sync.Map
+	creating  map[string]reservation // creates in flight, counted against their team's quota
+	rates     map[string]*bucket     // each team's create-rate bucket
 
 	wake   chan struct{} // the evictor recomputes its next deadline
 	stop   chan struct{}
@@ -210,6 +212,9 @@ type entry struct {
 	remote bool
 	// moved: paused on another node, resumed on this one (takeOver): its record exists.
 	moved bool
+	// shared: its snapshot pause is in the cluster's object store (Mover), for another node
+	// to resume; false once it runs again.
+	shared bool
 	// onDisk: paused as a snapshot: no process runs, resume restores it.
 	onDisk bool
 	// boots counts the sandbox's reboots (filesystem-only pauses resumed): an init's exit

@@ -524,9 +524,10 @@ func (s *instance) startCluster(ctx context.Context) error {
 		}}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); m.Run(runCtx) }()
 	go func() { defer wg.Done(); sw.Run(runCtx) }()
+	go func() { defer wg.Done(); s.drainLoop(runCtx, nodes, lease/5) }()
 	s.onClose(func() error { stop(); wg.Wait(); return nil })
 	s.say("node %s of a cluster, advertised at %s (%d vCPUs, %d MiB)", c.Node, c.Advertise, vcpus, memMB)
 	return nil
@@ -629,4 +630,113 @@ func (s *instance) mover() orchestrator.Mover {
 		return nil
 	}
 	return checkpointMover{blobs: s.objects, nodes: nodes}
+}
+
+// Drain with live migration. A node an operator drains (cove node drain, the node's state
+// draining) takes no creates (placement ranks active nodes only) and moves each of its
+// running sandboxes to the best other node: Migrate checkpoints it to the object store and
+// hands its record over, and the other node adopts it through POST
+// /cluster/sandboxes/{id}/adopt, a route only a node's signature opens.
+
+// adoptPath is the route a node asks another to take a handed sandbox over by.
+func adoptPath(id string) string { return "/cluster/sandboxes/" + url.PathEscape(id) + "/adopt" }
+
+// serveInternal answers the routes between nodes: a valid node signature or 401.
+func (s *instance) serveInternal(w http.ResponseWriter, r *http.Request) {
+	ok, err := s.cluster.forwarded(r)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %s is for the cluster's nodes: a node's signature (%s) is missing", errdefs.ErrUnauthenticated, r.URL.Path, HeaderNodeForward)
+	}
+	if err != nil {
+		httpx.WriteError(r.Context(), w, err)
+		return
+	}
+	rest, _ := strings.CutPrefix(r.URL.Path, "/cluster/sandboxes/")
+	id, verb, _ := strings.Cut(rest, "/")
+	if r.Method != http.MethodPost || verb != "adopt" || id == "" {
+		httpx.WriteError(r.Context(), w, fmt.Errorf("%w: %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path))
+		return
+	}
+	sb, err := s.orch.Adopt(r.Context(), id)
+	if err != nil {
+		httpx.WriteError(r.Context(), w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"sandboxID": sb.ID, "node": sb.Node})
+}
+
+// askAdopt asks node n to take sandbox id over, signed as this node.
+func (c *clusterNode) askAdopt(ctx context.Context, n *store.Node, id string) error {
+	u, err := url.Parse(n.AdvertiseURL)
+	if err != nil {
+		return err
+	}
+	u.Path = adoptPath(id)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	reqID := telemetry.RequestID(ctx)
+	if reqID != "" {
+		req.Header.Set(requestid.Header, reqID)
+	}
+	req.Header.Set(HeaderNodeForward, c.sign(req.Method, req.Host, req.URL.RequestURI(), reqID, time.Now()))
+	res, err := c.fwd.Transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		return fmt.Errorf("node %s answered %s: %s", n.Name, res.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// drainLoop moves this node's running sandboxes away while an operator drains it.
+func (s *instance) drainLoop(ctx context.Context, nodes store.Nodes, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		self, err := nodes.GetNode(ctx, s.cfg.Cluster.Node)
+		if err != nil || self.State != store.NodeDraining {
+			continue
+		}
+		for _, sb := range s.orch.Running() {
+			if ctx.Err() != nil {
+				return
+			}
+			s.moveAway(ctx, nodes, sb)
+		}
+	}
+}
+
+// moveAway migrates one sandbox to the best other node, trying the next on a failure.
+func (s *instance) moveAway(ctx context.Context, nodes store.Nodes, sb *store.Sandbox) {
+	ctx = telemetry.WithRequestID(ctx, "drain-"+sb.ID)
+	log := s.cfg.Logger.With(telemetry.KeySandboxID, sb.ID, telemetry.KeyNode, s.cfg.Cluster.Node)
+	all, err := nodes.ListNodes(ctx)
+	if err != nil {
+		log.Warn("drain: no node list", telemetry.KeyError, err.Error())
+		return
+	}
+	for _, n := range cluster.Rank(all, cluster.Request{Template: sb.TemplateID, VCPUs: sb.CPUCount, MemoryMB: int64(sb.MemoryMB)}, nil) {
+		if n.Name == s.cfg.Cluster.Node {
+			continue
+		}
+		err := s.orch.Migrate(ctx, sb.ID, n.Name, func(ctx context.Context) error { return s.cluster.askAdopt(ctx, n, sb.ID) })
+		if err == nil {
+			return
+		}
+		log.Warn("drain: sandbox not moved", telemetry.KeyError, err.Error())
+		if !errors.Is(err, errdefs.ErrUnavailable) && !strings.Contains(err.Error(), "answered") {
+			return // not the target's fault: the next round tries again
+		}
+	}
 }

@@ -648,6 +648,8 @@ func (s *instance) buildHandlers(context.Context) error {
 	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
+			s.serveInternal(w, r)
 		case s.cluster != nil && px.Match(r):
 			s.cluster.serve(w, r, true, px)
 		case px.Match(r):

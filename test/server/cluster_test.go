@@ -210,6 +210,72 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a drain of node-c moves its running sandboxes, their processes and memory with them", func(t *testing.T) {
+		c := nodes[2]
+		if len(held[c.name]) == 0 {
+			t.Skip("no sandbox landed on node-c")
+		}
+		moving := held[c.name][0]
+		if _, err := moving.Commands.Start(ctx, `bash -c 'v=$RANDOM$RANDOM; echo $v > /tmp/m; while sleep 0.2; do echo $v > /tmp/m2; done'`); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		want, err := moving.Files.Read(ctx, "/tmp/m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, err := os.ReadFile(filepath.Join(a.srv.DataDir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := cove.NewClient(cove.Config{APIURL: a.srv.URL, AdminToken: strings.TrimSpace(string(token))})
+		begun := time.Now()
+		if _, err := admin.DrainNode(ctx, c.name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.ActivateNode(context.Background(), c.name) })
+		for _, sb := range held[c.name] {
+			for {
+				info, err := a.c.Info(ctx, sb.ID)
+				if err == nil && info.ClientID != c.name && info.State == cove.SandboxState("running") {
+					t.Logf("%s moved from %s to %s", sb.ID, c.name, info.ClientID)
+					break
+				}
+				if time.Since(begun) > 60*time.Second {
+					t.Fatalf("%s still on %s 60 s into the drain: %+v %v\n%s", sb.ID, c.name, info, err, c.srv.Logs())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		t.Logf("drained %d sandboxes off %s in %s", len(held[c.name]), c.name, time.Since(begun).Round(10*time.Millisecond))
+		// Through the drained node too: it forwards to where the sandbox went.
+		conn, err := c.c.Connect(ctx, moving.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Commands.Run(ctx, "rm -f /tmp/m2"); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if got, err = conn.Files.Read(ctx, "/tmp/m2"); err == nil && len(got) > 0 {
+				break
+			}
+		}
+		if string(got) != string(want) {
+			t.Fatalf("after the drain the process writes %q, want %q from its memory", got, want)
+		}
+		if _, err := admin.ActivateNode(ctx, c.name); err != nil {
+			t.Fatal(err)
+		}
+		// The moved sandboxes count where they run now: node-b's share for the loss below.
+		for _, sb := range held[c.name] {
+			info, _ := a.c.Info(ctx, sb.ID)
+			held[info.ClientID] = append(held[info.ClientID], sb)
+		}
+		held[c.name] = nil
+	})
+
 	t.Run("a forged node signature is refused", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, a.srv.URL+"/sandboxes/"+all[0].ID, nil)
 		req.Header.Set("X-API-Key", a.srv.Key)
