@@ -6,7 +6,9 @@
 //	go run ./bench/cluster                 # 60 creates, 6 at a time, on each cluster
 //	go run ./bench/cluster -n 120 -c 12
 //
-// It needs root and PostgreSQL 15 (make deps). It builds cove, starts a PostgreSQL on a temp
+// It needs root, PostgreSQL 15 and versitygw (make deps; a directory stands in for the object
+// store, saying so, without versitygw). It also drains a node holding one sandbox with 64 MB
+// touched, -drains times, and prints how long the live migration took. It builds cove, starts a PostgreSQL on a temp
 // dir, and per cluster one database and its nodes (`cove server --node`, loopback ports, no
 // sandbox network, the shared test templates), and stops them all (killing their sandboxes).
 // Every create goes through the first node, which places it; each sandbox is killed after.
@@ -35,9 +37,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cove-dev/cove/bench/internal/measure"
+	"github.com/cove-dev/cove/internal/blob/blobtest"
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 )
+
+var rounds = flag.Int("drains", 5, "drains of a node holding one sandbox with 64 MB touched")
 
 func main() {
 	n := flag.Int("n", 60, "creates on each cluster")
@@ -50,8 +55,8 @@ func main() {
 }
 
 type node struct {
-	url, key, data string
-	cmd            *exec.Cmd
+	url, key, data, node string
+	cmd                  *exec.Cmd
 }
 
 func (nd *node) stop() {
@@ -61,7 +66,7 @@ func (nd *node) stop() {
 }
 
 // startNode starts `cove server --node name` on database dsn.
-func startNode(bin, dsn, secret, name, key string) (*node, error) {
+func startNode(bin, dsn, secret, name, key string, extra ...string) (*node, error) {
 	data, err := os.MkdirTemp("", "cove-bench-cluster-")
 	if err != nil {
 		return nil, err
@@ -77,7 +82,8 @@ func startNode(bin, dsn, secret, name, key string) (*node, error) {
 	}
 	cmd := exec.Command(bin, "server", "--data", data, "--templates", covetest.TemplatesDir(), "--addr", addr, "--no-build",
 		"--on-stop", "kill", "--network=false", "--state", dsn, "--node", name, "--advertise", "http://"+addr,
-		"--cluster-secret-file", secret, "--node-max-sandboxes", "50", "--node-max-starts", "4", "--log-level", "warn")
+		"--cluster-secret-file", secret, "--node-max-sandboxes", "50", "--node-max-starts", "4", "--log-level", "info", "--node-lease", "1s")
+	cmd.Args = append(cmd.Args, extra...)
 	logf, err := os.Create(filepath.Join(data, "server.log"))
 	if err != nil {
 		return nil, err
@@ -95,7 +101,7 @@ func startNode(bin, dsn, secret, name, key string) (*node, error) {
 		if u, ok := strings.CutPrefix(sc.Text(), "==> Cove is up at "); ok {
 			go func() { _, _ = io.Copy(io.Discard, out) }()
 			b, err := os.ReadFile(filepath.Join(data, "initial-api-key"))
-			return &node{url: strings.TrimSpace(u), key: strings.TrimSpace(string(b)), data: data, cmd: cmd}, err
+			return &node{url: strings.TrimSpace(u), key: strings.TrimSpace(string(b)), data: data, node: name, cmd: cmd}, err
 		}
 	}
 	return nil, fmt.Errorf("node %s exited before it was up (log: %s)", name, logf.Name())
@@ -210,7 +216,13 @@ func run(n, c int) error {
 		return err
 	}
 	defer pg.Stop()
+	objects, objectsKind, stopObjects, err := startObjects(tmp)
+	if err != nil {
+		return err
+	}
+	defer stopObjects()
 	var results []result
+	var drains drainTimes
 	for i, size := range []int{1, 3} {
 		dsn, err := newDatabase(ctx, pg, fmt.Sprintf("bench%d", i))
 		if err != nil {
@@ -219,7 +231,7 @@ func run(n, c int) error {
 		var nodes []*node
 		key := ""
 		for j := range size {
-			nd, err := startNode(bin, dsn, secret, fmt.Sprintf("bench%d-%c", i, 'a'+j), key)
+			nd, err := startNode(bin, dsn, secret, fmt.Sprintf("bench%d-%c", i, 'a'+j), key, "--objects", objects)
 			if err != nil {
 				return err
 			}
@@ -237,6 +249,11 @@ func run(n, c int) error {
 		}
 		r.nodes = size
 		results = append(results, r)
+		if size > 1 {
+			if drains, err = drain(bin, nodes, *rounds); err != nil {
+				return err
+			}
+		}
 		for _, nd := range nodes {
 			nd.stop()
 		}
@@ -250,6 +267,151 @@ func run(n, c int) error {
 	one, three := results[0], results[1]
 	fmt.Printf("ratio three/one: creates/s %.2f, p50 %.2f, p99 %.2f\n", three.perSec/one.perSec,
 		measure.Ms(measure.Pct(three.lat, 50))/measure.Ms(measure.Pct(one.lat, 50)), measure.Ms(measure.Pct(three.lat, 99))/measure.Ms(measure.Pct(one.lat, 99)))
-	fmt.Println("drain per sandbox: not measured (cove node drain stops placement; live migration is not written)")
+	if len(drains.wall) > 0 {
+		fmt.Printf("drain of a node holding one sandbox with 64 MB touched (%d rounds, objects in %s): until it runs on another node p50 %.0f ms (p99 %.0f); the move itself (checkpoint, upload, hand-over, download, restore) p50 %.0f ms (p99 %.0f)\n",
+			len(drains.wall), objectsKind, measure.Ms(measure.Pct(drains.wall, 50)), measure.Ms(measure.Pct(drains.wall, 99)), measure.Ms(measure.Pct(drains.move, 50)), measure.Ms(measure.Pct(drains.move, 99)))
+	}
+	return nil
+}
+
+// startObjects starts the pinned versitygw (make deps) as the object store, or falls back to
+// a directory when it is not built, saying which.
+func startObjects(tmp string) (addr, kind string, stop func(), err error) {
+	bin, err := blobtest.Binary()
+	if err != nil {
+		return "file://" + filepath.Join(tmp, "objects"), "a directory (no versitygw built)", func() {}, os.MkdirAll(filepath.Join(tmp, "objects"), 0o700)
+	}
+	root := filepath.Join(tmp, "s3")
+	if err := os.MkdirAll(filepath.Join(root, "bench"), 0o700); err != nil {
+		return "", "", nil, err
+	}
+	listen, err := measure.FreeAddr()
+	if err != nil {
+		return "", "", nil, err
+	}
+	cmd := exec.Command(bin, "--access", "bench", "--secret", "bench-secret-0123456789", "--port", listen, "posix", root)
+	if err := cmd.Start(); err != nil {
+		return "", "", nil, err
+	}
+	os.Setenv("AWS_ACCESS_KEY_ID", "bench")
+	os.Setenv("AWS_SECRET_ACCESS_KEY", "bench-secret-0123456789")
+	os.Setenv("AWS_REGION", "us-east-1")
+	time.Sleep(500 * time.Millisecond)
+	return fmt.Sprintf("s3://bench?endpoint=http://%s&region=us-east-1", listen), "versitygw (S3)", func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+type drainTimes struct{ wall, move []time.Duration }
+
+// drain measures, rounds times, a drain of the node holding one sandbox with 64 MB of
+// random bytes touched: until the sandbox runs on another node, and the move as that node
+// logged it.
+func drain(bin string, nodes []*node, rounds int) (drainTimes, error) {
+	var out drainTimes
+	a := nodes[0]
+	token, err := os.ReadFile(filepath.Join(a.data, "admin-token"))
+	if err != nil {
+		return out, err
+	}
+	admin := strings.TrimSpace(string(token))
+	for range rounds {
+		status, body, err := call(http.MethodPost, a.url+"/sandboxes", a.key, `{"templateID":"base","timeout":600}`)
+		if err != nil || status != http.StatusCreated {
+			return out, fmt.Errorf("create: %d %s %v", status, body, err)
+		}
+		var sb struct {
+			SandboxID string `json:"sandboxID"`
+			ClientID  string `json:"clientID"`
+		}
+		_ = json.Unmarshal(body, &sb)
+		script := `nohup python3 -c 'import os,time; n=64<<20; x=bytearray(n); [x.__setitem__(slice(i,i+(1<<20)),os.urandom(1<<20)) for i in range(0,n,1<<20)]; open("/tmp/ready","w").write("1"); time.sleep(100000)' >/dev/null 2>&1 & ` +
+			`for i in $(seq 600); do [ -e /tmp/ready ] && exit 0; sleep 0.1; done; exit 1`
+		cmd := exec.Command(bin, "exec", sb.SandboxID, "--", script)
+		cmd.Env = append(os.Environ(), "COVE_API_URL="+a.url, "COVE_API_KEY="+a.key)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return out, fmt.Errorf("touch 64 MB: %w: %s", err, b)
+		}
+		var from *node
+		for _, nd := range nodes {
+			if strings.HasSuffix(sb.ClientID, nd.name()) {
+				from = nd
+			}
+		}
+		begun := time.Now()
+		if err := adminCall(a.url, admin, "/admin/nodes/"+sb.ClientID+"/drain"); err != nil {
+			return out, err
+		}
+		for {
+			status, body, err := call(http.MethodGet, a.url+"/sandboxes/"+sb.SandboxID, a.key, "")
+			var info struct {
+				ClientID string `json:"clientID"`
+				State    string `json:"state"`
+			}
+			_ = json.Unmarshal(body, &info)
+			if err == nil && status == http.StatusOK && info.ClientID != sb.ClientID && info.State == "running" {
+				break
+			}
+			if time.Since(begun) > time.Minute {
+				return out, fmt.Errorf("%s not moved off %s in a minute", sb.SandboxID, sb.ClientID)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		out.wall = append(out.wall, time.Since(begun))
+		if from != nil {
+			// The moving node logs the move once the other has it running: a moment after.
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if d, ok := movedIn(from, sb.SandboxID); ok {
+					out.move = append(out.move, d)
+					break
+				}
+			}
+		}
+		if err := adminCall(a.url, admin, "/admin/nodes/"+sb.ClientID+"/activate"); err != nil {
+			return out, err
+		}
+		_, _, _ = call(http.MethodDelete, a.url+"/sandboxes/"+sb.SandboxID, a.key, "")
+	}
+	slices.Sort(out.wall)
+	slices.Sort(out.move)
+	return out, nil
+}
+
+// name is the node's --node, read from its data dir's log.
+func (nd *node) name() string { return nd.node }
+
+// movedIn reads how long the move of id took from the node's log.
+func movedIn(nd *node, id string) (time.Duration, bool) {
+	b, err := os.ReadFile(filepath.Join(nd.data, "server.log"))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, `"msg":"sandbox moved to another node"`) || !strings.Contains(line, id) {
+			continue
+		}
+		var l struct {
+			DurationMS float64 `json:"duration_ms"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil {
+			return time.Duration(l.DurationMS * float64(time.Millisecond)), true
+		}
+	}
+	return 0, false
+}
+
+func adminCall(api, token, path string) error {
+	req, err := http.NewRequest(http.MethodPost, api+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Admin-Token", token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return fmt.Errorf("%s: %s %s", path, res.Status, b)
+	}
 	return nil
 }
