@@ -396,7 +396,9 @@ func (c *clusterNode) createHere(w http.ResponseWriter, r *http.Request, next ht
 // room atomically as it creates (orchestrator.Placement), so racing creates never
 // overcommit one; ranking only picks the order.
 func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	// The API reads at most 1 MiB of a create (and refuses more): one byte past it is kept,
+	// so the node that runs the create refuses it the same way.
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
 	if err != nil {
 		httpx.WriteError(r.Context(), w, fmt.Errorf("%w: read body: %v", errdefs.ErrInvalidArgument, err))
 		return
