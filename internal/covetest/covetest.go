@@ -147,6 +147,7 @@ type Server struct {
 	t         testing.TB
 	templates string
 	args      []string // network flags and the caller's, kept across restarts
+	netns     string   // the network namespace it runs in; the host's when ""
 	cmd       *exec.Cmd
 	logs      *Buffer
 	exited    chan struct{}
@@ -168,6 +169,9 @@ type Options struct {
 	Args []string
 	// Templates is the template store; the shared test store when "".
 	Templates string
+	// Netns, when set, is a pinned network namespace the server runs in (nsenter --net), as
+	// a host of its own would: a cluster's nodes in tests.
+	Netns string
 }
 
 // StartWithTemplates starts a server as Start does, on the template store templates.
@@ -194,7 +198,7 @@ func StartWith(t testing.TB, dataDir string, o Options) *Server {
 	if templates == "" {
 		templates = Templates(t)
 	}
-	s := &Server{t: t, DataDir: dataDir, templates: templates, OnStop: o.OnStop, args: append(NetworkArgs(nettest.ReserveServer(t)), o.Args...)}
+	s := &Server{t: t, DataDir: dataDir, templates: templates, OnStop: o.OnStop, netns: o.Netns, args: append(NetworkArgs(nettest.ReserveServer(t)), o.Args...)}
 	s.start()
 	t.Cleanup(func() {
 		s.Stop()
@@ -234,6 +238,10 @@ func (s *Server) start() {
 	}
 	cmd := exec.Command(Binary(t), append([]string{"server", "--data", s.DataDir, "--templates", s.templates,
 		"--addr", "127.0.0.1:0", "--no-build", "--log-level", "debug", "--sample-interval", "500ms", "--on-stop", onStop}, s.args...)...)
+	if s.netns != "" {
+		// nsenter execs the server (the same pid: a signal reaches it), in the namespace only.
+		cmd = exec.Command("nsenter", append([]string{"--net=" + s.netns, "--"}, cmd.Args...)...)
+	}
 	cmd.Stderr = s.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/blob/blobtest"
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
@@ -41,14 +42,27 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startCluster starts one cove server per name on one new PostgreSQL database, sharing a
-// cluster secret, each with a lease of lease. The first node's API key serves them all.
+// startCluster starts one cove server per name, each in a network namespace of its own with
+// its own address in 198.18.0.0/15 (a nettest internet: a veth to the host, which forwards
+// between them), as hosts of their own would be: one PostgreSQL and one S3 server (versitygw)
+// on the host, reached through the first node's link, a cluster secret, a lease of lease.
+// The first node's API key serves them all.
 func startCluster(t *testing.T, lease time.Duration, names ...string) []*clusterNode {
 	t.Helper()
 	covetest.Skip(t)
-	pg := pgtest.StartFor(t) // skips, saying why, without PostgreSQL 15's binaries or root
+	nettest.Skip(t)
+	var nets []*nettest.Internet
+	for range names {
+		nets = append(nets, nettest.New(t))
+	}
+	host := nets[0].Gateway.String() // the host's address every node reaches
+	pg, err := pgtest.Start(host + ":0")
+	if err != nil {
+		t.Skipf("no PostgreSQL for the cluster: %v", err)
+	}
+	t.Cleanup(pg.Stop)
 	dsn := pg.NewDatabase(t)
-	s3 := blobtest.Start(t, "", "cove-cluster") // skips, saying why, without versitygw
+	s3 := blobtest.Start(t, fmt.Sprintf("%s:%d", host, freePort(t)), "cove-cluster") // skips, saying why, without versitygw
 	secret := filepath.Join(t.TempDir(), "cluster-secret")
 	if err := os.WriteFile(secret, []byte("a-test-cluster-secret-of-forty-bytes-or-so\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -73,7 +87,7 @@ func startCluster(t *testing.T, lease time.Duration, names ...string) []*cluster
 	})
 	var nodes []*clusterNode
 	var key string
-	for _, name := range names {
+	for i, name := range names {
 		data := t.TempDir()
 		if key != "" {
 			// The database made the team and its key with the first node; the harness reads
@@ -82,11 +96,13 @@ func startCluster(t *testing.T, lease time.Duration, names ...string) []*cluster
 				t.Fatal(err)
 			}
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := nets[i].Addr.String() + ":3000"
 		// Each node has a template store of its own (the shared base linked in): what one
 		// builds, the others fetch from the object store.
-		srv := covetest.StartWith(t, data, covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t),
-			Args: []string{"--state", dsn, "--node", name, "--objects", s3.URL("cove-cluster"),
+		srv := covetest.StartWith(t, data, covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Netns: nets[i].Netns,
+			// Its sandboxes' addresses: a pool of the node's own namespace, apart from the
+			// 198.18.0.0/15 it reaches the others by.
+			Args: []string{"--state", dsn, "--node", name, "--objects", s3.URL("cove-cluster"), "--network-pool", "10.213.0.0/24",
 				"--addr", addr, "--advertise", "http://" + addr, "--cluster-secret-file", secret, "--node-lease", lease.String()}})
 		key = srv.Key
 		nodes = append(nodes, &clusterNode{name: name, srv: srv,
