@@ -60,9 +60,19 @@ type node struct {
 }
 
 func (nd *node) stop() {
-	_ = nd.cmd.Process.Signal(syscall.SIGTERM)
-	_ = nd.cmd.Wait()
+	if nd.cmd.ProcessState == nil {
+		_ = nd.cmd.Process.Signal(syscall.SIGTERM)
+		_ = nd.cmd.Wait()
+	}
 	os.RemoveAll(nd.data)
+	// The host-wide names the node derived from its name (its sandboxes are gone by now).
+	for _, d := range []string{"/run/cove/" + nd.node + "/runc", "/run/cove/" + nd.node + "/netns", "/run/cove/" + nd.node} {
+		_ = os.Remove(d)
+	}
+	parents, _ := filepath.Glob("/sys/fs/cgroup/*/cove-" + nd.node)
+	for _, p := range parents {
+		_ = os.Remove(p)
+	}
 }
 
 // startNode starts `cove server --node name` on database dsn.
