@@ -363,7 +363,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		o.emit(ctx, events.SandboxResumed, out, &cove.ResumedEventData{EndAt: out.EndAt.UTC(), TimeoutSeconds: timeout.Seconds(),
 			Kind: reason.PauseSnapshot.String(), DurationMS: time.Since(begun).Milliseconds()})
 		o.logger(ctx).Info("sandbox resumed on another node than the one it was paused on", telemetry.KeyDurationMS, time.Since(begun).Milliseconds(),
-			telemetry.KeyNode, o.cfg.Node, telemetry.KeyDetail, "paused on "+from.moved.Node)
+			telemetry.KeyNodeOther, from.moved.Node)
 		return out, nil
 	}
 	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure,

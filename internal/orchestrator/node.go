@@ -120,7 +120,7 @@ func (o *Orchestrator) NodeLost(ctx context.Context, node string, heartbeat time
 		}
 		e := &entry{sb: sb, closers: map[*closer]struct{}{}, remote: true}
 		if err := o.kill(ctx, e, reason.KillNodeLost, "", nodeLostDetail(node, heartbeat)); err != nil {
-			o.logger(ctx).Error("node lost: kill sandbox", telemetry.KeySandboxID, sb.ID, telemetry.KeyNode, node, telemetry.KeyError, err.Error())
+			o.logger(ctx).Error("node lost: kill sandbox", telemetry.KeySandboxID, sb.ID, telemetry.KeyNodeOther, node, telemetry.KeyError, err.Error())
 			continue
 		}
 		o.closeOpenCommands(ctx, sb.ID, reason.KillNodeLost)
@@ -329,6 +329,6 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	e.closeLog()
 	e.mu.Unlock()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
-	o.logger(ctx).Info("sandbox moved to another node", telemetry.KeyNode, to, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	o.logger(ctx).Info("sandbox moved to another node", telemetry.KeyNodeTo, to, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
 	return nil
 }

@@ -375,7 +375,7 @@ func (c *clusterNode) serve(w http.ResponseWriter, r *http.Request, proxied bool
 
 // forward passes r to node n, streaming its answer back.
 func (c *clusterNode) forward(w http.ResponseWriter, r *http.Request, n *store.Node) {
-	telemetry.Logger(r.Context()).Debug("request forwarded", telemetry.KeyNode, n.Name)
+	telemetry.Logger(r.Context()).Debug("request forwarded", telemetry.KeyNodeTo, n.Name)
 	c.fwd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, n)))
 }
 
@@ -427,7 +427,7 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 		if rec.header.Get(HeaderNodeFull) == "" {
 			break
 		}
-		telemetry.Logger(r.Context()).Info("node had no room for a create, placing it on the next", telemetry.KeyNode, n.Name, telemetry.KeyAttempt, i+1)
+		telemetry.Logger(r.Context()).Info("node had no room for a create, placing it on the next", telemetry.KeyNodeTo, n.Name, telemetry.KeyAttempt, i+1)
 	}
 	last.header.Del(HeaderNodeFull)
 	last.copyTo(w)
@@ -521,7 +521,7 @@ func (s *instance) startCluster(ctx context.Context) error {
 	sw := &cluster.Sweeper{Store: nodes, Interval: lease / 5, Logger: s.cfg.Logger,
 		OnNodeLost: func(ctx context.Context, n *store.Node, _ []*store.Reservation) {
 			if _, err := s.orch.NodeLost(ctx, n.Name, n.HeartbeatAt); err != nil {
-				s.cfg.Logger.Error("node lost: its sandboxes not ended", telemetry.KeyNode, n.Name, telemetry.KeyError, err.Error())
+				s.cfg.Logger.Error("node lost: its sandboxes not ended", telemetry.KeyNodeOther, n.Name, telemetry.KeyError, err.Error())
 			}
 		}}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -722,7 +722,7 @@ func (s *instance) drainLoop(ctx context.Context, nodes store.Nodes, every time.
 // moveAway migrates one sandbox to the best other node, trying the next on a failure.
 func (s *instance) moveAway(ctx context.Context, nodes store.Nodes, sb *store.Sandbox) {
 	ctx = telemetry.WithRequestID(ctx, "drain-"+sb.ID)
-	log := s.cfg.Logger.With(telemetry.KeySandboxID, sb.ID, telemetry.KeyNode, s.cfg.Cluster.Node)
+	log := s.cfg.Logger.With(telemetry.KeySandboxID, sb.ID)
 	all, err := nodes.ListNodes(ctx)
 	if err != nil {
 		log.Warn("drain: no node list", telemetry.KeyError, err.Error())

@@ -476,7 +476,21 @@ func (s *instance) startLogs(context.Context) error {
 	// From here on, the server's own lines about a sandbox also go to the log store, so a
 	// request's timeline shows the API's, proxy's and orchestrator's steps beside envd's.
 	db := s.db
-	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), s.ingester.Add, func(id string) string {
+	add := s.ingester.Add
+	if node := s.cfg.Cluster.Node; node != "" {
+		// Every line a node stores says which node logged it: a request's timeline across
+		// nodes (cove trace, the console's waterfall) shows each hop's node.
+		add = func(l store.LogLine) {
+			if l.Fields == nil {
+				l.Fields = map[string]any{}
+			}
+			if _, ok := l.Fields[telemetry.KeyNode]; !ok {
+				l.Fields[telemetry.KeyNode] = node
+			}
+			s.ingester.Add(l)
+		}
+	}
+	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), add, func(id string) string {
 		if sb, err := db.GetSandbox(context.Background(), id); err == nil {
 			return sb.TeamID
 		}

@@ -255,7 +255,9 @@ func Caller(ctx context.Context) (teamID, apiKeyID string) {
 
 // Log keys of a cluster's nodes.
 const (
-	KeyNode          = "node"              // a cluster node's name
+	KeyNode          = "node"              // the cluster node that logged the line (every line of a node's)
+	KeyNodeTo        = "node.to"           // the node a request, a create or a sandbox goes to
+	KeyNodeOther     = "node.other"        // another node a line is about (one lost, one a sandbox left)
 	KeyNodeLostAt    = "node.lost_at"      // when the cluster declared the node lost
 	KeyNodeHeartbeat = "node.heartbeat_at" // the node's last lease renewal
 	KeyNodeSandboxes = "node.sandboxes"    // sandboxes the node held
