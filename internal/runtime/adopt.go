@@ -89,7 +89,7 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 	if r.get(id) != nil {
 		return nil, StateUnknown, fmt.Errorf("adopt %s: %w", id, ErrExists)
 	}
-	out, err := r.runc(ctx, "state", id)
+	out, err := r.runc(ctx, r.engineOf(id), "state", id)
 	if errors.Is(err, ErrNotFound) && r.checkpointed(id) {
 		return nil, StateCheckpointed, nil // on disk: Restore brings it back
 	}
@@ -127,7 +127,7 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
 	}
 	network, joined := r.networkOf(id, st.Pid, "")
-	sb := &sandbox{id: id, pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
+	sb := &sandbox{id: id, engine: r.engineOf(id), pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
 	if err := r.watchExit(sb, watch); err != nil {
 		stdout.Close()
 		stderr.Close()

@@ -118,6 +118,9 @@ type Config struct {
 	BuildTimeout time.Duration
 	// LazyRestore resumes snapshots with their memory served on demand (runtime.Config).
 	LazyRestore bool
+	// Runtime is the engine sandboxes run on: runc, or gVisor's runsc (runtime.Config's
+	// DefaultEngine); runc when empty.
+	Runtime runtime.Engine
 	// Pools sizes the warm pools by template name (a size set through the API wins);
 	// PoolMax bounds one pool, PoolRefillPerSec the boots that refill them.
 	Pools            map[string]int
@@ -371,7 +374,7 @@ func (s *instance) lockDataDir(context.Context) error {
 // openTemplates opens the runtime and the template store, building the base template on
 // first run.
 func (s *instance) openTemplates(ctx context.Context) error {
-	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, runtime.Config{LazyRestore: s.cfg.LazyRestore})
+	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, runtime.Config{LazyRestore: s.cfg.LazyRestore, DefaultEngine: s.cfg.Runtime})
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
