@@ -117,17 +117,23 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 			watch.Close()
 		}
 	}()
-	stdout, err := openInitPipe(st.Pid, 1)
-	if err != nil {
-		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
+	engine := r.engineOf(id)
+	var stdout, stderr *os.File
+	if engine == EngineRunsc {
+		stdout, stderr, err = openRunscStdio(r.dir(id), st.Pid)
+	} else {
+		stdout, err = openInitPipe(st.Pid, 1)
+		if err == nil {
+			if stderr, err = openInitPipe(st.Pid, 2); err != nil {
+				stdout.Close()
+			}
+		}
 	}
-	stderr, err := openInitPipe(st.Pid, 2)
 	if err != nil {
-		stdout.Close()
 		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
 	}
 	network, joined := r.networkOf(id, st.Pid, "")
-	sb := &sandbox{id: id, engine: r.engineOf(id), pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
+	sb := &sandbox{id: id, engine: engine, pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
 	if err := r.watchExit(sb, watch); err != nil {
 		stdout.Close()
 		stderr.Close()

@@ -247,6 +247,13 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	// CRIU gives the restored processes runc's stdout and stderr where they had the old
 	// pipes (runc passes them as inherited fds): these are the new pipes' write ends.
 	cmd.Stdout, cmd.Stderr = outW, errW
+	if engine == EngineRunsc {
+		if err := recordStdio(dir, outW, errW); err != nil {
+			outW.Close()
+			errW.Close()
+			return nil, fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
 	runErr := cmd.Run()
 	outW.Close()
 	errW.Close()
@@ -256,6 +263,9 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	pid, err := readPid(pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
+	if engine == EngineRunsc {
+		r.reapGofer(id)
 	}
 	network, joined := r.networkOf(id, pid, joined)
 	sb := &sandbox{id: id, engine: engine, pid: pid, network: network, netns: joined, exited: make(chan struct{}), lazy: lazy}

@@ -344,6 +344,8 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	spec.Annotations[engineAnnotation] = string(engine)
 	if engine == EngineRunc {
 		spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
+	} else {
+		runscSpec(spec)
 	}
 	cfg, err := json.MarshalIndent(spec, "", "  ")
 	if s.Reboot {
@@ -392,6 +394,15 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	cmd := exec.CommandContext(ctx, bin, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
 	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
 	cmd.Stdout, cmd.Stderr = outW, errW
+	if engine == EngineRunsc {
+		if err := recordStdio(dir, outW, errW); err != nil {
+			outR.Close()
+			errR.Close()
+			outW.Close()
+			errW.Close()
+			return nil, fmt.Errorf("create %s: %w", s.ID, err)
+		}
+	}
 	runErr := cmd.Run()
 	outW.Close()
 	errW.Close()
@@ -412,6 +423,9 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			errR.Close()
 			return nil, fmt.Errorf("create %s: hostname: %w", s.ID, err)
 		}
+	}
+	if engine == EngineRunsc {
+		r.reapGofer(s.ID)
 	}
 	sb := &sandbox{id: s.ID, engine: engine, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
 	if err := r.reap(sb); err != nil {

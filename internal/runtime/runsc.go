@@ -8,8 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // The runsc engine: gVisor's runsc drives a sandbox through the same OCI bundle as runc
@@ -159,4 +163,122 @@ func (r *Runc) checkpointRunsc(ctx context.Context, sb *sandbox, begun time.Time
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
 	}
 	return CheckpointInfo{Bytes: diskBytes(img), Duration: time.Since(begun)}, nil
+}
+
+// runscHostTasks is what a runsc sandbox's host pids cgroup holds beside its own tasks: the
+// sentry's and gofer's threads (25 to 60 measured). gVisor applies the spec's pids limit
+// only to the host cgroup, where each task of the sandbox is also one stub thread (systrap):
+// pids.max there is the sandbox's PIDs plus these, so a fork bomb is still bounded.
+const runscHostTasks = 64
+
+// runscSpec adapts a sandbox's OCI spec to runsc: the pids limit leaves room for the
+// sentry's threads, and no seccomp profile (the sentry is the wall; runsc would ignore it
+// without --oci-seccomp).
+func runscSpec(spec *specs.Spec) {
+	if res := spec.Linux.Resources; res != nil && res.Pids != nil && res.Pids.Limit != nil {
+		l := *res.Pids.Limit + runscHostTasks
+		res.Pids = &specs.LinuxPids{Limit: &l}
+	}
+	spec.Linux.Seccomp = nil
+}
+
+// runscState is what this driver reads of runsc's state file of a sandbox.
+type runscState struct {
+	GoferPid int `json:"goferPid"`
+}
+
+// reapGofer waits, in the background, for sandbox id's gofer (runsc's file server beside the
+// sentry), which becomes this process's child as the sentry does (we are a subreaper): once
+// the sandbox ends it exits too, and must not stay a zombie.
+func (r *Runc) reapGofer(id string) {
+	b, err := os.ReadFile(filepath.Join(r.cfg.RunscRoot, id+"_sandbox:"+id+".state"))
+	if err != nil {
+		return
+	}
+	var st runscState
+	if json.Unmarshal(b, &st) != nil || st.GoferPid <= 0 || parentOf(st.GoferPid) != os.Getpid() {
+		return
+	}
+	if p, err := os.FindProcess(st.GoferPid); err == nil {
+		go func() { _, _ = p.Wait() }()
+	}
+}
+
+// parentOf returns pid's parent pid, or 0.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// stdioFile, in a runsc sandbox's directory, names the pipes that are its init's stdout and
+// stderr (pipe:[inode] each, a line each): the sentry holds them at descriptors of its
+// own choosing, so Adopt finds them among the sandbox process's by these names.
+const stdioFile = "stdio"
+
+// recordStdio writes the names of the write ends' pipes, out and err, to the sandbox's dir.
+func recordStdio(dir string, out, err *os.File) error {
+	var names []string
+	for _, f := range []*os.File{out, err} {
+		name, e := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+		if e != nil {
+			return e
+		}
+		names = append(names, name)
+	}
+	return os.WriteFile(filepath.Join(dir, stdioFile), []byte(strings.Join(names, "\n")+"\n"), 0o600)
+}
+
+// openRunscStdio opens new read ends of a runsc sandbox's stdout and stderr pipes: the
+// sandbox process's descriptors that are the pipes recordStdio named.
+func openRunscStdio(dir string, pid int) (stdout, stderr *os.File, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, stdioFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: no record of its stdio pipes: %w", ErrNotAdoptable, err)
+	}
+	names := strings.Fields(string(b))
+	if len(names) != 2 {
+		return nil, nil, fmt.Errorf("%w: stdio record %q", ErrNotAdoptable, b)
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox process %d: %w: %w", pid, err, ErrNotFound)
+	}
+	found := make([]string, 2)
+	for _, fd := range fds {
+		link := fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())
+		target, _ := os.Readlink(link)
+		for i, n := range names {
+			if target == n && found[i] == "" {
+				found[i] = link
+			}
+		}
+	}
+	var files []*os.File
+	for i, link := range found {
+		if link == "" {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, nil, fmt.Errorf("%w: the sandbox holds no %s (its %s)", ErrNotAdoptable, names[i], []string{"stdout", "stderr"}[i])
+		}
+		f, err := os.OpenFile(link, os.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, nil, fmt.Errorf("open %s: %w", link, err)
+		}
+		growPipe(f)
+		files = append(files, f)
+	}
+	return files[0], files[1], nil
 }

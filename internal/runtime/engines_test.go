@@ -1,0 +1,287 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+)
+
+// This file runs the runtime's behaviours on each engine (runc, and gVisor's runsc where
+// bin/runsc is built): the same methods, the same answers.
+
+var engines = []runtime.Engine{runtime.EngineRunc, runtime.EngineRunsc}
+
+// eachEngine runs f as a subtest per engine, on a driver whose default engine it is; a
+// subtest for an engine this host lacks skips, saying why.
+func eachEngine(t *testing.T, f func(t *testing.T, r *runtime.Runc, rootfs string)) {
+	for _, e := range engines {
+		t.Run(string(e), func(t *testing.T) {
+			r := runtimetest.RuncWith(t, runtime.Config{DefaultEngine: e, RunscPath: runtimetest.RunscPath()})
+			runtimetest.Engine(t, r, e)
+			f(t, r, runtimetest.BusyboxRootfs(t))
+		})
+	}
+}
+
+func TestEnginesRunInitToItsExitCode(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		for _, start := range []bool{false, true} {
+			s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: start, Args: sh(`echo out-$(hostname); echo err >&2; exit 7`)})
+			if !start {
+				if err := r.Start(context.Background(), s.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exit := wait(t, r, s.id)
+			<-s.stdout.done
+			<-s.stderr.done
+			if exit.Code != 7 || exit.OOMKilled || exit.Signal != "" {
+				t.Errorf("start in create %v: exit = %+v, want code 7", start, exit)
+			}
+			if got := s.stdout.String(); got != "out-"+s.id+"\n" {
+				t.Errorf("stdout = %q", got)
+			}
+			if got := s.stderr.String(); got != "err\n" {
+				t.Errorf("stderr = %q", got)
+			}
+			if e := r.Engine(s.id); e != runtime.Engine(t.Name()[strings.LastIndex(t.Name(), "/")+1:]) {
+				t.Errorf("engine of %s = %s", s.id, e)
+			}
+		}
+	})
+}
+
+func TestEnginesDialReachesAListenerInTheSandboxNetnsOnly(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		ctx := context.Background()
+		addr := fmt.Sprintf("127.0.0.1:%d", 40000+mrand.IntN(9000))
+		s := run(t, r, runtime.Spec{
+			Rootfs: rootfs,
+			Args:   sh(`mkdir -p /www && echo "hello from $(hostname)" > /www/index.html && exec httpd -f -p ` + addr + ` -h /www`),
+		})
+		body, err := httpGet(ctx, r, s.id, addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%v; stderr:\n%s", err, s.stderr)
+		}
+		if !strings.Contains(body, "hello from "+s.id) {
+			t.Fatalf("response = %q", body)
+		}
+		var d net.Dialer
+		if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+			c.Close()
+			t.Fatalf("the sandbox's listener on %s is reachable on the host's loopback: it is not in its own network namespace", addr)
+		}
+	})
+}
+
+// httpGet dials addr in sandbox id until it answers (or patience runs out) and returns what
+// a GET / answers.
+func httpGet(ctx context.Context, r *runtime.Runc, id, addr string, patience time.Duration) (string, error) {
+	deadline := time.Now().Add(patience)
+	for {
+		c, err := r.Dial(ctx, id, "tcp", addr)
+		if err == nil {
+			fmt.Fprintf(c, "GET /index.html HTTP/1.0\r\n\r\n")
+			b, _ := io.ReadAll(c)
+			c.Close()
+			return string(b), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("dial %s: %w", addr, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestEnginesFreezeAndThaw(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		ctx := context.Background()
+		s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`i=0; while true; do i=$((i+1)); echo tick $i; usleep 5000; done`)})
+		s.stdout.waitFor(t, "tick 3\n", 10*time.Second)
+		t0 := time.Now()
+		if err := r.Freeze(ctx, s.id); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("freeze took %s", time.Since(t0))
+		if st, err := r.State(ctx, s.id); err != nil || st != runtime.StatePaused {
+			t.Fatalf("state = %v, %v; want paused", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		frozen := s.stdout.String()
+		time.Sleep(200 * time.Millisecond)
+		if now := s.stdout.String(); now != frozen {
+			t.Fatalf("a frozen sandbox kept printing: %q", strings.TrimPrefix(now, frozen))
+		}
+		t0 = time.Now()
+		if err := r.Thaw(ctx, s.id); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("thaw took %s", time.Since(t0))
+		if st, err := r.State(ctx, s.id); err != nil || st != runtime.StateRunning {
+			t.Fatalf("state = %v, %v; want running", st, err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); s.stdout.String() == frozen; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a thawed sandbox printed nothing more")
+			}
+		}
+	})
+}
+
+func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		t.Run("past its memory limit the sandbox is OOM-killed and the exit says so", func(t *testing.T) {
+			s := run(t, r, runtime.Spec{
+				Rootfs: rootfs,
+				Args:   sh(`x=$(head -c 100000000 /dev/zero | tr '\0' a); echo survived ${#x}`),
+				Limits: runtime.Limits{MemoryBytes: 32 << 20},
+			})
+			exit := wait(t, r, s.id)
+			if !exit.OOMKilled || exit.Signal != "SIGKILL" {
+				t.Fatalf("exit = %+v, want OOMKilled by SIGKILL; stdout:\n%s", exit, s.stdout)
+			}
+			st, err := r.Stats(context.Background(), s.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.OOMKills == 0 || st.MemoryLimit != 32<<20 {
+				t.Fatalf("stats = %+v, want oom kills at the 32 MiB limit", st)
+			}
+			if strings.Contains(s.stdout.String(), "survived") {
+				t.Fatal("the allocation survived the memory limit")
+			}
+		})
+		t.Run("a fork bomb stops at the pids limit", func(t *testing.T) {
+			const limit = 16
+			s := run(t, r, runtime.Spec{
+				Rootfs: rootfs,
+				// Only builtins after the bomb: a fork there would fail too.
+				Args:   sh(`sh -c 'i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); echo $i > /tmp/n; done' 2>/dev/null; read n < /tmp/n; echo forked $n; exec sleep 60`),
+				Limits: runtime.Limits{PIDs: limit},
+			})
+			if r.Engine(s.id) == runtime.EngineRunsc {
+				// The sandbox's tasks are the sentry's; on the host each is a stub thread in
+				// the pids cgroup with the sentry's own threads, and when the sentry cannot
+				// start a thread at pids.max it ends, with the whole sandbox: the bound holds,
+				// the sandbox does not survive it (as a runc sandbox whose envd is hit).
+				exit := wait(t, r, s.id)
+				events, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", r.CgroupPath(s.id), "pids.events"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("exit %+v, stdout %q, pids.events %q", exit, s.stdout, strings.TrimSpace(string(events)))
+				if strings.Contains(s.stdout.String(), "forked 300") {
+					t.Fatal("300 sleeps forked past the pids limit")
+				}
+				if strings.TrimSpace(string(events)) == "max 0" {
+					t.Fatalf("the sandbox ended (%+v) without reaching pids.max", exit)
+				}
+				return
+			}
+			s.stdout.waitFor(t, "forked", 30*time.Second)
+			var n int
+			if _, err := fmt.Sscanf(s.stdout.String(), "forked %d", &n); err != nil {
+				t.Fatalf("stdout %q: %v", s.stdout, err)
+			}
+			st, err := r.Stats(context.Background(), s.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d of 300 sleeps forked; host tasks %d of pids.max %d", n, st.PIDs, st.PIDsLimit)
+			if n >= 300 || n == 0 || st.PIDsLimit != limit {
+				t.Fatalf("%d of 300 sleeps forked under a limit of %d (pids.max %d)", n, limit, st.PIDsLimit)
+			}
+		})
+	})
+}
+
+func TestEnginesDestroyLeavesNothing(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name  string
+			args  []string
+			setup func(t *testing.T, s *running)
+		}{
+			{"running", sh("sleep 300 & sleep 300"), func(t *testing.T, s *running) {
+				if err := r.Start(ctx, s.id); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"frozen", sh("sleep 300 & sleep 300"), func(t *testing.T, s *running) {
+				if err := r.Start(ctx, s.id); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Freeze(ctx, s.id); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"created, never started", sh("sleep 300"), func(t *testing.T, s *running) {}},
+			{"exited", sh("true"), func(t *testing.T, s *running) {
+				if err := r.Start(ctx, s.id); err != nil {
+					t.Fatal(err)
+				}
+				wait(t, r, s.id)
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s := create(t, r, runtime.Spec{Rootfs: rootfs, Args: tc.args, Limits: runtime.Limits{MemoryBytes: 128 << 20, PIDs: 32}})
+				tc.setup(t, s)
+				if l := leaks(t, r, s.id, 0); len(l) == 0 {
+					t.Fatal("found no mounts, cgroups or netns while the sandbox exists: the leak check is blind")
+				}
+				t0 := time.Now()
+				if err := r.Destroy(ctx, s.id); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("destroy took %s", time.Since(t0))
+				l := leaks(t, r, s.id, s.sb.Pid)
+				l = append(l, hostProcessesNaming(t, s.id)...)
+				if len(l) > 0 {
+					t.Fatalf("left behind:\n%s", strings.Join(l, "\n"))
+				}
+				select {
+				case <-s.stdout.done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("stdout did not end after destroy")
+				}
+				if err := r.Destroy(ctx, s.id); err != nil {
+					t.Fatalf("second destroy: %v", err)
+				}
+			})
+		}
+	})
+}
+
+// hostProcessesNaming lists the host's processes (zombies included) whose command line
+// names sandbox id: runc's or runsc's own processes left behind.
+func hostProcessesNaming(t *testing.T, id string) []string {
+	t.Helper()
+	var left []string
+	deadline := time.Now().Add(2 * time.Second) // a gofer exits a moment after its sentry
+	for {
+		left = left[:0]
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, _ := os.ReadFile(p)
+			stat, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+			if strings.Contains(string(b), id) || strings.Contains(string(stat), "(exe) Z") && strings.Contains(string(stat), fmt.Sprintf(" %d ", os.Getpid())) {
+				left = append(left, "process: "+string(stat))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
