@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
@@ -283,5 +286,132 @@ func hostProcessesNaming(t *testing.T, id string) []string {
 			return left
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// valueLoop is a script that draws a random value, keeps it only in the shell's memory and
+// prints it with the hostname every 50 ms, forever.
+const valueLoop = `v=$(cat /proc/sys/kernel/random/uuid); while :; do echo value-$v-$(hostname); usleep 50000; done`
+
+// valueOf returns the value a valueLoop printed first.
+func valueOf(t *testing.T, o *output) string {
+	t.Helper()
+	o.waitFor(t, "value-", 10*time.Second)
+	line, _, _ := strings.Cut(o.String(), "\n")
+	v := strings.TrimPrefix(line, "value-")
+	return v[:36] // a uuid
+}
+
+func TestEnginesCheckpointRestoreAndForkKeepMemory(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		if err := r.CanCheckpointOn(r.Engine("")); err != nil {
+			t.Skipf("checkpoints unavailable: %v", err)
+		}
+		ctx := context.Background()
+		s := create(t, r, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(`echo file > /file; ` + valueLoop)})
+		value := valueOf(t, s.stdout)
+		info, err := r.Checkpoint(ctx, s.id)
+		if err != nil {
+			t.Fatalf("checkpoint: %v", err)
+		}
+		t.Logf("checkpoint: %+v", info)
+		if info.Bytes <= 0 {
+			t.Errorf("checkpoint info %+v: no bytes on disk", info)
+		}
+		if ex := wait(t, r, s.id); !ex.Checkpointed {
+			t.Errorf("exit after the checkpoint %+v: want Checkpointed", ex)
+		}
+		if _, err := r.Stats(ctx, s.id); err == nil {
+			t.Errorf("the checkpointed sandbox still has cgroups with stats: its memory is not freed")
+		}
+		export := filepath.Join(t.TempDir(), "export")
+		if n, err := r.Export(ctx, s.id, export); err != nil || n <= 0 {
+			t.Fatalf("export: %d bytes, %v", n, err)
+		}
+		t.Run("a restored sandbox prints the value it held, on new pipes", func(t *testing.T) {
+			t0 := time.Now()
+			sb, err := r.Restore(ctx, s.id)
+			if err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			t.Logf("restore took %s", time.Since(t0))
+			out := collect(sb.Stdout)
+			collect(sb.Stderr)
+			out.waitFor(t, "value-"+value+"-"+s.id, 10*time.Second)
+			if _, err := r.Restore(ctx, s.id); !errors.Is(err, runtime.ErrExists) {
+				t.Errorf("restoring a running sandbox: %v, want ErrExists", err)
+			}
+		})
+		t.Run("a fork from the export prints the same value and has the files", func(t *testing.T) {
+			child := create(t, r, runtime.Spec{Rootfs: rootfs, Args: sh("true"), Restore: export})
+			if got := valueOf(t, child.stdout); got != value {
+				t.Fatalf("the fork printed %q, want %q", got, value)
+			}
+			b, err := os.ReadFile(filepath.Join(r.UpperDir(child.id), "file"))
+			if err != nil || string(b) != "file\n" {
+				t.Fatalf("the fork's /file: %q, %v", b, err)
+			}
+			child.stdout.waitFor(t, "-"+child.id+"\n", 10*time.Second) // its hostname is its own id
+		})
+	})
+}
+
+func TestEnginesAdoptAfterANewDriver(t *testing.T) {
+	for _, e := range engines {
+		t.Run(string(e), func(t *testing.T) {
+			runtimetest.Runc(t)
+			cfg := runtime.Config{DataDir: t.TempDir(), RuncRoot: t.TempDir(), NetnsDir: t.TempDir(), DefaultEngine: e,
+				RunscPath: runtimetest.RunscPath(), RunscRoot: t.TempDir()}
+			r1, err := runtime.NewRunc(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runtimetest.Engine(t, r1, e)
+			t.Cleanup(func() { unix.Unmount(filepath.Join(cfg.RunscRoot, "null-netns"), unix.MNT_DETACH) })
+			r2, err := runtime.NewRunc(context.Background(), runtime.Config{DataDir: cfg.DataDir, RuncRoot: cfg.RuncRoot, NetnsDir: cfg.NetnsDir,
+				RunscPath: cfg.RunscPath, RunscRoot: cfg.RunscRoot}) // its default engine is runc: the sandbox's own is on disk
+			if err != nil {
+				t.Fatal(err)
+			}
+			rootfs := runtimetest.BusyboxRootfs(t)
+			s := create(t, r1, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
+				`exec 3</proc/self/fd/1 4</proc/self/fd/2; echo ready; i=0; while :; do i=$((i+1)); echo tick $i; usleep 20000; done`)})
+			s.stdout.waitFor(t, "ready", 10*time.Second)
+			s.sb.Stdout.Close() // the first server dies: nobody reads
+			s.sb.Stderr.Close()
+			<-s.stdout.done
+			sb, state, err := r2.Adopt(context.Background(), s.id)
+			if err != nil {
+				t.Fatalf("adopt: %v", err)
+			}
+			t.Cleanup(func() { _ = r2.Destroy(context.Background(), s.id) })
+			if state != runtime.StateRunning || sb.Pid != s.sb.Pid || r2.Engine(s.id) != e {
+				t.Fatalf("adopted state %s pid %d engine %s, want running with pid %d on %s", state, sb.Pid, r2.Engine(s.id), s.sb.Pid, e)
+			}
+			out := collect(sb.Stdout)
+			collect(sb.Stderr)
+			out.waitFor(t, "tick", 10*time.Second)
+			if err := r2.Freeze(context.Background(), s.id); err != nil {
+				t.Fatalf("freeze after adopt: %v", err)
+			}
+			if st, err := r2.State(context.Background(), s.id); err != nil || st != runtime.StatePaused {
+				t.Fatalf("state after freeze: %v %v", st, err)
+			}
+			if err := r2.Thaw(context.Background(), s.id); err != nil {
+				t.Fatalf("thaw after adopt: %v", err)
+			}
+			if err := r2.Destroy(context.Background(), s.id); err != nil {
+				t.Fatalf("destroy after adopt: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := r2.Wait(ctx, s.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				t.Fatalf("wait after destroy: %v", err)
+			}
+			<-out.done
+			if l := append(leaks(t, r2, s.id, s.sb.Pid), hostProcessesNaming(t, s.id)...); len(l) > 0 {
+				t.Fatalf("left behind:\n%s", strings.Join(l, "\n"))
+			}
+		})
 	}
 }

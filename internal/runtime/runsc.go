@@ -39,6 +39,9 @@ var runscFlags = []string{
 	"--network=host",
 	"--overlay2=none",
 	"--ignore-cgroups=false",
+	// A fork restores its source's checkpoint under its own id, root, network namespace,
+	// cgroup and command line: runsc would refuse a spec that differs from the source's.
+	"--restore-spec-validation=warning",
 }
 
 // findRunsc returns the runsc binary: path when given, else runsc beside the running
