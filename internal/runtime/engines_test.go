@@ -415,3 +415,58 @@ func TestEnginesAdoptAfterANewDriver(t *testing.T) {
 		})
 	}
 }
+
+func TestRunscAnswersInsteadOfTheHostKernel(t *testing.T) {
+	r := runtimetest.RuncWith(t, runtime.Config{DefaultEngine: runtime.EngineRunsc})
+	runtimetest.Engine(t, r, runtime.EngineRunsc)
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	s := run(t, r, runtime.Spec{Rootfs: runtimetest.BusyboxRootfs(t), Args: sh(
+		`echo release=$(uname -r); echo version=$(cat /proc/version); dmesg | head -1 | sed 's/^/dmesg=/'; echo pid1=$(cat /proc/1/comm)`)})
+	if exit := wait(t, r, s.id); exit.Code != 0 {
+		t.Fatalf("exit %+v; stderr:\n%s", exit, s.stderr)
+	}
+	<-s.stdout.done
+	out := s.stdout.String()
+	t.Logf("host release %s; sandbox:\n%s", hostRelease, out)
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"uname -r is not the host's kernel release", !strings.Contains(out, "release="+hostRelease+"\n") && strings.Contains(out, "release=")},
+		{"/proc/version names gVisor", strings.Contains(out, "version=") && strings.Contains(out, "gvisor")},
+		{"the kernel log is gVisor's", strings.Contains(out, "dmesg=") && strings.Contains(out, "Starting gVisor")},
+		{"pid 1 is the sandbox's init", strings.Contains(out, "pid1=sh\n")},
+	} {
+		if !tc.ok {
+			t.Errorf("%s: not so in\n%s", tc.name, out)
+		}
+	}
+}
+
+func TestAskingForAnAbsentEngineFailsNamingIt(t *testing.T) {
+	runtimetest.Runc(t)
+	missing := filepath.Join(t.TempDir(), "no-runsc")
+	cfg := runtime.Config{DataDir: t.TempDir(), RuncRoot: t.TempDir(), NetnsDir: t.TempDir(), RunscPath: missing, RunscRoot: t.TempDir()}
+	r, err := runtime.NewRunc(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a host without runsc still runs runc: %v", err)
+	}
+	if got := r.Engines(); len(got) != 1 || got[0] != runtime.EngineRunc {
+		t.Errorf("engines = %v, want only runc", got)
+	}
+	_, err = r.Create(context.Background(), runtime.Spec{ID: newID(t), Rootfs: runtimetest.BusyboxRootfs(t), Args: sh("true"), Engine: runtime.EngineRunsc})
+	if !errors.Is(err, runtime.ErrUnsupported) || !strings.Contains(err.Error(), "runsc") {
+		t.Errorf("create on runsc without runsc: %v, want ErrUnsupported naming runsc", err)
+	}
+	cfg.DefaultEngine = runtime.EngineRunsc
+	if _, err := runtime.NewRunc(context.Background(), cfg); !errors.Is(err, runtime.ErrUnsupported) || !strings.Contains(err.Error(), "runsc") {
+		t.Errorf("a driver whose default is an absent runsc: %v, want ErrUnsupported naming runsc", err)
+	}
+	if _, err := runtime.ParseEngine("kata"); !errors.Is(err, runtime.ErrInvalid) || !strings.Contains(err.Error(), `"kata"`) {
+		t.Errorf("ParseEngine(kata) = %v, want ErrInvalid naming it", err)
+	}
+}
