@@ -124,5 +124,32 @@ func TestEnginesRunEnvd(t *testing.T) {
 		if code != 3 || !strings.HasPrefix(out, "hello-") {
 			t.Fatalf("command through envd: exit %d, stdout %q, stream %v; envd stderr:\n%s", code, out, stream.Err(), s.stderr)
 		}
+		if err := r.CanCheckpointOn(r.Engine(id)); err != nil {
+			t.Skipf("checkpoints unavailable: %v", err)
+		}
+		// A snapshot pause and resume: envd answers again after its restore.
+		c.CloseIdleConnections()
+		info, err := r.Checkpoint(context.Background(), id)
+		if err != nil {
+			t.Fatalf("checkpoint envd: %v", err)
+		}
+		t0 = time.Now()
+		sb, err := r.Restore(context.Background(), id)
+		if err != nil {
+			t.Fatalf("restore envd: %v", err)
+		}
+		collect(sb.Stdout)
+		collect(sb.Stderr)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			res, err := c.Get("http://envd/health")
+			if err == nil && res.StatusCode == http.StatusNoContent {
+				res.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("envd did not answer after its restore: %v", err)
+			}
+		}
+		t.Logf("envd checkpoint %.1f MiB in %s; restore to healthy %s", float64(info.Bytes)/(1<<20), info.Duration.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	})
 }
