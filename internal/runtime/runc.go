@@ -162,6 +162,11 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 	if err := weighParent(cfg.CgroupParent); err != nil {
 		telemetry.Logger(ctx).Warn("sandboxes' parent cgroup keeps the CPU weight of one task", telemetry.KeyError, err.Error())
 	}
+	log := telemetry.Logger(ctx)
+	if runscErr != nil {
+		log.Debug("runtime engine runsc unavailable", telemetry.KeyError, runscErr.Error())
+	}
+	log.Info("runtime ready", telemetry.KeyRuntimeEngine, cfg.DefaultEngine.String())
 	return &Runc{
 		cfg:       cfg,
 		seccomp:   host.Seccomp && !cfg.NoSeccomp,
