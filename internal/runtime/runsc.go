@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -284,4 +286,63 @@ func openRunscStdio(dir string, pid int) (stdout, stderr *os.File, err error) {
 		files = append(files, f)
 	}
 	return files[0], files[1], nil
+}
+
+// runscProcessesMax bounds the processes processesRunsc describes: each costs two runsc
+// calls (its status and command line, read through the sentry).
+const runscProcessesMax = 32
+
+// processesRunsc lists a runsc sandbox's processes as the sentry knows them (runsc ps, whose
+// JSON is their pids), each with its parent, state, RSS and command line read from the
+// sandbox's own /proc (runsc read):
+// HostPID is 0, since they are no host processes. Biggest memory first.
+func (r *Runc) processesRunsc(ctx context.Context, id string) ([]Process, error) {
+	b, err := r.runc(ctx, EngineRunsc, "ps", "--format=json", id)
+	if err != nil {
+		return nil, fmt.Errorf("processes of %s: %w", id, err)
+	}
+	var ps []int
+	if err := json.Unmarshal(b, &ps); err != nil {
+		return nil, fmt.Errorf("processes of %s: runsc ps: %w", id, err)
+	}
+	if len(ps) > runscProcessesMax {
+		ps = ps[:runscProcessesMax]
+	}
+	out := make([]Process, len(ps))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, pid := range ps {
+		out[i] = Process{PID: pid}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			proc := fmt.Sprintf("/proc/%d/", pid)
+			if status, err := r.runc(ctx, EngineRunsc, "read", "--size", "8192", id, proc+"status"); err == nil {
+				for _, line := range strings.Split(string(status), "\n") {
+					k, v, _ := strings.Cut(line, ":")
+					f := strings.Fields(v)
+					switch {
+					case len(f) == 0:
+					case k == "State":
+						out[i].State = f[0]
+					case k == "PPid":
+						out[i].PPID, _ = strconv.Atoi(f[0])
+					case k == "Name" && out[i].Command == "":
+						out[i].Command = "[" + f[0] + "]"
+					case k == "VmRSS":
+						kb, _ := strconv.ParseUint(f[0], 10, 64)
+						out[i].RSSBytes = kb << 10
+					}
+				}
+			}
+			if cmd, err := r.runc(ctx, EngineRunsc, "read", "--size", "4096", id, proc+"cmdline"); err == nil && len(cmd) > 0 {
+				out[i].Command = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].RSSBytes > out[j].RSSBytes })
+	return out, nil
 }

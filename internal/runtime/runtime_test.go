@@ -651,32 +651,35 @@ func TestTheSandboxInitIsTheOOMKillersLastChoiceWhereTheHostAllowsIt(t *testing.
 }
 
 func TestProcessesListTheSandboxTreeWithSandboxPidsAndMemory(t *testing.T) {
-	r, rootfs := newRuntime(t)
-	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; while :; do sleep 1; done`)})
-	// (a loop, not a final sleep: the shell would exec its last command and lose the string)
-	s.stdout.waitFor(t, "ready", 10*time.Second)
-	procs, err := r.Processes(context.Background(), s.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var init, sleeper bool
-	for _, p := range procs {
-		if p.PID == 1 && p.PPID == 0 && strings.HasPrefix(p.Command, "/bin/sh") {
-			init = true
-			if p.RSSBytes < 5_000_000 {
-				t.Errorf("init holds the 5 MB string but RSS is %d", p.RSSBytes)
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; while :; do sleep 1; done`)})
+		// (a loop, not a final sleep: the shell would exec its last command and lose the string)
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		t0 := time.Now()
+		procs, err := r.Processes(context.Background(), s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d processes listed in %s", len(procs), time.Since(t0))
+		var init, sleeper bool
+		for _, p := range procs {
+			if p.PID == 1 && p.PPID == 0 && strings.HasPrefix(p.Command, "/bin/sh") {
+				init = true
+				if p.RSSBytes < 5_000_000 {
+					t.Errorf("init holds the 5 MB string but RSS is %d", p.RSSBytes)
+				}
+			}
+			if strings.HasPrefix(p.Command, "sleep 30") && p.PPID == 1 && p.HostPID != p.PID {
+				sleeper = true
 			}
 		}
-		if strings.HasPrefix(p.Command, "sleep 30") && p.PPID == 1 && p.HostPID != p.PID {
-			sleeper = true
+		if !init || !sleeper {
+			t.Fatalf("processes %+v: want init (pid 1) and its sleeping child with sandbox pids", procs)
 		}
-	}
-	if !init || !sleeper {
-		t.Fatalf("processes %+v: want init (pid 1) and its sleeping child with sandbox pids", procs)
-	}
-	if procs[0].PID != 1 {
-		t.Errorf("biggest memory first: %+v", procs)
-	}
+		if procs[0].PID != 1 {
+			t.Errorf("biggest memory first: %+v", procs)
+		}
+	})
 }
 
 func TestCreateCanStartTheSandboxInOneStep(t *testing.T) {
