@@ -424,8 +424,12 @@ func TestRunscAnswersInsteadOfTheHostKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostRelease := unix.ByteSliceToString(host.Release[:])
+	hostCmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := run(t, r, runtime.Spec{Rootfs: runtimetest.BusyboxRootfs(t), Args: sh(
-		`echo release=$(uname -r); echo version=$(cat /proc/version); dmesg | head -1 | sed 's/^/dmesg=/'; echo pid1=$(cat /proc/1/comm)`)})
+		`echo release=$(uname -r); echo version=$(cat /proc/version); dmesg | head -1 | sed 's/^/dmesg=/'; echo pid1=$(cat /proc/1/comm); echo cmdline=$(cat /proc/cmdline)`)})
 	if exit := wait(t, r, s.id); exit.Code != 0 {
 		t.Fatalf("exit %+v; stderr:\n%s", exit, s.stderr)
 	}
@@ -440,6 +444,8 @@ func TestRunscAnswersInsteadOfTheHostKernel(t *testing.T) {
 		{"/proc/version names gVisor", strings.Contains(out, "version=") && strings.Contains(out, "gvisor")},
 		{"the kernel log is gVisor's", strings.Contains(out, "dmesg=") && strings.Contains(out, "Starting gVisor")},
 		{"pid 1 is the sandbox's init", strings.Contains(out, "pid1=sh\n")},
+		// runc masks /proc/cmdline; gVisor shows its own, the host's never.
+		{"/proc/cmdline is not the host's", strings.Contains(out, "cmdline=") && !strings.Contains(out, "cmdline="+strings.TrimSpace(string(hostCmdline))+"\n")},
 	} {
 		if !tc.ok {
 			t.Errorf("%s: not so in\n%s", tc.name, out)
