@@ -476,3 +476,17 @@ func TestAskingForAnAbsentEngineFailsNamingIt(t *testing.T) {
 		t.Errorf("ParseEngine(kata) = %v, want ErrInvalid naming it", err)
 	}
 }
+
+func TestEnginesWriteTmpIntoTheSandboxRoot(t *testing.T) {
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`echo kept > /tmp/f; grep -c ' /tmp ' /proc/self/mountinfo | sed 's/^/tmp-mounts=/'; grep ' /tmp ' /proc/self/mountinfo; echo done; sleep 300`)})
+		s.stdout.waitFor(t, "done", 10*time.Second)
+		t.Logf("sandbox:\n%s", s.stdout)
+		if b, err := os.ReadFile(filepath.Join(r.UpperDir(s.id), "tmp", "f")); err != nil || string(b) != "kept\n" {
+			t.Fatalf("/tmp/f in the sandbox's upper dir: %q, %v (a tmpfs of the engine's own?)", b, err)
+		}
+		if strings.Contains(s.stdout.String(), filepath.Dir(r.UpperDir(s.id))) {
+			t.Errorf("the sandbox's mountinfo names its host directory")
+		}
+	})
+}

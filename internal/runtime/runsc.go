@@ -177,9 +177,16 @@ func (r *Runc) checkpointRunsc(ctx context.Context, sb *sandbox, begun time.Time
 const runscHostTasks = 64
 
 // runscSpec adapts a sandbox's OCI spec to runsc: the pids limit leaves room for the
-// sentry's threads, and no seccomp profile (the sentry is the wall; runsc would ignore it
-// without --oci-seccomp).
+// sentry's threads, no seccomp profile (the sentry is the wall; runsc would ignore it
+// without --oci-seccomp), and the root's own /tmp bound on /tmp: runsc mounts a tmpfs of
+// the sentry's memory on an empty /tmp unless the spec mounts something there, and what a
+// sandbox writes in /tmp must land in its root as on runc (its disk limit, a filesystem-only
+// pause, uploads, what the host reads of it).
 func runscSpec(spec *specs.Spec) {
+	tmp := filepath.Join(spec.Root.Path, "tmp")
+	if fi, err := os.Lstat(tmp); err == nil && fi.IsDir() {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "nosuid", "nodev"}})
+	}
 	if res := spec.Linux.Resources; res != nil && res.Pids != nil && res.Pids.Limit != nil {
 		l := *res.Pids.Limit + runscHostTasks
 		res.Pids = &specs.LinuxPids{Limit: &l}
