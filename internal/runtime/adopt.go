@@ -107,6 +107,11 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 	if (state != StateRunning && state != StatePaused) || st.Pid <= 0 {
 		return nil, state, fmt.Errorf("adopt %s: init is %s: %w", id, state, ErrNotFound)
 	}
+	if zombie(st.Pid) {
+		// runsc's state counts a sandbox process that died but was not yet reaped (its
+		// parent was the server that went away) as running: it is gone all the same.
+		return nil, state, fmt.Errorf("adopt %s: init %d has exited: %w", id, st.Pid, ErrNotFound)
+	}
 	pidfd, err := unix.PidfdOpen(st.Pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return nil, state, fmt.Errorf("adopt %s: init %d: %w: %w", id, st.Pid, err, ErrNotFound)
@@ -194,4 +199,15 @@ func (r *Runc) networkOf(id string, pid int, joined string) (Network, string) {
 		return NetworkLoopback, fmt.Sprintf("/proc/%d/ns/net", pid)
 	}
 	return NetworkHost, ""
+}
+
+// zombie reports whether pid has exited and waits for its parent to reap it.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }
