@@ -248,7 +248,12 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	// pipes (runc passes them as inherited fds): these are the new pipes' write ends.
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if engine == EngineRunsc {
-		if err := recordStdio(dir, outW, errW); err != nil {
+		releaseStdio(dir)
+		err := recordStdio(dir, outW, errW)
+		if err == nil {
+			err = holdStdio(dir, outR, errR)
+		}
+		if err != nil {
 			outW.Close()
 			errW.Close()
 			return nil, fmt.Errorf("restore %s: %w", id, err)

@@ -374,12 +374,22 @@ func TestEnginesAdoptAfterANewDriver(t *testing.T) {
 				t.Fatal(err)
 			}
 			rootfs := runtimetest.BusyboxRootfs(t)
+			// Under runc the init holds read ends of its own stdio, as envd does; under runsc
+			// it cannot (its stdio are the sentry's host files), and the driver holds them.
 			s := create(t, r1, runtime.Spec{Rootfs: rootfs, Start: true, Args: sh(
-				`exec 3</proc/self/fd/1 4</proc/self/fd/2; echo ready; i=0; while :; do i=$((i+1)); echo tick $i; usleep 20000; done`)})
+				`exec 3</proc/self/fd/1 4</proc/self/fd/2; echo ready; while [ ! -e /tmp/go ]; do usleep 20000; done; echo while-away; touch /tmp/written; i=0; while :; do i=$((i+1)); echo tick $i; usleep 20000; done`)})
 			s.stdout.waitFor(t, "ready", 10*time.Second)
 			s.sb.Stdout.Close() // the first server dies: nobody reads
 			s.sb.Stderr.Close()
 			<-s.stdout.done
+			if err := os.WriteFile(filepath.Join(r1.UpperDir(s.id), "..", "rootfs", "tmp", "go"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(20 * time.Second); !exists(filepath.Join(r1.UpperDir(s.id), "tmp", "written")); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the sandbox did not write while nobody read its stdout (a write that blocks or fails?)")
+				}
+			}
 			sb, state, err := r2.Adopt(context.Background(), s.id)
 			if err != nil {
 				t.Fatalf("adopt: %v", err)
@@ -390,7 +400,7 @@ func TestEnginesAdoptAfterANewDriver(t *testing.T) {
 			}
 			out := collect(sb.Stdout)
 			collect(sb.Stderr)
-			out.waitFor(t, "tick", 10*time.Second)
+			out.waitFor(t, "while-away\ntick 1\n", 10*time.Second)
 			if err := r2.Freeze(context.Background(), s.id); err != nil {
 				t.Fatalf("freeze after adopt: %v", err)
 			}

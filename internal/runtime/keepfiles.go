@@ -68,6 +68,7 @@ func (r *Runc) StopKeepFiles(ctx context.Context, id string) (KeptFiles, error) 
 		return KeptFiles{}, fmt.Errorf("stop %s: init %d still runs after its kill", id, sb.pid)
 	}
 	// From here the processes are gone: a failure leaves a sandbox to destroy, not to run.
+	releaseStdio(dir)
 	var errs []error
 	if _, err := r.runc(ctx, r.engineOf(id), "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		errs = append(errs, err)

@@ -400,7 +400,12 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if engine == EngineRunsc {
-		if err := recordStdio(dir, outW, errW); err != nil {
+		releaseStdio(dir) // a reboot's: its processes are gone
+		err := recordStdio(dir, outW, errW)
+		if err == nil {
+			err = holdStdio(dir, outR, errR)
+		}
+		if err != nil {
 			outR.Close()
 			errR.Close()
 			outW.Close()
@@ -782,6 +787,7 @@ func (r *Runc) destroy(ctx context.Context, id string) error {
 		if _, err := r.runc(ctx, engine, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}
+		releaseStdio(r.dir(id))
 	} else {
 		// Stop everything at once before runc even starts: a fork bomb that keeps the CPUs
 		// busy would otherwise slow runc's own start and its walk over the tasks.

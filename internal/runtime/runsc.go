@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -164,6 +165,7 @@ func (r *Runc) checkpointRunsc(ctx context.Context, sb *sandbox, begun time.Time
 	case <-time.After(10 * time.Second):
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: sandbox process %d still runs after its checkpoint", id, sb.pid)
 	}
+	releaseStdio(r.dir(id)) // a restore gets new pipes, and a holder of its own
 	if _, err := r.runc(ctx, EngineRunsc, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
 	}
@@ -352,4 +354,72 @@ func (r *Runc) processesRunsc(ctx context.Context, id string) ([]Process, error)
 	wg.Wait()
 	sort.Slice(out, func(i, j int) bool { return out[i].RSSBytes > out[j].RSSBytes })
 	return out, nil
+}
+
+// stdioHolderFile, in a runsc sandbox's directory, holds the pid of the process that keeps
+// read ends of the sandbox's stdout and stderr open (holdStdio).
+const stdioHolderFile = "stdio.holder"
+
+// holdStdio starts a process that holds read ends of a runsc sandbox's stdout and stderr
+// pipes (out and err) open for the sandbox's life, and outlives the server: a write while
+// no server reads (it restarts) then waits in the pipe's buffer instead of failing. Under
+// runc envd holds them itself, inside (envd.HoldHostPipes); under gVisor its stdio are the
+// sentry's host files, which it cannot open again for reading. The holder is `sleep
+// infinity` in a session of its own, its fds 3 and 4 the read ends; releaseStdio ends it.
+func holdStdio(dir string, out, err *os.File) error {
+	// Copies of the descriptors go to the holder: os/exec would make the caller's own
+	// blocking (File.Fd), and a Close could then no longer end a Read in progress.
+	var extra []*os.File
+	defer func() {
+		for _, f := range extra {
+			f.Close()
+		}
+	}()
+	for _, f := range []*os.File{out, err} {
+		rc, e := f.SyscallConn()
+		if e != nil {
+			return fmt.Errorf("hold the stdio pipes: %w", e)
+		}
+		var nfd int
+		var derr error
+		if e := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); e != nil || derr != nil {
+			return fmt.Errorf("hold the stdio pipes: dup: %w", errors.Join(e, derr))
+		}
+		extra = append(extra, os.NewFile(uintptr(nfd), f.Name()))
+	}
+	cmd := exec.Command("sleep", "infinity")
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if e := cmd.Start(); e != nil {
+		return fmt.Errorf("hold the stdio pipes: %w", e)
+	}
+	go func() { _ = cmd.Wait() }() // reaped when releaseStdio ends it, while this server runs
+	if e := os.WriteFile(filepath.Join(dir, stdioHolderFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); e != nil {
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("hold the stdio pipes: %w", e)
+	}
+	return nil
+}
+
+// releaseStdio ends the process holdStdio started for the sandbox in dir, if it still runs
+// and is the one (its fd 3 is the pipe the stdio record names: a pid may have been reused
+// since a server restarted).
+func releaseStdio(dir string) {
+	file := filepath.Join(dir, stdioHolderFile)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return
+	}
+	defer os.Remove(file)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	rec, _ := os.ReadFile(filepath.Join(dir, stdioFile))
+	names := strings.Fields(string(rec))
+	held, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", pid))
+	if len(names) == 0 || held != names[0] {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
