@@ -47,7 +47,8 @@ if [ ! -x bin/versitygw ] || [ "$(cat bin/versitygw.version 2>/dev/null)" != "$V
 fi
 # gVisor's runsc, the second isolation runtime, when asked for (COVE_RUNSC=1): pinned, built
 # once into bin/ without cgo. Newer versions need sidecar binaries that cannot be fetched here.
-# Nothing runs on it yet (the runsc driver is still to come), so the suite does not build it.
+# The runtime's runsc engine uses it (docs/runtimes.md); the suite does not build it, and its tests skip
+# without it.
 RUNSC_VER=v0.0.0-20260905035102-160fafc42237
 if [ "${COVE_RUNSC:-}" = 1 ] && { [ ! -x bin/runsc ] || [ "$(cat bin/runsc.version 2>/dev/null)" != "$RUNSC_VER" ]; }; then
 	echo "deps: building gVisor runsc ${RUNSC_VER} into bin/ (a few minutes the first time)"

@@ -66,7 +66,7 @@ func (nd *node) stop() {
 	}
 	os.RemoveAll(nd.data)
 	// The host-wide names the node derived from its name (its sandboxes are gone by now).
-	for _, d := range []string{"/run/cove/" + nd.node + "/runc", "/run/cove/" + nd.node + "/netns", "/run/cove/" + nd.node} {
+	for _, d := range []string{"/run/cove/" + nd.node + "/runc", "/run/cove/" + nd.node + "/runsc", "/run/cove/" + nd.node + "/netns", "/run/cove/" + nd.node} {
 		_ = os.Remove(d)
 	}
 	parents, _ := filepath.Glob("/sys/fs/cgroup/*/cove-" + nd.node)

@@ -13,6 +13,7 @@ import (
 	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/retention"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -49,7 +50,7 @@ func parseFile[T any](flag, path string, parse func(io.Reader) (T, error)) (T, e
 
 func newServerCmd() *cobra.Command {
 	var cfg server.Config
-	var logLevel, otelEndpoint, budgetsFile, quotasFile, onStop, pauseKind string
+	var logLevel, otelEndpoint, budgetsFile, quotasFile, onStop, pauseKind, engine string
 	var webhookAllow, retain, pools []string
 	var netFlags networkFlags
 	cmd := &cobra.Command{
@@ -72,6 +73,9 @@ how to point the E2B SDK at it.`,
 			cfg.OnStop = onStopAction
 			if err := template.ValidMirror(cfg.Mirror); err != nil {
 				return fmt.Errorf("--mirror: %w", err)
+			}
+			if cfg.Runtime, err = runtime.ParseEngine(engine); err != nil {
+				return fmt.Errorf("--runtime: %w", err)
 			}
 			if pauseKind != "" {
 				if cfg.PauseKind, err = reason.ParsePauseKind(pauseKind); err != nil {
@@ -161,6 +165,7 @@ how to point the E2B SDK at it.`,
 	f.StringArrayVar(&pools, "pool", nil, "keep N started sandboxes of a template ready for creates to claim, TEMPLATE=N (repeatable); `cove template pool` changes a size at runtime and wins")
 	f.IntVar(&cfg.PoolMax, "pool-max", orchestrator.DefaultPoolMax, "the most sandboxes one template's warm pool holds")
 	f.Float64Var(&cfg.PoolRefillPerSec, "pool-refill-per-sec", 4, "the most sandboxes started a second to refill the warm pools (one at a time)")
+	f.StringVar(&engine, "runtime", envOr("COVE_RUNTIME", "runc"), "the engine sandboxes run on: runc (namespaces and cgroups on the host's kernel) or runsc (gVisor: an application kernel in between; bin/runsc beside cove, else PATH) [$COVE_RUNTIME]")
 	f.BoolVar(&cfg.LazyRestore, "restore-lazy", true, "resume a snapshot-paused sandbox before all its memory is read back: CRIU's lazy pages serve each page on first touch and the rest in the background (false: read every page first)")
 	f.DurationVar(&cfg.BuildTimeout, "build-timeout", 3*time.Hour, "how long a whole template build may run, from its first step to its publish, before it is cancelled and fails with that reason (0: no limit)")
 	f.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", time.Hour, "how long one step of a template build may run before it is killed, failing the build with that reason (0: no limit); running steps also count against the team's sandbox quota")

@@ -89,7 +89,7 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 	if r.get(id) != nil {
 		return nil, StateUnknown, fmt.Errorf("adopt %s: %w", id, ErrExists)
 	}
-	out, err := r.runc(ctx, "state", id)
+	out, err := r.runc(ctx, r.engineOf(id), "state", id)
 	if errors.Is(err, ErrNotFound) && r.checkpointed(id) {
 		return nil, StateCheckpointed, nil // on disk: Restore brings it back
 	}
@@ -107,6 +107,11 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 	if (state != StateRunning && state != StatePaused) || st.Pid <= 0 {
 		return nil, state, fmt.Errorf("adopt %s: init is %s: %w", id, state, ErrNotFound)
 	}
+	if zombie(st.Pid) {
+		// runsc's state counts a sandbox process that died but was not yet reaped (its
+		// parent was the server that went away) as running: it is gone all the same.
+		return nil, state, fmt.Errorf("adopt %s: init %d has exited: %w", id, st.Pid, ErrNotFound)
+	}
 	pidfd, err := unix.PidfdOpen(st.Pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return nil, state, fmt.Errorf("adopt %s: init %d: %w: %w", id, st.Pid, err, ErrNotFound)
@@ -117,17 +122,23 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 			watch.Close()
 		}
 	}()
-	stdout, err := openInitPipe(st.Pid, 1)
-	if err != nil {
-		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
+	engine := r.engineOf(id)
+	var stdout, stderr *os.File
+	if engine == EngineRunsc {
+		stdout, stderr, err = openRunscStdio(r.dir(id), st.Pid)
+	} else {
+		stdout, err = openInitPipe(st.Pid, 1)
+		if err == nil {
+			if stderr, err = openInitPipe(st.Pid, 2); err != nil {
+				stdout.Close()
+			}
+		}
 	}
-	stderr, err := openInitPipe(st.Pid, 2)
 	if err != nil {
-		stdout.Close()
 		return nil, state, fmt.Errorf("adopt %s: %w", id, err)
 	}
 	network, joined := r.networkOf(id, st.Pid, "")
-	sb := &sandbox{id: id, pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
+	sb := &sandbox{id: id, engine: engine, pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
 	if err := r.watchExit(sb, watch); err != nil {
 		stdout.Close()
 		stderr.Close()
@@ -188,4 +199,15 @@ func (r *Runc) networkOf(id string, pid int, joined string) (Network, string) {
 		return NetworkLoopback, fmt.Sprintf("/proc/%d/ns/net", pid)
 	}
 	return NetworkHost, ""
+}
+
+// zombie reports whether pid has exited and waits for its parent to reap it.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }

@@ -68,9 +68,16 @@ const criuConfig = "tcp-close\n"
 
 func (r *Runc) criuConfigPath() string { return filepath.Join(r.cfg.DataDir, "criu.conf") }
 
-// CanCheckpoint implements Checkpointer: it needs a criu binary of version 4 or newer (3.x
-// fails on current kernels).
-func (r *Runc) CanCheckpoint() error {
+// CanCheckpoint implements Checkpointer for the default engine's sandboxes (CanCheckpointOn).
+func (r *Runc) CanCheckpoint() error { return r.CanCheckpointOn(r.cfg.DefaultEngine) }
+
+// CanCheckpointOn says whether sandboxes of engine can be checkpointed here, and why not:
+// runc's checkpoints need a criu binary of version 4 or newer (3.x fails on current
+// kernels); runsc's are its own and need only runsc.
+func (r *Runc) CanCheckpointOn(engine Engine) error {
+	if engine == EngineRunsc {
+		return r.EngineErr(engine)
+	}
 	r.criuOnce.Do(func() {
 		path, err := exec.LookPath("criu")
 		if err != nil {
@@ -92,10 +99,10 @@ func (r *Runc) CanCheckpoint() error {
 	return r.criuErr
 }
 
-// Checkpoint implements Checkpointer with `runc checkpoint` (CRIU).
+// Checkpoint implements Checkpointer with `runc checkpoint` (CRIU), or runsc's own.
 func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error) {
 	begun := time.Now()
-	if err := r.CanCheckpoint(); err != nil {
+	if err := r.CanCheckpointOn(r.engineOf(id)); err != nil {
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
 	}
 	unlock := r.lock(id)
@@ -103,6 +110,9 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 	sb := r.get(id)
 	if sb == nil {
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, ErrNotFound)
+	}
+	if sb.engine == EngineRunsc {
+		return r.checkpointRunsc(ctx, sb, begun)
 	}
 	if err := sb.lazy.wait(ctx); err != nil {
 		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
@@ -129,7 +139,7 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 			return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", id, err)
 		}
 	}
-	if _, err := r.runc(ctx, "checkpoint", "--image-path", img, "--work-path", work, id); err != nil {
+	if _, err := r.runc(ctx, r.engineOf(id), "checkpoint", "--image-path", img, "--work-path", work, id); err != nil {
 		sb.checkpointing.Store(false)
 		if frozen {
 			_ = thawV1(filepath.Join(freezer, "freezer.state"))
@@ -161,7 +171,8 @@ func (r *Runc) Checkpoint(ctx context.Context, id string) (CheckpointInfo, error
 // becomes this process's child once runc exits (it is a subreaper), and is reaped as a
 // created one is.
 func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
-	if err := r.CanCheckpoint(); err != nil {
+	engine := r.engineOf(id)
+	if err := r.CanCheckpointOn(engine); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
 	unlock := r.lock(id)
@@ -178,7 +189,7 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 		}
 	}
 	img, work, dir := r.checkpointDir(id), r.criuWorkDir(id), r.dir(id)
-	if _, err := os.Stat(filepath.Join(img, "inventory.img")); err != nil {
+	if !hasCheckpoint(img) {
 		return nil, fmt.Errorf("restore %s: %w", id, ErrNoCheckpoint)
 	}
 	outR, outW, err := openStdio()
@@ -200,9 +211,13 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 	pidFile := filepath.Join(dir, "init.pid")
 	_ = os.Remove(pidFile)
 	logFile := filepath.Join(dir, "runc.log")
-	args := []string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json", "restore", "--detach"}
+	bin, global, err := r.cli(engine)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", id, err)
+	}
+	args := append(global, "--log", logFile, "--log-format", "json", "restore", "--detach")
 	var lazy *lazyPages
-	if r.cfg.LazyRestore {
+	if r.cfg.LazyRestore && engine == EngineRunc {
 		// The daemon serves the images from a directory of their own, which it removes once
 		// done: the sandbox's checkpoint directory is free for its next checkpoint.
 		served := img + ".lazy"
@@ -224,22 +239,41 @@ func (r *Runc) Restore(ctx context.Context, id string) (_ *Sandbox, err error) {
 		img = served
 		args = append(args, "--lazy-pages")
 	}
-	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--image-path", img, "--work-path", work, "--bundle", dir, "--pid-file", pidFile, id)...)
+	args = append(args, "--image-path", img)
+	if engine == EngineRunc {
+		args = append(args, "--work-path", work)
+	}
+	cmd := exec.CommandContext(ctx, bin, append(args, "--bundle", dir, "--pid-file", pidFile, id)...)
 	// CRIU gives the restored processes runc's stdout and stderr where they had the old
 	// pipes (runc passes them as inherited fds): these are the new pipes' write ends.
 	cmd.Stdout, cmd.Stderr = outW, errW
+	if engine == EngineRunsc {
+		releaseStdio(dir)
+		err := recordStdio(dir, outW, errW)
+		if err == nil {
+			err = holdStdio(dir, outR, errR)
+		}
+		if err != nil {
+			outW.Close()
+			errW.Close()
+			return nil, fmt.Errorf("restore %s: %w", id, err)
+		}
+	}
 	runErr := cmd.Run()
 	outW.Close()
 	errW.Close()
 	if runErr != nil {
-		return nil, fmt.Errorf("restore %s: runc restore: %w: %s%s", id, runErr, runcLogErrors(logFile), criuLogErrors(filepath.Join(work, "restore.log")))
+		return nil, fmt.Errorf("restore %s: %s restore: %w: %s%s", id, engine, runErr, runcLogErrors(logFile), criuLogErrors(filepath.Join(work, "restore.log")))
 	}
 	pid, err := readPid(pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
+	if engine == EngineRunsc {
+		r.reapGofer(id)
+	}
 	network, joined := r.networkOf(id, pid, joined)
-	sb := &sandbox{id: id, pid: pid, network: network, netns: joined, exited: make(chan struct{}), lazy: lazy}
+	sb := &sandbox{id: id, engine: engine, pid: pid, network: network, netns: joined, exited: make(chan struct{}), lazy: lazy}
 	if err := r.reap(sb); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", id, err)
 	}
@@ -264,8 +298,17 @@ func (r *Runc) CheckpointBytes(id string) int64 {
 
 // checkpointed reports whether sandbox id has a checkpoint on disk.
 func (r *Runc) checkpointed(id string) bool {
-	_, err := os.Stat(filepath.Join(r.checkpointDir(id), "inventory.img"))
-	return err == nil
+	return hasCheckpoint(r.checkpointDir(id))
+}
+
+// hasCheckpoint says whether dir holds a checkpoint's images: CRIU's (runc) or runsc's.
+func hasCheckpoint(dir string) bool {
+	for _, f := range []string{"inventory.img", runscCheckpointFile} {
+		if exists(filepath.Join(dir, f)) {
+			return true
+		}
+	}
+	return false
 }
 
 // diskBytes is what the files under dir take on disk: sparse files count their allocated

@@ -58,7 +58,7 @@ func (r *Runc) StopKeepFiles(ctx context.Context, id string) (KeptFiles, error) 
 	dir := r.dir(id)
 	bytes := diskBytes(r.UpperDir(id)) // read while the disk under it is mounted
 	sb.checkpointing.Store(true)
-	if _, err := r.runc(ctx, "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
+	if _, err := r.runc(ctx, r.engineOf(id), "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
 		sb.checkpointing.Store(false)
 		return KeptFiles{}, fmt.Errorf("stop %s: %w", id, err)
 	}
@@ -68,8 +68,9 @@ func (r *Runc) StopKeepFiles(ctx context.Context, id string) (KeptFiles, error) 
 		return KeptFiles{}, fmt.Errorf("stop %s: init %d still runs after its kill", id, sb.pid)
 	}
 	// From here the processes are gone: a failure leaves a sandbox to destroy, not to run.
+	releaseStdio(dir)
 	var errs []error
-	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+	if _, err := r.runc(ctx, r.engineOf(id), "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		errs = append(errs, err)
 	}
 	// sb stays, exited, so Wait reports the stop; the reboot replaces it.

@@ -23,7 +23,11 @@ type Process struct {
 }
 
 // Processes lists the sandbox's processes from its memory cgroup, biggest memory first.
+// A runsc sandbox's processes live in its sentry: they are asked of runsc (processesRunsc).
 func (r *Runc) Processes(ctx context.Context, id string) ([]Process, error) {
+	if r.engineOf(id) == EngineRunsc {
+		return r.processesRunsc(ctx, id)
+	}
 	b, err := os.ReadFile(filepath.Join(cgroupRoot, "memory", r.cgroupPath(id), "cgroup.procs"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: processes of %s: %v", ErrNotFound, id, err)

@@ -42,6 +42,14 @@ type Config struct {
 	NoSeccomp bool
 	// NoFile is RLIMIT_NOFILE of sandboxes whose Limits leave it 0; DefaultNoFile when 0.
 	NoFile uint64
+	// DefaultEngine runs sandboxes whose Spec.Engine is empty; runc when empty.
+	DefaultEngine Engine
+	// RunscPath is gVisor's runsc binary; by default runsc beside the running executable
+	// (bin/runsc next to bin/cove), else runsc in PATH. Without one, runc still works and
+	// asking for runsc fails with ErrUnsupported.
+	RunscPath string
+	// RunscRoot is runsc's state directory; /run/cove/runsc by default.
+	RunscRoot string
 	// LazyRestore restores a checkpoint with its memory served on demand (CRIU's lazy pages
 	// over userfaultfd): the sandbox runs before every page is read (lazy.go).
 	LazyRestore bool
@@ -68,10 +76,13 @@ type Runc struct {
 
 	criuOnce sync.Once // CanCheckpoint's verdict, found once
 	criuErr  error
+
+	runscErr error // why this host offers no runsc; nil when cfg.RunscPath is one
 }
 
 type sandbox struct {
 	id      string
+	engine  Engine
 	pid     int
 	network Network
 	netns   string        // the namespace it joined when the caller gave one (Spec.Netns)
@@ -110,6 +121,13 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 	if cfg.NoFile == 0 {
 		cfg.NoFile = DefaultNoFile
 	}
+	if cfg.RunscRoot == "" {
+		cfg.RunscRoot = "/run/cove/runsc"
+	}
+	var err error
+	if cfg.DefaultEngine, err = ParseEngine(string(cfg.DefaultEngine)); err != nil {
+		return nil, err
+	}
 	if !filepath.IsAbs(cfg.CgroupParent) {
 		return nil, fmt.Errorf("%w: cgroup parent %q must be absolute", ErrInvalid, cfg.CgroupParent)
 	}
@@ -118,11 +136,18 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 		return nil, fmt.Errorf("runc driver unavailable: %w", err)
 	}
 	cfg.RuncPath = host.Runc
-	var err error
+	var runscErr error
+	if cfg.RunscPath, runscErr = findRunsc(ctx, cfg.RunscPath); runscErr != nil && cfg.DefaultEngine == EngineRunsc {
+		return nil, fmt.Errorf("runtime engine runsc unavailable: %w", runscErr)
+	}
 	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{cfg.DataDir, cfg.RuncRoot, cfg.NetnsDir} {
+	dirs := []string{cfg.DataDir, cfg.RuncRoot, cfg.NetnsDir}
+	if runscErr == nil {
+		dirs = append(dirs, cfg.RunscRoot)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runc driver: %w", err)
 		}
@@ -137,11 +162,17 @@ func NewRunc(ctx context.Context, cfg Config) (*Runc, error) {
 	if err := weighParent(cfg.CgroupParent); err != nil {
 		telemetry.Logger(ctx).Warn("sandboxes' parent cgroup keeps the CPU weight of one task", telemetry.KeyError, err.Error())
 	}
+	log := telemetry.Logger(ctx)
+	if runscErr != nil {
+		log.Debug("runtime engine runsc unavailable", telemetry.KeyError, runscErr.Error())
+	}
+	log.Info("runtime ready", telemetry.KeyRuntimeEngine, cfg.DefaultEngine.String())
 	return &Runc{
 		cfg:       cfg,
 		seccomp:   host.Seccomp && !cfg.NoSeccomp,
 		sandboxes: map[string]*sandbox{},
 		locks:     map[string]*idLock{},
+		runscErr:  runscErr,
 	}, nil
 }
 
@@ -247,6 +278,15 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	unlock := r.lock(s.ID)
 	defer unlock()
 	dir := r.dir(s.ID)
+	engine := s.Engine
+	if s.Reboot {
+		engine = bundleEngine(dir) // the kept sandbox's
+	} else if engine == "" {
+		engine = r.cfg.DefaultEngine
+	}
+	if err := r.EngineErr(engine); err != nil {
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
 	if s.Reboot {
 		if r.runs(s.ID) {
 			return nil, fmt.Errorf("create %s: %w", s.ID, ErrExists)
@@ -306,7 +346,12 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}
-	spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
+	spec.Annotations[engineAnnotation] = string(engine)
+	if engine == EngineRunc {
+		spec.Annotations["org.criu.config"] = r.criuConfigPath() // runc hands it to CRIU at a checkpoint
+	} else {
+		runscSpec(spec)
+	}
 	cfg, err := json.MarshalIndent(spec, "", "  ")
 	if s.Reboot {
 		cfg, err = os.ReadFile(filepath.Join(dir, "config.json")) // the stopped sandbox's: its binds, env, limits, network
@@ -334,23 +379,47 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 	if s.Start {
 		verb = []string{"run", "--detach"} // one runc process instead of create, then start
 	}
-	if s.Restore != "" {
+	if s.Restore != "" && engine == EngineRunsc {
+		verb = []string{"restore", "--detach", "--image-path", filepath.Join(s.Restore, "checkpoint")}
+	} else if s.Restore != "" {
 		if err := os.Mkdir(r.criuWorkDir(s.ID), 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", s.ID, err)
 		}
 		verb = []string{"restore", "--detach", "--image-path", filepath.Join(s.Restore, "checkpoint"), "--work-path", r.criuWorkDir(s.ID)}
 	}
-	args := append([]string{"--root", r.cfg.RuncRoot, "--log", logFile, "--log-format", "json"}, verb...)
-	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
+	bin, global, err := r.cli(engine)
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		outW.Close()
+		errW.Close()
+		return nil, fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	args := append(append(global, "--log", logFile, "--log-format", "json"), verb...)
+	cmd := exec.CommandContext(ctx, bin, append(args, "--bundle", dir, "--pid-file", pidFile, s.ID)...)
 	// runc hands its own stdio to the init process: the pipes' write ends live on only there.
 	cmd.Stdout, cmd.Stderr = outW, errW
+	if engine == EngineRunsc {
+		releaseStdio(dir) // a reboot's: its processes are gone
+		err := recordStdio(dir, outW, errW)
+		if err == nil {
+			err = holdStdio(dir, outR, errR)
+		}
+		if err != nil {
+			outR.Close()
+			errR.Close()
+			outW.Close()
+			errW.Close()
+			return nil, fmt.Errorf("create %s: %w", s.ID, err)
+		}
+	}
 	runErr := cmd.Run()
 	outW.Close()
 	errW.Close()
 	if runErr != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("create %s: runc %s: %w: %s%s", s.ID, verb[0], runErr, runcLogErrors(logFile), criuLogErrors(filepath.Join(r.criuWorkDir(s.ID), "restore.log")))
+		return nil, fmt.Errorf("create %s: %s %s: %w: %s%s", s.ID, engine, verb[0], runErr, runcLogErrors(logFile), criuLogErrors(filepath.Join(r.criuWorkDir(s.ID), "restore.log")))
 	}
 	pid, err := readPid(pidFile)
 	if err != nil {
@@ -358,14 +427,17 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 		errR.Close()
 		return nil, fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	if s.Restore != "" {
+	if s.Restore != "" && engine == EngineRunc { // gVisor's hostname is the sentry's own: the fork keeps its source's
 		if err := setHostname(pid, s.ID); err != nil {
 			outR.Close()
 			errR.Close()
 			return nil, fmt.Errorf("create %s: hostname: %w", s.ID, err)
 		}
 	}
-	sb := &sandbox{id: s.ID, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
+	if engine == EngineRunsc {
+		r.reapGofer(s.ID)
+	}
+	sb := &sandbox{id: s.ID, engine: engine, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
 	if err := r.reap(sb); err != nil {
 		outR.Close()
 		errR.Close()
@@ -500,7 +572,7 @@ func prepareRoot(root, id string) error {
 func (r *Runc) Start(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
-	if _, err := r.runc(ctx, "start", id); err != nil {
+	if _, err := r.runc(ctx, r.engineOf(id), "start", id); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
 	return nil
@@ -520,6 +592,13 @@ func (r *Runc) Freeze(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, id) // for the log lines; added unless carried
+	if engine := r.engineOf(id); engine == EngineRunsc {
+		// The sentry stops its own tasks; runsc state then says paused, as Adopt needs.
+		if _, err := r.runc(ctx, engine, "pause", id); err != nil {
+			return fmt.Errorf("freeze %s: %w", id, err)
+		}
+		return nil
+	}
 	dir := filepath.Join(cgroupRoot, "freezer", r.cgroupPath(id))
 	if _, err := os.Stat(filepath.Join(dir, "freezer.state")); err == nil {
 		if err := freezeV1(ctx, dir, freezePatience); err != nil {
@@ -528,7 +607,7 @@ func (r *Runc) Freeze(ctx context.Context, id string) error {
 		return nil
 	}
 	for try := 0; ; try++ {
-		_, err := r.runc(ctx, "pause", id)
+		_, err := r.runc(ctx, r.engineOf(id), "pause", id)
 		if err == nil {
 			return nil
 		}
@@ -623,7 +702,7 @@ func thawV1(file string) error { return os.WriteFile(file, []byte("THAWED"), 0) 
 func (r *Runc) Thaw(ctx context.Context, id string) error {
 	unlock := r.lock(id)
 	defer unlock()
-	if _, err := r.runc(ctx, "resume", id); err != nil {
+	if _, err := r.runc(ctx, r.engineOf(id), "resume", id); err != nil {
 		return fmt.Errorf("thaw %s: %w", id, err)
 	}
 	return nil
@@ -645,7 +724,7 @@ func (r *Runc) Wait(ctx context.Context, id string) (Exit, error) {
 
 // State implements Runtime.
 func (r *Runc) State(ctx context.Context, id string) (State, error) {
-	out, err := r.runc(ctx, "state", id)
+	out, err := r.runc(ctx, r.engineOf(id), "state", id)
 	if err != nil {
 		return StateUnknown, fmt.Errorf("state %s: %w", id, err)
 	}
@@ -702,17 +781,26 @@ func (r *Runc) Destroy(ctx context.Context, id string) error {
 // crashed server.
 func (r *Runc) destroy(ctx context.Context, id string) error {
 	var errs []error
-	// Stop everything at once before runc even starts: a fork bomb that keeps the CPUs
-	// busy would otherwise slow runc's own start and its walk over the tasks.
-	thaw := haltCgroup(r.cgroupPath(id))
-	// kill --all freezes, signals and thaws, so it also kills a frozen sandbox; init's death
-	// then takes the rest of its pid namespace with it.
-	if _, err := r.runc(ctx, "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
-		errs = append(errs, err)
-	}
-	thaw() // the killed tasks die once thawed
-	if _, err := r.runc(ctx, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
-		errs = append(errs, err)
+	if engine := r.engineOf(id); engine == EngineRunsc {
+		// The sandbox's processes live in the sentry: delete --force kills the sandbox
+		// process (paused or not) and its gofer, and removes runsc's state.
+		if _, err := r.runc(ctx, engine, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+		releaseStdio(r.dir(id))
+	} else {
+		// Stop everything at once before runc even starts: a fork bomb that keeps the CPUs
+		// busy would otherwise slow runc's own start and its walk over the tasks.
+		thaw := haltCgroup(r.cgroupPath(id))
+		// kill --all freezes, signals and thaws, so it also kills a frozen sandbox; init's death
+		// then takes the rest of its pid namespace with it.
+		if _, err := r.runc(ctx, engine, "kill", "--all", id, "KILL"); err != nil && !errors.Is(err, ErrNotFound) && !notRunning(err) {
+			errs = append(errs, err)
+		}
+		thaw() // the killed tasks die once thawed
+		if _, err := r.runc(ctx, engine, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
 	}
 	if sb := r.get(id); sb != nil {
 		select {
@@ -786,19 +874,23 @@ func (r *Runc) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// runc runs one runc subcommand and returns its stdout; errors carry runc's stderr, and
-// ErrNotFound when the container does not exist.
-func (r *Runc) runc(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.cfg.RuncPath, append([]string{"--root", r.cfg.RuncRoot}, args...)...)
+// runc runs one subcommand of engine's CLI (runc or runsc, see cli) and returns its stdout;
+// errors carry its stderr, and ErrNotFound when the container does not exist.
+func (r *Runc) runc(ctx context.Context, engine Engine, args ...string) ([]byte, error) {
+	bin, global, err := r.cli(engine)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", engine, args[0], err)
+	}
+	cmd := exec.CommandContext(ctx, bin, append(global, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
-		if strings.Contains(msg, "does not exist") {
-			return nil, fmt.Errorf("runc %s: %w", args[0], ErrNotFound)
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") && engine == EngineRunsc {
+			return nil, fmt.Errorf("%s %s: %w", engine, args[0], ErrNotFound)
 		}
-		return nil, fmt.Errorf("runc %s: %w: %s", args[0], err, msg)
+		return nil, fmt.Errorf("%s %s: %w: %s", engine, args[0], err, msg)
 	}
 	return out, nil
 }

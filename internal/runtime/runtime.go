@@ -87,6 +87,9 @@ type Spec struct {
 	// snapshot) instead of running Args: its upper dir is copied in, and its processes and
 	// memory restored, running, as with Start. Args still describe the init.
 	Restore string
+	// Engine is the OCI runtime that isolates the sandbox; Config.DefaultEngine when empty.
+	// A restore (Restore) must name the engine its checkpoint was made by.
+	Engine Engine
 	// Reboot starts the sandbox afresh on the files FilesKeeper.StopKeepFiles kept for its
 	// id (a filesystem-only pause): its written files are there, nothing of its processes.
 	Reboot bool

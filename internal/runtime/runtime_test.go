@@ -651,32 +651,35 @@ func TestTheSandboxInitIsTheOOMKillersLastChoiceWhereTheHostAllowsIt(t *testing.
 }
 
 func TestProcessesListTheSandboxTreeWithSandboxPidsAndMemory(t *testing.T) {
-	r, rootfs := newRuntime(t)
-	s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; while :; do sleep 1; done`)})
-	// (a loop, not a final sleep: the shell would exec its last command and lose the string)
-	s.stdout.waitFor(t, "ready", 10*time.Second)
-	procs, err := r.Processes(context.Background(), s.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var init, sleeper bool
-	for _, p := range procs {
-		if p.PID == 1 && p.PPID == 0 && strings.HasPrefix(p.Command, "/bin/sh") {
-			init = true
-			if p.RSSBytes < 5_000_000 {
-				t.Errorf("init holds the 5 MB string but RSS is %d", p.RSSBytes)
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(`sleep 30 & x=$(head -c 5000000 /dev/zero | tr "\0" a); echo ready; while :; do sleep 1; done`)})
+		// (a loop, not a final sleep: the shell would exec its last command and lose the string)
+		s.stdout.waitFor(t, "ready", 10*time.Second)
+		t0 := time.Now()
+		procs, err := r.Processes(context.Background(), s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d processes listed in %s", len(procs), time.Since(t0))
+		var init, sleeper bool
+		for _, p := range procs {
+			if p.PID == 1 && p.PPID == 0 && strings.HasPrefix(p.Command, "/bin/sh") {
+				init = true
+				if p.RSSBytes < 5_000_000 {
+					t.Errorf("init holds the 5 MB string but RSS is %d", p.RSSBytes)
+				}
+			}
+			if strings.HasPrefix(p.Command, "sleep 30") && p.PPID == 1 && p.HostPID != p.PID {
+				sleeper = true
 			}
 		}
-		if strings.HasPrefix(p.Command, "sleep 30") && p.PPID == 1 && p.HostPID != p.PID {
-			sleeper = true
+		if !init || !sleeper {
+			t.Fatalf("processes %+v: want init (pid 1) and its sleeping child with sandbox pids", procs)
 		}
-	}
-	if !init || !sleeper {
-		t.Fatalf("processes %+v: want init (pid 1) and its sleeping child with sandbox pids", procs)
-	}
-	if procs[0].PID != 1 {
-		t.Errorf("biggest memory first: %+v", procs)
-	}
+		if procs[0].PID != 1 {
+			t.Errorf("biggest memory first: %+v", procs)
+		}
+	})
 }
 
 func TestCreateCanStartTheSandboxInOneStep(t *testing.T) {
@@ -689,45 +692,46 @@ func TestCreateCanStartTheSandboxInOneStep(t *testing.T) {
 }
 
 func TestADiskLimitedSandboxGetsENOSPCAndTheHostGivesNoMore(t *testing.T) {
-	r, rootfs := newRuntime(t)
-	const limit = 32 << 20
-	s := run(t, r, runtime.Spec{Rootfs: rootfs, Limits: runtime.Limits{DiskBytes: limit},
-		Args: sh(`dd if=/dev/zero of=/big bs=1M count=64 2>&1; echo dd-exit=$?; echo small > /small && echo small-ok; sleep 30`)})
-	s.stdout.waitFor(t, "dd-exit=", 20*time.Second)
-	upper := r.UpperDir(s.id)
-	img := filepath.Join(filepath.Dir(filepath.Dir(upper)), "disk.img")
-	t.Run("a write past the disk size gets ENOSPC inside the sandbox", func(t *testing.T) {
-		out := s.stdout.String()
-		if !strings.Contains(out, "No space left on device") || strings.Contains(out, "dd-exit=0") {
-			t.Errorf("dd of 64 MiB into a 32 MiB disk: %q", out)
-		}
-	})
-	t.Run("the sandbox's writes live on its own disk, whose host file holds at most its size", func(t *testing.T) {
-		if !strings.HasSuffix(upper, "/disk/upper") {
-			t.Errorf("upper dir %s is not on the sandbox's disk", upper)
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(img, &st); err != nil {
-			t.Fatal(err)
-		}
-		if used := st.Blocks * 512; used > limit {
-			t.Errorf("the disk image uses %d bytes of the host's disk, over the %d limit", used, limit)
-		}
-	})
-	t.Run("destroy unmounts the disk and frees its loop device", func(t *testing.T) {
-		if err := r.Destroy(context.Background(), s.id); err != nil {
-			t.Fatal(err)
-		}
-		mounts, _ := os.ReadFile("/proc/self/mountinfo")
-		if strings.Contains(string(mounts), filepath.Dir(upper)) {
-			t.Errorf("the disk is still mounted at %s", filepath.Dir(upper))
-		}
-		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-		for _, f := range files {
-			if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), img) {
-				t.Errorf("%s still backs onto %s", f, img)
+	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		const limit = 32 << 20
+		s := run(t, r, runtime.Spec{Rootfs: rootfs, Limits: runtime.Limits{DiskBytes: limit},
+			Args: sh(`dd if=/dev/zero of=/big bs=1M count=64 2>&1; echo dd-exit=$?; echo small > /small && echo small-ok; sleep 30`)})
+		s.stdout.waitFor(t, "dd-exit=", 20*time.Second)
+		upper := r.UpperDir(s.id)
+		img := filepath.Join(filepath.Dir(filepath.Dir(upper)), "disk.img")
+		t.Run("a write past the disk size gets ENOSPC inside the sandbox", func(t *testing.T) {
+			out := s.stdout.String()
+			if !strings.Contains(out, "No space left on device") || strings.Contains(out, "dd-exit=0") {
+				t.Errorf("dd of 64 MiB into a 32 MiB disk: %q", out)
 			}
-		}
+		})
+		t.Run("the sandbox's writes live on its own disk, whose host file holds at most its size", func(t *testing.T) {
+			if !strings.HasSuffix(upper, "/disk/upper") {
+				t.Errorf("upper dir %s is not on the sandbox's disk", upper)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(img, &st); err != nil {
+				t.Fatal(err)
+			}
+			if used := st.Blocks * 512; used > limit {
+				t.Errorf("the disk image uses %d bytes of the host's disk, over the %d limit", used, limit)
+			}
+		})
+		t.Run("destroy unmounts the disk and frees its loop device", func(t *testing.T) {
+			if err := r.Destroy(context.Background(), s.id); err != nil {
+				t.Fatal(err)
+			}
+			mounts, _ := os.ReadFile("/proc/self/mountinfo")
+			if strings.Contains(string(mounts), filepath.Dir(upper)) {
+				t.Errorf("the disk is still mounted at %s", filepath.Dir(upper))
+			}
+			files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+			for _, f := range files {
+				if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), img) {
+					t.Errorf("%s still backs onto %s", f, img)
+				}
+			}
+		})
 	})
 }
 

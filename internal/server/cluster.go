@@ -114,8 +114,8 @@ func clusterKey(secret []byte, purpose string) ([]byte, error) {
 }
 
 // nodeNames are the host-wide names a node derives from its name, so that several nodes
-// share a host: its runc state, network namespaces and cgroup parent, its nftables table
-// and veth prefix.
+// share a host: its runc and runsc state, network namespaces and cgroup parent, its nftables
+// table and veth prefix.
 func nodeNames(node string) (runtime.Config, string, string) {
 	h := fnv.New32a()
 	h.Write([]byte(node))
@@ -123,6 +123,7 @@ func nodeNames(node string) (runtime.Config, string, string) {
 	link := fmt.Sprintf("c%05x", h.Sum32()&0xfffff) // 6 of [a-z0-9], as network wants
 	return runtime.Config{
 		RuncRoot:     "/run/cove/" + node + "/runc",
+		RunscRoot:    "/run/cove/" + node + "/runsc",
 		NetnsDir:     "/run/cove/" + node + "/netns",
 		CgroupParent: "/cove-" + node,
 	}, table, link

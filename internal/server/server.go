@@ -120,6 +120,9 @@ type Config struct {
 	BuildTimeout time.Duration
 	// LazyRestore resumes snapshots with their memory served on demand (runtime.Config).
 	LazyRestore bool
+	// Runtime is the engine sandboxes run on: runc, or gVisor's runsc (runtime.Config's
+	// DefaultEngine); runc when empty.
+	Runtime runtime.Engine
 	// Pools sizes the warm pools by template name (a size set through the API wins);
 	// PoolMax bounds one pool, PoolRefillPerSec the boots that refill them.
 	Pools            map[string]int
@@ -398,6 +401,7 @@ func (s *instance) openTemplates(ctx context.Context) error {
 		rc, _, _ = nodeNames(s.cfg.Cluster.Node)
 		rc.LazyRestore = s.cfg.LazyRestore
 	}
+	rc.DefaultEngine = s.cfg.Runtime
 	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, rc)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)

@@ -86,6 +86,7 @@ const (
 	KeyState               = "state"
 	KeyStateBefore         = "state_before"
 	KeyRuntimeState        = "runtime.state"
+	KeyRuntimeEngine       = "runtime.engine"
 	KeyEndAt               = "end_at"
 	KeyPreviousEndAt       = "previous_end_at"
 	KeyTimeoutS            = "timeout_s"

@@ -87,10 +87,15 @@ func leftovers(t *testing.T, id string) []string {
 	return out
 }
 
-// onDisk says whether sandbox id is paused as a snapshot on disk.
+// onDisk says whether sandbox id is paused as a snapshot on disk: CRIU's images (runc) or
+// runsc's (COVE_RUNTIME=runsc).
 func onDisk(s *covetest.Server, id string) bool {
-	_, err := os.Stat(filepath.Join(s.DataDir, "sandboxes", id, "checkpoint", "inventory.img"))
-	return err == nil
+	for _, img := range []string{"inventory.img", "checkpoint.img"} {
+		if _, err := os.Stat(filepath.Join(s.DataDir, "sandboxes", id, "checkpoint", img)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func alive(t *testing.T, id string) bool {

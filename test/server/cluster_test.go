@@ -72,7 +72,7 @@ func startCluster(t *testing.T, lease time.Duration, names ...string) []*cluster
 	// parent) go with them.
 	t.Cleanup(func() {
 		for _, name := range names {
-			for _, d := range []string{"/run/cove/" + name + "/runc", "/run/cove/" + name + "/netns", "/run/cove/" + name} {
+			for _, d := range []string{"/run/cove/" + name + "/runc", "/run/cove/" + name + "/runsc", "/run/cove/" + name + "/netns", "/run/cove/" + name} {
 				if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("node %s left %v", name, err)
 				}

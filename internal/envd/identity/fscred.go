@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,6 +58,16 @@ func (u *User) Act(fn func() error) error {
 	return <-done
 }
 
+// haveFSIDs says whether the kernel has setfsuid(2) and setfsgid(2). gVisor's sentry answers
+// ENOSYS to both (gvisor.dev/issue/260): there Act switches the thread's effective ids instead
+// (setresuid and setresgid on the thread alone, the real and saved ids staying root's). File
+// system calls are checked against the effective ids as against fsuid and fsgid, which follow
+// them, and an effective uid other than 0 drops the file system capabilities just the same.
+var haveFSIDs = sync.OnceValue(func() bool {
+	_, err := unix.SetfsgidRetGid(-1)
+	return !errors.Is(err, unix.ENOSYS)
+})
+
 // becomeOnThread gives the calling (locked) thread u's file system credentials, and returns
 // the function that gives it back envd's.
 func (u *User) becomeOnThread() (restore func() error, err error) {
@@ -65,16 +76,22 @@ func (u *User) becomeOnThread() (restore func() error, err error) {
 		return func() error { return nil }, fmt.Errorf("%w: getgroups: %v", ErrCredentials, err)
 	}
 	uid, gid := os.Geteuid(), os.Getegid()
+	fsIDs := haveFSIDs()
 	restore = func() error {
-		_, _ = unix.SetfsuidRetUid(uid) // checked below
-		_, _ = unix.SetfsgidRetGid(gid)
+		if fsIDs {
+			_, _ = unix.SetfsuidRetUid(uid) // checked below
+			_, _ = unix.SetfsgidRetGid(gid)
+		} else {
+			_ = setThreadEUID(uid) // uid first: the gid can change only as root; checked below
+			_ = setThreadEGID(gid)
+		}
 		if err := unix.Setgroups(groups); err != nil {
 			return err
 		}
-		if got, _ := unix.SetfsuidRetUid(-1); got != uid {
+		if got := threadFSUID(fsIDs); got != uid {
 			return fmt.Errorf("fsuid stayed %d", got)
 		}
-		if got, _ := unix.SetfsgidRetGid(-1); got != gid {
+		if got := threadFSGID(fsIDs); got != gid {
 			return fmt.Errorf("fsgid stayed %d", got)
 		}
 		return nil
@@ -89,14 +106,56 @@ func (u *User) becomeOnThread() (restore func() error, err error) {
 	if err := unix.Setgroups(want); err != nil {
 		return restore, fmt.Errorf("%w: setgroups for %s: %v", ErrCredentials, u.Name, err)
 	}
-	_, _ = unix.SetfsgidRetGid(u.GID)
-	_, _ = unix.SetfsuidRetUid(u.UID)
+	if fsIDs {
+		_, _ = unix.SetfsgidRetGid(u.GID)
+		_, _ = unix.SetfsuidRetUid(u.UID)
+	} else if err := setThreadEGID(u.GID); err != nil { // gid first, while still root
+		return restore, fmt.Errorf("%w: setresgid %d for %s: %v", ErrCredentials, u.GID, u.Name, err)
+	} else if err := setThreadEUID(u.UID); err != nil {
+		return restore, fmt.Errorf("%w: setresuid %d for %s: %v", ErrCredentials, u.UID, u.Name, err)
+	}
 	// setfsuid and setfsgid report failure only by leaving the id as it was.
-	if got, _ := unix.SetfsgidRetGid(-1); got != u.GID {
+	if got := threadFSGID(fsIDs); got != u.GID {
 		return restore, fmt.Errorf("%w: setfsgid %d for %s: still %d", ErrCredentials, u.GID, u.Name, got)
 	}
-	if got, _ := unix.SetfsuidRetUid(-1); got != u.UID {
+	if got := threadFSUID(fsIDs); got != u.UID {
 		return restore, fmt.Errorf("%w: setfsuid %d for %s: still %d", ErrCredentials, u.UID, u.Name, got)
 	}
 	return restore, nil
+}
+
+// setThreadEUID and setThreadEGID set the calling thread's effective id only: the raw
+// system call, not x/sys's or syscall's, which change every thread of the process.
+func setThreadEUID(id int) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(id), ^uintptr(0)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func setThreadEGID(id int) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(id), ^uintptr(0)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// threadFSUID and threadFSGID are the calling thread's file system ids: asked of
+// setfs*(-1), or its effective ids where the kernel has no setfs* (they are the same then).
+func threadFSUID(fsIDs bool) int {
+	if !fsIDs {
+		r, _, _ := unix.RawSyscall(unix.SYS_GETEUID, 0, 0, 0)
+		return int(r)
+	}
+	got, _ := unix.SetfsuidRetUid(-1)
+	return got
+}
+
+func threadFSGID(fsIDs bool) int {
+	if !fsIDs {
+		r, _, _ := unix.RawSyscall(unix.SYS_GETEGID, 0, 0, 0)
+		return int(r)
+	}
+	got, _ := unix.SetfsgidRetGid(-1)
+	return got
 }

@@ -25,6 +25,16 @@ func nobody(t *testing.T) *User {
 }
 
 func TestActChecksAndCreatesAsTheUser(t *testing.T) {
+	t.Run("with setfsuid and setfsgid", testActChecksAndCreatesAsTheUser)
+	t.Run("with the thread's effective ids, where the kernel lacks setfsuid (gVisor)", func(t *testing.T) {
+		orig := haveFSIDs
+		haveFSIDs = func() bool { return false }
+		t.Cleanup(func() { haveFSIDs = orig })
+		testActChecksAndCreatesAsTheUser(t)
+	})
+}
+
+func testActChecksAndCreatesAsTheUser(t *testing.T) {
 	u := nobody(t)
 	dir := t.TempDir()
 	// t.TempDir's parent is root's alone (0700): let others through to dir, and write in it.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cove-dev/cove/internal/hostpkg"
 	"github.com/cove-dev/cove/internal/runtime"
 )
@@ -47,9 +49,11 @@ func Runc(t testing.TB) *runtime.Runc {
 		t.Skipf("runtime: needs root and runc: %v", err)
 	}
 	r, err := runtime.NewRunc(ctx, runtime.Config{
-		DataDir:  t.TempDir(),
-		RuncRoot: t.TempDir(),
-		NetnsDir: t.TempDir(),
+		DataDir:   t.TempDir(),
+		RuncRoot:  t.TempDir(),
+		NetnsDir:  t.TempDir(),
+		RunscPath: RunscPath(),
+		RunscRoot: runscRoot(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,9 +142,67 @@ func RuncWith(t testing.TB, cfg runtime.Config) *runtime.Runc {
 	t.Helper()
 	Runc(t) // skips, saying why, where runc cannot run
 	cfg.DataDir, cfg.RuncRoot, cfg.NetnsDir = t.TempDir(), t.TempDir(), t.TempDir()
+	if cfg.RunscPath == "" {
+		cfg.RunscPath = RunscPath()
+	}
+	if cfg.RunscRoot == "" {
+		cfg.RunscRoot = runscRoot(t)
+	}
 	r, err := runtime.NewRunc(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// RunscPath is the repository's bin/runsc (scripts/deps.sh builds it with COVE_RUNSC=1),
+// found from the test's working directory up; "" when there is none.
+func RunscPath() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "bin", "runsc")
+			if _, err := os.Stat(p); err != nil {
+				return ""
+			}
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Engine skips the test unless r can run sandboxes on engine, saying why.
+func Engine(t testing.TB, r *runtime.Runc, engine runtime.Engine) {
+	t.Helper()
+	if err := r.EngineErr(engine); err != nil {
+		t.Skipf("runtime engine %s unavailable here (COVE_RUNSC=1 scripts/deps.sh builds bin/runsc): %v", engine, err)
+	}
+}
+
+// runscRoot is a temp dir for runsc's state. runsc pins a shared network namespace for its
+// gofers there (null-netns, a bind mount that outlives every sandbox): the test's cleanup
+// unmounts it before the dir goes, and fails if anything else of runsc's is left.
+func runscRoot(t testing.TB) string {
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		null := filepath.Join(dir, "null-netns")
+		for unix.Unmount(null, unix.MNT_DETACH) == nil {
+		}
+		_ = os.Remove(null)
+		if left, _ := os.ReadDir(dir); len(left) > 0 {
+			var names []string
+			for _, e := range left {
+				names = append(names, e.Name())
+			}
+			t.Errorf("runsc state left in %s: %s", dir, strings.Join(names, ", "))
+		}
+	})
+	return dir
 }
