@@ -17,6 +17,7 @@ build:
 # Bring Cove up: installs runc and debootstrap, builds the base template on first run.
 run: build
 	-./scripts/criu.sh
+	@if [ "$${COVE_RUNTIME:-runc}" = runsc ]; then ./scripts/runsc.sh; fi
 	$(BIN)/cove server
 
 tools:
@@ -52,8 +53,10 @@ race:
 	CGO_ENABLED=1 GORACE="log_path=$(RACE_LOGS)/report" $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS) || \
 		{ for f in $(RACE_LOGS)/report.*; do [ -f "$$f" ] && { echo "== race report $$f"; head -c 20000 "$$f"; }; done; exit 1; }
 
+# The suite's tools and engines; the suite also runs its SDK scenarios on gVisor, so it builds
+# the pinned runsc too (COVE_RUNSC=0 skips it, and those tests skip saying so).
 deps:
-	./scripts/deps.sh
+	COVE_RUNSC=$${COVE_RUNSC:-1} ./scripts/deps.sh
 
 # The shared template store of whole-system tests: the base template is built once per machine
 # and definition (a few minutes), before the test packages run in parallel. It lives in a

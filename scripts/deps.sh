@@ -45,19 +45,10 @@ if [ ! -x bin/versitygw ] || [ "$(cat bin/versitygw.version 2>/dev/null)" != "$V
 		echo "deps: versitygw not built; the S3 blob store tests skip" >&2
 	fi
 fi
-# gVisor's runsc, the second isolation runtime, when asked for (COVE_RUNSC=1): pinned, built
-# once into bin/ without cgo. Newer versions need sidecar binaries that cannot be fetched here.
-# The runtime's runsc engine uses it (docs/runtimes.md); the suite does not build it, and its tests skip
-# without it.
-RUNSC_VER=v0.0.0-20260905035102-160fafc42237
-if [ "${COVE_RUNSC:-}" = 1 ] && { [ ! -x bin/runsc ] || [ "$(cat bin/runsc.version 2>/dev/null)" != "$RUNSC_VER" ]; }; then
-	echo "deps: building gVisor runsc ${RUNSC_VER} into bin/ (a few minutes the first time)"
-	mkdir -p bin
-	if GOBIN="$PWD/bin" CGO_ENABLED=0 go install "gvisor.dev/gvisor/runsc@${RUNSC_VER}"; then
-		echo "$RUNSC_VER" >bin/runsc.version
-	else
-		echo "deps: runsc not built; the runsc runtime tests skip" >&2
-	fi
+# gVisor's runsc, the second isolation runtime, when asked for (COVE_RUNSC=1, as `make test`
+# does): scripts/runsc.sh. Its tests skip without it.
+if [ "${COVE_RUNSC:-}" = 1 ]; then
+	./scripts/runsc.sh || echo "deps: runsc not built; the runsc runtime tests skip" >&2
 fi
 # Snapshot pause (CRIU 4): built from source once, about two minutes. Without it pauses
 # freeze and the snapshot tests skip, saying why.

@@ -45,6 +45,10 @@ var runscFlags = []string{
 	// A fork restores its source's checkpoint under its own id, root, network namespace,
 	// cgroup and command line: runsc would refuse a spec that differs from the source's.
 	"--restore-spec-validation=warning",
+	// sudo as E2B's templates have it (passwordless, setuid root): gVisor ignores the
+	// SUID/SGID bits unless told, as runc's kernel honours them. The ID gain stays inside the
+	// sentry, and no_new_privs still stops it where a spec asks.
+	"--allow-suid",
 }
 
 // findRunsc returns the runsc binary: path when given, else runsc beside the running
