@@ -259,6 +259,8 @@ type SandboxInfo struct {
 	Network *NetworkRules `json:"network,omitempty"`
 	// VolumeMounts are the volumes the sandbox mounts (Info only).
 	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
+	// Runtime is the engine the sandbox runs on: runc, or gVisor's runsc (Cove's extension).
+	Runtime string `json:"runtime,omitempty"`
 
 	requestID string
 }

@@ -38,6 +38,9 @@ type TemplateBuildOptions struct {
 	ContextDir string
 	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
 	CPUCount, MemoryMB int
+	// Runtime is the engine the template's sandboxes must run on: "runc", or "runsc"
+	// (gVisor); "" leaves it to the server's default (Cove's extension).
+	Runtime string
 	// OnLog receives the build's log lines as the steps run.
 	OnLog func(BuildLogEntry)
 	// PollInterval is how often the build's status is read; 200 ms when zero.
@@ -81,6 +84,8 @@ type TemplateInfo struct {
 	// StartSnapshot is set when the template's sandboxes start from a snapshot taken at
 	// the end of its build, its start command running and past its ready check.
 	StartSnapshot *TemplateStartSnapshot `json:"startSnapshot,omitempty"`
+	// Runtime is the engine the template's sandboxes must run on; "" the server's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // TemplateStartSnapshot is a template's start snapshot (Cove's extension of E2B's template).
@@ -113,7 +118,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 		BuildID    string `json:"buildID"`
 	}
 	if _, err := c.do(ctx, op, "", http.MethodPost, "/v3/templates",
-		map[string]any{"name": name, "cpuCount": opts.CPUCount, "memoryMB": opts.MemoryMB}, &req); err != nil {
+		map[string]any{"name": name, "cpuCount": opts.CPUCount, "memoryMB": opts.MemoryMB, "runtime": opts.Runtime}, &req); err != nil {
 		return nil, err
 	}
 	dir := opts.ContextDir

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,8 +114,8 @@ func newExplainCmd(f *apiFlags) *cobra.Command {
 			var killed *cove.SandboxKilledError
 			switch {
 			case err == nil:
-				fmt.Printf("sandbox %s is %s (template %s), started %s, its timeout ends at %s\n", id, info.State, info.TemplateID,
-					info.StartedAt.Format(time.RFC3339), info.EndAt.Format(time.RFC3339))
+				fmt.Printf("sandbox %s is %s (template %s, runtime %s, on %s), started %s, its timeout ends at %s\n", id, info.State, info.TemplateID,
+					cmp.Or(info.Runtime, "runc"), info.ClientID, info.StartedAt.Format(time.RFC3339), info.EndAt.Format(time.RFC3339))
 				evs, err := c.Events(cmd.Context(), id, cove.EventOptions{Types: []string{cove.EventSandboxPaused}, Limit: 1})
 				if err == nil && len(evs) > 0 && info.State == cove.StatePaused {
 					fmt.Printf("paused at %s by %s\n", evs[0].Timestamp.Format(time.RFC3339), who(evs[0]))

@@ -56,6 +56,7 @@ func newTemplatePushCmd() *cobra.Command {
 	cmd.Flags().StringVar(&opts.ContextDir, "context", ".", "directory COPY sources are relative to")
 	cmd.Flags().IntVar(&opts.CPUCount, "cpu", 0, "CPUs of the template's sandboxes (0: the server's default)")
 	cmd.Flags().IntVar(&opts.MemoryMB, "memory-mb", 0, "memory of the template's sandboxes in MiB (0: the server's default)")
+	cmd.Flags().StringVar(&opts.Runtime, "runtime", "", "the engine the template's sandboxes must run on: runc, or runsc (gVisor); empty: the server's default")
 	return cmd
 }
 

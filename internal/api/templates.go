@@ -184,6 +184,9 @@ type requestBuildJSON struct {
 	Tags     []string `json:"tags"`
 	CPUCount int      `json:"cpuCount"`
 	MemoryMB int      `json:"memoryMB"`
+	// Runtime is the engine the template's sandboxes must run on (runc or runsc; Cove's
+	// extension); the server's default when "".
+	Runtime string `json:"runtime,omitempty"`
 }
 
 type requestBuildResponseJSON struct {
@@ -211,7 +214,8 @@ func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) err
 	if tag != "" {
 		tags = append([]string{tag}, tags...)
 	}
-	rec, err := a.cfg.Builds.Request(name, tags, req.CPUCount, req.MemoryMB, telemetry.RequestID(r.Context()), c.team.ID)
+	rec, err := a.cfg.Builds.Request(template.NewBuild{Name: name, Tags: tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB,
+		Runtime: req.Runtime, RequestID: telemetry.RequestID(r.Context()), TeamID: c.team.ID})
 	if err != nil {
 		return fmt.Errorf("name: %w", err)
 	}
@@ -429,6 +433,8 @@ type templateJSON struct {
 	Builds        []templateBuildJSON `json:"builds"`
 	// StartSnapshot is Cove's: the snapshot the template's sandboxes start from.
 	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
+	// Runtime is Cove's: the engine the template's sandboxes must run on; "" the server's.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 func (a *api) templateJSON(t *template.Template) templateJSON {
@@ -436,7 +442,7 @@ func (a *api) templateJSON(t *template.Template) templateJSON {
 	j := templateJSON{TemplateID: t.Name, Names: []string{t.Name}, Aliases: []string{t.Name}, BuildStatus: "ready", Public: t.Public || t.TeamID == "",
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, EnvdVersion: EnvdVersion, BuildCount: len(recs),
 		CreatedAt: t.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: t.CreatedAt.Format(time.RFC3339Nano),
-		DiskSizeMB: int(t.SizeBytes >> 20), Builds: []templateBuildJSON{}}
+		DiskSizeMB: int(t.SizeBytes >> 20), Builds: []templateBuildJSON{}, Runtime: t.Runtime}
 	j.StartSnapshot = startSnapshotJSON(t.StartSnapshot)
 	for _, r := range recs {
 		b := templateBuildJSON{BuildID: r.ID, Status: r.Status.String(), CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,

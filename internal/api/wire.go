@@ -49,6 +49,7 @@ func (a *api) detail(sb *store.Sandbox, withToken bool) sandboxJSON {
 		TemplateID:          sb.TemplateID,
 		Alias:               sb.Alias,
 		ClientID:            clientOf(sb),
+		Runtime:             sb.Runtime,
 		StartedAt:           sb.StartedAt.UTC(),
 		EndAt:               sb.EndAt.UTC(),
 		State:               cove.SandboxState(sb.State),

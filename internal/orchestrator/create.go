@@ -90,6 +90,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		AllowInternet: false, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
 		AutoPauseKind: req.AutoPauseKind,
 	}
+	sb.Runtime = o.engineFor(tmpl)
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
@@ -136,6 +137,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 		}
 	}()
 	spec := runtime.Spec{
+		Engine: runtime.Engine(sb.Runtime),
 		ID:     sb.ID,
 		Rootfs: tmpl.Rootfs,
 		Layers: tmpl.LayerDirs,

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 		return nil, fmt.Errorf("fork %s: %w", id, err)
 	}
 	from := origin{team: src.TeamID, allowInternet: src.AllowInternet, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
-		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id, volumes: mounts}
+		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id, volumes: mounts, runtime: src.Runtime}
 	from.autoPauseKind = src.AutoPauseKind
 	from.network, from.inbound = o.networkConfig(e)
 	out := make([]ForkResult, count)
@@ -101,7 +102,7 @@ func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name stri
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	sn.TeamID, sn.SandboxID, sn.TemplateID, sn.Metadata = src.TeamID, src.ID, src.TemplateID, src.Metadata
+	sn.TeamID, sn.SandboxID, sn.TemplateID, sn.Metadata, sn.Runtime = src.TeamID, src.ID, src.TemplateID, src.Metadata, src.Runtime
 	sn.Secure, sn.EnvdAccessToken, sn.Bytes = src.Secure, src.EnvdAccessToken, n
 	if o.cfg.Vault != nil {
 		// Sandboxes started from the snapshot are masked of its sandbox's secrets.
@@ -212,6 +213,9 @@ type origin struct {
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string          // where the copy came from, for the created event
 	volumes                []VolumeMount   // the origin's volumes (Name is the id), mounted again at the same paths
+	// runtime is the engine the checkpoint was taken on: a copy restores on the same one
+	// ("" for a snapshot from before there were two: the template's).
+	runtime string
 	// moved is the record of a sandbox paused on another node, now resumed on this one under
 	// its own id (takeOver); nil for a new sandbox (a fork, a snapshot's start).
 	moved *store.Sandbox
@@ -244,7 +248,7 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 	if len(req.VolumeMounts) > 0 {
 		return nil, fmt.Errorf("%w: volumeMounts: a sandbox from a snapshot mounts the snapshot's volumes, at the paths its processes use", ErrInvalid)
 	}
-	from := origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md,
+	from := origin{team: sn.TeamID, template: sn.TemplateID, token: sn.EnvdAccessToken, metadata: md, runtime: sn.Runtime,
 		secure: sn.Secure, autoPause: req.AutoPause, autoResume: req.AutoResume, snapshotID: sn.ID, allowInternet: req.AllowInternet,
 		network: req.Network, inbound: network.Inbound{MaskRequestHost: req.MaskRequestHost, HTTPSPorts: req.HTTPSPorts}}
 	from.autoPauseKind = req.AutoPauseKind
@@ -282,7 +286,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		Metadata: maps.Clone(from.metadata), CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, Secure: from.secure, EnvdAccessToken: from.token, AutoPause: from.autoPause, AutoResume: from.autoResume,
 		StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
-		AutoPauseKind: from.autoPauseKind,
+		AutoPauseKind: from.autoPauseKind, Runtime: cmp.Or(from.runtime, o.engineFor(tmpl)),
 	}
 	if from.moved != nil {
 		// The same sandbox, come to this node: its id, token and record, running again here.
@@ -315,7 +319,8 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		}
 	}()
 	spec := runtime.Spec{
-		ID: sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
+		Engine: runtime.Engine(sb.Runtime),
+		ID:     sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs,
 			DiskBytes: int64(sb.DiskSizeMB) << 20},
 		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/template"
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -22,6 +24,12 @@ import (
 // back, learns it at its next renewal and kills what it still runs (Lost). Both go through the
 // one kill path with reason node_lost, so the record, the event, the webhook, the counter and
 // `cove explain` say the same wherever the sandbox ran.
+
+// engineFor is the engine a template's sandboxes run on: the one it requires, else the
+// server's default, else runc.
+func (o *Orchestrator) engineFor(t *template.Template) string {
+	return cmp.Or(t.Runtime, o.cfg.Engine, string(runtime.EngineRunc))
+}
 
 // Holds says whether this node runs (or is creating) sandbox id: a cluster serves its
 // requests here rather than forwarding them.
@@ -215,7 +223,7 @@ func (o *Orchestrator) takeOver(ctx context.Context, sb *store.Sandbox, timeout 
 	if err != nil {
 		return nil, fmt.Errorf("resume %s, paused on the lost node %s: %w", sb.ID, sb.Node, err)
 	}
-	out, err := o.createFrom(ctx, origin{team: sb.TeamID, template: sb.TemplateID, token: sb.EnvdAccessToken, metadata: sb.Metadata,
+	out, err := o.createFrom(ctx, origin{team: sb.TeamID, template: sb.TemplateID, token: sb.EnvdAccessToken, metadata: sb.Metadata, runtime: sb.Runtime,
 		secure: sb.Secure, autoPause: sb.AutoPause, autoResume: sb.AutoResume, allowInternet: sb.AllowInternet,
 		autoPauseKind: sb.AutoPauseKind, moved: sb}, dir, timeout)
 	if err != nil {

@@ -76,6 +76,9 @@ type Config struct {
 	Redactor *redact.Redactor
 	// Network gives sandboxes egress; nil leaves them loopback only.
 	Network Network
+	// Engine runs the sandboxes of templates that require none (runtime.Engine's name);
+	// runc when "".
+	Engine string
 	// Node is this server's name in a cluster (cove server --node): every sandbox it starts
 	// is recorded with it, and it adopts and sweeps only those. "" on a lone server.
 	Node string

@@ -330,7 +330,7 @@ func (o *Orchestrator) refillOne() bool {
 // with no team and no record.
 func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (pe *poolEntry, err error) {
 	begun := time.Now()
-	sb := &store.Sandbox{Node: o.cfg.Node, ID: newID(), TemplateID: t.Name, State: store.StateRunning, Metadata: map[string]string{},
+	sb := &store.Sandbox{Node: o.cfg.Node, Runtime: o.engineFor(t), ID: newID(), TemplateID: t.Name, State: store.StateRunning, Metadata: map[string]string{},
 		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion, StartedAt: begun}
 	base := o.cfg.Redactor
@@ -346,7 +346,8 @@ func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (pe
 		}
 	}()
 	spec := runtime.Spec{
-		ID: sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
+		Engine: runtime.Engine(sb.Runtime),
+		ID:     sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Start:  true,

@@ -171,7 +171,8 @@ func (o *Orchestrator) reboot(ctx context.Context, e *entry, tmpl *template.Temp
 		return err
 	}
 	spec := runtime.Spec{
-		ID: e.sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(e.sb),
+		Engine: runtime.Engine(e.sb.Runtime),
+		ID:     e.sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(e.sb),
 		Limits: runtime.Limits{DiskBytes: int64(e.sb.DiskSizeMB) << 20},
 		Start:  true, Reboot: true,
 	}

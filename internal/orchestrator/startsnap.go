@@ -35,7 +35,7 @@ func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, 
 	if err := ck.CanCheckpoint(); err != nil {
 		return nil, fmt.Errorf("%w: %v", template.ErrNoStartSnapshot, err)
 	}
-	sb := &store.Sandbox{Node: o.cfg.Node, ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
+	sb := &store.Sandbox{Node: o.cfg.Node, Runtime: o.engineFor(t), ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
 		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB)}
 	ctx = sandboxLog(ctx, sb)
 	// The build sandbox counts against its team's quotas while it runs, as a sandbox does.
@@ -51,7 +51,8 @@ func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, 
 		o.mu.Unlock()
 	}()
 	spec := runtime.Spec{
-		ID: sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
+		Engine: runtime.Engine(sb.Runtime),
+		ID:     sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
 		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
 		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
 		Start:  true,

@@ -1,8 +1,9 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/cove-dev/cove/internal/errdefs"
 )
 
 // Engine is the OCI runtime that isolates a sandbox: runc (namespaces and cgroups around the
@@ -38,5 +39,5 @@ func ParseEngine(s string) (Engine, error) {
 }
 
 // ErrUnsupported: this host, or this engine, cannot do what was asked (such as an engine
-// whose binary is missing).
-var ErrUnsupported = errors.New("not supported")
+// whose binary is missing). The API answers it 400, its message naming the engine.
+var ErrUnsupported = errdefs.New(errdefs.ErrInvalidArgument, "not supported")

@@ -589,7 +589,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
 		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 		Pools: cfg.Pools, PoolSizes: s.db, PoolMax: cfg.PoolMax, PoolRefillPerSec: cfg.PoolRefillPerSec,
-		Node: cfg.Cluster.Node, Placement: placement(cfg, s.db), Mover: s.mover(),
+		Node: cfg.Cluster.Node, Placement: placement(cfg, s.db), Mover: s.mover(), Engine: string(cfg.Runtime),
 	})
 	if err != nil {
 		return err

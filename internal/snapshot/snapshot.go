@@ -27,12 +27,14 @@ var ErrNotFound = errors.New("snapshot not found")
 
 // Snapshot is one snapshot's record.
 type Snapshot struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name,omitempty"`
-	TeamID     string            `json:"teamId"`
-	SandboxID  string            `json:"sandboxId"`  // the sandbox it was taken of
-	TemplateID string            `json:"templateId"` // that sandbox's template: the lower layer
-	Metadata   map[string]string `json:"metadata,omitempty"`
+	ID         string `json:"id"`
+	Name       string `json:"name,omitempty"`
+	TeamID     string `json:"teamId"`
+	SandboxID  string `json:"sandboxId"`  // the sandbox it was taken of
+	TemplateID string `json:"templateId"` // that sandbox's template: the lower layer
+	// Runtime is the engine the sandbox ran on: sandboxes from the snapshot restore on it.
+	Runtime  string            `json:"runtime,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Secure and EnvdAccessToken are the sandbox's: envd's memory, restored, keeps the token.
 	Secure          bool      `json:"secure"`
 	EnvdAccessToken string    `json:"envdAccessToken,omitempty"`

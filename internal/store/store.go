@@ -94,6 +94,9 @@ type Sandbox struct {
 	// Node is the cluster node that runs the sandbox (or ran it last, when paused or
 	// killed); "" on a server that is no cluster's node.
 	Node string
+	// Runtime is the engine the sandbox runs on (runc, runsc); "" for records from before
+	// there were two, which ran on runc.
+	Runtime string
 }
 
 // SandboxFilter selects sandboxes for a listing.

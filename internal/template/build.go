@@ -55,6 +55,9 @@ type Spec struct {
 	StartCmd, ReadyCmd string
 	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
 	CPUCount, MemoryMB int
+	// Runtime is the engine the template's sandboxes must run on ("": its parent's, else the
+	// server's default).
+	Runtime string
 	// Network is the network RUN steps reach the world through; nil is the host's (builds
 	// an operator runs on the host). A team's builds run in the team's (Builds.SetSandbox).
 	Network StepNetwork

@@ -59,6 +59,7 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 			below = t.Layers[len(t.Layers)-1]
 		}
 		t.StartCmd, t.ReadyCmd, t.CPUCount, t.MemoryMB = parent.StartCmd, parent.ReadyCmd, parent.CPUCount, parent.MemoryMB
+		t.Runtime = parent.Runtime
 	}
 	if c.Env == nil {
 		c.Env = map[string]string{}
@@ -142,6 +143,9 @@ func (s *Store) buildSteps(ctx context.Context, spec Spec, t *Template, out *lin
 	}
 	if spec.MemoryMB > 0 {
 		t.MemoryMB = spec.MemoryMB
+	}
+	if spec.Runtime != "" {
+		t.Runtime = spec.Runtime
 	}
 	for _, k := range t.Layers {
 		if l, err := s.readLayer(k); err == nil {

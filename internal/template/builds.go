@@ -87,6 +87,7 @@ type BuildRecord struct {
 	TeamID     string       `json:"team_id,omitempty"`
 	CPUCount   int          `json:"cpu_count,omitempty"`
 	MemoryMB   int          `json:"memory_mb,omitempty"`
+	Runtime    string       `json:"runtime,omitempty"` // the engine its sandboxes must run on; "" the server's default
 	Steps      []StepResult `json:"steps,omitempty"`
 	CreatedAt  time.Time    `json:"created_at"`
 	StartedAt  *time.Time   `json:"started_at,omitempty"`
@@ -240,8 +241,27 @@ func (b *Builds) List(name string) ([]*BuildRecord, error) {
 	return out, nil
 }
 
-// Request records a new build of name, waiting for its definition (Start).
-func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, requestID, teamID string) (*BuildRecord, error) {
+// NewBuild is what a new build asks for before its definition arrives.
+type NewBuild struct {
+	Name string
+	Tags []string
+	// CPUCount and MemoryMB size the template's sandboxes (0: the server's default).
+	CPUCount, MemoryMB int
+	// Runtime is the engine the template's sandboxes must run on (runc, runsc); "" leaves it
+	// to the server's default.
+	Runtime   string
+	RequestID string
+	TeamID    string
+}
+
+// Request records a new build, waiting for its definition (Start).
+func (b *Builds) Request(req NewBuild) (*BuildRecord, error) {
+	name, tags, cpuCount, memoryMB, requestID, teamID := req.Name, req.Tags, req.CPUCount, req.MemoryMB, req.RequestID, req.TeamID
+	if req.Runtime != "" {
+		if _, err := runtime.ParseEngine(req.Runtime); err != nil {
+			return nil, fmt.Errorf("%w: runtime: %v", ErrInvalid, err)
+		}
+	}
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
@@ -260,7 +280,7 @@ func (b *Builds) Request(name string, tags []string, cpuCount, memoryMB int, req
 		return nil, fmt.Errorf("%w: cpuCount and memoryMB must not be negative", ErrInvalid)
 	}
 	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
-		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, CreatedAt: time.Now().UTC()}
+		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, Runtime: req.Runtime, CreatedAt: time.Now().UTC()}
 	if _, _, _, err := b.stepSandbox(r); err != nil {
 		return nil, err // over the team's limits
 	}
@@ -393,7 +413,7 @@ func (b *Builds) run(ctx context.Context, r *BuildRecord, req BuildRequest, rele
 	}
 	b.log(r, "base", "info", fmt.Sprintf("==> steps run in a sandbox: %d CPUs, %d MB, %s, %s", cpus, mem, disk, net))
 	spec := Spec{Name: r.Template, Network: net, Limits: runtime.Limits{CPUs: float64(cpus), MemoryBytes: int64(mem) << 20, DiskBytes: int64(b.sandbox.DiskSizeMB) << 20}, From: req.FromTemplate, Steps: req.Steps, Files: DirSource(b.teamUploads(r.TeamID)), Scope: r.TeamID,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB,
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, CPUCount: r.CPUCount, MemoryMB: r.MemoryMB, Runtime: r.Runtime,
 		Force: req.Force, Replace: true, BuildID: r.ID, TeamID: r.TeamID, DiskImages: b.dir(),
 		Log: func(step, line string) { b.log(r, step, "info", line) }}
 	t, err := b.store.Build(ctx, spec, io.Discard)

@@ -23,7 +23,7 @@ func TestBuildRecords(t *testing.T) {
 	}
 
 	t.Run("a build is a record with its steps, cache hits, logs and request id", func(t *testing.T) {
-		rec, err := builds.Request("rec", nil, 1, 128, "req-42", "team-1")
+		rec, err := builds.Request(template.NewBuild{Name: "rec", CPUCount: 1, MemoryMB: 128, RequestID: "req-42", TeamID: "team-1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestBuildRecords(t *testing.T) {
 	})
 
 	t.Run("bad requests leave the build waiting", func(t *testing.T) {
-		rec, _ := builds.Request("rec2", nil, 0, 0, "", "")
+		rec, _ := builds.Request(template.NewBuild{Name: "rec2", CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: ""})
 		for _, req := range []template.BuildRequest{
 			{},
 			{FromTemplate: "missing"},
@@ -64,13 +64,13 @@ func TestBuildRecords(t *testing.T) {
 		if got, _ := builds.Get(rec.ID); got.Status != template.BuildWaiting {
 			t.Fatalf("status = %s", got.Status)
 		}
-		if _, err := builds.Request("base", nil, 0, 0, "", ""); !errors.Is(err, template.ErrInvalid) {
+		if _, err := builds.Request(template.NewBuild{Name: "base", CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: ""}); !errors.Is(err, template.ErrInvalid) {
 			t.Fatalf("a build of base: %v", err)
 		}
 	})
 
 	t.Run("a fromImage on an address a pull may not reach is refused before the build starts", func(t *testing.T) {
-		rec, _ := builds.Request("ssrf", nil, 0, 0, "", "team-1")
+		rec, _ := builds.Request(template.NewBuild{Name: "ssrf", CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: "team-1"})
 		for _, ref := range []string{"127.0.0.1:3000/x:1", "169.254.169.254/x:1", "localhost:3000/x:1"} {
 			err := builds.Start(ctx, rec.ID, "ssrf", template.BuildRequest{FromImage: ref})
 			if !errors.Is(err, oci.ErrRefused) || !strings.Contains(err.Error(), "registry "+strings.Split(strings.Split(ref, "/")[0], ":")[0]) {
@@ -86,7 +86,7 @@ func TestBuildRecords(t *testing.T) {
 	})
 
 	t.Run("a build a crash interrupted is failed as orphaned at the next open", func(t *testing.T) {
-		rec, _ := builds.Request("crashed", nil, 0, 0, "", "")
+		rec, _ := builds.Request(template.NewBuild{Name: "crashed", CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: ""})
 		again, err := template.OpenBuilds(store, data) // as the next server start would
 		if err != nil {
 			t.Fatal(err)

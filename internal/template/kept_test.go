@@ -37,7 +37,7 @@ func TestBuildFilesArePruned(t *testing.T) {
 
 	t.Run("records of builds not yet finished are counted and kept", func(t *testing.T) {
 		for i := range 3 {
-			if _, err := builds.Request(fmt.Sprintf("rec-%d", i), nil, 0, 0, "", "team-1"); err != nil {
+			if _, err := builds.Request(template.NewBuild{Name: fmt.Sprintf("rec-%d", i), CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: "team-1"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -81,7 +81,7 @@ func TestBuildFilesArePruned(t *testing.T) {
 		}
 	}
 	t.Run("an upload a build reads is kept; other old uploads go", func(t *testing.T) {
-		rec, err := builds.Request("copier", nil, 0, 0, "", "team-1")
+		rec, err := builds.Request(template.NewBuild{Name: "copier", CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: "team-1"})
 		if err != nil {
 			t.Fatal(err)
 		}

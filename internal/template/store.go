@@ -76,6 +76,9 @@ type Template struct {
 	// CPUCount and MemoryMB size the template's sandboxes; 0 means the server's default.
 	CPUCount int `json:"cpu_count,omitempty"`
 	MemoryMB int `json:"memory_mb,omitempty"`
+	// Runtime is the engine the template's sandboxes must run on (runc, runsc); "" is the
+	// server's default.
+	Runtime string `json:"runtime,omitempty"`
 	// BuildID is the API build that made the template ("" for builds on the host).
 	BuildID string `json:"build_id,omitempty"`
 	// TeamID is the team whose API build made the template: only it may rebuild, tag or

@@ -24,7 +24,7 @@ const sandboxColumns = `id, team_id, template_id, alias, state, metadata, env_va
 	secure, auto_pause, auto_resume, allow_internet,
 	started_at, end_at, paused_at, killed_at,
 	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at,
-	auto_pause_kind, pause_kind, node`
+	auto_pause_kind, pause_kind, node, runtime`
 
 func validState(s store.SandboxState) bool {
 	return s == store.StateRunning || s == store.StatePaused || s == store.StateKilled
@@ -61,7 +61,7 @@ func (db *DB) sandboxArgs(sb *store.Sandbox) ([]any, error) {
 		sb.Secure, sb.AutoPause, sb.AutoResume, sb.AllowInternet,
 		sb.StartedAt, sb.EndAt, sb.PausedAt, sb.KilledAt,
 		string(sb.KillReason), sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy, sb.UpdatedAt,
-		string(sb.AutoPauseKind), string(sb.PauseKind), sb.Node,
+		string(sb.AutoPauseKind), string(sb.PauseKind), sb.Node, sb.Runtime,
 	}, nil
 }
 
@@ -75,7 +75,7 @@ func (db *DB) scanSandbox(row pgx.Row) (*store.Sandbox, error) {
 		&sb.Secure, &sb.AutoPause, &sb.AutoResume, &sb.AllowInternet,
 		&sb.StartedAt, &sb.EndAt, &sb.PausedAt, &sb.KilledAt,
 		&killReason, &sb.KillRequestID, &sb.KillAPIKeyID, &sb.CreatedBy, &sb.UpdatedAt,
-		&autoPauseKind, &pauseKind, &sb.Node,
+		&autoPauseKind, &pauseKind, &sb.Node, &sb.Runtime,
 	); err != nil {
 		return nil, err
 	}

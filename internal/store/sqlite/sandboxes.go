@@ -24,7 +24,7 @@ const sandboxColumns = `id, team_id, template_id, alias, state, metadata, env_va
 	secure, auto_pause, auto_resume, allow_internet,
 	started_at, end_at, paused_at, killed_at,
 	kill_reason, kill_request_id, kill_api_key_id, created_by, updated_at,
-	auto_pause_kind, pause_kind, node`
+	auto_pause_kind, pause_kind, node, runtime`
 
 var liveStates = []store.SandboxState{store.StateRunning, store.StatePaused}
 
@@ -55,7 +55,7 @@ func (db *DB) sandboxArgs(sb *store.Sandbox) ([]any, error) {
 		sb.Secure, sb.AutoPause, sb.AutoResume, sb.AllowInternet,
 		toMicros(sb.StartedAt), toMicros(sb.EndAt), toNullMicros(sb.PausedAt), toNullMicros(sb.KilledAt),
 		string(sb.KillReason), sb.KillRequestID, sb.KillAPIKeyID, sb.CreatedBy, toMicros(sb.UpdatedAt),
-		string(sb.AutoPauseKind), string(sb.PauseKind), sb.Node,
+		string(sb.AutoPauseKind), string(sb.PauseKind), sb.Node, sb.Runtime,
 	}, nil
 }
 
@@ -85,7 +85,7 @@ func (db *DB) scanSandbox(row scanner) (*store.Sandbox, error) {
 		&sb.Secure, &sb.AutoPause, &sb.AutoResume, &sb.AllowInternet,
 		&started, &end, &paused, &killed,
 		&killReason, &sb.KillRequestID, &sb.KillAPIKeyID, &sb.CreatedBy, &updated,
-		&autoPauseKind, &pauseKind, &sb.Node,
+		&autoPauseKind, &pauseKind, &sb.Node, &sb.Runtime,
 	); err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (db *DB) InsertSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
 	_, err = db.write.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	switch {
 	case isCode(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY):
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, store.ErrConflict)
@@ -144,7 +144,7 @@ func (db *DB) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		secure = ?, auto_pause = ?, auto_resume = ?, allow_internet = ?,
 		started_at = ?, end_at = ?, paused_at = ?, killed_at = ?,
 		kill_reason = ?, kill_request_id = ?, kill_api_key_id = ?, created_by = ?, updated_at = ?,
-		auto_pause_kind = ?, pause_kind = ?, node = ?
+		auto_pause_kind = ?, pause_kind = ?, node = ?, runtime = ?
 		WHERE id = ?`, append(args[1:], sb.ID)...)
 	if isCode(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 		return fmt.Errorf("update sandbox %s: team %s: %w", sb.ID, sb.TeamID, store.ErrNotFound)

@@ -132,7 +132,7 @@ func sandboxes(t *testing.T, s Engine) {
 		DiskSizeMB: 5120, EnvdVersion: "0.2.0", EnvdAccessToken: "ea_token", Secure: true, AutoPause: true, AutoResume: true,
 		AllowInternet: true, StartedAt: base, EndAt: base.Add(time.Hour), PausedAt: &paused, KillReason: reason.KillReason(""),
 		CreatedBy: "req_1", UpdatedAt: paused}
-	full.AutoPauseKind, full.PauseKind, full.Node = reason.PauseFilesystem, reason.PauseFilesystem, "node-a"
+	full.AutoPauseKind, full.PauseKind, full.Node, full.Runtime = reason.PauseFilesystem, reason.PauseFilesystem, "node-a", "runsc"
 	if err := s.InsertSandbox(ctx, full); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,7 @@
+-- +goose Up
+-- A second isolation runtime (issue 27): the engine a sandbox runs on (runc, runsc); ''
+-- for records from before, which ran on runc.
+ALTER TABLE sandboxes ADD COLUMN runtime TEXT NOT NULL DEFAULT '';
+
+-- +goose Down
+ALTER TABLE sandboxes DROP COLUMN runtime;
