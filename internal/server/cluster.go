@@ -353,6 +353,7 @@ func (c *clusterNode) serve(w http.ResponseWriter, r *http.Request, proxied bool
 		httpx.WriteError(r.Context(), w, err)
 		return
 	}
+	r.Header.Del(HeaderNodeForward) // checked: neither the API nor a sandbox's port sees it
 	switch {
 	case !proxied && isCreate(r) && forwarded:
 		c.createHere(w, r, next) // placed here by another node: say if there is no room
