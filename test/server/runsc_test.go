@@ -63,7 +63,8 @@ func TestRunscSDKScenarios(t *testing.T) {
 // explain), while base's stay on runc; an unknown runtime is refused, naming the field.
 func TestRunscPerTemplate(t *testing.T) {
 	runscOr(t)
-	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill"})
+	// A store of its own: the template it builds stays out of the shared one.
+	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t)})
 	ctx := context.Background()
 	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if _, err := c.BuildTemplate(ctx, "on-gvisor", cove.TemplateDefinition{FromTemplate: "base",
