@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/cove-dev/cove/internal/events"
@@ -231,6 +232,9 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 		sn, _ = o.cfg.Snapshots.Get(req.TemplateID)
 	}
 	if sn == nil || sn.TeamID != req.TeamID {
+		if full, ok := ctx.Value(nodeFullKey{}).(*atomic.Bool); ok && sn == nil {
+			full.Store(true) // a snapshot's files are on the node it was taken on: try the others
+		}
 		return nil, fmt.Errorf("%w: snapshot %q", ErrTemplateNotFound, req.TemplateID)
 	}
 	timeout, err := o.clampTimeout(req.Timeout)

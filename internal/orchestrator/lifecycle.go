@@ -35,6 +35,19 @@ func (o *Orchestrator) entryFor(ctx context.Context, teamID, id string) (*entry,
 	if sb.State == store.StateKilled {
 		return nil, gone(sb)
 	}
+	if o.cfg.Mover != nil && sb.Node == o.cfg.Node && sb.Node != "" && sb.State == store.StatePaused && sb.PauseKind == reason.PauseSnapshot {
+		// Handed to this node by a draining one (Migrate) and not adopted yet: a request that
+		// arrives first takes it over (one take-over at a time: the adopt call finds it live).
+		if _, err := o.takeOver(ctx, sb, max(0, time.Until(sb.EndAt).Round(time.Second))); err != nil {
+			return nil, err
+		}
+		o.mu.Lock()
+		e := o.live[id]
+		o.mu.Unlock()
+		if e != nil {
+			return e, nil
+		}
+	}
 	return nil, fmt.Errorf("%w: %s (recorded %s but not held by this server)", ErrNotFound, id, sb.State)
 }
 

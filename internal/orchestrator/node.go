@@ -41,6 +41,21 @@ func (o *Orchestrator) Holds(id string) bool {
 	return live || creating
 }
 
+// HoldsAfterMove is Holds once a move of id under way (Migrate) is over, or ctx ends: a
+// request that arrives while its sandbox moves waits the short pause and follows it.
+func (o *Orchestrator) HoldsAfterMove(ctx context.Context, id string) bool {
+	o.mu.Lock()
+	moved := o.moving[id]
+	o.mu.Unlock()
+	if moved != nil {
+		select {
+		case <-moved:
+		case <-ctx.Done():
+		}
+	}
+	return o.Holds(id)
+}
+
 // Placement is the part of the cluster's ledger (store.Nodes) a node's creates use.
 type Placement interface {
 	// Reserve records r on its node and team when both have room, all or none.
@@ -85,9 +100,10 @@ func (o *Orchestrator) place(ctx context.Context, sb *store.Sandbox) (settle fun
 
 type nodeFullKey struct{}
 
-// WatchNodeFull returns a context whose create reports, through full, that this node had no
-// room for it (store.ErrNodeFull): the cluster then places the create on another node,
-// rather than answer 429 while others have room.
+// WatchNodeFull returns a context whose create reports, through full, that this node cannot
+// take it: it had no room (store.ErrNodeFull), or the snapshot it starts from is another
+// node's. The cluster then places the create on another node, rather than answer 429 or 404
+// while another can.
 func WatchNodeFull(ctx context.Context) (_ context.Context, full func() bool) {
 	var b atomic.Bool
 	return context.WithValue(ctx, nodeFullKey{}, &b), b.Load
@@ -257,7 +273,7 @@ func (o *Orchestrator) Adopt(ctx context.Context, id string) (*store.Sandbox, er
 	if sb.Node != o.cfg.Node {
 		return nil, fmt.Errorf("%w: %s was handed to node %q, not this one", ErrConflict, id, sb.Node)
 	}
-	return o.takeOver(ctx, sb, time.Until(sb.EndAt).Round(time.Second))
+	return o.takeOver(ctx, sb, max(0, time.Until(sb.EndAt).Round(time.Second)))
 }
 
 // Migrate moves a running sandbox to node to (a drain): it is checkpointed and shared
@@ -269,12 +285,25 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 		return fmt.Errorf("%w: moving a sandbox needs a cluster with an object store (--node and --objects)", ErrInvalid)
 	}
 	begun := time.Now()
-	ctx = telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), requestID(ctx))
+	// A move, once begun, finishes or is undone whatever becomes of the caller: a sandbox
+	// is never left half-moved by a cancel (a server stopping, say).
+	ctx = context.WithoutCancel(telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), requestID(ctx)))
 	e, err := o.entryFor(ctx, "", id)
 	if err != nil {
 		return err
 	}
 	ctx = sandboxLog(ctx, e.sb)
+	// Requests for it wait for the move (Holds), then go where it went.
+	moved := make(chan struct{})
+	o.mu.Lock()
+	o.moving[id] = moved
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		delete(o.moving, id)
+		o.mu.Unlock()
+		close(moved)
+	}()
 	e.mu.Lock()
 	running := !e.killed && e.sb.State == store.StateRunning
 	e.mu.Unlock()
@@ -288,7 +317,7 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	shared := e.shared
 	e.mu.Unlock()
 	back := func(cause error) error {
-		if _, rerr := o.resume(ctx, e, time.Until(e.sb.EndAt), false); rerr != nil {
+		if _, rerr := o.resume(ctx, e, max(0, time.Until(e.sb.EndAt).Round(time.Second)), false); rerr != nil {
 			return errors.Join(cause, fmt.Errorf("and it did not resume here: %w", rerr))
 		}
 		return cause
@@ -312,7 +341,10 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 		e.sb.Node = o.cfg.Node
 		return back(fmt.Errorf("move %s: %w", id, err))
 	}
-	if err := adopt(ctx); err != nil {
+	actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = adopt(actx)
+	cancel()
+	if err != nil {
 		// Taken back: the record names this node again, and it runs here.
 		e.mu.Lock()
 		e.sb.Node, e.sb.UpdatedAt = o.cfg.Node, time.Now()

@@ -171,6 +171,8 @@ type Orchestrator struct {
 	live map[string]*entry
 	// takeovers serialises the take-overs of one sandbox (node.go): id → *sync.Mutex.
 	takeovers sync.Map
+	// moving holds the sandboxes a drain is moving away (Migrate), closed once it is over.
+	moving map[string]chan struct{}
 	creating  map[string]reservation // creates in flight, counted against their team's quota
 	rates     map[string]*bucket     // each team's create-rate bucket
 
@@ -299,7 +301,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		}
 	}
 	telemetry.Metrics()
-	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	o := &Orchestrator{cfg: cfg, live: map[string]*entry{}, moving: map[string]chan struct{}{}, creating: map[string]reservation{}, rates: map[string]*bucket{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		poolWake: make(chan struct{}, 1)}
 	o.limits = events.NewLimits(cfg.Events, cfg.Logger) // nil without Events: tells nobody
 	o.watchDisk()

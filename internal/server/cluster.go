@@ -31,6 +31,7 @@ import (
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/requestid"
@@ -154,6 +155,10 @@ func applyNodeNames(cfg *Config) {
 // path and query, and the request id, with a key derived from the cluster's secret.
 const HeaderNodeForward = "Cove-Node-Forward"
 
+// headerNodeHops marks a request a node forwards a second time (its sandbox moved on while
+// the first hop was under way): the node it reaches answers it, never forwarding it again.
+const headerNodeHops = "Cove-Node-Hops"
+
 // forwardSkew is how far a forwarded request's time may be from the receiver's clock.
 const forwardSkew = time.Minute
 
@@ -162,8 +167,9 @@ type clusterNode struct {
 	self    *url.URL
 	signKey []byte
 	nodes   store.Nodes
-	// local says whether this node holds the sandbox (in its memory): served here at once.
-	local func(id string) bool
+	// local says whether this node holds the sandbox (in its memory), once a move of it
+	// under way is over: served here at once.
+	local func(ctx context.Context, id string) bool
 	// sandboxOf names the sandbox a proxied request is for.
 	sandboxOf func(r *http.Request) (string, bool)
 	// records reads a sandbox's record (its node).
@@ -304,7 +310,7 @@ func (c *clusterNode) route(r *http.Request, proxied bool) (*store.Node, error) 
 	} else {
 		id, ok = sandboxPath(r.URL.Path)
 	}
-	if !ok || c.local(id) {
+	if !ok || c.local(r.Context(), id) {
 		return nil, nil
 	}
 	return c.ownerOf(r.Context(), id), nil
@@ -359,8 +365,18 @@ func (c *clusterNode) serve(w http.ResponseWriter, r *http.Request, proxied bool
 		c.createHere(w, r, next) // placed here by another node: say if there is no room
 	case !proxied && isCreate(r):
 		c.placeCreate(w, r, next)
+	case forwarded && r.Header.Get(headerNodeHops) != "":
+		next.ServeHTTP(w, r) // forwarded twice already: answered here, whatever it finds
 	case forwarded:
-		next.ServeHTTP(w, r)
+		// Another node sent it here; if the sandbox has moved on meanwhile (a drain), it
+		// follows once more, marked so that it goes no further.
+		n, err := c.route(r, proxied)
+		if err != nil || n == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		r.Header.Set(headerNodeHops, "2")
+		c.forward(w, r, n)
 	default:
 		n, err := c.route(r, proxied)
 		if err != nil {
@@ -415,8 +431,12 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 	if len(ranked) == 0 {
 		ranked = []*store.Node{{Name: c.name}}
 	}
+	tries := min(len(ranked), maxPlacements)
+	if snapshot.IsID(cb.TemplateID) {
+		tries = len(ranked) // its files are on one node: every node is asked until it is found
+	}
 	var last *bufferedResponse
-	for i, n := range ranked[:min(len(ranked), maxPlacements)] {
+	for i, n := range ranked[:tries] {
 		rec := &bufferedResponse{header: http.Header{}}
 		req := r.Clone(r.Context())
 		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
@@ -429,7 +449,7 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 		if rec.header.Get(HeaderNodeFull) == "" {
 			break
 		}
-		telemetry.Logger(r.Context()).Info("node had no room for a create, placing it on the next", telemetry.KeyNodeTo, n.Name, telemetry.KeyAttempt, i+1)
+		telemetry.Logger(r.Context()).Info("node could not take a create (no room, or not its snapshot), placing it on the next", telemetry.KeyNodeTo, n.Name, telemetry.KeyAttempt, i+1)
 	}
 	last.header.Del(HeaderNodeFull)
 	last.copyTo(w)
@@ -502,7 +522,7 @@ func (s *instance) startCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cn.local = s.orch.Holds
+	cn.local = s.orch.HoldsAfterMove
 	s.cluster = cn
 	vcpus, memMB, diskMB := nodeCapacity(s.cfg.DataDir)
 	maxSandboxes := orDefault(c.MaxSandboxes, 200)

@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,7 +118,10 @@ func startCluster(t *testing.T, lease time.Duration, names ...string) []*cluster
 // the one that holds it, a forged node signature is refused, and a node killed with SIGKILL
 // is declared lost: its running sandboxes end with reason node_lost, seen from the others.
 func TestCluster(t *testing.T) {
-	nodes := startCluster(t, 3*time.Second, "node-a", "node-b", "node-c")
+	// Names of this run's own: the host-wide names nodes derive from them (cgroups, run dirs)
+	// never meet another run's.
+	run := fmt.Sprintf("n%d", os.Getpid()%100000)
+	nodes := startCluster(t, 3*time.Second, run+"-a", run+"-b", run+"-c")
 	a, b := nodes[0], nodes[1]
 	ctx := context.Background()
 
@@ -134,12 +139,13 @@ func TestCluster(t *testing.T) {
 		held[info.ClientID] = append(held[info.ClientID], sb)
 		all = append(all, sb)
 	}
-	t.Logf("six creates through %s landed: %d on node-a, %d on node-b, %d on node-c", a.name, len(held["node-a"]), len(held["node-b"]), len(held["node-c"]))
+	t.Logf("six creates through %s landed: %d on %s, %d on %s, %d on %s", a.name, len(held[nodes[0].name]), nodes[0].name,
+		len(held[nodes[1].name]), nodes[1].name, len(held[nodes[2].name]), nodes[2].name)
 	if len(held) < 2 {
 		t.Fatalf("six creates all landed on one node: %v", keys(held))
 	}
 	for name := range held {
-		if !strings.HasPrefix(name, "node-") {
+		if !strings.HasPrefix(name, run+"-") {
 			t.Fatalf("clientID %q names no node", name)
 		}
 	}
@@ -166,6 +172,20 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+
+	// where reads which node holds each of the six now: drains move them.
+	where := func(t *testing.T) map[string][]*cove.Sandbox {
+		t.Helper()
+		out := map[string][]*cove.Sandbox{}
+		for _, sb := range all {
+			info, err := a.c.Info(ctx, sb.ID)
+			if err != nil {
+				t.Fatalf("info of %s: %v", sb.ID, err)
+			}
+			out[info.ClientID] = append(out[info.ClientID], sb)
+		}
+		return out
+	}
 
 	t.Run("the npm SDK's scenarios through node-b cannot tell a cluster from one node", func(t *testing.T) {
 		// Its creates land on any node; every call after goes through node-b.
@@ -209,7 +229,7 @@ func TestCluster(t *testing.T) {
 		}
 		defer sb.Kill(ctx)
 		info, err := a.c.Info(ctx, sb.ID)
-		if err != nil || info.ClientID != "node-c" {
+		if err != nil || info.ClientID != nodes[2].name {
 			t.Fatalf("the create landed on %+v (%v), want node-c", info, err)
 		}
 		res, err := sb.Commands.Run(ctx, "cat /tmp/built.txt")
@@ -217,7 +237,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("the template's file on node-c: %+v %v", res, err)
 		}
 		if !strings.Contains(nodes[2].srv.Logs(), `"msg":"template fetched from the object store"`) {
-			t.Error("node-c did not say it fetched the template")
+			t.Errorf("%s did not say it fetched the template", nodes[2].name)
 		}
 		for _, n := range nodes[:2] {
 			if _, err := admin.ActivateNode(ctx, n.name); err != nil {
@@ -228,6 +248,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("a drain of node-c moves its running sandboxes, their processes and memory with them", func(t *testing.T) {
 		c := nodes[2]
+		held = where(t) // the template's drain of the others moved theirs here
 		if len(held[c.name]) == 0 {
 			t.Skip("no sandbox landed on node-c")
 		}
@@ -245,6 +266,28 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		admin := cove.NewClient(cove.Config{APIURL: a.srv.URL, AdminToken: strings.TrimSpace(string(token))})
+		// A client keeps running commands in it through node-a all along: each waits out the
+		// move's pause and reaches the sandbox wherever it is.
+		stop := make(chan struct{})
+		var calls, failed atomic.Int64
+		var lastErr atomic.Value
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				calls.Add(1)
+				if res, err := moving.Commands.Run(ctx, "echo alive"); err != nil || res.Stdout != "alive\n" {
+					failed.Add(1)
+					lastErr.Store(fmt.Sprint(err))
+				}
+			}
+		}()
 		begun := time.Now()
 		if _, err := admin.DrainNode(ctx, c.name); err != nil {
 			t.Fatal(err)
@@ -264,6 +307,13 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		t.Logf("drained %d sandboxes off %s in %s", len(held[c.name]), c.name, time.Since(begun).Round(10*time.Millisecond))
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if failed.Load() > 0 {
+			t.Errorf("%d of %d commands run through %s during the move failed; the last: %v", failed.Load(), calls.Load(), a.name, lastErr.Load())
+		}
+		t.Logf("%d commands ran through %s during the move, none failed", calls.Load(), a.name)
 		// Through the drained node too: it forwards to where the sandbox went.
 		conn, err := c.c.Connect(ctx, moving.ID, 0)
 		if err != nil {
@@ -284,18 +334,45 @@ func TestCluster(t *testing.T) {
 		if _, err := admin.ActivateNode(ctx, c.name); err != nil {
 			t.Fatal(err)
 		}
-		// The moved sandboxes count where they run now: node-b's share for the loss below.
-		for _, sb := range held[c.name] {
-			info, _ := a.c.Info(ctx, sb.ID)
-			held[info.ClientID] = append(held[info.ClientID], sb)
+		held = where(t)
+		if len(held[c.name]) != 0 {
+			t.Errorf("%d sandboxes still on the drained %s", len(held[c.name]), c.name)
 		}
-		held[c.name] = nil
+	})
+
+	t.Run("a sandbox from a snapshot starts on the node holding the snapshot, asked through any node", func(t *testing.T) {
+		src := all[0]
+		info, err := a.c.Info(ctx, src.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Commands.Run(ctx, "echo in-the-snapshot > /tmp/snap"); err != nil {
+			t.Fatal(err)
+		}
+		sn, err := a.c.CreateSnapshot(ctx, src.ID, "cluster-snap")
+		if err != nil {
+			t.Fatalf("snapshot %s on %s: %v", src.ID, info.ClientID, err)
+		}
+		for _, via := range nodes {
+			sb, err := via.c.Create(ctx, cove.SandboxOptions{Template: sn.ID})
+			if err != nil {
+				t.Fatalf("create from the snapshot through %s: %v", via.name, err)
+			}
+			got, err := a.c.Info(ctx, sb.ID)
+			if err != nil || got.ClientID != info.ClientID {
+				t.Errorf("through %s the copy landed on %+v (%v), want %s, the snapshot's node", via.name, got, err, info.ClientID)
+			}
+			if res, err := sb.Commands.Run(ctx, "cat /tmp/snap"); err != nil || res.Stdout != "in-the-snapshot\n" {
+				t.Errorf("the copy through %s: %+v %v", via.name, res, err)
+			}
+			_ = sb.Kill(ctx)
+		}
 	})
 
 	t.Run("a forged node signature is refused", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, a.srv.URL+"/sandboxes/"+all[0].ID, nil)
 		req.Header.Set("X-API-Key", a.srv.Key)
-		req.Header.Set("Cove-Node-Forward", fmt.Sprintf("node-b %d %s", time.Now().UnixMilli(), strings.Repeat("ab", 32)))
+		req.Header.Set("Cove-Node-Forward", fmt.Sprintf("%s %d %s", b.name, time.Now().UnixMilli(), strings.Repeat("ab", 32)))
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -307,6 +384,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("a node killed with SIGKILL is lost: its sandboxes end with reason node_lost", func(t *testing.T) {
+		held = where(t)
 		victim := b
 		if len(held[victim.name]) == 0 {
 			victim = nodes[2]
