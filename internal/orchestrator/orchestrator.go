@@ -172,9 +172,9 @@ type Orchestrator struct {
 	// takeovers serialises the take-overs of one sandbox (node.go): id → *sync.Mutex.
 	takeovers sync.Map
 	// moving holds the sandboxes a drain is moving away (Migrate), closed once it is over.
-	moving map[string]chan struct{}
-	creating  map[string]reservation // creates in flight, counted against their team's quota
-	rates     map[string]*bucket     // each team's create-rate bucket
+	moving   map[string]chan struct{}
+	creating map[string]reservation // creates in flight, counted against their team's quota
+	rates    map[string]*bucket     // each team's create-rate bucket
 
 	wake   chan struct{} // the evictor recomputes its next deadline
 	stop   chan struct{}

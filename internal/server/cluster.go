@@ -286,7 +286,7 @@ func sandboxPath(path string) (string, bool) {
 // clusterPath says whether an API path may be another node's to answer: a sandbox's
 // routes, and a create (placed on the best node).
 func clusterPath(path string) bool {
-	if path == "/sandboxes" {
+	if path == "/sandboxes" || path == "/v2/sandboxes" {
 		return true
 	}
 	_, ok := sandboxPath(path)
@@ -346,9 +346,10 @@ type createBody struct {
 	TemplateID string `json:"templateID"`
 }
 
-// isCreate says whether r creates a sandbox (placed on the best node).
+// isCreate says whether r creates a sandbox (placed on the best node): E2B's POST /sandboxes,
+// or /v2/sandboxes, which the npm SDK 2.x creates by.
 func isCreate(r *http.Request) bool {
-	return r.Method == http.MethodPost && r.URL.Path == "/sandboxes"
+	return r.Method == http.MethodPost && (r.URL.Path == "/sandboxes" || r.URL.Path == "/v2/sandboxes")
 }
 
 // serve answers r here (next) or forwards it to the node that holds its sandbox; a create

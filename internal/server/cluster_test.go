@@ -72,7 +72,7 @@ func TestCheckClusterFlags(t *testing.T) {
 	if orDefault(0, 8) != 8 || orDefault(3, 8) != 3 || !isCreate(httptest.NewRequest(http.MethodPost, "/sandboxes", nil)) {
 		t.Error("helpers")
 	}
-	for path, want := range map[string]bool{"/sandboxes": true, "/sandboxes/i1/pause": true, "/v2/sandboxes/i1/logs": true,
+	for path, want := range map[string]bool{"/sandboxes": true, "/v2/sandboxes": true, "/sandboxes/i1/pause": true, "/v2/sandboxes/i1/logs": true,
 		"/admin/sandboxes/i1": true, "/templates": false, "/sandboxes/": false, "/events/sandboxes/i1": false} {
 		if clusterPath(path) != want {
 			t.Errorf("clusterPath(%q) is %v", path, !want)

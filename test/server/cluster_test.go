@@ -187,6 +187,25 @@ func TestCluster(t *testing.T) {
 		return out
 	}
 
+	t.Run("the npm SDK: six creates through node-a spread, and commands and files work in each through node-a and node-b", func(t *testing.T) {
+		covetest.RunSDKScenarios(t, "cluster.test.mjs", a.srv.URL, a.srv.Key, "COVE_OTHER_URL="+b.srv.URL)
+		on, ids := map[string]int{}, []string{}
+		for info, err := range a.c.List(ctx, cove.ListOptions{Metadata: map[string]string{"suite": "cluster-npm"}}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, info.SandboxID)
+			on[info.ClientID]++
+		}
+		for _, id := range ids {
+			_ = a.c.Kill(ctx, id)
+		}
+		if len(ids) != 6 || len(on) < 2 {
+			t.Fatalf("the npm SDK's six creates landed %v (%d listed), want at least two nodes", on, len(ids))
+		}
+		t.Logf("the npm SDK's six creates through %s landed %v", a.name, on)
+	})
+
 	t.Run("the npm SDK's scenarios through node-b cannot tell a cluster from one node", func(t *testing.T) {
 		// Its creates land on any node; every call after goes through node-b.
 		covetest.RunSDKScenarios(t, "server.test.mjs", b.srv.URL, b.srv.Key)
@@ -266,10 +285,11 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		admin := cove.NewClient(cove.Config{APIURL: a.srv.URL, AdminToken: strings.TrimSpace(string(token))})
-		// A client keeps running commands in it through node-a all along: each waits out the
-		// move's pause and reaches the sandbox wherever it is.
+		// A client keeps running commands in it through node-a all along: each that starts
+		// during the move waits out its pause and reaches the sandbox wherever it is; one under
+		// way at the checkpoint has its stream cut (the pause ends every stream), nothing else.
 		stop := make(chan struct{})
-		var calls, failed atomic.Int64
+		var calls, failed, cut atomic.Int64
 		var lastErr atomic.Value
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -282,7 +302,11 @@ func TestCluster(t *testing.T) {
 				case <-time.After(50 * time.Millisecond):
 				}
 				calls.Add(1)
-				if res, err := moving.Commands.Run(ctx, "echo alive"); err != nil || res.Stdout != "alive\n" {
+				res, err := moving.Commands.Run(ctx, "echo alive")
+				switch {
+				case err != nil && (strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "stream")):
+					cut.Add(1) // under way at the checkpoint
+				case err != nil || res.Stdout != "alive\n":
 					failed.Add(1)
 					lastErr.Store(fmt.Sprint(err))
 				}
@@ -310,10 +334,10 @@ func TestCluster(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		close(stop)
 		wg.Wait()
-		if failed.Load() > 0 {
-			t.Errorf("%d of %d commands run through %s during the move failed; the last: %v", failed.Load(), calls.Load(), a.name, lastErr.Load())
+		if failed.Load() > 0 || cut.Load() > int64(len(held[c.name])) {
+			t.Errorf("%d of %d commands run through %s during the move failed (%d cut); the last: %v", failed.Load(), calls.Load(), a.name, cut.Load(), lastErr.Load())
 		}
-		t.Logf("%d commands ran through %s during the move, none failed", calls.Load(), a.name)
+		t.Logf("%d commands ran through %s during the move: %d cut at a checkpoint, none failed otherwise", calls.Load(), a.name, cut.Load())
 		// Through the drained node too: it forwards to where the sandbox went.
 		conn, err := c.c.Connect(ctx, moving.ID, 0)
 		if err != nil {
