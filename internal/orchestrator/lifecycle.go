@@ -38,7 +38,7 @@ func (o *Orchestrator) entryFor(ctx context.Context, teamID, id string) (*entry,
 	if o.cfg.Mover != nil && sb.Node == o.cfg.Node && sb.Node != "" && sb.State == store.StatePaused && sb.PauseKind == reason.PauseSnapshot {
 		// Handed to this node by a draining one (Migrate) and not adopted yet: a request that
 		// arrives first takes it over (one take-over at a time: the adopt call finds it live).
-		if _, err := o.takeOver(ctx, sb, max(0, time.Until(sb.EndAt).Round(time.Second))); err != nil {
+		if _, err := o.takeOver(ctx, sb, remaining(sb)); err != nil {
 			return nil, err
 		}
 		o.mu.Lock()
@@ -122,12 +122,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	var destroyErr error
 	if !e.remote {
 		pm = o.postmortem(ctx, e)
-		destroyErr = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
-		o.detachNetwork(ctx, e.sb.ID)
-		o.dropSecrets(ctx, e)
-		if e.sb.PauseKind == reason.PauseFilesystem {
-			o.dropBootEnv(ctx, e)
-		}
+		destroyErr = o.teardown(ctx, e)
 		o.unplace(ctx, e.sb.ID) // a lost node's are the sweeper's to give back
 		if e.onDisk && o.cfg.Mover != nil {
 			o.cfg.Mover.Forget(context.WithoutCancel(ctx), e.sb.ID)
@@ -192,6 +187,19 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	}
 	o.logger(ctx).Info("sandbox killed", attrs...)
 	return nil
+}
+
+// teardown removes what this node holds of e: its processes and files (Destroy), its network,
+// its kept secrets and boot environment. Caller holds e.mu. A kill calls it, and so does a move
+// once the sandbox runs on another node.
+func (o *Orchestrator) teardown(ctx context.Context, e *entry) error {
+	err := o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
+	o.detachNetwork(ctx, e.sb.ID)
+	o.dropSecrets(ctx, e)
+	if e.sb.PauseKind == reason.PauseFilesystem {
+		o.dropBootEnv(ctx, e)
+	}
+	return err
 }
 
 // maxPostmortemProcs bounds the process list a post-mortem keeps.

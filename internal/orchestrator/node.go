@@ -119,6 +119,11 @@ func (o *Orchestrator) unplace(ctx context.Context, id string) {
 	}
 }
 
+// remaining is what is left of sb's TTL, as a resume's timeout (0, the default, when none is).
+func remaining(sb *store.Sandbox) time.Duration {
+	return max(0, time.Until(sb.EndAt).Round(time.Second))
+}
+
 // nodeLostDetail is what a node_lost kill says: the node and its last heartbeat.
 func nodeLostDetail(node string, heartbeat time.Time) string {
 	return fmt.Sprintf("node %s lost: last heartbeat %s", node, heartbeat.UTC().Format(time.RFC3339Nano))
@@ -273,7 +278,7 @@ func (o *Orchestrator) Adopt(ctx context.Context, id string) (*store.Sandbox, er
 	if sb.Node != o.cfg.Node {
 		return nil, fmt.Errorf("%w: %s was handed to node %q, not this one", ErrConflict, id, sb.Node)
 	}
-	return o.takeOver(ctx, sb, max(0, time.Until(sb.EndAt).Round(time.Second)))
+	return o.takeOver(ctx, sb, remaining(sb))
 }
 
 // Migrate moves a running sandbox to node to (a drain): it is checkpointed and shared
@@ -317,7 +322,7 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	shared := e.shared
 	e.mu.Unlock()
 	back := func(cause error) error {
-		if _, rerr := o.resume(ctx, e, max(0, time.Until(e.sb.EndAt).Round(time.Second)), false); rerr != nil {
+		if _, rerr := o.resume(ctx, e, remaining(e.sb), false); rerr != nil {
 			return errors.Join(cause, fmt.Errorf("and it did not resume here: %w", rerr))
 		}
 		return cause
@@ -353,8 +358,10 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 		o.mu.Lock()
 		o.live[id] = e
 		o.mu.Unlock()
-		if _, perr := o.place(ctx, e.sb); perr != nil {
+		if settle, perr := o.place(ctx, e.sb); perr != nil {
 			o.logger(ctx).Warn("moved back without a reservation", telemetry.KeyError, perr.Error())
+		} else {
+			settle() // it is live again: its start is no start under way
 		}
 		return back(errors.Join(fmt.Errorf("move %s to %s: %w", id, to, err), uerr))
 	}
@@ -362,9 +369,7 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	e.mu.Lock()
 	e.killed = true // no request here acts on it any more
 	e.closeAll()
-	_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), id)
-	o.detachNetwork(ctx, id)
-	o.dropSecrets(ctx, e)
+	_ = o.teardown(ctx, e)
 	e.stopWatching()
 	e.closeLog()
 	e.mu.Unlock()

@@ -164,7 +164,6 @@ const forwardSkew = time.Minute
 
 type clusterNode struct {
 	name    string
-	self    *url.URL
 	signKey []byte
 	nodes   store.Nodes
 	// local says whether this node holds the sandbox (in its memory), once a move of it
@@ -189,16 +188,12 @@ type ownerEntry struct {
 // within it.
 const ownerTTL = 2 * time.Second
 
-func newClusterNode(name, advertise string, secret []byte, nodes store.Nodes, records store.Sandboxes) (*clusterNode, error) {
-	u, err := url.Parse(advertise)
-	if err != nil {
-		return nil, fmt.Errorf("--advertise: %w", err)
-	}
+func newClusterNode(name string, secret []byte, nodes store.Nodes, records store.Sandboxes) (*clusterNode, error) {
 	key, err := clusterKey(secret, "forward")
 	if err != nil {
 		return nil, err
 	}
-	c := &clusterNode{name: name, self: u, signKey: key, nodes: nodes, records: records, owners: map[string]ownerEntry{}}
+	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, owners: map[string]ownerEntry{}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	c.fwd = &httputil.ReverseProxy{
@@ -286,11 +281,8 @@ func sandboxPath(path string) (string, bool) {
 // clusterPath says whether an API path may be another node's to answer: a sandbox's
 // routes, and a create (placed on the best node).
 func clusterPath(path string) bool {
-	if path == "/sandboxes" || path == "/v2/sandboxes" {
-		return true
-	}
 	_, ok := sandboxPath(path)
-	return ok
+	return ok || createPath(path)
 }
 
 // HeaderNodeFull marks a create's answer when the node that tried it had no room
@@ -327,7 +319,7 @@ func (c *clusterNode) ownerOf(ctx context.Context, id string) *store.Node {
 	}
 	var owner *store.Node
 	if sb, err := c.records.GetSandbox(ctx, id); err == nil && sb.Node != "" && sb.Node != c.name {
-		if n, err := c.nodes.GetNode(ctx, sb.Node); err == nil && (n.State == store.NodeActive || n.State == store.NodeDraining) {
+		if n, err := c.nodes.GetNode(ctx, sb.Node); err == nil && n.State.Holds() {
 			owner = n
 		}
 	}
@@ -346,11 +338,12 @@ type createBody struct {
 	TemplateID string `json:"templateID"`
 }
 
-// isCreate says whether r creates a sandbox (placed on the best node): E2B's POST /sandboxes,
-// or /v2/sandboxes, which the npm SDK 2.x creates by.
-func isCreate(r *http.Request) bool {
-	return r.Method == http.MethodPost && (r.URL.Path == "/sandboxes" || r.URL.Path == "/v2/sandboxes")
-}
+// createPath says whether an API path is where sandboxes are created (and listed): E2B's
+// /sandboxes, or /v2/sandboxes, which the npm SDK 2.x creates by.
+func createPath(path string) bool { return path == "/sandboxes" || path == "/v2/sandboxes" }
+
+// isCreate says whether r creates a sandbox (placed on the best node).
+func isCreate(r *http.Request) bool { return r.Method == http.MethodPost && createPath(r.URL.Path) }
 
 // serve answers r here (next) or forwards it to the node that holds its sandbox; a create
 // goes to the best nodes in turn until one has room.
@@ -519,7 +512,7 @@ func (s *instance) startCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cn, err := newClusterNode(c.Node, c.Advertise, secret, nodes, s.db)
+	cn, err := newClusterNode(c.Node, secret, nodes, s.db)
 	if err != nil {
 		return err
 	}
@@ -645,7 +638,7 @@ func (m checkpointMover) NodeAlive(ctx context.Context, node string) bool {
 	if err != nil {
 		return false
 	}
-	return (n.State == store.NodeActive || n.State == store.NodeDraining) && time.Now().Before(n.LeaseUntil)
+	return n.State.Holds() && time.Now().Before(n.LeaseUntil)
 }
 
 // mover is the orchestrator's Mover: a cluster node with an object store; nil otherwise.
@@ -714,10 +707,13 @@ func (c *clusterNode) askAdopt(ctx context.Context, n *store.Node, id string) er
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		return fmt.Errorf("node %s answered %s: %s", n.Name, res.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%w: node %s answered %s: %s", errAdoptRefused, n.Name, res.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
 }
+
+// errAdoptRefused: the node asked to adopt a sandbox answered no; a drain tries the next.
+var errAdoptRefused = errors.New("adoption refused")
 
 // drainLoop moves this node's running sandboxes away while an operator drains it.
 func (s *instance) drainLoop(ctx context.Context, nodes store.Nodes, every time.Duration) {
@@ -760,7 +756,7 @@ func (s *instance) moveAway(ctx context.Context, nodes store.Nodes, sb *store.Sa
 			return
 		}
 		log.Warn("drain: sandbox not moved", telemetry.KeyError, err.Error())
-		if !errors.Is(err, errdefs.ErrUnavailable) && !strings.Contains(err.Error(), "answered") {
+		if !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, errAdoptRefused) {
 			return // not the target's fault: the next round tries again
 		}
 	}

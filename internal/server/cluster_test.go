@@ -109,10 +109,10 @@ func newClusterRig(t *testing.T) *clusterRig {
 		rig.b.serve(w, r, r.Header.Get("E2b-Sandbox-Id") != "", rig.bAnswer)
 	}))
 	t.Cleanup(rig.bServer.Close)
-	if rig.a, err = newClusterNode("a", "http://127.0.0.1:1", secret, db, db); err != nil {
+	if rig.a, err = newClusterNode("a", secret, db, db); err != nil {
 		t.Fatal(err)
 	}
-	if rig.b, err = newClusterNode("b", rig.bServer.URL, secret, db, db); err != nil {
+	if rig.b, err = newClusterNode("b", secret, db, db); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*clusterNode{rig.a, rig.b} {

@@ -27,6 +27,10 @@ func (s NodeState) String() string {
 	return string(s)
 }
 
+// Holds says whether a node in this state runs its sandboxes (active, or draining them away):
+// requests for them go there.
+func (s NodeState) Holds() bool { return s == NodeActive || s == NodeDraining }
+
 // ParseNodeState reads a state's name; anything else is an error.
 func ParseNodeState(s string) (NodeState, error) {
 	switch st := NodeState(s); st {

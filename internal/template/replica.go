@@ -114,6 +114,11 @@ func (s *Store) fetch(ctx context.Context, name string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return s.fetchLocked(ctx, r, name)
+}
+
+// fetchLocked is fetch with r.mu held: a template's root is fetched first, under the same hold.
+func (s *Store) fetchLocked(ctx context.Context, r *Replica, name string) error {
 	if _, err := readMeta(filepath.Join(s.dir, name)); err == nil {
 		return nil // fetched by the asker before
 	}
@@ -135,13 +140,8 @@ func (s *Store) fetch(ctx context.Context, name string) error {
 		return fmt.Errorf("fetch template %s: meta.json: %w", name, err)
 	}
 	if t.Root != "" {
-		if _, err := readMeta(filepath.Join(s.dir, t.Root)); err != nil {
-			r.mu.Unlock()
-			err := s.fetch(ctx, t.Root)
-			r.mu.Lock()
-			if err != nil {
-				return fmt.Errorf("fetch template %s: its root %s: %w", name, t.Root, err)
-			}
+		if err := s.fetchLocked(ctx, r, t.Root); err != nil {
+			return fmt.Errorf("fetch template %s: its root %s: %w", name, t.Root, err)
 		}
 	}
 	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
