@@ -187,7 +187,7 @@ func TestCluster(t *testing.T) {
 		return out
 	}
 
-	t.Run("the npm SDK: six creates through node-a spread, and commands and files work in each through node-a and node-b", func(t *testing.T) {
+	t.Run("the npm SDK: six creates through node-a spread, and commands, files and a PTY work in each through node-a and node-b", func(t *testing.T) {
 		covetest.RunSDKScenarios(t, "cluster.test.mjs", a.srv.URL, a.srv.Key, "COVE_OTHER_URL="+b.srv.URL)
 		on, ids := map[string]int{}, []string{}
 		for info, err := range a.c.List(ctx, cove.ListOptions{Metadata: map[string]string{"suite": "cluster-npm"}}) {
@@ -222,6 +222,27 @@ func TestCluster(t *testing.T) {
 			if !strings.Contains(string(body), `node="`+n.name+`"`) {
 				t.Errorf("%s's /metrics has no node=%q label:\n%.500s", n.name, n.name, body)
 			}
+		}
+	})
+
+	t.Run("the console's nodes page on any node lists every node with its state", func(t *testing.T) {
+		token, err := os.ReadFile(filepath.Join(a.srv.DataDir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := newViewer(t, b.srv.URL)
+		v.signIn(strings.TrimSpace(string(token)))
+		code, page := v.get("/dashboard/nodes")
+		if code != http.StatusOK {
+			t.Fatalf("GET /dashboard/nodes through %s: %d\n%.2000s", b.name, code, page)
+		}
+		for _, n := range nodes {
+			if !strings.Contains(page, n.name) {
+				t.Errorf("the nodes page through %s does not list %s:\n%.3000s", b.name, n.name, page)
+			}
+		}
+		if !strings.Contains(page, "active") {
+			t.Errorf("the nodes page shows no node active:\n%.3000s", page)
 		}
 	})
 
@@ -304,8 +325,8 @@ func TestCluster(t *testing.T) {
 				calls.Add(1)
 				res, err := moving.Commands.Run(ctx, "echo alive")
 				switch {
-				case err != nil && (strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "stream")):
-					cut.Add(1) // under way at the checkpoint
+				case err != nil && (strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "stream") || strings.Contains(err.Error(), "was paused")):
+					cut.Add(1) // under way at the checkpoint: the proxy ends it saying the sandbox was paused
 				case err != nil || res.Stdout != "alive\n":
 					failed.Add(1)
 					lastErr.Store(fmt.Sprint(err))
