@@ -465,6 +465,11 @@ func (s *instance) openStore(ctx context.Context) error {
 	}
 	s.db, s.vault = db, kept
 	s.onClose(db.Close)
+	// The vault's sets live in the store from now on (those of a release before are moved
+	// in): every node reads a sandbox's wherever it moves; each lists and prunes its own.
+	if err := kept.KeepIn(ctx, db, s.cfg.Cluster.Node); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
 	if s.apiKey, err = firstRunKey(ctx, db, s.cfg.DataDir); err != nil {
 		return err
 	}

@@ -25,6 +25,10 @@ import (
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
+// plantedToken is a secret env var of the cluster test's sandboxes: their collected output
+// is masked of it on every node.
+const plantedToken = "planted-cluster-token-5151515151"
+
 // clusterNode is one `cove server --node` of a test cluster.
 type clusterNode struct {
 	name string
@@ -128,7 +132,8 @@ func TestCluster(t *testing.T) {
 	held := map[string][]*cove.Sandbox{} // node → its sandboxes
 	var all []*cove.Sandbox
 	for i := range 6 {
-		sb, err := a.c.Create(ctx, cove.SandboxOptions{Metadata: map[string]string{"n": fmt.Sprint(i)}})
+		sb, err := a.c.Create(ctx, cove.SandboxOptions{Metadata: map[string]string{"n": fmt.Sprint(i)},
+			EnvVars: map[string]string{"COVE_TEST_TOKEN": plantedToken}}) // masked in its logs wherever it runs
 		if err != nil {
 			t.Fatalf("create %d through %s: %v\n%s", i, a.name, err, a.srv.Logs())
 		}
@@ -375,6 +380,26 @@ func TestCluster(t *testing.T) {
 		}
 		if string(got) != string(want) {
 			t.Fatalf("after the drain the process writes %q, want %q from its memory", got, want)
+		}
+		// Its output is still masked of its secrets on the node it moved to: the set its old
+		// node kept is in the shared store.
+		if _, err := conn.Commands.Run(ctx, `echo "after-move:$COVE_TEST_TOKEN"`); err != nil {
+			t.Fatal(err)
+		}
+		var line string
+		for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			page, err := a.c.Logs(ctx, moving.ID, cove.LogQuery{Search: "after-move"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range page.Logs {
+				if strings.Contains(l.Message, "after-move:") {
+					line = l.Message
+				}
+			}
+		}
+		if line == "" || strings.Contains(line, plantedToken) {
+			t.Errorf("the moved sandbox's output line is %q: want it collected, masked of its secret env var", line)
 		}
 		if _, err := admin.ActivateNode(ctx, c.name); err != nil {
 			t.Fatal(err)
