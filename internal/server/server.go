@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -499,13 +500,42 @@ func (s *instance) startLogs(context.Context) error {
 			s.ingester.Add(l)
 		}
 	}
-	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), add, func(id string) string {
-		if sb, err := db.GetSandbox(context.Background(), id); err == nil {
-			return sb.TeamID
-		}
-		return ""
-	}))
+	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), add, newTeamOf(db).team))
 	return nil
+}
+
+// teamOf answers the tee's question, the team of a sandbox a line names without one, from
+// the store once per sandbox: a sandbox's team never changes, and a proxied stream's lines
+// asked the database once each.
+type teamOf struct {
+	db store.Sandboxes
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// maxTeamsKnown bounds the map; past it, it starts again.
+const maxTeamsKnown = 100_000
+
+func newTeamOf(db store.Sandboxes) *teamOf { return &teamOf{db: db, m: map[string]string{}} }
+
+func (t *teamOf) team(id string) string {
+	t.mu.Lock()
+	team, ok := t.m[id]
+	t.mu.Unlock()
+	if ok {
+		return team
+	}
+	sb, err := t.db.GetSandbox(context.Background(), id)
+	if err != nil {
+		return "" // not recorded yet (a create's first lines), or gone: asked again next time
+	}
+	t.mu.Lock()
+	if len(t.m) >= maxTeamsKnown {
+		clear(t.m)
+	}
+	t.m[id] = sb.TeamID
+	t.mu.Unlock()
+	return sb.TeamID
 }
 
 // callerTeam is the authenticated caller's team, for the team APIs.
