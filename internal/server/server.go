@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/events"
@@ -539,10 +540,7 @@ func (t *teamOf) team(id string) string {
 }
 
 // callerTeam is the authenticated caller's team, for the team APIs.
-func callerTeam(ctx context.Context) (string, bool) {
-	team, _ := telemetry.Caller(ctx)
-	return team, team != ""
-}
+func callerTeam(ctx context.Context) (string, bool) { return authz.Team(ctx) }
 
 // startEvents starts the lifecycle event bus and its webhook deliveries.
 func (s *instance) startEvents(ctx context.Context) error {
