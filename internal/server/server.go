@@ -561,11 +561,12 @@ func (s *instance) startNetwork(ctx context.Context) error {
 // startOrchestrator opens the snapshot and volume stores, builds the orchestrator and
 // adopts (or cleans up after) the sandboxes of the last run.
 func (s *instance) startOrchestrator(ctx context.Context) error {
-	snapshots, err := snapshot.Open(filepath.Join(s.cfg.DataDir, "snapshots"))
+	// Their records are in the store, keyed by this node: their files are on its disk.
+	snapshots, err := snapshot.Open(ctx, filepath.Join(s.cfg.DataDir, "snapshots"), s.db, s.cfg.Cluster.Node)
 	if err != nil {
 		return err
 	}
-	volumes, err := snapshot.OpenVolumes(filepath.Join(s.cfg.DataDir, "volumes"))
+	volumes, err := snapshot.OpenVolumes(ctx, filepath.Join(s.cfg.DataDir, "volumes"), s.db, s.cfg.Cluster.Node)
 	if err != nil {
 		return err
 	}
