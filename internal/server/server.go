@@ -537,9 +537,11 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	}
 	s.cfg.Network.Logger = s.cfg.Logger
 	if s.cfg.Network.RecordDir == "" {
-		// Beside the sandboxes' records: a restart re-claims their networks (network.Allocation).
+		// The interception CA, and where an older release kept the allocation records.
 		s.cfg.Network.RecordDir = filepath.Join(s.cfg.DataDir, "network")
 	}
+	// A restart re-claims its sandboxes' networks (network.Allocation) from this node's records.
+	s.cfg.Network.Records, s.cfg.Network.Node = s.db, s.cfg.Cluster.Node
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
 		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
