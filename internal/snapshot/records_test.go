@@ -57,7 +57,7 @@ func gone(t *testing.T, paths ...string) {
 	}
 }
 
-// The records as the release before this one wrote them (json.MarshalIndent of its
+// The records as the release before this one wrote them (indented JSON of its
 // Snapshot and Volume, the lease files bare or JSON).
 const (
 	legacySnapshotID = "snap-0123456789abcdef"
