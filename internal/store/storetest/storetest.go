@@ -34,6 +34,7 @@ type Engine interface {
 	store.Identity
 	store.PoolSizes
 	store.Records
+	store.SealedSets
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
@@ -62,6 +63,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("warm pool sizes", func(t *testing.T) { poolSizes(t, open(t, false)) })
 	t.Run("snapshot, volume and network records", func(t *testing.T) { records(t, open(t, false)) })
 	t.Run("sealed snapshot, volume and network records", func(t *testing.T) { records(t, open(t, true)) })
+	t.Run("the vault's sealed sets", func(t *testing.T) { sealedSets(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
