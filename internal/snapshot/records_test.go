@@ -230,6 +230,14 @@ func TestRecordsBelongToTheirNode(t *testing.T) {
 	if _, err := a.Get(sn.ID); err != nil {
 		t.Errorf("node-a lost its snapshot when node-b opened: %v", err)
 	}
+	// The same data dir opened under another node name (a server renamed) keeps the files
+	// of a snapshot recorded under the old one: they are not half made.
+	if _, err := snapshot.Open(t.Context(), filepath.Dir(a.Dir(sn.ID)), db, "node-renamed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.Dir(sn.ID)); err != nil {
+		t.Errorf("opening under another node name removed a recorded snapshot's files: %v", err)
+	}
 	rec, err := db.GetSnapshot(t.Context(), sn.ID)
 	if err != nil || rec.Node != "node-a" {
 		t.Errorf("the record %+v %v, want node-a's", rec, err)

@@ -102,9 +102,15 @@ func Open(ctx context.Context, dir string, db store.Snapshots, node string) (*St
 		kept[sn.ID] = true
 	}
 	for _, e := range entries {
-		if e.IsDir() && !kept[e.Name()] {
-			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		if !e.IsDir() || kept[e.Name()] {
+			continue
 		}
+		if _, err := db.GetSnapshot(ctx, e.Name()); !errors.Is(err, store.ErrNotFound) {
+			// Recorded under another node name (this data dir's server was renamed), or the
+			// store cannot say: not provably half made, so kept.
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 	}
 	return s, nil
 }
