@@ -108,6 +108,43 @@ func (e *BuildError) Error() string {
 	return fmt.Sprintf("build %s of template %s failed at step %s: %s", e.BuildID, e.TemplateID, e.Step, e.Message)
 }
 
+// TemplateBuildRequestV3 is E2B's, the body of POST /v3/templates that asks for a build:
+// BuildTemplate sends it and the server decodes this very type.
+type TemplateBuildRequestV3 struct {
+	Name  string   `json:"name,omitempty"`
+	Alias string   `json:"alias,omitempty"` // E2B's older name for Name
+	Tags  []string `json:"tags,omitempty"`
+	// CPUCount and MemoryMB size the template's sandboxes; 0 is the server's default.
+	CPUCount int `json:"cpuCount,omitempty"`
+	MemoryMB int `json:"memoryMB,omitempty"`
+	// Runtime is the engine the template's sandboxes must run on (runc or runsc; Cove's
+	// extension); the server's default when "".
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// AssignTemplateTagsRequest is E2B's, the body of POST /templates/tags.
+type AssignTemplateTagsRequest struct {
+	Target string   `json:"target"` // "name" or "name:tag"
+	Tags   []string `json:"tags"`
+}
+
+// AssignedTemplateTags is E2B's, the answer to POST /templates/tags.
+type AssignedTemplateTags struct {
+	BuildID string   `json:"buildID"`
+	Tags    []string `json:"tags"`
+}
+
+// DeleteTemplateTagsRequest is E2B's, the body of DELETE /templates/tags.
+type DeleteTemplateTagsRequest struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
+// TemplateUpdateRequest is E2B's, the body of PATCH /templates/{id}.
+type TemplateUpdateRequest struct {
+	Public *bool `json:"public,omitempty"`
+}
+
 // BuildTemplate builds (or rebuilds) the template name from def as E2B's SDKs do: it asks
 // for a build, uploads the files of COPY steps the server lacks, starts the build and follows
 // it to the end. Steps whose inputs did not change come from the server's layer cache.
@@ -118,7 +155,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 		BuildID    string `json:"buildID"`
 	}
 	if _, err := c.do(ctx, op, "", http.MethodPost, "/v3/templates",
-		map[string]any{"name": name, "cpuCount": opts.CPUCount, "memoryMB": opts.MemoryMB, "runtime": opts.Runtime}, &req); err != nil {
+		TemplateBuildRequestV3{Name: name, CPUCount: opts.CPUCount, MemoryMB: opts.MemoryMB, Runtime: opts.Runtime}, &req); err != nil {
 		return nil, err
 	}
 	dir := opts.ContextDir
@@ -240,13 +277,13 @@ func (c *Client) TemplateTags(ctx context.Context, name string) ([]TemplateTag, 
 // TagTemplate gives the build target ("name" or "name:tag") the tags; sandboxes start from
 // "name:tag" even after name is rebuilt.
 func (c *Client) TagTemplate(ctx context.Context, target string, tags ...string) error {
-	_, err := c.do(ctx, "tag template", "", http.MethodPost, "/templates/tags", map[string]any{"target": target, "tags": tags}, nil)
+	_, err := c.do(ctx, "tag template", "", http.MethodPost, "/templates/tags", AssignTemplateTagsRequest{Target: target, Tags: tags}, nil)
 	return err
 }
 
 // UntagTemplate removes tags of template name.
 func (c *Client) UntagTemplate(ctx context.Context, name string, tags ...string) error {
-	_, err := c.do(ctx, "untag template", "", http.MethodDelete, "/templates/tags", map[string]any{"name": name, "tags": tags}, nil)
+	_, err := c.do(ctx, "untag template", "", http.MethodDelete, "/templates/tags", DeleteTemplateTagsRequest{Name: name, Tags: tags}, nil)
 	return err
 }
 

@@ -118,10 +118,7 @@ func (a *api) templateTags(w http.ResponseWriter, r *http.Request, c caller) err
 }
 
 func (a *api) assignTags(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req struct {
-		Target string   `json:"target"`
-		Tags   []string `json:"tags"`
-	}
+	var req cove.AssignTemplateTagsRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -139,15 +136,12 @@ func (a *api) assignTags(w http.ResponseWriter, r *http.Request, c caller) error
 		}
 		buildID = t.BuildID
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildID, "tags": req.Tags})
+	writeJSON(w, http.StatusCreated, cove.AssignedTemplateTags{BuildID: buildID, Tags: req.Tags})
 	return nil
 }
 
 func (a *api) removeTags(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req struct {
-		Name string   `json:"name"`
-		Tags []string `json:"tags"`
-	}
+	var req cove.DeleteTemplateTagsRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -178,17 +172,6 @@ func templateNameOnly(s string) string {
 	return name
 }
 
-type requestBuildJSON struct {
-	Name     string   `json:"name"`
-	Alias    string   `json:"alias"`
-	Tags     []string `json:"tags"`
-	CPUCount int      `json:"cpuCount"`
-	MemoryMB int      `json:"memoryMB"`
-	// Runtime is the engine the template's sandboxes must run on (runc or runsc; Cove's
-	// extension); the server's default when "".
-	Runtime string `json:"runtime,omitempty"`
-}
-
 type requestBuildResponseJSON struct {
 	TemplateID string   `json:"templateID"`
 	BuildID    string   `json:"buildID"`
@@ -199,7 +182,7 @@ type requestBuildResponseJSON struct {
 }
 
 func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req requestBuildJSON
+	var req cove.TemplateBuildRequestV3
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -495,9 +478,7 @@ func (a *api) getTemplate(w http.ResponseWriter, r *http.Request, c caller) erro
 }
 
 func (a *api) updateTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req struct {
-		Public *bool `json:"public"`
-	}
+	var req cove.TemplateUpdateRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
