@@ -51,7 +51,7 @@ func (c *Client) Fork(ctx context.Context, sandboxID string, opts ForkOptions) (
 	for i, r := range out {
 		switch {
 		case r.Error != nil:
-			var eb errorBody
+			var eb ErrorBody
 			_ = json.Unmarshal(*r.Error, &eb)
 			results[i].Err = httpError("fork sandbox", sandboxID, eb.Code, *r.Error, res.requestID)
 		case r.Sandbox != nil:

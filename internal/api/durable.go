@@ -190,7 +190,7 @@ func (a *api) snapshotDelete(id string) handlerFunc {
 // forkResult is E2B's SandboxForkResult: the sandbox, or the error that kept it from starting.
 type forkResult struct {
 	Sandbox *newSandboxJSON `json:"sandbox,omitempty"`
-	Error   *errdefs.Body   `json:"error,omitempty"`
+	Error   *cove.ErrorBody `json:"error,omitempty"`
 }
 
 func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
