@@ -55,19 +55,31 @@ type BuildLogEntry struct {
 	Step      string    `json:"step,omitempty"`
 }
 
-// TemplateBuildStatus is a build's state (E2B's TemplateBuildInfo).
+// TemplateBuildStatus is a build's state (E2B's TemplateBuildInfo): the server emits this
+// very type.
 type TemplateBuildStatus struct {
 	BuildID    string          `json:"buildID"`
 	TemplateID string          `json:"templateID"`
 	Status     string          `json:"status"` // waiting, building, ready or error
 	LogEntries []BuildLogEntry `json:"logEntries"`
-	Reason     *struct {
-		Message    string          `json:"message"`
-		Step       string          `json:"step,omitempty"`
-		LogEntries []BuildLogEntry `json:"logEntries"`
-	} `json:"reason,omitempty"`
+	// Logs is E2B's deprecated list of lines: always empty, LogEntries holds them.
+	Logs   []string           `json:"logs"`
+	Reason *BuildStatusReason `json:"reason,omitempty"`
 	// StartSnapshot is the start snapshot a ready build took or reused (Cove's extension).
 	StartSnapshot *TemplateStartSnapshot `json:"startSnapshot,omitempty"`
+}
+
+// BuildStatusReason is E2B's: why a build failed, at which step, and its last lines.
+type BuildStatusReason struct {
+	Message    string          `json:"message"`
+	Step       string          `json:"step,omitempty"`
+	LogEntries []BuildLogEntry `json:"logEntries"`
+}
+
+// BuildLogs is E2B's TemplateBuildLogsResponse, the answer to GET
+// /templates/{id}/builds/{buildID}/logs.
+type BuildLogs struct {
+	Logs []BuildLogEntry `json:"logs"`
 }
 
 // TemplateInfo is a template as the API lists it.
@@ -260,7 +272,7 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return err
 }
 
-// TemplateTag is one tag of a template: the build it names.
+// TemplateTag is one tag of a template: the build it names. The server emits this very type.
 type TemplateTag struct {
 	Tag       string    `json:"tag"`
 	BuildID   string    `json:"buildID"`

@@ -94,12 +94,6 @@ func (a *api) templateRoutes() {
 	a.handle("DELETE /templates/tags", a.removeTags)
 }
 
-type tagJSON struct {
-	Tag       string `json:"tag"`
-	BuildID   string `json:"buildID"`
-	CreatedAt string `json:"createdAt"`
-}
-
 func (a *api) templateTags(w http.ResponseWriter, r *http.Request, c caller) error {
 	name := templateNameOnly(r.PathValue("templateID"))
 	if _, err := a.visible(name, c); err != nil {
@@ -109,9 +103,9 @@ func (a *api) templateTags(w http.ResponseWriter, r *http.Request, c caller) err
 	if err != nil {
 		return err
 	}
-	out := make([]tagJSON, len(tags))
+	out := make([]cove.TemplateTag, len(tags))
 	for i, t := range tags {
-		out[i] = tagJSON{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt.Format(time.RFC3339Nano)}
+		out[i] = cove.TemplateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -267,34 +261,11 @@ func (a *api) startBuild(w http.ResponseWriter, r *http.Request, c caller) error
 	return nil
 }
 
-type buildLogJSON struct {
-	Timestamp string `json:"timestamp"`
-	Level     string `json:"level"`
-	Message   string `json:"message"`
-	Step      string `json:"step,omitempty"`
-}
-
-type buildReasonJSON struct {
-	Message    string         `json:"message"`
-	Step       string         `json:"step,omitempty"`
-	LogEntries []buildLogJSON `json:"logEntries"`
-}
-
-type buildStatusJSON struct {
-	BuildID    string           `json:"buildID"`
-	TemplateID string           `json:"templateID"`
-	Status     string           `json:"status"`
-	LogEntries []buildLogJSON   `json:"logEntries"`
-	Logs       []string         `json:"logs"`
-	Reason     *buildReasonJSON `json:"reason,omitempty"`
-	// StartSnapshot is Cove's: the start snapshot the build took or reused.
-	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
-}
-
-func logsJSON(entries []template.LogEntry) []buildLogJSON {
-	out := make([]buildLogJSON, len(entries))
+// logsJSON is the builder's log lines as the contract's entries.
+func logsJSON(entries []template.LogEntry) []cove.BuildLogEntry {
+	out := make([]cove.BuildLogEntry, len(entries))
 	for i, e := range entries {
-		out[i] = buildLogJSON{Timestamp: e.Time.Format(time.RFC3339Nano), Level: e.Level, Message: e.Message, Step: e.Step}
+		out[i] = cove.BuildLogEntry{Timestamp: e.Time, Level: e.Level, Message: e.Message, Step: e.Step}
 	}
 	return out
 }
@@ -323,10 +294,10 @@ func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, c caller) erro
 			return fmt.Errorf("%w: logsOffset %q is not a number >= 0", errBadRequest, s)
 		}
 	}
-	out := buildStatusJSON{BuildID: rec.ID, TemplateID: rec.Template, Status: rec.Status.String(),
+	out := cove.TemplateBuildStatus{BuildID: rec.ID, TemplateID: rec.Template, Status: rec.Status.String(),
 		LogEntries: logsJSON(a.cfg.Builds.Logs(rec, offset)), Logs: []string{}}
 	if rec.Reason != nil {
-		out.Reason = &buildReasonJSON{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
+		out.Reason = &cove.BuildStatusReason{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
 	}
 	out.StartSnapshot = startSnapshotJSON(rec.StartSnapshot)
 	writeJSON(w, http.StatusOK, out)
@@ -381,7 +352,7 @@ func (a *api) buildLogs(w http.ResponseWriter, r *http.Request, c caller) error 
 		}
 		out = append(out, e)
 	}
-	writeJSON(w, http.StatusOK, map[string][]buildLogJSON{"logs": logsJSON(out)})
+	writeJSON(w, http.StatusOK, cove.BuildLogs{Logs: logsJSON(out)})
 	return nil
 }
 
