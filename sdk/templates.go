@@ -134,6 +134,24 @@ type TemplateBuildRequestV3 struct {
 	Runtime string `json:"runtime,omitempty"`
 }
 
+// TemplateRequestResponseV3 is E2B's, the answer to POST /v3/templates: the build to start.
+type TemplateRequestResponseV3 struct {
+	TemplateID string   `json:"templateID"`
+	BuildID    string   `json:"buildID"`
+	Names      []string `json:"names"`
+	Aliases    []string `json:"aliases"`
+	Tags       []string `json:"tags"`
+	Public     bool     `json:"public"`
+}
+
+// TemplateBuildFileUpload is E2B's, the answer to GET /templates/{id}/files/{hash}: whether
+// the server has a COPY's files already, else where to PUT them.
+type TemplateBuildFileUpload struct {
+	Present bool              `json:"present"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
 // AssignTemplateTagsRequest is E2B's, the body of POST /templates/tags.
 type AssignTemplateTagsRequest struct {
 	Target string   `json:"target"` // "name" or "name:tag"
@@ -162,10 +180,7 @@ type TemplateUpdateRequest struct {
 // it to the end. Steps whose inputs did not change come from the server's layer cache.
 func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDefinition, opts TemplateBuildOptions) (*TemplateBuildStatus, error) {
 	const op = "build template"
-	var req struct {
-		TemplateID string `json:"templateID"`
-		BuildID    string `json:"buildID"`
-	}
+	var req TemplateRequestResponseV3
 	if _, err := c.do(ctx, op, "", http.MethodPost, "/v3/templates",
 		TemplateBuildRequestV3{Name: name, CPUCount: opts.CPUCount, MemoryMB: opts.MemoryMB, Runtime: opts.Runtime}, &req); err != nil {
 		return nil, err
@@ -185,10 +200,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 			return nil, &Error{Op: op, Message: err.Error(), Err: err}
 		}
 		steps[i].FilesHash = hash
-		var link struct {
-			Present bool   `json:"present"`
-			URL     string `json:"url"`
-		}
+		var link TemplateBuildFileUpload
 		if _, err := c.do(ctx, op, "", http.MethodGet, "/templates/"+url.PathEscape(req.TemplateID)+"/files/"+hash, nil, &link); err != nil {
 			return nil, err
 		}

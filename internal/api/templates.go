@@ -166,15 +166,6 @@ func templateNameOnly(s string) string {
 	return name
 }
 
-type requestBuildResponseJSON struct {
-	TemplateID string   `json:"templateID"`
-	BuildID    string   `json:"buildID"`
-	Names      []string `json:"names"`
-	Aliases    []string `json:"aliases"`
-	Tags       []string `json:"tags"`
-	Public     bool     `json:"public"`
-}
-
 func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) error {
 	var req cove.TemplateBuildRequestV3
 	if err := decode(r, &req); err != nil {
@@ -199,22 +190,16 @@ func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) err
 	if tags == nil {
 		tags = []string{}
 	}
-	writeJSON(w, http.StatusAccepted, requestBuildResponseJSON{TemplateID: name, BuildID: rec.ID,
+	writeJSON(w, http.StatusAccepted, cove.TemplateRequestResponseV3{TemplateID: name, BuildID: rec.ID,
 		Names: []string{name}, Aliases: []string{name}, Tags: tags})
 	return nil
-}
-
-type uploadLinkJSON struct {
-	Present bool              `json:"present"`
-	URL     string            `json:"url,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
 }
 
 func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, c caller) error {
 	hash := r.PathValue("hash")
 	if a.cfg.Builds.HasUpload(c.team.ID, hash) {
 		// 201 as E2B answers either way: its Python SDK fails on any other status.
-		writeJSON(w, http.StatusCreated, uploadLinkJSON{Present: true})
+		writeJSON(w, http.StatusCreated, cove.TemplateBuildFileUpload{Present: true})
 		return nil
 	}
 	scheme := "http"
@@ -222,7 +207,7 @@ func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, c caller) error
 		scheme = "https"
 	}
 	u := fmt.Sprintf("%s://%s/templates/%s/files/%s/upload?token=%s", scheme, r.Host, r.PathValue("templateID"), hash, a.uploads.issue(c.team.ID, hash))
-	writeJSON(w, http.StatusCreated, uploadLinkJSON{Present: false, URL: u})
+	writeJSON(w, http.StatusCreated, cove.TemplateBuildFileUpload{Present: false, URL: u})
 	return nil
 }
 
