@@ -24,16 +24,20 @@ type ForkResult struct {
 	Err     error
 }
 
+// SandboxForkRequest is E2B's, the body of POST /sandboxes/{id}/fork: Fork sends it and the
+// server decodes this very type.
+type SandboxForkRequest struct {
+	Count   *int     `json:"count,omitempty"`   // 1 when absent, at most 20
+	Timeout *float64 `json:"timeout,omitempty"` // each copy's, in seconds; the server's default when absent
+}
+
 // Fork checkpoints a running sandbox in place (it pauses for that time and keeps its id,
 // TTL and processes) and starts copies of it: the same processes, memory and files,
 // independent from then on. The error is for the call as a whole.
 func (c *Client) Fork(ctx context.Context, sandboxID string, opts ForkOptions) ([]ForkResult, error) {
-	body := map[string]any{}
+	body := SandboxForkRequest{Timeout: optSeconds(opts.Timeout)}
 	if opts.Count > 0 {
-		body["count"] = opts.Count
-	}
-	if opts.Timeout > 0 {
-		body["timeout"] = seconds(opts.Timeout)
+		body.Count = &opts.Count
 	}
 	var out []struct {
 		Sandbox *CreatedSandbox  `json:"sandbox"`
@@ -47,7 +51,7 @@ func (c *Client) Fork(ctx context.Context, sandboxID string, opts ForkOptions) (
 	for i, r := range out {
 		switch {
 		case r.Error != nil:
-			var eb errorBody
+			var eb ErrorBody
 			_ = json.Unmarshal(*r.Error, &eb)
 			results[i].Err = httpError("fork sandbox", sandboxID, eb.Code, *r.Error, res.requestID)
 		case r.Sandbox != nil:
@@ -75,13 +79,15 @@ type SnapshotInfo struct {
 	SizeBytes  int64     `json:"sizeBytes"`
 }
 
+// CreateSnapshotRequest is the body of POST /sandboxes/{id}/snapshots (E2B's, unnamed there).
+type CreateSnapshotRequest struct {
+	Name string `json:"name,omitempty"` // at most 128 bytes; none when ""
+}
+
 // CreateSnapshot checkpoints a running sandbox in place, as Fork does, and keeps the
 // checkpoint as a snapshot; name is optional.
 func (c *Client) CreateSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotInfo, error) {
-	body := map[string]any{}
-	if name != "" {
-		body["name"] = name
-	}
+	body := CreateSnapshotRequest{Name: name}
 	var out SnapshotInfo
 	if _, err := c.do(ctx, "create snapshot", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/snapshots", body, &out); err != nil {
 		return nil, err
@@ -148,6 +154,13 @@ type VolumeOptions struct {
 	SizeMB int `json:"sizeMB,omitempty"`
 }
 
+// NewVolume is E2B's, the body of POST /volumes, with Cove's options: CreateVolumeWith sends
+// it and the server decodes this very type.
+type NewVolume struct {
+	Name string `json:"name"`
+	VolumeOptions
+}
+
 // CreateVolume makes a volume named name (1-63 of [A-Za-z0-9._-]) of the server's default size.
 func (c *Client) CreateVolume(ctx context.Context, name string) (*Volume, error) {
 	return c.CreateVolumeWith(ctx, name, VolumeOptions{})
@@ -156,10 +169,7 @@ func (c *Client) CreateVolume(ctx context.Context, name string) (*Volume, error)
 // CreateVolumeWith makes a volume named name with opts.
 func (c *Client) CreateVolumeWith(ctx context.Context, name string, opts VolumeOptions) (*Volume, error) {
 	var out Volume
-	body := struct {
-		Name string `json:"name"`
-		VolumeOptions
-	}{name, opts}
+	body := NewVolume{Name: name, VolumeOptions: opts}
 	if _, err := c.do(ctx, "create volume", "", http.MethodPost, "/volumes", body, &out); err != nil {
 		return nil, err
 	}

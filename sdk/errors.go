@@ -175,23 +175,30 @@ func killedError(id, why, at, requestID string) *SandboxKilledError {
 	return e
 }
 
-// errorBody is the JSON error of the REST API, of the proxy and of envd's HTTP endpoints.
-type errorBody struct {
-	Code       int    `json:"code"`
-	Message    string `json:"message"`
-	RequestID  string `json:"requestId"`
-	SandboxID  string `json:"sandboxId"`
-	State      string `json:"state"`
-	KillReason string `json:"killReason"`
+// ErrorBody is the JSON error of Cove's REST API, its team APIs, its proxy and envd's HTTP
+// endpoints: E2B's {"code","message"} plus the request id, and from the proxy what an
+// operator needs to answer "why did this fail?" from the client side alone. The server's
+// errdefs encodes this very type and the SDK decodes it.
+type ErrorBody struct {
+	Code      int    `json:"code"`    // the HTTP status
+	Message   string `json:"message"` // ends "(request id X)"
+	RequestID string `json:"requestId,omitempty"`
+	// SandboxID and Port are the proxy's target.
+	SandboxID string `json:"sandboxId,omitempty"`
+	Port      int    `json:"port,omitempty"`
+	// State is "killed" or "paused" when that is why the proxy could not reach the sandbox;
+	// KillReason then says why it was killed (a reason.KillReason).
+	State      string `json:"state,omitempty"`
+	KillReason string `json:"killReason,omitempty"`
 	// Detail is Cove's reason beside E2B's fixed message (the proxy's "The sandbox was not
-	// found").
-	Detail string `json:"detail"`
+	// found"), which E2B's SDKs' tests assert word for word.
+	Detail string `json:"detail,omitempty"`
 }
 
 // httpError turns a failed HTTP answer into the error a caller branches on. The body is
 // Cove's JSON error when it parses; anything else becomes the message.
 func httpError(op, sandboxID string, status int, body []byte, requestID string) error {
-	var eb errorBody
+	var eb ErrorBody
 	msg := strings.TrimSpace(string(body))
 	if json.Unmarshal(body, &eb) == nil && (eb.Message != "" || eb.Code != 0) {
 		msg = eb.Message

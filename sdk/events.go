@@ -87,28 +87,43 @@ func (e SandboxEvent) Data() (any, error) {
 	return v, nil
 }
 
-// eventData registers each event type's payload: the one place a type and its shape meet.
-var eventData = map[string]func() any{
-	EventSandboxCreated:       func() any { return new(CreatedEventData) },
-	EventSandboxConnected:     func() any { return new(ConnectedEventData) },
-	EventSandboxPaused:        func() any { return new(PausedEventData) },
-	EventSandboxResumed:       func() any { return new(ResumedEventData) },
-	EventSandboxUpdated:       func() any { return new(UpdatedEventData) },
-	EventSandboxKilled:        func() any { return new(KilledEventData) },
-	EventSandboxOOM:           func() any { return new(OOMEventData) },
-	EventSandboxCheckpointed:  func() any { return new(CheckpointedEventData) },
-	EventSandboxNetworkDenied: func() any { return new(NetworkDeniedEventData) },
-	EventLimitReached:         func() any { return new(LimitReachedEventData) },
+// eventTypes is the registry of event types: each type with its payload, the one place a type
+// and its shape meet. The server's events package takes its set from it and refuses to emit a
+// payload of another type.
+var eventTypes = []struct {
+	name string
+	data func() any
+}{
+	{EventSandboxCreated, func() any { return new(CreatedEventData) }},
+	{EventSandboxConnected, func() any { return new(ConnectedEventData) }},
+	{EventSandboxPaused, func() any { return new(PausedEventData) }},
+	{EventSandboxResumed, func() any { return new(ResumedEventData) }},
+	{EventSandboxUpdated, func() any { return new(UpdatedEventData) }},
+	{EventSandboxKilled, func() any { return new(KilledEventData) }},
+	{EventSandboxOOM, func() any { return new(OOMEventData) }},
+	{EventSandboxCheckpointed, func() any { return new(CheckpointedEventData) }},
+	{EventSandboxNetworkDenied, func() any { return new(NetworkDeniedEventData) }},
+	{EventLimitReached, func() any { return new(LimitReachedEventData) }},
+}
+
+// EventTypes lists every event type, in the registry's order.
+func EventTypes() []string {
+	out := make([]string, len(eventTypes))
+	for i, t := range eventTypes {
+		out[i] = t.name
+	}
+	return out
 }
 
 // EventDataFor returns a new, empty payload of the event type (a pointer), or an error for a
 // type outside the set.
 func EventDataFor(eventType string) (any, error) {
-	mk, ok := eventData[eventType]
-	if !ok {
-		return nil, fmt.Errorf("unknown event type %q", eventType)
+	for _, t := range eventTypes {
+		if t.name == eventType {
+			return t.data(), nil
+		}
 	}
-	return mk(), nil
+	return nil, fmt.Errorf("unknown event type %q", eventType)
 }
 
 // Caller names the key whose call caused an event, when a client's call did.

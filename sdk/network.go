@@ -6,7 +6,9 @@ import (
 	"net/url"
 )
 
-// NetworkRules are a sandbox's egress rules, E2B's network config. Entries are CIDRs or IP
+// NetworkRules are a sandbox's egress rules, E2B's SandboxNetworkConfig: create's network
+// object, which the server decodes into this very type (refusing fields it lacks), and Info's
+// network, which it emits as this type. Entries are CIDRs or IP
 // addresses; "0.0.0.0/0" is all traffic. AllowOut wins over DenyOut.
 type NetworkRules struct {
 	AllowOut []string `json:"allowOut,omitempty"`
@@ -58,22 +60,25 @@ type NetworkUpdate struct {
 	Rules       map[string][]Rule
 }
 
+// SandboxNetworkUpdateConfig is E2B's, the body of PUT /sandboxes/{id}/network:
+// UpdateNetwork sends it and the server decodes this very type, refusing fields it lacks.
+// What it leaves out is cleared.
+type SandboxNetworkUpdateConfig struct {
+	// AllowInternetAccess false cuts the sandbox off from what AllowOut does not name;
+	// absent is true.
+	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
+	AllowOut            []string          `json:"allowOut,omitempty"`
+	DenyOut             []string          `json:"denyOut,omitempty"`
+	EgressProxy         *EgressProxy      `json:"egressProxy,omitempty"`
+	Rules               map[string][]Rule `json:"rules,omitempty"`
+}
+
 // UpdateNetwork replaces the egress policy of a running (or paused) sandbox, atomically; it
 // applies to the sandbox's next packets.
 func (c *Client) UpdateNetwork(ctx context.Context, sandboxID string, u NetworkUpdate) error {
-	body := map[string]any{"allow_internet_access": !u.NoInternet}
-	if u.AllowOut != nil {
-		body["allowOut"] = u.AllowOut
-	}
-	if u.DenyOut != nil {
-		body["denyOut"] = u.DenyOut
-	}
-	if u.EgressProxy != nil {
-		body["egressProxy"] = u.EgressProxy
-	}
-	if u.Rules != nil {
-		body["rules"] = u.Rules
-	}
+	internet := !u.NoInternet
+	body := SandboxNetworkUpdateConfig{AllowInternetAccess: &internet, AllowOut: u.AllowOut, DenyOut: u.DenyOut,
+		EgressProxy: u.EgressProxy, Rules: u.Rules}
 	_, err := c.do(ctx, "update sandbox network", sandboxID, http.MethodPut, "/sandboxes/"+url.PathEscape(sandboxID)+"/network", body, nil)
 	return err
 }

@@ -172,10 +172,7 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 		AutoPause: opts.AutoPause, Secure: &secure, AllowInternetAccess: &internet, VolumeMounts: opts.VolumeMounts,
 	}
 	body.IAM = opts.IAM
-	if opts.Timeout > 0 {
-		s := float64(seconds(opts.Timeout))
-		body.Timeout = &s
-	}
+	body.Timeout = optSeconds(opts.Timeout)
 	if opts.AutoResume {
 		body.AutoResume = &SandboxAutoResumeConfig{Enabled: true}
 	}
@@ -198,13 +195,50 @@ func (c *Client) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, err
 	return c.newSandbox(out, res.requestID), nil
 }
 
+// ConnectSandbox is E2B's ConnectSandbox and ResumedSandbox, the body of POST
+// /sandboxes/{id}/connect and /resume: Connect and Resume send it and the server decodes
+// this very type.
+type ConnectSandbox struct {
+	// Timeout is the sandbox's time to live from now, in seconds; absent keeps the server's
+	// default (and a connect never shortens it).
+	Timeout *float64 `json:"timeout,omitempty"`
+	// Memory false (the npm SDK's onResume: 'reboot') asks a cold boot on the kept files,
+	// which Cove does only for a sandbox paused without its memory.
+	Memory *bool `json:"memory,omitempty"`
+}
+
+// SetTimeoutRequest is the body of POST /sandboxes/{id}/timeout (E2B's, unnamed there).
+type SetTimeoutRequest struct {
+	Timeout *float64 `json:"timeout"` // seconds; required
+}
+
+// RefreshRequest is the body of POST /sandboxes/{id}/refreshes (E2B's, unnamed there).
+type RefreshRequest struct {
+	Duration *float64 `json:"duration,omitempty"` // seconds; the server's default when absent
+}
+
+// PauseRequest is the body of POST /sandboxes/{id}/pause.
+type PauseRequest struct {
+	// Memory false asks E2B's filesystem-only pause (keepMemory: false): the resume reboots.
+	Memory *bool `json:"memory,omitempty"`
+	// Kind is Cove's: snapshot, freeze or filesystem (reason.PauseKind); the server's
+	// default when "".
+	Kind string `json:"kind,omitempty"`
+}
+
+// optSeconds is d in whole seconds for a body's optional field: nil when d is 0 or less.
+func optSeconds(d time.Duration) *float64 {
+	if d <= 0 {
+		return nil
+	}
+	s := float64(seconds(d))
+	return &s
+}
+
 // Connect returns a running sandbox by id, resuming it if it is paused. A timeout > 0
 // extends its life to at least that long from now (never shortens it).
 func (c *Client) Connect(ctx context.Context, sandboxID string, timeout time.Duration) (*Sandbox, error) {
-	body := map[string]any{}
-	if timeout > 0 {
-		body["timeout"] = seconds(timeout)
-	}
+	body := ConnectSandbox{Timeout: optSeconds(timeout)}
 	var out CreatedSandbox
 	res, err := c.do(ctx, "connect to sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/connect", body, &out)
 	if err != nil {
@@ -219,10 +253,7 @@ func (c *Client) Connect(ctx context.Context, sandboxID string, timeout time.Dur
 // Resume resumes a paused sandbox (ErrConflict when it runs); Connect does the same
 // without failing on a running one.
 func (c *Client) Resume(ctx context.Context, sandboxID string, timeout time.Duration) (*Sandbox, error) {
-	body := map[string]any{}
-	if timeout > 0 {
-		body["timeout"] = seconds(timeout)
-	}
+	body := ConnectSandbox{Timeout: optSeconds(timeout)}
 	var out CreatedSandbox
 	res, err := c.do(ctx, "resume sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/resume", body, &out)
 	if err != nil {
@@ -377,18 +408,16 @@ func (c *Client) Kill(ctx context.Context, sandboxID string) error {
 
 // SetTimeout makes the sandbox live until timeout from now, shorter or longer.
 func (c *Client) SetTimeout(ctx context.Context, sandboxID string, timeout time.Duration) error {
+	s := float64(seconds(timeout))
 	_, err := c.do(ctx, "set sandbox timeout", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/timeout",
-		map[string]any{"timeout": seconds(timeout)}, nil)
+		SetTimeoutRequest{Timeout: &s}, nil)
 	return err
 }
 
 // Refresh extends a sandbox's life to at least duration from now (E2B's refreshes: it
 // never shortens it); the server's default duration when 0.
 func (c *Client) Refresh(ctx context.Context, sandboxID string, duration time.Duration) error {
-	body := map[string]any{}
-	if duration > 0 {
-		body["duration"] = seconds(duration)
-	}
+	body := RefreshRequest{Duration: optSeconds(duration)}
 	_, err := c.do(ctx, "refresh sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/refreshes", body, nil)
 	return err
 }
@@ -412,13 +441,14 @@ type PauseOptions struct {
 // PauseWith pauses a running sandbox as opts say. A snapshot that fails leaves the sandbox
 // running and returns the reason.
 func (c *Client) PauseWith(ctx context.Context, sandboxID string, opts PauseOptions) error {
-	body := map[string]any{}
+	var body PauseRequest
 	switch opts.Kind {
 	case "":
 	case reason.PauseFilesystem:
-		body["memory"] = false // as E2B's SDKs ask it
+		keep := false // as E2B's SDKs ask it
+		body.Memory = &keep
 	default:
-		body["kind"] = opts.Kind.String()
+		body.Kind = opts.Kind.String()
 	}
 	_, err := c.do(ctx, "pause sandbox", sandboxID, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/pause", body, nil)
 	return err

@@ -22,13 +22,25 @@ type SecretInfo struct {
 // egress proxy puts the value in on the host side, so it never enters the sandbox.
 func SecretPlaceholder(name string) string { return "${e2b.secrets." + name + "}" }
 
+// NewSecret is E2B's, the body of POST /secrets: CreateSecret sends it and the server decodes
+// this very type.
+type NewSecret struct {
+	Name     string            `json:"name"`
+	Value    string            `json:"value"`
+	Metadata map[string]string `json:"metadata"` // null: none
+}
+
+// SecretUpdate is E2B's, the body of POST /secrets/{id}: a new version of the value.
+type SecretUpdate struct {
+	Value string `json:"value"`
+	// Metadata replaces the secret's when not null (an empty object clears it).
+	Metadata map[string]string `json:"metadata"`
+}
+
 // CreateSecret stores a new secret (names are lower-cased).
 func (c *Client) CreateSecret(ctx context.Context, name, value string, metadata map[string]string) (*SecretInfo, error) {
 	var out SecretInfo
-	body := map[string]any{"name": name, "value": value}
-	if metadata != nil {
-		body["metadata"] = metadata
-	}
+	body := NewSecret{Name: name, Value: value, Metadata: metadata}
 	if _, err := c.do(ctx, "create secret", "", http.MethodPost, "/secrets", body, &out); err != nil {
 		return nil, err
 	}
@@ -38,10 +50,7 @@ func (c *Client) CreateSecret(ctx context.Context, name, value string, metadata 
 // UpdateSecret stores value as the secret's new version; metadata replaces the old when not nil.
 func (c *Client) UpdateSecret(ctx context.Context, secret, value string, metadata map[string]string) (*SecretInfo, error) {
 	var out SecretInfo
-	body := map[string]any{"value": value}
-	if metadata != nil {
-		body["metadata"] = metadata
-	}
+	body := SecretUpdate{Value: value, Metadata: metadata}
 	if _, err := c.do(ctx, "update secret", "", http.MethodPost, "/secrets/"+url.PathEscape(secret), body, &out); err != nil {
 		return nil, err
 	}

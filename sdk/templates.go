@@ -55,19 +55,31 @@ type BuildLogEntry struct {
 	Step      string    `json:"step,omitempty"`
 }
 
-// TemplateBuildStatus is a build's state (E2B's TemplateBuildInfo).
+// TemplateBuildStatus is a build's state (E2B's TemplateBuildInfo): the server emits this
+// very type.
 type TemplateBuildStatus struct {
 	BuildID    string          `json:"buildID"`
 	TemplateID string          `json:"templateID"`
 	Status     string          `json:"status"` // waiting, building, ready or error
 	LogEntries []BuildLogEntry `json:"logEntries"`
-	Reason     *struct {
-		Message    string          `json:"message"`
-		Step       string          `json:"step,omitempty"`
-		LogEntries []BuildLogEntry `json:"logEntries"`
-	} `json:"reason,omitempty"`
+	// Logs is E2B's deprecated list of lines: always empty, LogEntries holds them.
+	Logs   []string           `json:"logs"`
+	Reason *BuildStatusReason `json:"reason,omitempty"`
 	// StartSnapshot is the start snapshot a ready build took or reused (Cove's extension).
 	StartSnapshot *TemplateStartSnapshot `json:"startSnapshot,omitempty"`
+}
+
+// BuildStatusReason is E2B's: why a build failed, at which step, and its last lines.
+type BuildStatusReason struct {
+	Message    string          `json:"message"`
+	Step       string          `json:"step,omitempty"`
+	LogEntries []BuildLogEntry `json:"logEntries"`
+}
+
+// BuildLogs is E2B's TemplateBuildLogsResponse, the answer to GET
+// /templates/{id}/builds/{buildID}/logs.
+type BuildLogs struct {
+	Logs []BuildLogEntry `json:"logs"`
 }
 
 // TemplateInfo is a template as the API lists it.
@@ -108,17 +120,69 @@ func (e *BuildError) Error() string {
 	return fmt.Sprintf("build %s of template %s failed at step %s: %s", e.BuildID, e.TemplateID, e.Step, e.Message)
 }
 
+// TemplateBuildRequestV3 is E2B's, the body of POST /v3/templates that asks for a build:
+// BuildTemplate sends it and the server decodes this very type.
+type TemplateBuildRequestV3 struct {
+	Name  string   `json:"name,omitempty"`
+	Alias string   `json:"alias,omitempty"` // E2B's older name for Name
+	Tags  []string `json:"tags,omitempty"`
+	// CPUCount and MemoryMB size the template's sandboxes; 0 is the server's default.
+	CPUCount int `json:"cpuCount,omitempty"`
+	MemoryMB int `json:"memoryMB,omitempty"`
+	// Runtime is the engine the template's sandboxes must run on (runc or runsc; Cove's
+	// extension); the server's default when "".
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// TemplateRequestResponseV3 is E2B's, the answer to POST /v3/templates: the build to start.
+type TemplateRequestResponseV3 struct {
+	TemplateID string   `json:"templateID"`
+	BuildID    string   `json:"buildID"`
+	Names      []string `json:"names"`
+	Aliases    []string `json:"aliases"`
+	Tags       []string `json:"tags"`
+	Public     bool     `json:"public"`
+}
+
+// TemplateBuildFileUpload is E2B's, the answer to GET /templates/{id}/files/{hash}: whether
+// the server has a COPY's files already, else where to PUT them.
+type TemplateBuildFileUpload struct {
+	Present bool              `json:"present"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// AssignTemplateTagsRequest is E2B's, the body of POST /templates/tags.
+type AssignTemplateTagsRequest struct {
+	Target string   `json:"target"` // "name" or "name:tag"
+	Tags   []string `json:"tags"`
+}
+
+// AssignedTemplateTags is E2B's, the answer to POST /templates/tags.
+type AssignedTemplateTags struct {
+	BuildID string   `json:"buildID"`
+	Tags    []string `json:"tags"`
+}
+
+// DeleteTemplateTagsRequest is E2B's, the body of DELETE /templates/tags.
+type DeleteTemplateTagsRequest struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
+// TemplateUpdateRequest is E2B's, the body of PATCH /templates/{id}.
+type TemplateUpdateRequest struct {
+	Public *bool `json:"public,omitempty"`
+}
+
 // BuildTemplate builds (or rebuilds) the template name from def as E2B's SDKs do: it asks
 // for a build, uploads the files of COPY steps the server lacks, starts the build and follows
 // it to the end. Steps whose inputs did not change come from the server's layer cache.
 func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDefinition, opts TemplateBuildOptions) (*TemplateBuildStatus, error) {
 	const op = "build template"
-	var req struct {
-		TemplateID string `json:"templateID"`
-		BuildID    string `json:"buildID"`
-	}
+	var req TemplateRequestResponseV3
 	if _, err := c.do(ctx, op, "", http.MethodPost, "/v3/templates",
-		map[string]any{"name": name, "cpuCount": opts.CPUCount, "memoryMB": opts.MemoryMB, "runtime": opts.Runtime}, &req); err != nil {
+		TemplateBuildRequestV3{Name: name, CPUCount: opts.CPUCount, MemoryMB: opts.MemoryMB, Runtime: opts.Runtime}, &req); err != nil {
 		return nil, err
 	}
 	dir := opts.ContextDir
@@ -136,10 +200,7 @@ func (c *Client) BuildTemplate(ctx context.Context, name string, def TemplateDef
 			return nil, &Error{Op: op, Message: err.Error(), Err: err}
 		}
 		steps[i].FilesHash = hash
-		var link struct {
-			Present bool   `json:"present"`
-			URL     string `json:"url"`
-		}
+		var link TemplateBuildFileUpload
 		if _, err := c.do(ctx, op, "", http.MethodGet, "/templates/"+url.PathEscape(req.TemplateID)+"/files/"+hash, nil, &link); err != nil {
 			return nil, err
 		}
@@ -223,7 +284,7 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return err
 }
 
-// TemplateTag is one tag of a template: the build it names.
+// TemplateTag is one tag of a template: the build it names. The server emits this very type.
 type TemplateTag struct {
 	Tag       string    `json:"tag"`
 	BuildID   string    `json:"buildID"`
@@ -240,13 +301,13 @@ func (c *Client) TemplateTags(ctx context.Context, name string) ([]TemplateTag, 
 // TagTemplate gives the build target ("name" or "name:tag") the tags; sandboxes start from
 // "name:tag" even after name is rebuilt.
 func (c *Client) TagTemplate(ctx context.Context, target string, tags ...string) error {
-	_, err := c.do(ctx, "tag template", "", http.MethodPost, "/templates/tags", map[string]any{"target": target, "tags": tags}, nil)
+	_, err := c.do(ctx, "tag template", "", http.MethodPost, "/templates/tags", AssignTemplateTagsRequest{Target: target, Tags: tags}, nil)
 	return err
 }
 
 // UntagTemplate removes tags of template name.
 func (c *Client) UntagTemplate(ctx context.Context, name string, tags ...string) error {
-	_, err := c.do(ctx, "untag template", "", http.MethodDelete, "/templates/tags", map[string]any{"name": name, "tags": tags}, nil)
+	_, err := c.do(ctx, "untag template", "", http.MethodDelete, "/templates/tags", DeleteTemplateTagsRequest{Name: name, Tags: tags}, nil)
 	return err
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // A create body's field that Cove would silently ignore is a setting the caller believes
@@ -22,7 +24,7 @@ import (
 // to its one spelling.
 var (
 	createFields  = jsonFields(reflect.TypeFor[createBody]())
-	networkFields = jsonFields(reflect.TypeFor[networkBody]())
+	networkFields = jsonFields(reflect.TypeFor[cove.NetworkRules]())
 )
 
 // jsonFields is the folded spelling → spelling of t's JSON fields, embedded ones included.

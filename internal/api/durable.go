@@ -78,10 +78,7 @@ func (a *api) routeVolumes() {
 		return
 	}
 	a.handle("POST /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
-		var body struct {
-			Name string `json:"name"`
-			cove.VolumeOptions
-		}
+		var body cove.NewVolume
 		if err := decode(r, &body); err != nil {
 			return err
 		}
@@ -193,15 +190,12 @@ func (a *api) snapshotDelete(id string) handlerFunc {
 // forkResult is E2B's SandboxForkResult: the sandbox, or the error that kept it from starting.
 type forkResult struct {
 	Sandbox *newSandboxJSON `json:"sandbox,omitempty"`
-	Error   *errdefs.Body   `json:"error,omitempty"`
+	Error   *cove.ErrorBody `json:"error,omitempty"`
 }
 
 func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
 	id := r.PathValue("id")
-	var body struct {
-		Timeout *float64 `json:"timeout"`
-		Count   *int     `json:"count"`
-	}
+	var body cove.SandboxForkRequest
 	if err := decode(r, &body); err != nil {
 		return err
 	}
@@ -253,9 +247,7 @@ func infoOf(sn *snapshot.Snapshot) snapshotInfo {
 
 func (a *api) createSnapshot(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
 	id := r.PathValue("id")
-	var body struct {
-		Name string `json:"name"`
-	}
+	var body cove.CreateSnapshotRequest
 	if err := decode(r, &body); err != nil {
 		return err
 	}

@@ -23,50 +23,8 @@ type Networks interface {
 	PortOptions(id string) (maskHost string, httpsPorts []int)
 }
 
-// egressBody is the part of E2B's SandboxNetworkConfig and SandboxNetworkUpdateConfig that
-// says where a sandbox may connect.
-type egressBody struct {
-	AllowOut    []string        `json:"allowOut"`
-	DenyOut     []string        `json:"denyOut"`
-	EgressProxy json.RawMessage `json:"egressProxy"`
-	Rules       json.RawMessage `json:"rules"`
-}
-
-// networkBody is E2B's SandboxNetworkConfig, the create body's network.
-type networkBody struct {
-	egressBody
-	AllowPublicTraffic *bool   `json:"allowPublicTraffic"`
-	MaskRequestHost    *string `json:"maskRequestHost"`
-	HTTPSPorts         []int   `json:"httpsPorts"`
-}
-
-// networkUpdateBody is E2B's SandboxNetworkUpdateConfig (PUT /sandboxes/{id}/network).
-type networkUpdateBody struct {
-	egressBody
-	AllowInternetAccess *bool `json:"allow_internet_access"`
-}
-
-// proxyJSON is E2B's SandboxEgressProxyConfig; the password is never echoed.
-type proxyJSON struct {
-	Address  string `json:"address"`
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
-}
-
-// proxy reads egressProxy strictly; nil when absent or null.
-func (b egressBody) proxy(field string) (*network.EgressProxy, error) {
-	if len(b.EgressProxy) == 0 || string(b.EgressProxy) == "null" {
-		return nil, nil
-	}
-	var p proxyJSON
-	if err := strict(field, b.EgressProxy, &p); err != nil {
-		return nil, err
-	}
-	return &network.EgressProxy{Address: p.Address, Username: p.Username, Password: p.Password}, nil
-}
-
-// strict decodes raw into v, refusing fields v does not have: a field Cove does not know
-// would otherwise be silently ignored, and the caller would believe a rule holds.
+// strict decodes raw into v, refusing fields v does not have (at any depth): a field Cove
+// does not know would otherwise be silently ignored, and the caller would believe a rule holds.
 func strict(field string, raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -76,30 +34,22 @@ func strict(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// rules reads E2B's rules strictly: {"host": [{"transform": {"headers": {"K": "V"}}}]}.
-func (b egressBody) rules(field string) (map[string][]map[string]string, error) {
-	if len(b.Rules) == 0 || string(b.Rules) == "null" {
-		return nil, nil
+// egressSpec is the network package's reading of the contract's egress fields, E2B's
+// SandboxNetworkConfig and SandboxNetworkUpdateConfig share them.
+func egressSpec(allowOut, denyOut []string, proxy *cove.EgressProxy, rules map[string][]cove.Rule) network.Spec {
+	spec := network.Spec{AllowOut: allowOut, DenyOut: denyOut}
+	if proxy != nil {
+		spec.EgressProxy = &network.EgressProxy{Address: proxy.Address, Username: proxy.Username, Password: proxy.Password}
 	}
-	var raw map[string][]struct {
-		Transform *struct {
-			Headers map[string]string `json:"headers"`
-		} `json:"transform"`
-	}
-	if err := strict(field, b.Rules, &raw); err != nil {
-		return nil, err
-	}
-	out := make(map[string][]map[string]string, len(raw))
-	for host, rules := range raw {
-		for _, r := range rules {
-			var h map[string]string
-			if r.Transform != nil {
-				h = r.Transform.Headers
+	if rules != nil {
+		spec.Rules = make(map[string][]map[string]string, len(rules))
+		for host, rs := range rules {
+			for _, r := range rs {
+				spec.Rules[host] = append(spec.Rules[host], r.Transform.Headers)
 			}
-			out[host] = append(out[host], h)
 		}
 	}
-	return out, nil
+	return spec
 }
 
 // createNetwork is what create's network object asks for beside the egress policy.
@@ -115,13 +65,13 @@ func parseCreateNetwork(raw json.RawMessage) (createNetwork, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return createNetwork{}, nil
 	}
-	var b networkBody
+	var b cove.NetworkRules
 	if err := strict("network", raw, &b); err != nil {
 		return createNetwork{}, err
 	}
 	out := createNetwork{private: b.AllowPublicTraffic != nil && !*b.AllowPublicTraffic, httpsPorts: b.HTTPSPorts}
-	if b.MaskRequestHost != nil {
-		out.maskHost = *b.MaskRequestHost
+	if b.MaskRequestHost != "" {
+		out.maskHost = b.MaskRequestHost
 		if len(out.maskHost) > 253 || strings.ContainsAny(out.maskHost, " \t\r\n\x00/") {
 			return createNetwork{}, fmt.Errorf("%w: network.maskRequestHost %q: want a host, ${PORT} for the port", errBadRequest, out.maskHost)
 		}
@@ -131,26 +81,12 @@ func parseCreateNetwork(raw json.RawMessage) (createNetwork, error) {
 			return createNetwork{}, fmt.Errorf("%w: network.httpsPorts[%d] %d: want a port from 1 to 65535 but envd's (%d)", errBadRequest, i, p, orchestrator.EnvdPort)
 		}
 	}
-	var err error
-	out.policy, err = b.policy()
-	return out, err
-}
-
-// policy parses the config's egress policy.
-func (b networkBody) policy() (*network.Policy, error) {
-	proxy, err := b.proxy("network.egressProxy")
+	p, err := network.ParsePolicy(egressSpec(b.AllowOut, b.DenyOut, b.EgressProxy, b.Rules), true)
 	if err != nil {
-		return nil, err
+		return createNetwork{}, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
-	rules, err := b.rules("network.rules")
-	if err != nil {
-		return nil, err
-	}
-	p, err := network.ParsePolicy(network.Spec{AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy, Rules: rules}, true)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
-	}
-	return &p, nil
+	out.policy = &p
+	return out, nil
 }
 
 // updateNetwork serves PUT /sandboxes/{id}/network: the body replaces the sandbox's egress
@@ -161,21 +97,15 @@ func (a *api) updateNetwork(w http.ResponseWriter, r *http.Request, c caller) er
 	if err := decode(r, &raw); err != nil {
 		return err
 	}
-	var b networkUpdateBody
+	var b cove.SandboxNetworkUpdateConfig
 	if len(raw) > 0 {
 		if err := strict("body", raw, &b); err != nil {
 			return err
 		}
 	}
-	proxy, err := b.proxy("egressProxy")
-	if err != nil {
-		return err
-	}
-	rules, err := b.rules("rules")
-	if err != nil {
-		return err
-	}
-	p, err := network.ParsePolicy(network.Spec{AllowInternet: b.AllowInternetAccess, AllowOut: b.AllowOut, DenyOut: b.DenyOut, EgressProxy: proxy, Rules: rules}, true)
+	spec := egressSpec(b.AllowOut, b.DenyOut, b.EgressProxy, b.Rules)
+	spec.AllowInternet = b.AllowInternetAccess
+	p, err := network.ParsePolicy(spec, true)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadRequest, err)
 	}

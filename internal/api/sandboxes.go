@@ -262,9 +262,7 @@ func (a *api) kill(w http.ResponseWriter, r *http.Request, c caller) error {
 
 func (a *api) setTimeout(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
-	var body struct {
-		Timeout *float64 `json:"timeout"`
-	}
+	var body cove.SetTimeoutRequest
 	if err := decode(r, &body); err != nil {
 		return err
 	}
@@ -284,9 +282,7 @@ func (a *api) setTimeout(w http.ResponseWriter, r *http.Request, c caller) error
 
 func (a *api) refresh(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
-	var body struct {
-		Duration *float64 `json:"duration"`
-	}
+	var body cove.RefreshRequest
 	if err := decode(r, &body); err != nil {
 		return err
 	}
@@ -303,12 +299,7 @@ func (a *api) refresh(w http.ResponseWriter, r *http.Request, c caller) error {
 
 func (a *api) pause(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
-	var body struct {
-		// Memory false asks E2B's filesystem-only pause (resume reboots); Cove keeps memory.
-		Memory *bool `json:"memory"`
-		// Kind is Cove's: snapshot (to disk, memory freed) or freeze (in RAM, fastest).
-		Kind string `json:"kind"`
-	}
+	var body cove.PauseRequest
 	if err := decode(r, &body); err != nil {
 		return err
 	}
@@ -347,17 +338,9 @@ type pauser interface {
 	PauseWith(ctx context.Context, teamID, id string, opts orchestrator.PauseOptions) error
 }
 
-// timeoutBody is the body of resume and connect.
-type timeoutBody struct {
-	Timeout *float64 `json:"timeout"`
-	// Memory false (the SDK's onResume: 'reboot') asks a cold boot from disk, ignoring the
-	// snapshot's memory; Cove restores memory, and says so rather than silently doing that.
-	Memory *bool `json:"memory"`
-}
-
 func (a *api) resume(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
-	var body timeoutBody
+	var body cove.ConnectSandbox
 	if err := decode(r, &body); err != nil {
 		return err
 	}
@@ -375,11 +358,13 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request, c caller) error {
 
 func (a *api) connect(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := r.PathValue("id")
-	var body timeoutBody
+	var body cove.ConnectSandbox
 	if err := decode(r, &body); err != nil {
 		return err
 	}
 	if body.Memory != nil && !*body.Memory {
+		// Cove restores memory; a cold boot asked of a sandbox that kept it is refused
+		// rather than silently ignored.
 		// A sandbox paused keeping only its files reboots anyway; any other would not.
 		sb, err := a.cfg.Sandboxes.Get(r.Context(), c.team.ID, id)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/cove-dev/cove/internal/secrets"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // Secrets is what the API needs of the secret store (secrets.Store).
@@ -17,13 +18,6 @@ type Secrets interface {
 	Get(ctx context.Context, team, ref string) (secrets.Info, error)
 	List(ctx context.Context, team string, limit int, next string) ([]secrets.Info, string, error)
 	Delete(ctx context.Context, team, ref string) error
-}
-
-// secretBody is E2B's NewSecret and SecretUpdate.
-type secretBody struct {
-	Name     *string           `json:"name"`
-	Value    *string           `json:"value"`
-	Metadata map[string]string `json:"metadata"`
 }
 
 func (a *api) secretRoutes() {
@@ -66,14 +60,14 @@ func (a *api) listSecrets(w http.ResponseWriter, r *http.Request, c caller) erro
 }
 
 func (a *api) createSecret(w http.ResponseWriter, r *http.Request, c caller) error {
-	var b secretBody
+	var b cove.NewSecret
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b.Name == nil || b.Value == nil {
+	if b.Name == "" || b.Value == "" {
 		return fmt.Errorf("%w: name and value are required", errBadRequest)
 	}
-	info, err := a.cfg.Secrets.Create(r.Context(), c.team.ID, *b.Name, *b.Value, b.Metadata)
+	info, err := a.cfg.Secrets.Create(r.Context(), c.team.ID, b.Name, b.Value, b.Metadata)
 	if err != nil {
 		return secretError("create secret", err)
 	}
@@ -91,14 +85,14 @@ func (a *api) getSecret(w http.ResponseWriter, r *http.Request, c caller) error 
 }
 
 func (a *api) updateSecret(w http.ResponseWriter, r *http.Request, c caller) error {
-	var b secretBody
+	var b cove.SecretUpdate
 	if err := decode(r, &b); err != nil {
 		return err
 	}
-	if b.Value == nil {
+	if b.Value == "" {
 		return fmt.Errorf("%w: value is required", errBadRequest)
 	}
-	info, err := a.cfg.Secrets.Update(r.Context(), c.team.ID, r.PathValue("secretID"), *b.Value, b.Metadata)
+	info, err := a.cfg.Secrets.Update(r.Context(), c.team.ID, r.PathValue("secretID"), b.Value, b.Metadata)
 	if err != nil {
 		return secretError("update secret", err)
 	}

@@ -94,12 +94,6 @@ func (a *api) templateRoutes() {
 	a.handle("DELETE /templates/tags", a.removeTags)
 }
 
-type tagJSON struct {
-	Tag       string `json:"tag"`
-	BuildID   string `json:"buildID"`
-	CreatedAt string `json:"createdAt"`
-}
-
 func (a *api) templateTags(w http.ResponseWriter, r *http.Request, c caller) error {
 	name := templateNameOnly(r.PathValue("templateID"))
 	if _, err := a.visible(name, c); err != nil {
@@ -109,19 +103,16 @@ func (a *api) templateTags(w http.ResponseWriter, r *http.Request, c caller) err
 	if err != nil {
 		return err
 	}
-	out := make([]tagJSON, len(tags))
+	out := make([]cove.TemplateTag, len(tags))
 	for i, t := range tags {
-		out[i] = tagJSON{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt.Format(time.RFC3339Nano)}
+		out[i] = cove.TemplateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (a *api) assignTags(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req struct {
-		Target string   `json:"target"`
-		Tags   []string `json:"tags"`
-	}
+	var req cove.AssignTemplateTagsRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -139,15 +130,12 @@ func (a *api) assignTags(w http.ResponseWriter, r *http.Request, c caller) error
 		}
 		buildID = t.BuildID
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"buildID": buildID, "tags": req.Tags})
+	writeJSON(w, http.StatusCreated, cove.AssignedTemplateTags{BuildID: buildID, Tags: req.Tags})
 	return nil
 }
 
 func (a *api) removeTags(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req struct {
-		Name string   `json:"name"`
-		Tags []string `json:"tags"`
-	}
+	var req cove.DeleteTemplateTagsRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -178,28 +166,8 @@ func templateNameOnly(s string) string {
 	return name
 }
 
-type requestBuildJSON struct {
-	Name     string   `json:"name"`
-	Alias    string   `json:"alias"`
-	Tags     []string `json:"tags"`
-	CPUCount int      `json:"cpuCount"`
-	MemoryMB int      `json:"memoryMB"`
-	// Runtime is the engine the template's sandboxes must run on (runc or runsc; Cove's
-	// extension); the server's default when "".
-	Runtime string `json:"runtime,omitempty"`
-}
-
-type requestBuildResponseJSON struct {
-	TemplateID string   `json:"templateID"`
-	BuildID    string   `json:"buildID"`
-	Names      []string `json:"names"`
-	Aliases    []string `json:"aliases"`
-	Tags       []string `json:"tags"`
-	Public     bool     `json:"public"`
-}
-
 func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req requestBuildJSON
+	var req cove.TemplateBuildRequestV3
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -222,22 +190,16 @@ func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) err
 	if tags == nil {
 		tags = []string{}
 	}
-	writeJSON(w, http.StatusAccepted, requestBuildResponseJSON{TemplateID: name, BuildID: rec.ID,
+	writeJSON(w, http.StatusAccepted, cove.TemplateRequestResponseV3{TemplateID: name, BuildID: rec.ID,
 		Names: []string{name}, Aliases: []string{name}, Tags: tags})
 	return nil
-}
-
-type uploadLinkJSON struct {
-	Present bool              `json:"present"`
-	URL     string            `json:"url,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
 }
 
 func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, c caller) error {
 	hash := r.PathValue("hash")
 	if a.cfg.Builds.HasUpload(c.team.ID, hash) {
 		// 201 as E2B answers either way: its Python SDK fails on any other status.
-		writeJSON(w, http.StatusCreated, uploadLinkJSON{Present: true})
+		writeJSON(w, http.StatusCreated, cove.TemplateBuildFileUpload{Present: true})
 		return nil
 	}
 	scheme := "http"
@@ -245,7 +207,7 @@ func (a *api) uploadLink(w http.ResponseWriter, r *http.Request, c caller) error
 		scheme = "https"
 	}
 	u := fmt.Sprintf("%s://%s/templates/%s/files/%s/upload?token=%s", scheme, r.Host, r.PathValue("templateID"), hash, a.uploads.issue(c.team.ID, hash))
-	writeJSON(w, http.StatusCreated, uploadLinkJSON{Present: false, URL: u})
+	writeJSON(w, http.StatusCreated, cove.TemplateBuildFileUpload{Present: false, URL: u})
 	return nil
 }
 
@@ -284,34 +246,11 @@ func (a *api) startBuild(w http.ResponseWriter, r *http.Request, c caller) error
 	return nil
 }
 
-type buildLogJSON struct {
-	Timestamp string `json:"timestamp"`
-	Level     string `json:"level"`
-	Message   string `json:"message"`
-	Step      string `json:"step,omitempty"`
-}
-
-type buildReasonJSON struct {
-	Message    string         `json:"message"`
-	Step       string         `json:"step,omitempty"`
-	LogEntries []buildLogJSON `json:"logEntries"`
-}
-
-type buildStatusJSON struct {
-	BuildID    string           `json:"buildID"`
-	TemplateID string           `json:"templateID"`
-	Status     string           `json:"status"`
-	LogEntries []buildLogJSON   `json:"logEntries"`
-	Logs       []string         `json:"logs"`
-	Reason     *buildReasonJSON `json:"reason,omitempty"`
-	// StartSnapshot is Cove's: the start snapshot the build took or reused.
-	StartSnapshot *cove.TemplateStartSnapshot `json:"startSnapshot,omitempty"`
-}
-
-func logsJSON(entries []template.LogEntry) []buildLogJSON {
-	out := make([]buildLogJSON, len(entries))
+// logsJSON is the builder's log lines as the contract's entries.
+func logsJSON(entries []template.LogEntry) []cove.BuildLogEntry {
+	out := make([]cove.BuildLogEntry, len(entries))
 	for i, e := range entries {
-		out[i] = buildLogJSON{Timestamp: e.Time.Format(time.RFC3339Nano), Level: e.Level, Message: e.Message, Step: e.Step}
+		out[i] = cove.BuildLogEntry{Timestamp: e.Time, Level: e.Level, Message: e.Message, Step: e.Step}
 	}
 	return out
 }
@@ -340,10 +279,10 @@ func (a *api) buildStatus(w http.ResponseWriter, r *http.Request, c caller) erro
 			return fmt.Errorf("%w: logsOffset %q is not a number >= 0", errBadRequest, s)
 		}
 	}
-	out := buildStatusJSON{BuildID: rec.ID, TemplateID: rec.Template, Status: rec.Status.String(),
+	out := cove.TemplateBuildStatus{BuildID: rec.ID, TemplateID: rec.Template, Status: rec.Status.String(),
 		LogEntries: logsJSON(a.cfg.Builds.Logs(rec, offset)), Logs: []string{}}
 	if rec.Reason != nil {
-		out.Reason = &buildReasonJSON{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
+		out.Reason = &cove.BuildStatusReason{Message: rec.Reason.Message, Step: rec.Reason.Step, LogEntries: logsJSON(rec.Reason.Lines)}
 	}
 	out.StartSnapshot = startSnapshotJSON(rec.StartSnapshot)
 	writeJSON(w, http.StatusOK, out)
@@ -398,7 +337,7 @@ func (a *api) buildLogs(w http.ResponseWriter, r *http.Request, c caller) error 
 		}
 		out = append(out, e)
 	}
-	writeJSON(w, http.StatusOK, map[string][]buildLogJSON{"logs": logsJSON(out)})
+	writeJSON(w, http.StatusOK, cove.BuildLogs{Logs: logsJSON(out)})
 	return nil
 }
 
@@ -495,9 +434,7 @@ func (a *api) getTemplate(w http.ResponseWriter, r *http.Request, c caller) erro
 }
 
 func (a *api) updateTemplate(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req struct {
-		Public *bool `json:"public"`
-	}
+	var req cove.TemplateUpdateRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}

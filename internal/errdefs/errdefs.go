@@ -7,7 +7,8 @@
 // answers any error through Status, Code and NewBody, so the same failure gets the same status
 // everywhere, and every message carries the request id in one format (requestid.Annotate).
 //
-// errdefs imports nothing of Cove's but requestid: every package may use it.
+// errdefs imports nothing of Cove's but the contract (the SDK's error body and requestid):
+// every package may use it.
 package errdefs
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/requestid"
 )
 
@@ -124,14 +126,8 @@ func Code(err error) connect.Code {
 	return connect.CodeInternal
 }
 
-// Body is E2B's JSON error body, {"code","message"}, plus the request id.
-type Body struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// NewBody is the body of an answer with status code and message msg to the call requestID.
-func NewBody(code int, msg, requestID string) Body {
-	return Body{Code: code, Message: requestid.Annotate(msg, requestID), RequestID: requestID}
+// NewBody is the body of an answer with status code and message msg to the call requestID:
+// the contract's one error body (cove.ErrorBody), which the SDK decodes.
+func NewBody(code int, msg, requestID string) cove.ErrorBody {
+	return cove.ErrorBody{Code: code, Message: requestid.Annotate(msg, requestID), RequestID: requestID}
 }

@@ -46,7 +46,8 @@ type Event struct {
 	RequestID string
 	APIKeyID  string // the key whose call caused it, when a client did
 	// Data is the event's event_data: its type's payload from the SDK (cove.KilledEventData
-	// for SandboxKilled, and so on: cove.EventDataFor registers them); nil sends {}.
+	// for SandboxKilled, and so on: cove.EventDataFor registers them; Emit refuses any other
+	// type); nil sends {}.
 	Data any
 }
 
@@ -230,6 +231,9 @@ func toStore(ctx context.Context, ev Event) (*store.Event, error) {
 	}
 	if (ev.SandboxID == "" && ev.Type != LimitReached) || ev.TeamID == "" {
 		return nil, fmt.Errorf("emit %s: sandbox and team are required", ev.Type)
+	}
+	if err := CheckData(ev.Type, ev.Data); err != nil {
+		return nil, fmt.Errorf("emit: %w", err)
 	}
 	if ev.ID == "" {
 		ev.ID = newID("evt_")

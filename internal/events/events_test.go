@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -556,5 +557,37 @@ func TestEveryEventTypeHasItsPayloadRegistered(t *testing.T) {
 	}
 	if _, err := cove.EventDataFor("sandbox.lifecycle.exploded"); err == nil {
 		t.Error("an unknown type has a payload")
+	}
+}
+
+func TestEmitRefusesAPayloadOfAnotherType(t *testing.T) {
+	t.Parallel()
+	bus := newBus(t, newDB(t))
+	ctx := context.Background()
+	for i, ty := range EventTypes {
+		own, err := cove.EventDataFor(ty.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := cove.EventDataFor(EventTypes[(i+1)%len(EventTypes)].String())
+		tests := []struct {
+			name string
+			data any
+			ok   bool
+		}{
+			{"its own payload is emitted", own, true},
+			{"its own payload by value is emitted", reflect.ValueOf(own).Elem().Interface(), true},
+			{"no payload is emitted as {}", nil, true},
+			{"another type's payload is refused", other, false},
+			{"a map is refused", map[string]any{"count": 1}, false},
+		}
+		for _, tt := range tests {
+			t.Run(ty.String()+": "+tt.name, func(t *testing.T) {
+				err := bus.Emit(ctx, Event{Type: ty, SandboxID: "sb1", TeamID: "team1", Data: tt.data})
+				if (err == nil) != tt.ok {
+					t.Errorf("Emit with %T: %v, want ok %t", tt.data, err, tt.ok)
+				}
+			})
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 type teamKey struct{}
@@ -202,7 +202,7 @@ func TestEventsAPI(t *testing.T) {
 		"since=yesterday", "until=2026-13-01T00:00:00Z", "order=sideways", "nextToken=%21%21", "orderAsc=maybe"} {
 		t.Run("bad query "+q+" is 400 with a JSON body", func(t *testing.T) {
 			resp, body := call(t, "GET", srv.URL+"/events/sandboxes?"+q, teamA, nil)
-			var e teamapi.ErrorBody
+			var e cove.ErrorBody
 			if resp.StatusCode != 400 || json.Unmarshal(body, &e) != nil || e.Code != 400 || e.RequestID == "" {
 				t.Errorf("%d %s", resp.StatusCode, body)
 			}

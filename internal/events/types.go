@@ -2,15 +2,17 @@ package events
 
 import (
 	"fmt"
+	"reflect"
 
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// EventType is what happened to a sandbox. The set is closed: this file is its registry.
+// EventType is what happened to a sandbox. The set is closed, and its registry is the
+// contract's (sdk/events.go): each type with its payload type, which Emit checks.
 type EventType string
 
-// The event types. The lifecycle ones are E2B's names; each one's payload is registered in
-// the SDK (cove.EventDataFor), which the server emits.
+// The event types' Go names: each is the registry's string (the lifecycle ones are E2B's
+// names), never a second spelling of it.
 const (
 	// SandboxCreated: a sandbox was created.
 	SandboxCreated EventType = cove.EventSandboxCreated
@@ -38,11 +40,14 @@ const (
 	LimitReached EventType = cove.EventLimitReached
 )
 
-// EventTypes lists every EventType.
-var EventTypes = []EventType{
-	SandboxCreated, SandboxConnected, SandboxPaused, SandboxResumed, SandboxUpdated,
-	SandboxKilled, SandboxOOM, SandboxCheckpointed, SandboxNetworkDenied, LimitReached,
-}
+// EventTypes lists every EventType: the registry's, in its order.
+var EventTypes = func() []EventType {
+	var out []EventType
+	for _, t := range cove.EventTypes() {
+		out = append(out, EventType(t))
+	}
+	return out
+}()
 
 // unknownType is what String shows for the zero EventType.
 const unknownType = "unknown"
@@ -62,6 +67,24 @@ func (t EventType) Valid() bool {
 		}
 	}
 	return false
+}
+
+// CheckData returns an error unless data is t's payload type in the registry (a pointer to
+// it, or the value) or nil: an event whose payload is another type's would reach webhooks and
+// the SDK as a shape their type does not promise.
+func CheckData(t EventType, data any) error {
+	if data == nil {
+		return nil
+	}
+	want, err := cove.EventDataFor(string(t))
+	if err != nil {
+		return err
+	}
+	wt, got := reflect.TypeOf(want), reflect.TypeOf(data)
+	if got != wt && got != wt.Elem() {
+		return fmt.Errorf("event %s: payload is %v, its type's is %v (sdk/events.go registers them)", t, got, wt)
+	}
+	return nil
 }
 
 // ParseEventType returns the EventType named s; it rejects "" and names outside the set.

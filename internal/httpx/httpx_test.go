@@ -14,6 +14,7 @@ import (
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func TestTheRequestIDIsSettledOnceAndEchoed(t *testing.T) {
@@ -86,7 +87,7 @@ func TestRecoverAnswersAPanicWithTheRequestID(t *testing.T) {
 				t.Fatalf("aborted %v status %d, want %v %d", aborted, rec.Code, tt.wantAbort, tt.wantStatus)
 			}
 			if tt.wantStatus == http.StatusInternalServerError {
-				var body errdefs.Body
+				var body cove.ErrorBody
 				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.RequestID != "req-panic" ||
 					!strings.Contains(body.Message, "POST /boom failed in the server (request id req-panic)") {
 					t.Errorf("body %s (%v)", rec.Body, err)
@@ -115,7 +116,7 @@ func TestWriteErrorUsesTheOneMapping(t *testing.T) {
 			rec := httptest.NewRecorder()
 			ctx := telemetry.WithRequestID(t.Context(), "req-w")
 			httpx.WriteError(ctx, rec, tt.err)
-			var body errdefs.Body
+			var body cove.ErrorBody
 			_ = json.Unmarshal(rec.Body.Bytes(), &body)
 			if rec.Code != tt.want || body.Code != tt.want || body.Message != tt.err.Error()+" (request id req-w)" {
 				t.Errorf("%d %s", rec.Code, rec.Body)

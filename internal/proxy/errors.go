@@ -13,28 +13,15 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // statusClientClosed is nginx's status for a client that went away; it is only logged.
 const statusClientClosed = errdefs.StatusClientClosed
 
-// errorBody is the proxy's error: E2B's {code, message} plus what an operator needs to
-// answer "why did this fail?" from the client side alone.
-type errorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	SandboxID string `json:"sandboxId,omitempty"`
-	// Detail is Cove's reason when Message is E2B's fixed text (a sandbox that is gone).
-	Detail     string `json:"detail,omitempty"`
-	Port       int    `json:"port,omitempty"`
-	State      string `json:"state,omitempty"`
-	KillReason string `json:"killReason,omitempty"`
-	RequestID  string `json:"requestId"`
-}
-
 // msgNotFound is E2B's message for a sandbox that is gone or unknown, word for word: the
-// SDKs' own tests assert it. Cove's reason goes in errorBody.Detail and HeaderReason.
+// SDKs' own tests assert it. Cove's reason goes in the body's Detail and HeaderReason.
 const msgNotFound = "The sandbox was not found"
 
 // HeaderReason carries Cove's reason for a proxy error whose body keeps E2B's fixed message:
@@ -44,8 +31,8 @@ const HeaderReason = "X-Cove-Reason"
 // describe maps an error to the status and body the client gets. It is the one place that
 // mapping lives. A sandbox that is gone, paused or unknown is a 502 on every path, as E2B
 // answers: the SDKs' isRunning() reads a 502 from /health as "not running".
-func describe(err error, t target) (int, errorBody) {
-	body := errorBody{SandboxID: t.id, Port: t.port}
+func describe(err error, t target) (int, cove.ErrorBody) {
+	body := cove.ErrorBody{SandboxID: t.id, Port: t.port}
 	var gone *orchestrator.GoneError
 	var paused *orchestrator.PausedError
 	switch {
@@ -90,7 +77,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	}
 	if code == http.StatusBadGateway && !t.signed && !p.cfg.Backend.Authorized(ctx, t.id, token) {
 		err = fmt.Errorf("%w: sandbox %s %w", orchestrator.ErrNotFound, t.id, errNotYours)
-		code, body = http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, SandboxID: t.id,
+		code, body = http.StatusBadGateway, cove.ErrorBody{Code: http.StatusBadGateway, SandboxID: t.id,
 			Message: msgNotFound, Detail: fmt.Sprintf("sandbox %s %s", t.id, errNotYours)}
 	}
 	body.RequestID = telemetry.RequestID(ctx)

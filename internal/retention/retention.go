@@ -22,6 +22,7 @@ import (
 
 	cove "github.com/cove-dev/cove/sdk"
 
+	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -240,7 +241,7 @@ func (r *Retainer) Handler() http.Handler {
 			id := telemetry.RequestID(req.Context())
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusInternalServerError)
-			_ = json.NewEncoder(w).Encode(map[string]any{"code": 500, "message": fmt.Sprintf("%v (request id %s)", err, id), "requestId": id})
+			_ = json.NewEncoder(w).Encode(errdefs.NewBody(http.StatusInternalServerError, err.Error(), id))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 type teamKey struct{}
@@ -147,7 +147,7 @@ func TestAPI(t *testing.T) {
 	for _, tc := range errorCases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := get(t, h, tc.team, tc.target)
-			var e teamapi.ErrorBody
+			var e cove.ErrorBody
 			if err := json.Unmarshal([]byte(body), &e); err != nil || code != tc.code || e.Code != tc.code ||
 				e.RequestID == "" || !strings.Contains(e.Message, e.RequestID) {
 				t.Errorf("status %d, body %s; want %d with {code,message,requestId}", code, body, tc.code)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/store"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // Errors callers branch on.
@@ -32,15 +33,9 @@ var (
 	ErrInvalid  = errdefs.New(errdefs.ErrInvalidArgument, "invalid secret")
 )
 
-// Info is a secret's metadata: what every read returns.
-type Info struct {
-	ID             string            `json:"secretID"`
-	Name           string            `json:"name"`
-	CurrentVersion int64             `json:"currentVersion"`
-	Metadata       map[string]string `json:"metadata"`
-	CreatedAt      time.Time         `json:"createdAt"`
-	UpdatedAt      time.Time         `json:"updatedAt"`
-}
+// Info is a secret's metadata, what every read returns: the contract's SecretInfo, which the
+// API emits and the SDK reads.
+type Info = cove.SecretInfo
 
 func infoOf(r *store.Secret) Info {
 	md := r.Metadata

@@ -134,9 +134,6 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// ErrorBody is E2B's error shape, with the request id.
-type ErrorBody = errdefs.Body
-
 // Fail answers err with its status and a body naming the request id; server errors are
 // logged.
 func (m *Mux) Fail(w http.ResponseWriter, r *http.Request, err error) {

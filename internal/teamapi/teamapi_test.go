@@ -18,6 +18,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 func TestStatusOfMapsEveryErrorKindOnce(t *testing.T) {
@@ -108,7 +109,7 @@ func TestAMuxAnswersWithTheTeamOrAnE2BError(t *testing.T) {
 				}
 				return
 			}
-			var body teamapi.ErrorBody
+			var body cove.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatal(err)
 			}

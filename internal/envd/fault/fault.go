@@ -86,10 +86,6 @@ func Status(err error) int {
 	return errdefs.Status(err)
 }
 
-// Body is the JSON error body of envd's HTTP endpoints: {"code","message"} as E2B sends,
-// plus the request id.
-type Body = errdefs.Body
-
 // WriteHTTP writes err as a JSON error with the status Status(err).
 func WriteHTTP(ctx context.Context, w http.ResponseWriter, err error) {
 	WriteHTTPStatus(ctx, w, Status(err), err.Error())

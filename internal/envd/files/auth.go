@@ -11,6 +11,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/envdapi"
 	"github.com/cove-dev/cove/sdk/requestid"
 )
@@ -87,7 +88,7 @@ func writeSignatureError(ctx context.Context, w http.ResponseWriter, err error) 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusUnauthorized)
-	_ = json.NewEncoder(w).Encode(fault.Body{Code: http.StatusUnauthorized, Message: err.Error()})
+	_ = json.NewEncoder(w).Encode(cove.ErrorBody{Code: http.StatusUnauthorized, Message: err.Error()})
 	return true
 }
 

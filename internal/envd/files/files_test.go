@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // serve starts /files behind a real HTTP server; token, when set, is the sandbox's access token.
@@ -60,9 +60,9 @@ func do(t testing.TB, req *http.Request) (*http.Response, []byte) {
 }
 
 // errorBody checks that body is envd's JSON error for status.
-func errorBody(t testing.TB, status int, body []byte) fault.Body {
+func errorBody(t testing.TB, status int, body []byte) cove.ErrorBody {
 	t.Helper()
-	var b fault.Body
+	var b cove.ErrorBody
 	if err := json.Unmarshal(body, &b); err != nil || b.Code != status || b.Message == "" {
 		t.Fatalf("body %q is not a JSON error with code %d (%v)", body, status, err)
 	}

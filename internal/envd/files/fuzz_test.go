@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/identity"
+	cove "github.com/cove-dev/cove/sdk"
 )
 
 // checkAnswer fails unless res is a 200 or a 4xx/5xx with envd's JSON error body.
@@ -27,7 +27,7 @@ func checkAnswer(t *testing.T, res *httptest.ResponseRecorder, ok ...int) {
 	if res.Code < 400 || res.Code > 599 {
 		t.Fatalf("status %d", res.Code)
 	}
-	var b fault.Body
+	var b cove.ErrorBody
 	if err := json.Unmarshal(res.Body.Bytes(), &b); err != nil || b.Code != res.Code || b.Message == "" {
 		t.Fatalf("status %d with body %q is not a JSON error (%v)", res.Code, res.Body.Bytes(), err)
 	}
