@@ -17,7 +17,7 @@ import (
 )
 
 // withSnapshots gives the harness a snapshot store in dir and a checkpointing runtime.
-func withSnapshots(t *testing.T, dir string) option {
+func withSnapshots(t testing.TB, dir string) option {
 	snaps, err := snapshot.Open(dir)
 	if err != nil {
 		t.Fatal(err)
