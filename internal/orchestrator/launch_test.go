@@ -113,7 +113,10 @@ func TestAShutdownDuringAnyStartKillsTheNewSandbox(t *testing.T) {
 				h.t.Fatal(err)
 			}
 			errc := make(chan error, 1)
-			go func() { _, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team, TemplateID: sn.ID}); errc <- err }()
+			go func() {
+				_, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team, TemplateID: sn.ID})
+				errc <- err
+			}()
 			return func() error { return <-errc }
 		}},
 	}
