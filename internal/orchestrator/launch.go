@@ -304,7 +304,7 @@ func (o *Orchestrator) launch(ctx context.Context, p *plan) (_ *entry, _ *store.
 	}
 	if stopping {
 		// Shutdown went through the live sandboxes before this one was among them.
-		stage = "shutdown"
+		stage, made, kept = "shutdown", false, false // the kill tore it down
 		_ = o.kill(o.systemContext(), e, reason.KillServerShutdown, "", "the server shut down while it was being "+k.startedAs())
 		return nil, nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
 	}

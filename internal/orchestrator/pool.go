@@ -434,11 +434,16 @@ func (o *Orchestrator) claimPooled(ctx context.Context, req CreateRequest, t *te
 		return nil, false, nil
 	}
 	out, err := o.claim(ctx, pe, req, t, timeout, begun)
-	var qe *QuotaError
+	var (
+		qe   *QuotaError
+		gone *GoneError
+	)
 	switch {
 	case errors.As(err, &qe) || errors.Is(err, errdefs.ErrUnavailable):
 		o.giveBack(t.Name, pe)
 		return nil, true, err // the cold path would be refused the same
+	case errors.As(err, &gone):
+		return nil, true, err // the server stopped while it was claimed: killed, as a cold create would be
 	case err != nil:
 		o.destroyPooled(ctx, pe, telemetry.PoolBroken)
 		o.logger(ctx).Warn("pooled sandbox claim failed: the create takes the cold path", telemetry.KeyError, err.Error())
