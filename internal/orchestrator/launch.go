@@ -140,7 +140,7 @@ func (o *Orchestrator) launch(ctx context.Context, p *plan) (_ *entry, _ *store.
 		e = &entry{sb: sb, closers: map[*closer]struct{}{}, moved: p.moved != nil}
 	}
 	stage := "identity"
-	kept, made := false, p.pooled != nil // secrets sealed; a network or runtime sandbox to undo
+	kept, made := false, false // its secrets are sealed; it has a network or runtime sandbox to undo
 	defer func() {
 		if err == nil {
 			return
@@ -176,11 +176,10 @@ func (o *Orchestrator) launch(ctx context.Context, p *plan) (_ *entry, _ *store.
 	}
 	lap(telemetry.KeyClaimSecretsMS)
 
-	var spec runtime.Spec
 	if p.pooled == nil {
 		// 3. rootfs
 		stage = "rootfs"
-		spec = runtime.Spec{
+		spec := runtime.Spec{
 			Engine: runtime.Engine(sb.Runtime),
 			ID:     sb.ID, Rootfs: p.tmpl.Rootfs, Layers: p.tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
 			Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(sb.DiskSizeMB) << 20},
