@@ -7,7 +7,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/api"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // TestAPauseReachesTheBackendAsAsked: PauseWith is part of Sandboxes, so the way a client

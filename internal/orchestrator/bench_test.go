@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // The launch pipeline's own cost, over the fake runtime (an in-process envd, a real SQLite

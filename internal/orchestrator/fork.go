@@ -16,8 +16,8 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // MaxForks bounds one fork call's count.
@@ -296,6 +296,7 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		now := time.Now()
 		p.sb.Node, p.sb.State, p.sb.PausedAt, p.sb.PauseKind = o.cfg.Node, store.StateRunning, nil, ""
 		p.sb.EndAt, p.sb.UpdatedAt = now.Add(timeout), now
+		p.kept = []string{p.sb.ID} // its own, which the node it left kept in the shared store
 	} else {
 		// A copy: the origin's size (its record's; a snapshot's, its template's), engine,
 		// settings and token; its own id and TTL.

@@ -14,8 +14,8 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // This file: the one launch pipeline. Every way a sandbox starts is a plan that launch runs

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // addSizedTemplate writes a ready template called name whose sandboxes have cpus vCPUs and

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Errors callers branch on.
@@ -183,6 +183,7 @@ type DB interface {
 	Secrets
 	Identity
 	PoolSizes
+	SealedSets
 	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of
 	// time, one sample each, oldest first (the console's charts).
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]MetricSample, error)
