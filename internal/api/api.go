@@ -35,6 +35,10 @@ type Sandboxes interface {
 	SetTimeout(ctx context.Context, teamID, id string, d time.Duration) error
 	Refresh(ctx context.Context, teamID, id string, d time.Duration) error
 	Pause(ctx context.Context, teamID, id string) error
+	// PauseWith pauses the way asked (opts.Kind; the server's default when ""): a backend
+	// that could pause only one way would keep memory a caller asked to free, or the other
+	// way round, so it is part of the contract.
+	PauseWith(ctx context.Context, teamID, id string, opts orchestrator.PauseOptions) error
 	Resume(ctx context.Context, teamID, id string, timeout time.Duration) (*store.Sandbox, error)
 	Connect(ctx context.Context, teamID, id string, timeout time.Duration) (sb *store.Sandbox, resumed bool, err error)
 }
@@ -76,6 +80,11 @@ type Config struct {
 	// Identity issues workload identity tokens (create's iam) and serves their discovery
 	// document and key set; nil refuses iam with a 400.
 	Identity Identity
+	// Durable forks sandboxes and keeps snapshots, Volumes keeps volumes (the orchestrator
+	// does both); nil leaves their routes out. Declared here rather than discovered on
+	// Sandboxes, so what a server serves is what its wiring says.
+	Durable Durable
+	Volumes Volumes
 }
 
 // EnvdVersion is the envd version reported when a sandbox record has none. The SDKs switch

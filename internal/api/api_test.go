@@ -60,6 +60,7 @@ type fakeSandboxes struct {
 	filters  []store.SandboxFilter
 	timeouts []time.Duration
 	kills    []killCall
+	pauses   []reason.PauseKind // what each PauseWith asked for
 }
 
 func newFake() *fakeSandboxes {
@@ -183,9 +184,14 @@ func (f *fakeSandboxes) Refresh(ctx context.Context, team, id string, d time.Dur
 	return f.SetTimeout(ctx, team, id, d)
 }
 
-func (f *fakeSandboxes) Pause(_ context.Context, team, id string) error {
+func (f *fakeSandboxes) Pause(ctx context.Context, team, id string) error {
+	return f.PauseWith(ctx, team, id, orchestrator.PauseOptions{})
+}
+
+func (f *fakeSandboxes) PauseWith(_ context.Context, team, id string, opts orchestrator.PauseOptions) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.pauses = append(f.pauses, opts.Kind)
 	sb, err := f.find(team, id)
 	if err != nil {
 		return err

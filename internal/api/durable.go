@@ -15,8 +15,8 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// durable is a Sandboxes that forks sandboxes and keeps snapshots (the orchestrator).
-type durable interface {
+// Durable forks sandboxes and keeps snapshots (the orchestrator).
+type Durable interface {
 	Fork(ctx context.Context, teamID, id string, count int, timeout time.Duration) ([]orchestrator.ForkResult, error)
 	CreateSnapshot(ctx context.Context, teamID, id, name string) (*snapshot.Snapshot, error)
 	ListSnapshots(ctx context.Context, teamID, sandboxID, name string) ([]*snapshot.Snapshot, error)
@@ -24,8 +24,8 @@ type durable interface {
 	DiskUsage(ctx context.Context) ([]cove.DiskUsage, error)
 }
 
-// volumes is a Sandboxes that keeps volumes (the orchestrator).
-type volumes interface {
+// Volumes keeps the teams' volumes (the orchestrator).
+type Volumes interface {
 	CreateVolume(ctx context.Context, teamID, name string, sizeMB int) (*snapshot.Volume, error)
 	Volume(ctx context.Context, teamID, id string) (*snapshot.Volume, error)
 	ListVolumes(ctx context.Context, teamID string) ([]*snapshot.Volume, error)
@@ -39,8 +39,8 @@ type volumes interface {
 // volumeMountsOf is a sandbox's volumeMounts for its info; nil when the server keeps no
 // volumes or the sandbox mounts none.
 func (a *api) volumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]cove.VolumeMount, error) {
-	v, ok := a.cfg.Sandboxes.(volumes)
-	if !ok {
+	v := a.cfg.Volumes
+	if v == nil {
 		return nil, nil
 	}
 	mounts, err := v.VolumeMountsOf(ctx, teamID, sandboxID)
@@ -58,7 +58,7 @@ func (a *api) volumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]c
 type volumeJSON = cove.Volume
 
 // volumeOf renders vol, with its token when withToken, and its usage.
-func volumeOf(ctx context.Context, v volumes, vol *snapshot.Volume, withToken bool) (volumeJSON, error) {
+func volumeOf(ctx context.Context, v Volumes, vol *snapshot.Volume, withToken bool) (volumeJSON, error) {
 	out := volumeJSON{ID: vol.ID, Name: vol.Name, SizeBytes: vol.SizeBytes}
 	if withToken {
 		out.Token = vol.Token
@@ -73,8 +73,8 @@ func volumeOf(ctx context.Context, v volumes, vol *snapshot.Volume, withToken bo
 
 // routeVolumes registers the volume routes when the sandboxes keep volumes.
 func (a *api) routeVolumes() {
-	v, ok := a.cfg.Sandboxes.(volumes)
-	if !ok {
+	v := a.cfg.Volumes
+	if v == nil {
 		return
 	}
 	a.handle("POST /volumes", func(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -134,11 +134,11 @@ func (a *api) routeVolumes() {
 	a.routeVolumeContent(v)
 }
 
-// routeDurable registers fork and snapshot routes when the sandboxes can.
+// routeDurable registers the fork, snapshot and volume routes the server declared (Config.Durable, Config.Volumes).
 func (a *api) routeDurable() {
 	a.routeVolumes()
-	d, ok := a.cfg.Sandboxes.(durable)
-	if !ok {
+	d := a.cfg.Durable
+	if d == nil {
 		return
 	}
 	a.handle("POST /sandboxes/{id}/fork", func(w http.ResponseWriter, r *http.Request, c caller) error { return a.fork(w, r, c, d) })
@@ -174,8 +174,8 @@ func (a *api) unroutedDurable(r *http.Request) http.HandlerFunc {
 // snapshotDelete is the handler that deletes snapshot id, or nil when id is no snapshot's
 // (or the server keeps none).
 func (a *api) snapshotDelete(id string) handlerFunc {
-	d, ok := a.cfg.Sandboxes.(durable)
-	if !ok || !snapshot.IsID(id) {
+	d := a.cfg.Durable
+	if d == nil || !snapshot.IsID(id) {
 		return nil
 	}
 	return func(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -193,7 +193,7 @@ type forkResult struct {
 	Error   *cove.ErrorBody `json:"error,omitempty"`
 }
 
-func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+func (a *api) fork(w http.ResponseWriter, r *http.Request, c caller, d Durable) error {
 	id := r.PathValue("id")
 	var body cove.SandboxForkRequest
 	if err := decode(r, &body); err != nil {
@@ -245,7 +245,7 @@ func infoOf(sn *snapshot.Snapshot) snapshotInfo {
 	return snapshotInfo{ID: sn.ID, Names: names, SandboxID: sn.SandboxID, TemplateID: sn.TemplateID, CreatedAt: sn.CreatedAt, SizeBytes: sn.Bytes}
 }
 
-func (a *api) createSnapshot(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+func (a *api) createSnapshot(w http.ResponseWriter, r *http.Request, c caller, d Durable) error {
 	id := r.PathValue("id")
 	var body cove.CreateSnapshotRequest
 	if err := decode(r, &body); err != nil {
@@ -262,7 +262,7 @@ func (a *api) createSnapshot(w http.ResponseWriter, r *http.Request, c caller, d
 	return nil
 }
 
-func (a *api) listSnapshots(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+func (a *api) listSnapshots(w http.ResponseWriter, r *http.Request, c caller, d Durable) error {
 	q := r.URL.Query()
 	limit := 100
 	if s := q.Get("limit"); s != "" {
@@ -295,7 +295,7 @@ func (a *api) listSnapshots(w http.ResponseWriter, r *http.Request, c caller, d 
 	return nil
 }
 
-func (a *api) deleteSnapshot(w http.ResponseWriter, r *http.Request, c caller, d durable) error {
+func (a *api) deleteSnapshot(w http.ResponseWriter, r *http.Request, c caller, d Durable) error {
 	id := r.PathValue("snapshotID")
 	if err := d.DeleteSnapshot(r.Context(), c.team.ID, id); err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)

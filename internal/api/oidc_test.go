@@ -186,7 +186,7 @@ func TestAForkInheritsItsSourcesIdentityTokens(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e, db := newIdentityEnv(t)
-	srv := httptest.NewServer(api.New(api.Config{Sandboxes: forkingFake{e.fake}, Keys: fakeKeys{}, Identity: e.identity}))
+	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.fake, Durable: forkingFake{e.fake}, Keys: fakeKeys{}, Identity: e.identity}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	tokens := []store.IdentityToken{{Name: "aws", Audience: "sts.amazonaws.com", TokenType: "JWT-SVID"}}

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -320,22 +319,11 @@ func (a *api) pause(w http.ResponseWriter, r *http.Request, c caller) error {
 			return fmt.Errorf("%w: memory: %t contradicts kind %s", errBadRequest, keep, kind)
 		}
 	}
-	var err error
-	if p, ok := a.cfg.Sandboxes.(pauser); ok {
-		err = p.PauseWith(r.Context(), c.team.ID, id, orchestrator.PauseOptions{Kind: kind})
-	} else {
-		err = a.cfg.Sandboxes.Pause(r.Context(), c.team.ID, id)
-	}
-	if err != nil {
+	if err := a.cfg.Sandboxes.PauseWith(r.Context(), c.team.ID, id, orchestrator.PauseOptions{Kind: kind}); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// pauser is a Sandboxes that can pause in a chosen way (the orchestrator).
-type pauser interface {
-	PauseWith(ctx context.Context, teamID, id string, opts orchestrator.PauseOptions) error
 }
 
 func (a *api) resume(w http.ResponseWriter, r *http.Request, c caller) error {

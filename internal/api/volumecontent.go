@@ -27,7 +27,7 @@ import (
 // volumeHandler is a content route's body, given the volume's opened files.
 type volumeHandler func(w http.ResponseWriter, r *http.Request, files *snapshot.Files) error
 
-func (a *api) routeVolumeContent(v volumes) {
+func (a *api) routeVolumeContent(v Volumes) {
 	route := func(pattern string, h volumeHandler) {
 		a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if err := a.volumeContent(w, r, v, h); err != nil {
@@ -45,7 +45,7 @@ func (a *api) routeVolumeContent(v volumes) {
 }
 
 // volumeContent authenticates the caller for the path's volume and runs h on its files.
-func (a *api) volumeContent(w http.ResponseWriter, r *http.Request, v volumes, h volumeHandler) error {
+func (a *api) volumeContent(w http.ResponseWriter, r *http.Request, v Volumes, h volumeHandler) error {
 	ctx := r.Context()
 	id := r.PathValue("volumeID")
 	token := apiKeyFrom(r)

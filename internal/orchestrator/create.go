@@ -12,15 +12,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/redact"
-	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
@@ -55,8 +52,9 @@ type CreateRequest struct {
 	AutoPauseKind reason.PauseKind
 }
 
-// Create starts a sandbox from a template and returns it once envd answers.
-func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.Sandbox, err error) {
+// Create starts a sandbox from a template and returns it once envd answers: a pooled one
+// when the template's warm pool can serve the request, else a cold start (launch).
+func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
 	begun := time.Now()
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
@@ -82,169 +80,43 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ *store.
 	if out, ok, err := o.claimPooled(ctx, req, tmpl, timeout, begun); ok {
 		return out, err
 	}
-	now := time.Now()
-	sb := &store.Sandbox{Node: o.cfg.Node,
-		ID: newID(), TeamID: req.TeamID, TemplateID: req.TemplateID, State: store.StateRunning,
-		Metadata: req.Metadata, CPUCount: orDefault(tmpl.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(tmpl.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
-		EnvdVersion: EnvdVersion, Secure: req.Secure, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
-		AllowInternet: false, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
-		AutoPauseKind: req.AutoPauseKind,
+	sb := o.newRecord(ctx, tmpl, timeout)
+	sb.TemplateID = req.TemplateID // as asked for (a tag, say)
+	ownedBy(sb, req)
+	p := &plan{kind: launchCreate, sb: sb, tmpl: tmpl, req: req, timeout: timeout, begun: begun}
+	// A template's start snapshot has its start command running and ready: restore it.
+	var why string
+	if p.snap, why = o.startSnapshot(tmpl, req); why != "" {
+		o.logger(sandboxLog(ctx, sb)).Info("the template's start snapshot is not used (" + why + "): the start command runs at create")
 	}
-	sb.Runtime = o.engineFor(tmpl)
+	_, out, err := o.launch(ctx, p)
+	return out, err
+}
+
+// newRecord is the record of a new sandbox of tmpl on this node, of no team yet, running from
+// now for timeout: the template's size and engine, the server's where it names none.
+func (o *Orchestrator) newRecord(ctx context.Context, tmpl *template.Template, timeout time.Duration) *store.Sandbox {
+	now := time.Now()
+	return &store.Sandbox{Node: o.cfg.Node, ID: newID(), TemplateID: tmpl.Name, State: store.StateRunning, Metadata: map[string]string{},
+		CPUCount: orDefault(tmpl.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(tmpl.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
+		Runtime: o.engineFor(tmpl), EnvdVersion: EnvdVersion, StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now}
+}
+
+// ownedBy makes sb the sandbox req asks for: the caller's team, metadata, settings, env var
+// names and, when secure, an access token of its own.
+func ownedBy(sb *store.Sandbox, req CreateRequest) {
+	sb.TeamID, sb.Secure, sb.AutoPause, sb.AutoResume, sb.AutoPauseKind = req.TeamID, req.Secure, req.AutoPause, req.AutoResume, req.AutoPauseKind
+	sb.Metadata = maps.Clone(req.Metadata)
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}
+	sb.EnvVarNames = nil
 	for k := range req.EnvVars {
 		sb.EnvVarNames = append(sb.EnvVarNames, k)
 	}
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(16)
 	}
-	release, err := o.reserve(ctx, sb, now)
-	if err != nil {
-		return nil, err
-	}
-	defer release() // registered live by now, or failed
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.sandboxRedactor(sb, req)}
-	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
-	ctx = sandboxLog(ctx, sb)
-	if err := o.keepSecrets(ctx, e); err != nil {
-		telemetry.SandboxCreateFailures.WithLabelValues("secrets").Inc()
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			o.dropSecrets(ctx, e)
-		}
-	}()
-	binds := []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}}
-	vb, vids, err := o.volumeBinds(req.TeamID, sb.ID, req.VolumeMounts)
-	if err != nil {
-		return nil, err
-	}
-	binds, e.volumes = append(binds, vb...), vids
-	req = withPorts(e, req)
-
-	stage := "runtime"
-	defer func() {
-		if err != nil {
-			telemetry.SandboxCreateFailures.WithLabelValues(stage).Inc()
-			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-			o.detachNetwork(ctx, sb.ID)
-			e.stopWatching()
-			e.closeLog()
-			o.logger(ctx).Error("sandbox create failed", "stage", stage, "error", err.Error())
-		}
-	}()
-	spec := runtime.Spec{
-		Engine: runtime.Engine(sb.Runtime),
-		ID:     sb.ID,
-		Rootfs: tmpl.Rootfs,
-		Layers: tmpl.LayerDirs,
-		Args:   o.envdCommand(sb),
-		Env:    []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
-		Binds:  binds,
-		Start:  true,
-	}
-	// A template's start snapshot has its start command running and ready: restore it.
-	snap, why := o.startSnapshot(tmpl, req)
-	if why != "" {
-		o.logger(ctx).Info("the template's start snapshot is not used (" + why + "): the start command runs at create")
-	}
-	if snap != nil {
-		spec.Start, spec.Restore = false, snap.Dir
-	}
-	stage = "network"
-	if ctx, err = o.attachNetwork(ctx, sb, req, &spec); err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	stage = "runtime"
-	rsb, err := o.cfg.Runtime.Create(ctx, spec)
-	if err != nil && snap != nil {
-		o.logger(ctx).Warn("restore from the template's start snapshot failed: the start command runs at create", telemetry.KeyError, err.Error())
-		snap, spec.Start, spec.Restore = nil, true, ""
-		rsb, err = o.cfg.Runtime.Create(ctx, spec)
-	}
-	if errors.Is(err, runtime.ErrBindTarget) { // a volume mounted over a file of the template
-		return nil, fmt.Errorf("%w: volumeMounts: %v", ErrInvalid, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	o.drain(ctx, e, rsb, req)
-	o.watchOOM(ctx, e)
-	e.envd = o.envdClient(sb.ID)
-	stage = "envd"
-	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("envd in sandbox %s did not come up: %w", sb.ID, err)
-	}
-	// A restored envd is told again: this sandbox's token, environment and collection.
-	init := templateInit(tmpl, req.EnvVars)
-	init.CollectOutput = o.collectOutput(sb, req.CollectLogs, tmpl.CollectLogs)
-	if sb.EnvdAccessToken != "" {
-		init.AccessToken = &sb.EnvdAccessToken
-	}
-	if err = postInit(ctx, e.envd, init); err != nil {
-		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
-	}
-	if snap != nil {
-		o.logger(ctx).Info("sandbox restored from its template's start snapshot: the start command runs, ready", telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
-	} else if tmpl.StartCmd != "" || tmpl.ReadyCmd != "" {
-		stage = "start_cmd"
-		if err = startTemplateCmd(ctx, e.envd, sb.EnvdAccessToken, deref(init.DefaultUser), deref(init.DefaultWorkdir), tmpl.StartCmd, tmpl.ReadyCmd); err != nil {
-			return nil, fmt.Errorf("template %s in sandbox %s: %w", tmpl.Name, sb.ID, err)
-		}
-	}
-	stage = "store"
-	if err = o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
-		return nil, fmt.Errorf("record sandbox: %w", err)
-	}
-	// Told before the sandbox is published: from then on the evictor or a kill may change it
-	// (sb is e.sb, guarded by e.mu), and its created event must come before its killed one.
-	out := copySandbox(sb)
-	created := &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause}
-	if snap != nil {
-		created.StartSnapshotBuild = snap.BuildID
-	}
-	o.emit(ctx, events.SandboxCreated, out, created)
-	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
-	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
-	telemetry.SandboxCreateSeconds.Observe(time.Since(begun).Seconds())
-	o.mu.Lock()
-	o.live[sb.ID] = e
-	delete(o.creating, sb.ID)
-	stopping := o.stopping()
-	o.mu.Unlock()
-	o.watchInit(e)
-	if stopping {
-		// Shutdown went through the live sandboxes before this one was among them.
-		stage = "shutdown"
-		_ = o.kill(o.systemContext(), e, reason.KillServerShutdown, "", "the server shut down while it was being created")
-		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
-	}
-	o.nudge()
-	o.logger(ctx).Info("sandbox created", telemetry.KeyDurationMS, time.Since(begun).Milliseconds(),
-		telemetry.KeyTimeoutS, timeout.Seconds(), telemetry.KeySecure, out.Secure, telemetry.KeyAutoPause, out.AutoPause, telemetry.KeyEnvNames, out.EnvVarNames,
-		telemetry.KeyAllowInternetAccess, out.AllowInternet)
-	return out, nil
-}
-
-// register records a started sandbox and makes it live: served, watched, timed.
-func (o *Orchestrator) register(ctx context.Context, e *entry) error {
-	record := o.cfg.Store.InsertSandbox
-	if e.moved {
-		record = o.cfg.Store.UpdateSandbox // its record exists: it names this node now
-	}
-	if err := record(ctx, e.sb); err != nil {
-		return fmt.Errorf("record sandbox: %w", err)
-	}
-	o.mu.Lock()
-	o.live[e.sb.ID] = e
-	o.mu.Unlock()
-	o.watchInit(e)
-	o.nudge()
-	return nil
 }
 
 func (o *Orchestrator) clampTimeout(d time.Duration) (time.Duration, error) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
-	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -70,6 +69,7 @@ func (o *Orchestrator) Fork(ctx context.Context, teamID, id string, count int, t
 	from := origin{team: src.TeamID, allowInternet: src.AllowInternet, template: src.TemplateID, metadata: src.Metadata, secure: src.Secure,
 		token: src.EnvdAccessToken, autoPause: src.AutoPause, autoResume: src.AutoResume, forkedFrom: id, volumes: mounts, runtime: src.Runtime}
 	from.autoPauseKind = src.AutoPauseKind
+	from.cpuCount, from.memoryMB, from.diskSizeMB = src.CPUCount, src.MemoryMB, src.DiskSizeMB
 	from.network, from.inbound = o.networkConfig(e)
 	out := make([]ForkResult, count)
 	for i := range out {
@@ -223,6 +223,9 @@ type origin struct {
 
 	// autoPauseKind is how the copy's TTL auto-pause pauses.
 	autoPauseKind reason.PauseKind
+	// cpuCount, memoryMB and diskSizeMB are the origin sandbox's size, which its processes
+	// were checkpointed with; 0: its template's (a snapshot's start).
+	cpuCount, memoryMB, diskSizeMB int
 }
 
 // createFromSnapshot starts a sandbox from a snapshot of the caller's team.
@@ -273,9 +276,10 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 	return o.createFrom(ctx, from, o.cfg.Snapshots.Dir(sn.ID), timeout)
 }
 
-// createFrom starts a new sandbox from an exported checkpoint in dir: its processes and
-// memory, its files on its template, envd already set up (its token the origin's).
-func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, timeout time.Duration) (_ *store.Sandbox, err error) {
+// createFrom starts a new sandbox from an exported checkpoint in dir (launch): its processes
+// and memory, its files on its template, envd already set up (its token the origin's), and
+// the origin's size, engine, network and volumes.
+func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, timeout time.Duration) (*store.Sandbox, error) {
 	begun := time.Now()
 	tmpl, err := o.cfg.Templates.Get(from.template)
 	if err != nil {
@@ -284,111 +288,39 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 		}
 		return nil, err
 	}
-	now := time.Now()
-	sb := &store.Sandbox{Node: o.cfg.Node,
-		ID: newID(), TeamID: from.team, TemplateID: from.template, State: store.StateRunning,
-		Metadata: maps.Clone(from.metadata), CPUCount: o.cfg.CPUCount, MemoryMB: o.cfg.MemoryMB, DiskSizeMB: o.cfg.DiskSizeMB,
-		EnvdVersion: EnvdVersion, Secure: from.secure, EnvdAccessToken: from.token, AutoPause: from.autoPause, AutoResume: from.autoResume,
-		StartedAt: now, EndAt: now.Add(timeout), CreatedBy: requestID(ctx), UpdatedAt: now,
-		AutoPauseKind: from.autoPauseKind, Runtime: cmp.Or(from.runtime, o.engineFor(tmpl)),
-	}
+	p := &plan{kind: launchCopy, tmpl: tmpl, timeout: timeout, begun: begun, checkpoint: dir, originVolumes: true,
+		forkedFrom: from.forkedFrom, snapshotID: from.snapshotID, moved: from.moved}
 	if from.moved != nil {
 		// The same sandbox, come to this node: its id, token and record, running again here.
-		sb = copySandbox(from.moved)
-		sb.Node, sb.State, sb.PausedAt, sb.PauseKind = o.cfg.Node, store.StateRunning, nil, ""
-		sb.EndAt, sb.UpdatedAt = now.Add(timeout), now
-	}
-	if sb.Metadata == nil {
-		sb.Metadata = map[string]string{}
-	}
-	ctx = sandboxLog(ctx, sb)
-	release, err := o.reserve(ctx, sb, now) // a copy counts against the team's quotas as a create does
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
-	kept := []string{from.forkedFrom, from.snapshotID}
-	if from.moved != nil {
-		kept = append(kept, sb.ID) // its own, which the node it left kept in the shared store
-	}
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, kept...), moved: from.moved != nil}
-	if err := o.keepSecrets(ctx, e); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			o.dropSecrets(ctx, e)
-			_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-			o.detachNetwork(ctx, sb.ID)
-			e.stopWatching()
-			e.closeLog()
-			o.logger(ctx).Error("sandbox create from a checkpoint failed", "error", err.Error())
+		p.kind, p.sb = launchMove, copySandbox(from.moved)
+		now := time.Now()
+		p.sb.Node, p.sb.State, p.sb.PausedAt, p.sb.PauseKind = o.cfg.Node, store.StateRunning, nil, ""
+		p.sb.EndAt, p.sb.UpdatedAt = now.Add(timeout), now
+		p.kept = []string{p.sb.ID} // its own, which the node it left kept in the shared store
+	} else {
+		// A copy: the origin's size (its record's; a snapshot's, its template's), engine,
+		// settings and token; its own id and TTL.
+		p.sb = o.newRecord(ctx, tmpl, timeout)
+		p.sb.TemplateID, p.sb.TeamID, p.sb.Metadata = from.template, from.team, maps.Clone(from.metadata)
+		p.sb.CPUCount, p.sb.MemoryMB, p.sb.DiskSizeMB = cmp.Or(from.cpuCount, p.sb.CPUCount), cmp.Or(from.memoryMB, p.sb.MemoryMB), cmp.Or(from.diskSizeMB, p.sb.DiskSizeMB)
+		p.sb.Runtime = cmp.Or(from.runtime, p.sb.Runtime)
+		p.sb.Secure, p.sb.EnvdAccessToken, p.sb.AutoPause, p.sb.AutoResume, p.sb.AutoPauseKind = from.secure, from.token, from.autoPause, from.autoResume, from.autoPauseKind
+		if p.sb.Metadata == nil {
+			p.sb.Metadata = map[string]string{}
 		}
-	}()
-	spec := runtime.Spec{
-		Engine: runtime.Engine(sb.Runtime),
-		ID:     sb.ID, Rootfs: tmpl.Rootfs, Layers: tmpl.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs,
-			DiskBytes: int64(sb.DiskSizeMB) << 20},
-		Binds:   []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
-		Restore: dir,
+		// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
+		p.kept = []string{from.forkedFrom, from.snapshotID}
 	}
-	// Its processes may hold files open on the origin's volumes: the same volumes at the same
-	// paths, or no copy.
-	vb, vids, err := o.volumeBinds(from.team, sb.ID, from.volumes)
-	if errors.Is(err, snapshot.ErrVolumeNotFound) {
-		// Not the caller's mounts: the origin's, one of them deleted since.
-		return nil, fmt.Errorf("%w: a volume its processes used was deleted (%v)", ErrConflict, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
-	}
-	spec.Binds, e.volumes = append(spec.Binds, vb...), vids
 	// The copy's processes come back in a network of its own, with the same mounts
-	// (resolv.conf, the CA bundle) as the sandbox they were checkpointed in, and its rules.
-	req := withPorts(e, CreateRequest{AllowInternet: from.allowInternet, Network: from.network, PrivateTraffic: from.inbound.TrafficToken != "",
-		trafficToken: from.inbound.TrafficToken, MaskRequestHost: from.inbound.MaskRequestHost, HTTPSPorts: from.inbound.HTTPSPorts})
+	// (resolv.conf, the CA bundle) as the sandbox they were checkpointed in, and its rules;
+	// its processes may hold files open on the origin's volumes: the same volumes at the same
+	// paths, or no copy.
+	p.req = CreateRequest{TeamID: p.sb.TeamID, TemplateID: p.sb.TemplateID, AllowInternet: from.allowInternet, Network: from.network,
+		PrivateTraffic: from.inbound.TrafficToken != "", trafficToken: from.inbound.TrafficToken, MaskRequestHost: from.inbound.MaskRequestHost,
+		HTTPSPorts: from.inbound.HTTPSPorts, VolumeMounts: from.volumes}
 	if from.network != nil {
-		req.Secrets = append(req.Secrets, from.network.Secrets()...)
+		p.req.Secrets = from.network.Secrets()
 	}
-	if ctx, err = o.attachNetwork(ctx, sb, req, &spec); err != nil {
-		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
-	}
-	rsb, err := o.cfg.Runtime.Create(ctx, spec)
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox from a checkpoint: %w", err)
-	}
-	o.drain(ctx, e, rsb, req)
-	o.watchOOM(ctx, e)
-	e.envd = o.envdClient(sb.ID)
-	if err = waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("envd in sandbox %s did not come back: %w", sb.ID, err)
-	}
-	// Once registered, the sandbox is its clients' and the evictor's: what follows reads a copy.
-	out := copySandbox(sb)
-	if err = o.register(ctx, e); err != nil {
-		return nil, err
-	}
-	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
-	telemetry.RestoreSeconds.Observe(time.Since(begun).Seconds())
-	if from.moved != nil {
-		o.emit(ctx, events.SandboxResumed, out, &cove.ResumedEventData{EndAt: out.EndAt.UTC(), TimeoutSeconds: timeout.Seconds(),
-			Kind: reason.PauseSnapshot.String(), DurationMS: time.Since(begun).Milliseconds()})
-		o.logger(ctx).Info("sandbox resumed on another node than the one it was paused on", telemetry.KeyDurationMS, time.Since(begun).Milliseconds(),
-			telemetry.KeyNodeOther, from.moved.Node)
-		return out, nil
-	}
-	o.emit(ctx, events.SandboxCreated, out, &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure,
-		AutoPause: out.AutoPause, ForkedFrom: from.forkedFrom, SnapshotID: from.snapshotID, DurationMS: time.Since(begun).Milliseconds()})
-	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
-	attrs := []any{telemetry.KeyDurationMS, time.Since(begun).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds()}
-	if from.forkedFrom != "" {
-		attrs = append(attrs, telemetry.KeyForkedFrom, from.forkedFrom)
-	}
-	if from.snapshotID != "" {
-		attrs = append(attrs, telemetry.KeySnapshotID, from.snapshotID)
-	}
-	o.logger(ctx).Info("sandbox created", attrs...)
-	return out, nil
+	_, out, err := o.launch(ctx, p)
+	return out, err
 }

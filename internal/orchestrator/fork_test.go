@@ -18,7 +18,7 @@ import (
 
 // withSnapshots gives the harness a snapshot store in dir, its records in the harness's
 // store, and a checkpointing runtime.
-func withSnapshots(t *testing.T, dir string) option {
+func withSnapshots(t testing.TB, dir string) option {
 	return func(c *Config) {
 		snaps, err := snapshot.Open(context.Background(), dir, c.Store.(store.Snapshots), "")
 		if err != nil {

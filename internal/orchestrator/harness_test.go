@@ -24,7 +24,7 @@ import (
 // harness is an orchestrator over the fake runtime, a real SQLite store, a real events bus
 // and log ingester, and a real template store in the test's temp dir.
 type harness struct {
-	t         *testing.T
+	t         testing.TB
 	o         *Orchestrator
 	rt        *fakeRuntime
 	db        *sqlite.DB
@@ -36,7 +36,7 @@ type harness struct {
 
 type option func(*Config)
 
-func newHarness(t *testing.T, opts ...option) *harness {
+func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()

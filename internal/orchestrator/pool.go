@@ -11,15 +11,9 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/internal/events"
-	"github.com/cove-dev/cove/internal/network"
-	"github.com/cove-dev/cove/internal/redact"
-	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	cove "github.com/cove-dev/cove/sdk"
-	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // This file: warm pools. The server keeps started sandboxes per template, their envd
@@ -326,65 +320,30 @@ func (o *Orchestrator) refillOne() bool {
 	return true
 }
 
-// bootPooled starts a sandbox of t for its pool: the cold path's runtime and envd steps,
-// with no team and no record.
-func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (pe *poolEntry, err error) {
+// bootPooled starts a sandbox of t for its pool (launch): the cold path's steps with no
+// team, record or events, under the rules of most creates (E2B's default: the internet, no
+// lists), so that their claim changes nothing in the packet filter. Nothing runs in it but
+// envd until a claim.
+func (o *Orchestrator) bootPooled(ctx context.Context, t *template.Template) (*poolEntry, error) {
 	begun := time.Now()
-	sb := &store.Sandbox{Node: o.cfg.Node, Runtime: o.engineFor(t), ID: newID(), TemplateID: t.Name, State: store.StateRunning, Metadata: map[string]string{},
-		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB), DiskSizeMB: o.cfg.DiskSizeMB,
-		EnvdVersion: EnvdVersion, StartedAt: begun}
-	base := o.cfg.Redactor
-	if base == nil {
-		base = redact.New(redact.Options{})
-	}
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: base.With()}
-	ctx = sandboxLog(ctx, sb)
-	pe = &poolEntry{e: e, gen: templateGen(t)}
-	defer func() {
-		if err != nil {
-			o.destroyPooled(ctx, pe, "")
-		}
-	}()
-	spec := runtime.Spec{
-		Engine: runtime.Engine(sb.Runtime),
-		ID:     sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
-		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
-		Start:  true,
-	}
-	if snap, _ := o.startSnapshot(t, CreateRequest{}); snap != nil {
-		spec.Start, spec.Restore = false, snap.Dir
-	}
-	// Under the rules of most creates (E2B's default: the internet, no lists), so that their
-	// claim changes nothing in the packet filter. Nothing runs in it but envd until a claim.
-	if ctx, err = o.attachNetwork(ctx, sb, CreateRequest{AllowInternet: true}, &spec); err != nil {
-		return nil, fmt.Errorf("pool %s: network: %w", t.Name, err)
-	}
-	rsb, err := o.cfg.Runtime.Create(ctx, spec)
+	sb := o.newRecord(ctx, t, 0)
+	sb.EndAt, sb.CreatedBy, sb.UpdatedAt = time.Time{}, "", time.Time{} // a claim's
+	p := &plan{kind: launchPool, sb: sb, tmpl: t, req: CreateRequest{AllowInternet: true}, begun: begun}
+	p.snap, _ = o.startSnapshot(t, CreateRequest{})
+	e, _, err := o.launch(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", t.Name, err)
 	}
-	o.drain(ctx, e, rsb, CreateRequest{})
-	e.envd = o.envdClient(sb.ID)
-	if err := waitHealthy(ctx, e.envd, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("pool %s: envd in sandbox %s did not come up: %w", t.Name, sb.ID, err)
-	}
-	pe.since = time.Now()
-	o.logger(ctx).Info("pool sandbox ready", telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
-	return pe, nil
+	o.logger(sandboxLog(ctx, sb)).Info("pool sandbox ready", telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	return &poolEntry{e: e, gen: templateGen(t), since: time.Now()}, nil
 }
 
 // destroyPooled removes an unclaimed sandbox: its processes, network and log; why ("" for
 // a boot that failed) is counted.
 func (o *Orchestrator) destroyPooled(ctx context.Context, pe *poolEntry, why string) {
-	e := pe.e
-	_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), e.sb.ID)
-	o.detachNetwork(ctx, e.sb.ID)
-	o.dropSecrets(ctx, e)
-	e.stopWatching()
-	e.closeLog()
+	o.discard(ctx, pe.e, true)
 	if why != "" {
-		telemetry.PoolDiscarded.WithLabelValues(e.sb.TemplateID, why).Inc()
+		telemetry.PoolDiscarded.WithLabelValues(pe.e.sb.TemplateID, why).Inc()
 	}
 }
 
@@ -475,11 +434,16 @@ func (o *Orchestrator) claimPooled(ctx context.Context, req CreateRequest, t *te
 		return nil, false, nil
 	}
 	out, err := o.claim(ctx, pe, req, t, timeout, begun)
-	var qe *QuotaError
+	var (
+		qe   *QuotaError
+		gone *GoneError
+	)
 	switch {
 	case errors.As(err, &qe) || errors.Is(err, errdefs.ErrUnavailable):
 		o.giveBack(t.Name, pe)
 		return nil, true, err // the cold path would be refused the same
+	case errors.As(err, &gone):
+		return nil, true, err // the server stopped while it was claimed: killed, as a cold create would be
 	case err != nil:
 		o.destroyPooled(ctx, pe, telemetry.PoolBroken)
 		o.logger(ctx).Warn("pooled sandbox claim failed: the create takes the cold path", telemetry.KeyError, err.Error())
@@ -490,102 +454,15 @@ func (o *Orchestrator) claimPooled(ctx context.Context, req CreateRequest, t *te
 	return out, true, nil
 }
 
-// claim makes pe the caller's sandbox: what Create records and tells envd, on a sandbox
-// already running.
-func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateRequest, t *template.Template, timeout time.Duration, begun time.Time) (out *store.Sandbox, err error) {
-	e := pe.e
+// claim makes pe the caller's sandbox (launch): what Create records and tells envd, on a
+// sandbox already running.
+func (o *Orchestrator) claim(ctx context.Context, pe *poolEntry, req CreateRequest, t *template.Template, timeout time.Duration, begun time.Time) (*store.Sandbox, error) {
+	sb := copySandbox(pe.e.sb)
 	now := time.Now()
-	sb := copySandbox(e.sb)
-	sb.TeamID, sb.Metadata, sb.Secure, sb.AutoPause, sb.AutoResume, sb.AutoPauseKind = req.TeamID, req.Metadata, req.Secure, req.AutoPause, req.AutoResume, req.AutoPauseKind
 	sb.StartedAt, sb.EndAt, sb.CreatedBy, sb.UpdatedAt = now, now.Add(timeout), requestID(ctx), now
-	if sb.Metadata == nil {
-		sb.Metadata = map[string]string{}
-	}
-	for k := range req.EnvVars {
-		sb.EnvVarNames = append(sb.EnvVarNames, k)
-	}
-	if req.Secure {
-		sb.EnvdAccessToken = randomHex(16)
-	}
-	var stages []any // how long each step of the claim took, for its log line
-	lap := func(key string) {
-		stages = append(stages, key, float64(time.Since(now).Microseconds())/1000)
-		now = time.Now()
-	}
-	release, err := o.reserve(ctx, sb, now)
-	if err != nil {
-		return nil, err
-	}
-	defer release() // registered live by now, or failed
-	lap(telemetry.KeyClaimQuotaMS)
-	e.sb = sb
-	for _, s := range sandboxSecrets(sb, req) {
-		e.redactor.AddSecret(s)
-	}
-	sb.Metadata = redactMetadata(e.redactor, sb.Metadata)
-	ctx = sandboxLog(ctx, sb)
-	if err := o.keepSecrets(ctx, e); err != nil {
-		return nil, err
-	}
-	lap(telemetry.KeyClaimSecretsMS)
-	req = withPorts(e, req)
-	if o.cfg.Network != nil {
-		p := network.Policy{}
-		if req.Network != nil {
-			p = *req.Network
-		}
-		p.AllowInternet, p.Team = req.AllowInternet, sb.TeamID
-		if err := o.cfg.Network.Update(ctx, sb.ID, p); err != nil {
-			return nil, fmt.Errorf("network: %w", err)
-		}
-		if in := (network.Inbound{TrafficToken: req.trafficToken, MaskRequestHost: req.MaskRequestHost, HTTPSPorts: req.HTTPSPorts}); in.TrafficToken != "" || in.MaskRequestHost != "" || len(in.HTTPSPorts) > 0 {
-			if err := o.cfg.Network.SetInbound(sb.ID, in); err != nil {
-				return nil, fmt.Errorf("network: %w", err)
-			}
-		}
-		sb.AllowInternet = p.AllowInternet
-	}
-	lap(telemetry.KeyClaimNetworkMS)
-	e.collector.Claim(sb.TeamID)
-	init := templateInit(t, req.EnvVars)
-	init.CollectOutput = o.collectOutput(sb, req.CollectLogs, t.CollectLogs)
-	if sb.EnvdAccessToken != "" {
-		init.AccessToken = &sb.EnvdAccessToken
-	}
-	if err := postInit(ctx, e.envd, init); err != nil {
-		return nil, fmt.Errorf("init envd in sandbox %s: %w", sb.ID, err)
-	}
-	lap(telemetry.KeyClaimInitMS)
-	if err := o.cfg.Store.InsertSandbox(ctx, sb); err != nil {
-		return nil, fmt.Errorf("record sandbox: %w", err)
-	}
-	lap(telemetry.KeyClaimStoreMS)
-	out = copySandbox(sb)
-	claimed := time.Since(begun)
-	created := &cove.CreatedEventData{TimeoutSeconds: timeout.Seconds(), Secure: out.Secure, AutoPause: out.AutoPause,
-		DurationMS: claimed.Milliseconds(), Pooled: true, ClaimMS: float64(claimed.Microseconds()) / 1000}
-	if sn, _ := o.startSnapshot(t, CreateRequest{}); sn != nil {
-		created.StartSnapshotBuild = sn.BuildID
-	}
-	o.emit(ctx, events.SandboxCreated, out, created)
-	lap(telemetry.KeyClaimEventMS)
-	telemetry.SandboxesCreated.WithLabelValues(out.TemplateID).Inc()
-	telemetry.SandboxesLive.WithLabelValues(string(store.StateRunning)).Inc()
-	telemetry.SandboxCreateSeconds.Observe(claimed.Seconds())
-	o.mu.Lock()
-	o.live[sb.ID] = e
-	delete(o.creating, sb.ID)
-	stopping := o.stopping()
-	o.mu.Unlock()
-	o.watchInit(e)
-	o.watchOOM(ctx, e)
-	if stopping {
-		_ = o.kill(o.systemContext(), e, reason.KillServerShutdown, "", "the server shut down while it was being created")
-		return nil, fmt.Errorf("create sandbox: %w", o.goneOf(e))
-	}
-	o.nudge()
-	o.logger(ctx).Info("sandbox created", append([]any{telemetry.KeyDurationMS, claimed.Milliseconds(), telemetry.KeyPooled, true,
-		telemetry.KeyPooledForMS, out.StartedAt.Sub(pe.since).Milliseconds(), telemetry.KeyTimeoutS, timeout.Seconds(), telemetry.KeySecure, out.Secure,
-		telemetry.KeyAutoPause, out.AutoPause, telemetry.KeyEnvNames, out.EnvVarNames, telemetry.KeyAllowInternetAccess, out.AllowInternet}, stages...)...)
-	return out, nil
+	ownedBy(sb, req)
+	p := &plan{kind: launchClaim, sb: sb, tmpl: t, req: req, timeout: timeout, begun: begun, pooled: pe}
+	p.snap, _ = o.startSnapshot(t, CreateRequest{}) // what the pool's sandbox restored, for the created event
+	_, out, err := o.launch(ctx, p)
+	return out, err
 }

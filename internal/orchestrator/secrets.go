@@ -43,8 +43,14 @@ func (o *Orchestrator) keepSecrets(ctx context.Context, e *entry) error {
 // those kept for each of names (the sandbox's own id, or its fork parent's or snapshot's).
 func (o *Orchestrator) keptRedactor(ctx context.Context, sb *store.Sandbox, names ...string) *redact.Redactor {
 	r := o.sandboxRedactor(sb, CreateRequest{})
+	o.addKept(ctx, r, names...)
+	return r
+}
+
+// addKept adds to r the secrets kept for each of names.
+func (o *Orchestrator) addKept(ctx context.Context, r *redact.Redactor, names ...string) {
 	if o.cfg.Vault == nil {
-		return r
+		return
 	}
 	for _, name := range names {
 		if name == "" {
@@ -58,7 +64,6 @@ func (o *Orchestrator) keptRedactor(ctx context.Context, sb *store.Sandbox, name
 			r.AddSecret(v)
 		}
 	}
-	return r
 }
 
 // dropSecrets removes what keepSecrets kept for a sandbox at its end. Caller holds e.mu.

@@ -3,13 +3,11 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/sdk/envdapi"
@@ -35,64 +33,28 @@ func (o *Orchestrator) SnapshotStart(ctx context.Context, t *template.Template, 
 	if err := ck.CanCheckpoint(); err != nil {
 		return nil, fmt.Errorf("%w: %v", template.ErrNoStartSnapshot, err)
 	}
-	sb := &store.Sandbox{Node: o.cfg.Node, Runtime: o.engineFor(t), ID: newID(), TeamID: t.TeamID, TemplateID: t.Name, State: store.StateRunning,
-		CPUCount: orDefault(t.CPUCount, o.cfg.CPUCount), MemoryMB: orDefault(t.MemoryMB, o.cfg.MemoryMB)}
+	sb := o.newRecord(ctx, t, 0)
+	sb.TeamID = t.TeamID
+	log(fmt.Sprintf("    build sandbox %s", sb.ID))
+	p := &plan{kind: launchBuild, sb: sb, tmpl: t, req: CreateRequest{AllowInternet: true}, begun: time.Now(),
+		startLog: func(line string) { log("    start: " + line) }}
+	e, _, err := o.launch(ctx, p)
 	ctx = sandboxLog(ctx, sb)
-	// The build sandbox counts against its team's quotas while it runs, as a sandbox does.
-	o.mu.Lock()
-	err = o.admit(sb.ID, sb.TeamID, sb.CPUCount, sb.MemoryMB, time.Now())
-	o.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("build sandbox: %w", err)
+		err = fmt.Errorf("build sandbox: %w", err)
+		o.logger(ctx).Error("template start snapshot failed", telemetry.KeyError, err.Error())
+		return nil, err
 	}
+	defer o.discard(ctx, e, false)
 	defer func() {
-		o.mu.Lock()
-		delete(o.creating, sb.ID)
-		o.mu.Unlock()
-	}()
-	spec := runtime.Spec{
-		Engine: runtime.Engine(sb.Runtime),
-		ID:     sb.ID, Rootfs: t.Rootfs, Layers: t.LayerDirs, Args: o.envdCommand(sb), Env: []string{"COVE_SANDBOX_ID=" + sb.ID},
-		Limits: runtime.Limits{MemoryBytes: int64(sb.MemoryMB) << 20, CPUs: float64(sb.CPUCount), PIDs: o.cfg.PIDs, DiskBytes: int64(o.cfg.DiskSizeMB) << 20},
-		Binds:  []runtime.Bind{{Source: o.cfg.CoveBinary, Target: "/.cove/cove", ReadOnly: true}},
-		Start:  true,
-	}
-	defer func() {
-		_ = o.cfg.Runtime.Destroy(context.WithoutCancel(ctx), sb.ID)
-		o.detachNetwork(ctx, sb.ID)
 		if err != nil {
 			o.logger(ctx).Error("template start snapshot failed", telemetry.KeyError, err.Error())
 		}
 	}()
-	if ctx, err = o.attachNetwork(ctx, sb, CreateRequest{AllowInternet: true}, &spec); err != nil {
-		return nil, fmt.Errorf("build sandbox network: %w", err)
-	}
-	log(fmt.Sprintf("    build sandbox %s", sb.ID))
-	rsb, err := o.cfg.Runtime.Create(ctx, spec)
-	if err != nil {
-		return nil, fmt.Errorf("build sandbox: %w", err)
-	}
-	for _, r := range []io.ReadCloser{rsb.Stdout, rsb.Stderr} {
-		go func() { _, _ = io.Copy(io.Discard, r); _ = r.Close() }() // envd's records: no sandbox to file them under
-	}
-	c := o.envdClient(sb.ID)
-	defer c.CloseIdleConnections()
-	if err := waitHealthy(ctx, c, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("envd in the build sandbox did not come up: %w", err)
-	}
-	init := templateInit(t, nil)
-	if err := postInit(ctx, c, init); err != nil {
-		return nil, fmt.Errorf("init envd in the build sandbox: %w", err)
-	}
-	begun := time.Now()
-	startOut := func(line string) { log("    start: " + line) }
-	if err := startTemplateCmdLogged(ctx, c, "", deref(init.DefaultUser), deref(init.DefaultWorkdir), t.StartCmd, t.ReadyCmd, startOut); err != nil {
-		return nil, err
-	}
-	ready := time.Since(begun)
+	ready := p.ready
 	log(fmt.Sprintf("    ready check passed in %d ms", ready.Milliseconds()))
-	c.CloseIdleConnections()
-	begun = time.Now()
+	e.envd.CloseIdleConnections()
+	begun := time.Now()
 	if _, err := ck.Checkpoint(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("checkpoint the build sandbox: %w", err)
 	}

@@ -35,10 +35,8 @@ func (p *Proxy) sandboxTokens(ctx context.Context, id string) []string {
 	if sb, err := p.cfg.Backend.Lookup(ctx, id); err == nil && sb.EnvdAccessToken != "" {
 		out = append(out, sb.EnvdAccessToken)
 	}
-	if g, ok := p.cfg.Backend.(TrafficGuard); ok {
-		if tok := g.TrafficToken(id); tok != "" {
-			out = append(out, tok)
-		}
+	if tok := p.cfg.Backend.TrafficToken(id); tok != "" {
+		out = append(out, tok)
 	}
 	return out
 }

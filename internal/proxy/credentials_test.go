@@ -165,3 +165,49 @@ func TestShutdownEndsStreamsNamingTheStop(t *testing.T) {
 		t.Errorf("end frame error %+v, want unavailable naming the server's stop", end.Error)
 	}
 }
+
+// TestAPrivateSandboxsPortsNeedItsTrafficToken: the backend's TrafficGuard is part of the
+// proxy's contract (Backend), so a private sandbox's ports are never served without its
+// traffic token; envd's port answers to its own access token instead.
+func TestAPrivateSandboxsPortsNeedItsTrafficToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := &store.Sandbox{ID: "iprivate1"}
+	e.backend.serve(t, sb, proxy.EnvdPort, echo("envd"))
+	e.backend.serve(t, sb, 8080, echo("app"))
+	e.backend.serve(t, &store.Sandbox{ID: "ipublic1"}, 8080, echo("public app"))
+	e.backend.mu.Lock()
+	e.backend.private["iprivate1"], e.backend.masks["iprivate1"] = "traffic-secret", "app.example:${PORT}"
+	e.backend.mu.Unlock()
+	tests := []struct {
+		name   string
+		header []string
+		status int
+		label  string
+	}{
+		{"a private port without the token is refused", []string{"Host", "8080-iprivate1.cove.test"}, http.StatusForbidden, ""},
+		{"a private port with a wrong token is refused", []string{"Host", "8080-iprivate1.cove.test", proxy.HeaderTrafficToken, "guess"}, http.StatusForbidden, ""},
+		{"a private port with its token is served", []string{"Host", "8080-iprivate1.cove.test", proxy.HeaderTrafficToken, "traffic-secret"}, http.StatusOK, "app"},
+		{"envd's port of a private sandbox needs no traffic token", []string{"Host", "49983-iprivate1.cove.test"}, http.StatusOK, "envd"},
+		{"a public sandbox's port needs no token", []string{"Host", "8080-ipublic1.cove.test"}, http.StatusOK, "public app"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := e.request(t, http.MethodGet, "/", nil, tt.header...)
+			if res.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", res.StatusCode, tt.status)
+			}
+			if tt.label == "" {
+				return
+			}
+			got := decode(t, res)
+			if got["label"] != tt.label || got["api_key"] != "" {
+				t.Errorf("upstream saw %v; want %s, without the traffic token", got, tt.label)
+			}
+			if tt.label == "app" && got["host"] != "app.example:8080" {
+				t.Errorf("upstream saw Host %v; want the sandbox's mask app.example:8080", got["host"])
+			}
+		})
+	}
+}

@@ -59,6 +59,11 @@ type Backend interface {
 	// killed included) and is insecure (its id is the capability) or accessToken is its
 	// envd access token.
 	Authorized(ctx context.Context, id, accessToken string) bool
+	// Every backend says which ports are private and how they are reached: one that could
+	// not would let the proxy make a private sandbox's ports public without a word, so these
+	// are part of the contract, never discovered at request time.
+	TrafficGuard
+	PortOptions
 }
 
 // HeaderAccessToken carries a secure sandbox's envd access token, as the SDKs send it.
@@ -73,7 +78,7 @@ const (
 // EnvdPort is envd's port inside every sandbox, the default target.
 const EnvdPort = envdapi.Port
 
-// TrafficGuard is a Backend that keeps some sandboxes' ports private (E2B's
+// TrafficGuard is the part of a Backend that keeps some sandboxes' ports private (E2B's
 // allowPublicTraffic false): a request to a port other than envd's must carry the
 // sandbox's traffic access token.
 type TrafficGuard interface {
@@ -81,8 +86,8 @@ type TrafficGuard interface {
 	TrafficToken(id string) string
 }
 
-// PortOptions is a Backend that says how to reach a sandbox's ports (E2B's httpsPorts and
-// maskRequestHost).
+// PortOptions is the part of a Backend that says how to reach a sandbox's ports (E2B's
+// httpsPorts and maskRequestHost).
 type PortOptions interface {
 	// PortOptions is the Host header to send ("" keeps the client's; ${PORT} is the port)
 	// and the ports that serve HTTPS (reached without verifying their certificates).
@@ -240,8 +245,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	trafficChecked := false
-	if g, ok := p.cfg.Backend.(TrafficGuard); ok && t.port != EnvdPort {
-		if want := g.TrafficToken(t.id); want != "" {
+	if t.port != EnvdPort {
+		if want := p.cfg.Backend.TrafficToken(t.id); want != "" {
 			if subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
 				p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
 				return
@@ -292,8 +297,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 	pr.SetXForwarded()
-	if o, ok := p.cfg.Backend.(PortOptions); ok && t.port != EnvdPort {
-		mask, https := o.PortOptions(t.id)
+	if t.port != EnvdPort {
+		mask, https := p.cfg.Backend.PortOptions(t.id)
 		if slices.Contains(https, t.port) {
 			pr.Out.URL.Scheme = "https"
 		}

@@ -35,10 +35,26 @@ type fakeBackend struct {
 	sbs     map[string]*store.Sandbox
 	ports   map[string]string // "id:port" → upstream address
 	watched map[string]map[*io.Closer]struct{}
+	// private holds the traffic tokens of sandboxes whose ports are private, masks their
+	// Host headers to send, by id.
+	private, masks map[string]string
 }
 
 func newBackend() *fakeBackend {
-	return &fakeBackend{sbs: map[string]*store.Sandbox{}, ports: map[string]string{}, watched: map[string]map[*io.Closer]struct{}{}}
+	return &fakeBackend{sbs: map[string]*store.Sandbox{}, ports: map[string]string{}, watched: map[string]map[*io.Closer]struct{}{},
+		private: map[string]string{}, masks: map[string]string{}}
+}
+
+func (b *fakeBackend) TrafficToken(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.private[id]
+}
+
+func (b *fakeBackend) PortOptions(id string) (string, []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.masks[id], nil
 }
 
 // serve starts an upstream for port of sandbox sb.

@@ -688,7 +688,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		domain = DefaultTLSDomain + portSuffix(s.ln.Addr())
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
+	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:      s.teamRoutes(),
 		Identity:    s.issuer,
 		AdminRoutes: s.adminRoutes()})

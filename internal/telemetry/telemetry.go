@@ -95,6 +95,10 @@ const (
 	KeyAllowInternetAccess = "allow_internet_access"
 	KeyPauseKind           = "pause.kind"
 	KeyPurpose             = "purpose"
+	// KeyLaunch is how a sandbox started (the orchestrator's launch kinds: create, claim, copy,
+	// move, pool, build); KeyStage the launch step a failed start stopped at.
+	KeyLaunch              = "launch"
+	KeyStage               = "stage"
 	KeySandboxExitCode     = "exit_code"
 	KeySandboxSignal       = "signal"
 	KeyOOMKilled           = "oom_killed"
