@@ -33,6 +33,7 @@ type Engine interface {
 	store.RetentionStore
 	store.Identity
 	store.PoolSizes
+	store.TemplateBuilds
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
@@ -59,6 +60,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("retention", func(t *testing.T) { retention(t, open(t, false)) })
 	t.Run("workload identity keys and tokens", func(t *testing.T) { identity(t, open(t, false)) })
 	t.Run("warm pool sizes", func(t *testing.T) { poolSizes(t, open(t, false)) })
+	t.Run("template builds and their logs", func(t *testing.T) { templateBuilds(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
