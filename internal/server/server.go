@@ -613,12 +613,11 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	s.onClose(smp.Close)
-	builds, err := template.OpenBuilds(s.templates, s.cfg.DataDir)
+	builds, err := template.OpenBuilds(ctx, s.templates, s.db, s.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}
 	s.onClose(func() error { builds.Close(); return nil })
-	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
 	sb := buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
 		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger,
 		limit: func(ctx context.Context, team, detail string) {
@@ -663,7 +662,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	}
 	// A team's series (its id in the team label) only to its own key or the admin token.
 	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin})
-	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
+	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
@@ -706,7 +705,7 @@ func (s *instance) teamRoutes() map[string]http.Handler {
 	for _, m := range []*teamapi.Mux{
 		s.bus.Handler(),
 		sampler.NewAPI(sampler.APIConfig{Store: s.db, Team: callerTeam, Sandbox: s.sandboxMetricsReadable}),
-		logs.NewAPI(logs.APIConfig{Logs: s.db, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
+		logs.NewAPI(logs.APIConfig{Logs: buildLogReads{s.db, s.builds}, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
 		trace.NewAPI(trace.APIConfig{Store: s.db, Team: callerTeam}),
 	} {
 		for pattern, h := range m.Routes() {
