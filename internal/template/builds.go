@@ -134,10 +134,11 @@ type Builds struct {
 
 	// Log lines wait in pending until a flush writes them to db in one batch: every
 	// logFlushEvery, at logBatch lines, and before anything reads the build's log. seq
-	// numbers each running build's next line.
+	// numbers each running build's next line. A build's log is cut at maxBuildLog bytes.
 	logMu   sync.Mutex // held across a flush, so batches reach db in order
 	pending map[string][]store.BuildLogLine
 	seq     map[string]int64
+	size    map[string]int64 // bytes logged, cut at maxBuildLog
 	stop    chan struct{}
 	flushed chan struct{}
 
@@ -155,7 +156,7 @@ const (
 // build into ts.
 func OpenBuilds(ctx context.Context, ts *Store, db store.TemplateBuilds, dir string) (*Builds, error) {
 	b := &Builds{store: ts, db: db, root: dir, cancel: map[string]context.CancelFunc{}, using: map[string]int{},
-		pending: map[string][]store.BuildLogLine{}, seq: map[string]int64{}, stop: make(chan struct{}), flushed: make(chan struct{})}
+		pending: map[string][]store.BuildLogLine{}, seq: map[string]int64{}, size: map[string]int64{}, stop: make(chan struct{}), flushed: make(chan struct{})}
 	for _, d := range []string{b.dir(), b.Uploads()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -439,7 +440,16 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 func (b *Builds) log(r *BuildRecord, step, level, msg string) {
 	b.logMu.Lock()
 	n := b.seq[r.ID]
-	b.seq[r.ID] = n + 1
+	size := b.size[r.ID] + int64(len(msg)) + 1
+	switch {
+	case size <= maxBuildLog || level == "error": // how the build ended is always told
+	case size-int64(len(msg))-1 <= maxBuildLog:
+		msg, level = fmt.Sprintf("==> build log cut at %d bytes: later output is not kept", maxBuildLog), "info"
+	default:
+		b.logMu.Unlock()
+		return
+	}
+	b.seq[r.ID], b.size[r.ID] = n+1, size
 	b.pending[r.ID] = append(b.pending[r.ID], store.BuildLogLine{Seq: n, Time: time.Now().UTC(), Level: level, Step: step, Message: msg})
 	full := len(b.pending[r.ID]) >= logBatch
 	b.logMu.Unlock()
@@ -556,6 +566,10 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 		}
 	}
 	_ = b.save(r)
+	b.logMu.Lock()
+	delete(b.seq, r.ID) // the build logs no more: its pending lines keep their numbers
+	delete(b.size, r.ID)
+	b.logMu.Unlock()
 }
 
 // templateUsable reports whether team may build on the template name.
