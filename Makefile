@@ -8,6 +8,9 @@ PGC_VER   := v1.21.1
 STATICCHECK_VER := v0.8.2
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
+# Every package: the product's module and the Go SDK's (its own module, sdk/go.mod; go.work
+# puts both in one build).
+PKGS      := ./... ./sdk/...
 
 .PHONY: cover-check build run gen tools deps test test-templates test-short vet staticcheck race cover bench clean
 
@@ -26,17 +29,17 @@ tools:
 	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PGC_VER)
 
 gen: tools
-	rm -rf gen/process gen/filesystem
+	rm -rf sdk/gen/process sdk/gen/filesystem
 	PATH=$(BIN):$$PATH $(BIN)/buf generate
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 
 # Installs the pinned staticcheck into bin/ (once per version), then checks the whole tree.
 staticcheck:
 	@$(BIN)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VER:v%=%))' || \
 		GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VER)
-	$(BIN)/staticcheck ./...
+	$(BIN)/staticcheck $(PKGS)
 
 # The race detector over the packages whose tests are fast enough under it (about two
 # minutes here): everything but the whole-system suites (test/, sdk, cmd) and the runtime's
@@ -44,7 +47,7 @@ staticcheck:
 RACE_PKGS := ./internal/api/ ./internal/collect/ ./internal/console/ ./internal/envd/... ./internal/errdefs/ ./internal/events/ ./internal/httpx/ \
 	./internal/logs/ ./internal/orchestrator/ ./internal/proxy/ ./internal/redact/ ./internal/sampler/ \
 	./internal/server/ ./internal/store/... ./internal/teamapi/ ./internal/telemetry/... ./internal/template/ \
-	./internal/trace/ ./reason/ ./requestid/
+	./internal/trace/ ./sdk/reason/ ./sdk/requestid/
 # The race detector's reports go to files and are printed again after the run, so that the
 # end of a long log (all a CI summary keeps) holds them whole.
 RACE_LOGS := $(or $(TMPDIR),/tmp)/cove-race-logs
@@ -75,7 +78,7 @@ test-templates: build
 # whole-system tests against a real cove server, and the official e2b SDK, then the race
 # detector over the fast packages. Tests that need root, runc or Node.js say so when they skip.
 test: deps build vet staticcheck test-templates
-	@mkdir -p $(BIN); bash -o pipefail -c '$(GO) test -count=1 -cover -timeout 25m ./... 2>&1 | tee $(BIN)/test.txt'
+	@mkdir -p $(BIN); bash -o pipefail -c '$(GO) test -count=1 -cover -timeout 25m $(PKGS) 2>&1 | tee $(BIN)/test.txt'
 	@$(MAKE) --no-print-directory cover-check COVER_FROM=$(BIN)/test.txt
 	$(MAKE) --no-print-directory race
 
@@ -98,7 +101,7 @@ cover-check:
 		END { for (j = 1; j <= n; j++) if (!seen[j]) { print "cover: no coverage figure for " want[j]; bad = 1 }; exit bad }' $(COVER_FROM)
 
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(PKGS)
 
 bench: build
 	$(GO) run ./bench/envd

@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // Commands runs commands in a sandbox, in the foreground (Run) or the background (Start).

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // Config says how to reach Cove. Empty fields are read from the environment: COVE_API_URL,

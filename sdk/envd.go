@@ -5,8 +5,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/gen/filesystem/filesystemconnect"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // envd is one sandbox's envd, reached through the sandbox URL.

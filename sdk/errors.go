@@ -12,8 +12,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/reason"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/reason"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // Sentinel errors to branch on with errors.Is. Every error a call returns also carries the

@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // The examples need a running `cove server` and COVE_API_URL / COVE_API_KEY (or the E2B

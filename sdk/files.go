@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	fspb "github.com/cove-dev/cove/gen/filesystem"
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	fspb "github.com/cove-dev/cove/sdk/gen/filesystem"
 )
 
 // Files reads and writes the sandbox's filesystem. Relative paths are relative to the

@@ -6,7 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // PTY runs interactive terminals in the sandbox.

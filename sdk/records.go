@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // CommandRecord is what Cove recorded of one command a sandbox ran, as GET

@@ -3,7 +3,7 @@ package cove
 import (
 	"context"
 
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // HeaderRequestID carries a call's request id to Cove, which echoes it back, logs it on

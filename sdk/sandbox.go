@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Sandbox is one running sandbox and the way into it: its commands, files and terminals.

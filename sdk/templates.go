@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/cove-dev/cove/internal/template/buildctx"
+	"github.com/cove-dev/cove/sdk/buildctx"
 )
 
 // TemplateStep is one step of a template definition, in E2B's shape: RUN [cmd, user?],

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func TestNewRequestID(t *testing.T) {

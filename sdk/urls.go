@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // ErrNotSecure is DownloadURL's and UploadURL's error when SignatureExpiration is asked of

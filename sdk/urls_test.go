@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 func TestFileURLs(t *testing.T) {

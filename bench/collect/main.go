@@ -32,8 +32,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cove-dev/cove/bench/internal/measure"
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // busyRoundTrips times /bin/true round trips through envd while two gzip downloads of an

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/cove-dev/cove/gen/process"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // leanRoundTrip times one /bin/true through envd's Start with a plain HTTP POST of one

@@ -34,8 +34,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 type config struct {

@@ -30,8 +30,8 @@ import (
 	"github.com/cove-dev/cove/bench/internal/measure"
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 	"github.com/cove-dev/cove/templates"
 )
 

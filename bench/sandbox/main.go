@@ -37,7 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 const (

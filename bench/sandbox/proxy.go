@@ -17,9 +17,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/runtime"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 func (b *bench) phaseProxy(ctx context.Context) error {

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // apiFlags are the flags every client verb (sandbox, exec, files) shares: where Cove is,

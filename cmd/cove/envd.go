@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/envd"
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/process"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 func newEnvdCmd() *cobra.Command {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/reason"
-	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 func newEventsCmd(f *apiFlags) *cobra.Command {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/retention"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -18,7 +17,8 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // envOr returns the environment variable's value, or def when it is unset.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // HeaderAdminToken carries the operator's admin token (the data dir's admin-token file).

@@ -20,7 +20,7 @@ import (
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // The fake below stands in for the orchestrator at its interface so these tests pin the

@@ -9,8 +9,8 @@ import (
 	"github.com/cove-dev/cove/internal/oidc"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Identity is the workload identity issuer (oidc.Issuer): create registers a sandbox's named

@@ -25,11 +25,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Labels are the host's facts about a sandbox, put on every line. Its metadata is joined

@@ -16,7 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 type lines struct {

@@ -23,7 +23,7 @@ import (
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // post sends a form with the session's CSRF token and returns the status and body.

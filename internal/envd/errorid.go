@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // withErrorRequestID makes Connect unary error bodies that connect-go writes itself (a

@@ -15,8 +15,8 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // TestEnvdOutlivesAnOOMKillOfItsCommand runs a subreaping envd in a 64 MiB memory cgroup

@@ -18,10 +18,10 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/envd"
 	"github.com/cove-dev/cove/internal/telemetry"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // TestMain lets the test binary run as a real envd child process (a subreaper, as PID 1 is)

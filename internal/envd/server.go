@@ -29,9 +29,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
-	"github.com/cove-dev/cove/gen/process/processconnect"
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
@@ -40,7 +37,10 @@ import (
 	"github.com/cove-dev/cove/internal/envd/sysinfo"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	"github.com/cove-dev/cove/sdk/gen/filesystem/filesystemconnect"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // Version is the envd protocol version reported to clients. E2B's SDKs switch features off

@@ -7,9 +7,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/telemetry/otlptest"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // The traceparent Cove's proxy would send on the hop to envd.

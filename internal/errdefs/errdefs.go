@@ -17,7 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // kind is a class of failure; its sentinel is what errors.Is matches.
@@ -76,6 +76,21 @@ func (d *defined) Unwrap() error { return d.kind }
 // New returns a sentinel with its own message that errors.Is matches both as itself and as
 // kind (one of the Err* kinds above).
 func New(kind error, msg string) error { return &defined{kind: kind, msg: msg} }
+
+// marked is an error of another package that a Cove sentinel classifies.
+type marked struct{ err, as error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{m.err, m.as} }
+
+// Mark returns err, with its message, matching sentinel as too: how an error of a package
+// that cannot import errdefs (the SDK's shared code) gets its kind at Cove's edge.
+func Mark(err, as error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked{err: err, as: as}
+}
 
 // Status returns the HTTP status for err: its kind's, a Connect error's code's, or 500.
 func Status(err error) int {

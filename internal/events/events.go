@@ -23,9 +23,9 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
-	"github.com/cove-dev/cove/requestid"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // SystemRequestID is the request id of events no client call caused (the TTL evictor, a

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // ParseJSONLine reads one of envd's JSON log lines (log/slog's JSON shape) into a LogLine

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // restart lets go of every sandbox as a server stopping for an upgrade does (Detach) and

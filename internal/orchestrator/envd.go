@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // This file: the host side of the envd handshake: its command line, client, health wait and /init.

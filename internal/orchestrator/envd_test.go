@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 func TestEachSandboxsEnvdGetsItsTeamsAndTemplatesBudget(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // MaxForks bounds one fork call's count.

@@ -13,7 +13,7 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/vault"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // withSnapshots gives the harness a snapshot store in dir and a checkpointing runtime.

@@ -12,7 +12,7 @@ import (
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/collect"
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -32,8 +31,9 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/vault"
-	"github.com/cove-dev/cove/reason"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	"github.com/cove-dev/cove/sdk/reason"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // EnvdPort is where envd listens inside every sandbox.

@@ -12,13 +12,13 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/vault"
-	"github.com/cove-dev/cove/reason"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // withKeptFiles makes the harness's checkpointing runtime also keep files (runc's

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cove-dev/cove/internal/vault"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func TestASandboxsSecretsAreKeptWhileItLives(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // This file: what the kernel says about a sandbox: its init exiting and its OOM kills.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/orchestrator"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func TestRPCErrorsSpeakTheCallersProtocol(t *testing.T) {

@@ -34,7 +34,7 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // ClusterConfig makes the server one node of a cluster (issue 24): nodes share one

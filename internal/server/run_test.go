@@ -18,8 +18,8 @@ import (
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // running is a `cove server` run in-process by Run, on its own data dir and the shared test

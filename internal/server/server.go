@@ -29,7 +29,6 @@ import (
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
@@ -51,8 +50,9 @@ import (
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/internal/vault"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	"github.com/cove-dev/cove/sdk/reason"
 	shipped "github.com/cove-dev/cove/templates"
 )
 

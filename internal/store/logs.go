@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // ErrBadCursor is returned for a listing cursor that no listing made.

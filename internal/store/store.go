@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Errors callers branch on.

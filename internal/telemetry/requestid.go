@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // Request id headers. Cove reads both, prefers the E2B one, and echoes HeaderRequestID.

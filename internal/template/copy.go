@@ -15,7 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cove-dev/cove/internal/template/buildctx"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/sdk/buildctx"
 )
 
 // FileSource opens the archive a COPY step uploaded under its files hash: a tar stream,
@@ -52,7 +53,11 @@ func validHash(h string) bool {
 // ArchiveContext writes a tar of src to w, the way E2B's SDKs pack a COPY, and returns
 // its files hash (see buildctx.ArchiveContext, which the Go SDK shares).
 func ArchiveContext(ctxDir, src, dest string, w io.Writer) (string, error) {
-	return buildctx.ArchiveContext(ctxDir, src, dest, w)
+	h, err := buildctx.ArchiveContext(ctxDir, src, dest, w)
+	if errors.Is(err, buildctx.ErrInvalid) {
+		return "", errdefs.Mark(err, ErrInvalid)
+	}
+	return h, err
 }
 
 // copyFiles unpacks a COPY's archive into root (the build's merged view), Docker's way:

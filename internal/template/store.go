@@ -21,7 +21,6 @@ import (
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/template/buildctx"
 )
 
 // Errors callers branch on.
@@ -31,7 +30,7 @@ var (
 	// ErrExists: a template with that name is ready already; remove it first.
 	ErrExists = errdefs.New(errdefs.ErrConflict, "template exists")
 	// ErrInvalid: the build spec is malformed.
-	ErrInvalid = buildctx.ErrInvalid
+	ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid template spec")
 	// ErrInUse: other templates are built on the template.
 	ErrInUse = errdefs.New(errdefs.ErrConflict, "template in use")
 	// ErrNotOwner: the template belongs to another team, or to the host (built there).

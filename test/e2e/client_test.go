@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // sandbox is what create answers, plus how to reach its envd.

@@ -13,7 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // The three scenarios E2B's own suite reports as flaky, made deterministic: each is repeated

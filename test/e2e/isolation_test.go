@@ -17,7 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process"
 )
 
 func randomHex(t testing.TB, n int) string {

@@ -21,10 +21,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/network/nettest"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 func call(t *testing.T, s *covetest.Server, method, path string, body any) (int, map[string]any) {

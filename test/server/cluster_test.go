@@ -21,8 +21,8 @@ import (
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // clusterNode is one `cove server --node` of a test cluster.

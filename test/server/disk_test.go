@@ -13,9 +13,9 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // TestSandboxDiskLimit runs a server whose sandboxes get a 64 MiB disk: a write past it gets

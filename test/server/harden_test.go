@@ -9,9 +9,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 func TestRootInTheSandboxCannotReadEnvdsMemoryOrEnvironment(t *testing.T) {

@@ -17,10 +17,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/telemetry/otlptest"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // TestPlantedSecretsReachNoSink plants secrets Cove knows (a sandbox-level env var whose

@@ -15,10 +15,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/covetest"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 // startMarker is a start command that records, once, the PID it runs as and when it started,

@@ -15,7 +15,7 @@ import (
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // Sentinels callers branch on, of errdefs' kinds. Wrap them with %w and a few words of where.

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 // AccessTokenHeader carries the sandbox's envd access token.

@@ -27,11 +27,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // Handler serves /files.

@@ -17,10 +17,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/httpx"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
 )
 
 func inode(t *testing.T, path string) uint64 {

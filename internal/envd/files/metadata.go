@@ -9,11 +9,11 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // metadataHeaderPrefix starts the request headers that carry file metadata:

@@ -17,12 +17,12 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
-	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/internal/envd/files"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/httpx"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
+	"github.com/cove-dev/cove/sdk/gen/filesystem/filesystemconnect"
 )
 
 // needXattrs skips the test when dir's file system keeps no user extended attributes.

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
 )
 
 // Entry describes path without following a final symlink: type, size, mode and permissions

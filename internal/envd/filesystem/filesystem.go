@@ -23,11 +23,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
-	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/telemetry"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
+	"github.com/cove-dev/cove/sdk/gen/filesystem/filesystemconnect"
 )
 
 // KeepaliveHeader names the request header that sets, in seconds, how often a WatchDir

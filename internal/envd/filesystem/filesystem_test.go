@@ -17,11 +17,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
-	"github.com/cove-dev/cove/gen/filesystem/filesystemconnect"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/httpx"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
+	"github.com/cove-dev/cove/sdk/gen/filesystem/filesystemconnect"
 )
 
 type codec struct {

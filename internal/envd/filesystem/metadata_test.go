@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
 	"github.com/cove-dev/cove/internal/envd/filesystem"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
 )
 
 // needXattrs skips the test when dir's file system keeps no user extended attributes.

@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
 )
 
 // openDir returns a new directory with mode perm that other users can reach: t.TempDir's

@@ -12,9 +12,9 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	rpc "github.com/cove-dev/cove/gen/filesystem"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
+	rpc "github.com/cove-dev/cove/sdk/gen/filesystem"
 
 	"github.com/cove-dev/cove/internal/telemetry"
 )

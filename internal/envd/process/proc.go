@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "github.com/cove-dev/cove/gen/process"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // chunkSize bounds one data event, as E2B's envd does.

@@ -19,12 +19,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/creack/pty"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/gen/process/processconnect"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Options configure a Service.

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // Sink carries what envd records about its processes to the host: each line a process

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 type syncBuf struct {

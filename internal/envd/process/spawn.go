@@ -18,13 +18,13 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	pb "github.com/cove-dev/cove/gen/process"
-	"github.com/cove-dev/cove/internal/envd/envdapi"
 	"github.com/cove-dev/cove/internal/envd/fault"
 	"github.com/cove-dev/cove/internal/envd/identity"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/envdapi"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	pb "github.com/cove-dev/cove/gen/process"
 	"github.com/cove-dev/cove/internal/envd/fault"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // table indexes processes by pid and tag. Ended processes stay findable for a while so a

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/cove-dev/cove/gen/process"
+	pb "github.com/cove-dev/cove/sdk/gen/process"
 )
 
 // TestKeptEndEventsExpireAndReportIt: a retired process's end event is found

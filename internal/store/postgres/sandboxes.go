@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // maxLimit bounds a listing's page; 0 means maxLimit.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 const commandColumns = `sandbox_id, pid, started_at, team_id, template_id, tag, request_id, user, command,

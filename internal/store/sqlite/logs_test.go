@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func logLine(team, sandbox string, at time.Time, level, msg string) store.LogLine {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // drain prunes in batches until a call deletes fewer than asked, as retention does.

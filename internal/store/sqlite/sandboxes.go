@@ -12,7 +12,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Page sizes for ListSandboxes: Limit is clamped to 1..maxLimit, 0 meaning maxLimit.

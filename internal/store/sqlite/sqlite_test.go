@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func open(t testing.TB, path string) *DB {

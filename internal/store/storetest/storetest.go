@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Engine is what the suite covers so far.

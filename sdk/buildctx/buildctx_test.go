@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cove-dev/cove/internal/template/buildctx"
+	"github.com/cove-dev/cove/sdk/buildctx"
 )
 
 // A build context holding a symlink to a directory outside it: the outside must never be

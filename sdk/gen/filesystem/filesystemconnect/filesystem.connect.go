@@ -11,7 +11,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	filesystem "github.com/cove-dev/cove/gen/filesystem"
+	filesystem "github.com/cove-dev/cove/sdk/gen/filesystem"
 	http "net/http"
 	strings "strings"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func TestRecordsRoundTrip(t *testing.T) {

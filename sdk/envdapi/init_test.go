@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/envd/envdapi"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 func TestInitRoundTripsAndSpeaksE2BsNames(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	process "github.com/cove-dev/cove/gen/process"
+	process "github.com/cove-dev/cove/sdk/gen/process"
 	http "net/http"
 	strings "strings"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 func TestRun(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // Kind is what a record is.

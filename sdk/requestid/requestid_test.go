@@ -3,7 +3,7 @@ package requestid_test
 import (
 	"testing"
 
-	"github.com/cove-dev/cove/requestid"
+	"github.com/cove-dev/cove/sdk/requestid"
 )
 
 func TestAnnotateNamesTheCallOnce(t *testing.T) {

@@ -1,12 +1,13 @@
 // Package buildctx packs a template build's COPY sources the way E2B's SDKs upload them,
 // and names them by their files hash. It is shared by the builder and the Go SDK, so the
-// two can never hash a context differently; it imports nothing of Cove's but errdefs.
+// two can never hash a context differently; it imports nothing of Cove's.
 package buildctx
 
 import (
 	"archive/tar"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,12 +16,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/cove-dev/cove/internal/errdefs"
 )
 
-// ErrInvalid is a template spec that cannot be built: the builder's template.ErrInvalid.
-var ErrInvalid = errdefs.New(errdefs.ErrInvalidArgument, "invalid template spec")
+// ErrInvalid is a COPY that cannot be packed; the builder marks it as its template.ErrInvalid
+// (a 400).
+var ErrInvalid = errors.New("invalid template spec")
 
 // ArchiveContext writes a tar of src (a file or directory, relative to the context dir ctxDir)
 // to w, the way E2B's SDKs pack a COPY, and returns the files hash of "COPY src dest": the

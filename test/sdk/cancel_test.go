@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/reason"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // killableDialer remembers the connections it makes, so a test can cut them mid-stream.
