@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -138,7 +139,8 @@ type Builds struct {
 	logMu   sync.Mutex // held across a flush, so batches reach db in order
 	pending map[string][]store.BuildLogLine
 	seq     map[string]int64
-	size    map[string]int64 // bytes logged, cut at maxBuildLog
+	size    map[string]int64 // bytes logged, cut at logCap
+	logCap  int64            // maxBuildLog when 0
 	stop    chan struct{}
 	flushed chan struct{}
 
@@ -440,11 +442,12 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 func (b *Builds) log(r *BuildRecord, step, level, msg string) {
 	b.logMu.Lock()
 	n := b.seq[r.ID]
+	limit := cmp.Or(b.logCap, maxBuildLog)
 	size := b.size[r.ID] + int64(len(msg)) + 1
 	switch {
-	case size <= maxBuildLog || level == "error": // how the build ended is always told
-	case size-int64(len(msg))-1 <= maxBuildLog:
-		msg, level = fmt.Sprintf("==> build log cut at %d bytes: later output is not kept", maxBuildLog), "info"
+	case size <= limit || level == "error": // how the build ended is always told
+	case size-int64(len(msg))-1 <= limit:
+		msg, level = fmt.Sprintf("==> build log cut at %d bytes: later output is not kept", limit), "info"
 	default:
 		b.logMu.Unlock()
 		return

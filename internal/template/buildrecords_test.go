@@ -1,0 +1,56 @@
+package template
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cove-dev/cove/internal/store/sqlite"
+)
+
+// TestABuildsLogIsReadFromTheStoreAndCutAtItsCap: a build's lines are in the store as soon
+// as anything reads them (no wait for the batch), in order, cut at the cap with one note, and
+// the line that says how the build ended is kept past it.
+func TestABuildsLogIsReadFromTheStoreAndCutAtItsCap(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	db, err := sqlite.Open(ctx, filepath.Join(data, "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ts, err := OpenAt(filepath.Join(data, "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBuilds(ctx, ts, db, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	b.logCap = 40
+	r, err := b.Request(NewBuild{Name: "capped", TeamID: "team-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"first line", "second line", "third line", "over the cap", "dropped too"} {
+		b.log(r, "1", "info", l)
+	}
+	b.log(r, "finalize", "error", "step 1 failed")
+	var got []string
+	for _, e := range b.Logs(r, 0) {
+		got = append(got, e.Level+" "+e.Step+": "+e.Message)
+	}
+	want := []string{"info 1: first line", "info 1: second line", "info 1: third line",
+		"info 1: ==> build log cut at 40 bytes: later output is not kept", "error finalize: step 1 failed"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n, err := db.BuildLogLen(ctx, r.ID); err != nil || n != len(want) {
+		t.Fatalf("the store holds %d lines (%v), want %d", n, err, len(want))
+	}
+	if tail := b.Logs(r, 3); len(tail) != 2 || tail[1].Message != "step 1 failed" {
+		t.Fatalf("from offset 3: %+v", tail)
+	}
+}
