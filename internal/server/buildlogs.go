@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -31,6 +32,34 @@ func (s buildLogReads) QueryLogs(ctx context.Context, q store.LogQuery) (*store.
 		return s.DB.QueryLogs(ctx, q) // no build of the team's: a sandbox's, or none
 	}
 	return buildLogPage(rec, b.Logs(rec, 0), q)
+}
+
+// TraceLogs is the log store's lines of the request, and the log lines of the team's builds
+// it asked for: a build's log takes part in its request's trace.
+func (s buildLogReads) TraceLogs(ctx context.Context, teamID, requestID string, limit int) ([]store.LogLine, error) {
+	lines, err := s.DB.TraceLogs(ctx, teamID, requestID, limit)
+	if err != nil || s.builds == nil || requestID == "" {
+		return lines, err
+	}
+	recs, err := s.builds.List("")
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		if rec.RequestID != requestID || rec.TeamID != teamID {
+			continue
+		}
+		page, err := buildLogPage(rec, s.builds.Logs(rec, 0), store.LogQuery{Limit: math.MaxInt})
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, page.Lines...)
+	}
+	slices.SortStableFunc(lines, func(a, b store.LogLine) int { return a.Time.Compare(b.Time) })
+	if limit > 0 && len(lines) > limit {
+		lines = lines[:limit]
+	}
+	return lines, nil
 }
 
 // buildLogPage is the page of build rec's log, entries, that q selects: a line's position is
@@ -82,7 +111,7 @@ func buildLogPage(rec *template.BuildRecord, entries []template.LogEntry, q stor
 		return true
 	}
 	limit := q.Limit
-	if limit <= 0 || limit > 1000 {
+	if limit <= 0 {
 		limit = 1000
 	}
 	page := &store.LogPage{}

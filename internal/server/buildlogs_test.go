@@ -95,6 +95,27 @@ func TestBuildLogsAreReadAsASandboxsFromTheBuild(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the build's lines take part in its request's trace, in time with the log store's", func(t *testing.T) {
+		if err := db.InsertLogs(ctx, []store.LogLine{{Time: at.Add(1500 * time.Millisecond), SandboxID: "sbx-1", TeamID: "team-1",
+			Level: "info", Source: "envd", RequestID: "req-1", Message: "a sandbox's line of the request"}}); err != nil {
+			t.Fatal(err)
+		}
+		lines, err := reads.TraceLogs(ctx, "team-1", "req-1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range lines {
+			got = append(got, l.Message)
+		}
+		want := []string{"line a of step base", "line b of step 1", "a sandbox's line of the request", "line c of step 1", "line d of step 2", "line e of step finalize"}
+		if !slices.Equal(got, want) {
+			t.Errorf("trace lines %q, want %q", got, want)
+		}
+		if lines, err := reads.TraceLogs(ctx, "team-2", "req-1", 0); err != nil || len(lines) != 0 {
+			t.Errorf("another team's trace of the request: %+v, %v", lines, err)
+		}
+	})
 	t.Run("another team reads none of it", func(t *testing.T) {
 		page, err := reads.QueryLogs(ctx, store.LogQuery{TeamID: "team-2", SandboxID: rec.ID})
 		if err != nil || len(page.Lines) != 0 {

@@ -706,7 +706,7 @@ func (s *instance) teamRoutes() map[string]http.Handler {
 		s.bus.Handler(),
 		sampler.NewAPI(sampler.APIConfig{Store: s.db, Team: callerTeam, Sandbox: s.sandboxMetricsReadable}),
 		logs.NewAPI(logs.APIConfig{Logs: buildLogReads{s.db, s.builds}, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
-		trace.NewAPI(trace.APIConfig{Store: s.db, Team: callerTeam}),
+		trace.NewAPI(trace.APIConfig{Store: buildLogReads{s.db, s.builds}, Team: callerTeam}),
 	} {
 		for pattern, h := range m.Routes() {
 			routes[pattern] = h

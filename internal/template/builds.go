@@ -229,6 +229,8 @@ func migrateBuildFiles(ctx context.Context, db store.TemplateBuilds, dir string)
 	return nil
 }
 
+// dir holds the builds' step disk images (Spec.DiskImages); an older Cove kept the build
+// records there too, as <id>.json, which OpenBuilds moves into the store.
 func (b *Builds) dir() string { return filepath.Join(b.root, "builds") }
 
 // Uploads is the directory of uploaded COPY archives.
