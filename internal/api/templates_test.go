@@ -33,7 +33,7 @@ func TestUploadLinkAlwaysAnswers201(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	builds, err := template.OpenBuilds(context.Background(), ts, db, dir)
+	builds, err := template.OpenBuilds(context.Background(), ts, db, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

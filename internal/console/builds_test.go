@@ -49,7 +49,7 @@ func TestBuildPages(t *testing.T) {
 		otherBuild: {ID: otherBuild, Template: "web", Status: template.BuildBuilding, RequestID: "req-other", TeamID: "other-team",
 			Steps: nil, CreatedAt: start.Add(time.Minute), StartedAt: &start},
 	}
-	builds, err := template.OpenBuilds(ctx, ts, f.db, dir)
+	builds, err := template.OpenBuilds(ctx, ts, f.db, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestBuildLogsAreReadAsASandboxsFromTheBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds, err := template.OpenBuilds(ctx, ts, db, data)
+	builds, err := template.OpenBuilds(ctx, ts, db, data, "")
 	if err != nil {
 		t.Fatal(err)
 	}

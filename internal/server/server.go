@@ -613,7 +613,7 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	s.onClose(smp.Close)
-	builds, err := template.OpenBuilds(ctx, s.templates, s.db, s.cfg.DataDir)
+	builds, err := template.OpenBuilds(ctx, s.templates, s.db, s.cfg.DataDir, s.cfg.Cluster.Node)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}

@@ -24,7 +24,7 @@ func TestABuildsLogIsReadFromTheStoreAndCutAtItsCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenBuilds(ctx, ts, db, data)
+	b, err := OpenBuilds(ctx, ts, db, data, "")
 	if err != nil {
 		t.Fatal(err)
 	}

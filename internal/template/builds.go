@@ -96,6 +96,10 @@ type BuildRecord struct {
 	FinishedAt *time.Time   `json:"finished_at,omitempty"`
 	// StartSnapshot is the start snapshot the build took (startsnap.go); nil without one.
 	StartSnapshot *StartSnapshot `json:"start_snapshot,omitempty"`
+	// Node is the cluster node that runs the build (or will: the one it was asked on, until
+	// it starts); "" on a lone server. Only that node fails it as orphaned when it starts
+	// again: the records are shared by every node of a cluster.
+	Node string `json:"node,omitempty"`
 }
 
 // BuildRequest is the definition a requested build runs (E2B's TemplateBuildStartV2).
@@ -127,6 +131,7 @@ type Builds struct {
 	store *Store
 	db    store.TemplateBuilds
 	root  string
+	node  string // the cluster node this is; "" on a lone server
 
 	mu     sync.Mutex
 	cancel map[string]context.CancelFunc
@@ -154,10 +159,10 @@ const (
 )
 
 // OpenBuilds opens the build records db keeps, moving into it those an older Cove wrote as
-// files under dir/builds, and fails the builds a crash left waiting or building; the builds
-// build into ts.
-func OpenBuilds(ctx context.Context, ts *Store, db store.TemplateBuilds, dir string) (*Builds, error) {
-	b := &Builds{store: ts, db: db, root: dir, cancel: map[string]context.CancelFunc{}, using: map[string]int{},
+// files under dir/builds, and fails the builds of this node (node, "" on a lone server) a
+// crash left waiting or building; the builds build into ts.
+func OpenBuilds(ctx context.Context, ts *Store, db store.TemplateBuilds, dir, node string) (*Builds, error) {
+	b := &Builds{store: ts, db: db, root: dir, node: node, cancel: map[string]context.CancelFunc{}, using: map[string]int{},
 		pending: map[string][]store.BuildLogLine{}, seq: map[string]int64{}, size: map[string]int64{}, stop: make(chan struct{}), flushed: make(chan struct{})}
 	for _, d := range []string{b.dir(), b.Uploads()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -176,7 +181,7 @@ func OpenBuilds(ctx context.Context, ts *Store, db store.TemplateBuilds, dir str
 	}
 	now := time.Now().UTC()
 	for _, r := range recs {
-		if r.Status == BuildWaiting || r.Status == BuildBuilding {
+		if (r.Status == BuildWaiting || r.Status == BuildBuilding) && r.Node == node {
 			r.Status, r.FinishedAt = BuildError, &now
 			r.Reason = &BuildReason{Code: ReasonOrphaned, Message: "the server stopped during the build (orphaned); no template was made"}
 			if err := b.save(r); err != nil {
@@ -351,7 +356,7 @@ func (b *Builds) Request(req NewBuild) (*BuildRecord, error) {
 		return nil, fmt.Errorf("%w: cpuCount and memoryMB must not be negative", ErrInvalid)
 	}
 	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
-		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, Runtime: req.Runtime, CreatedAt: time.Now().UTC()}
+		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, Runtime: req.Runtime, CreatedAt: time.Now().UTC(), Node: b.node}
 	if _, _, _, err := b.stepSandbox(r); err != nil {
 		return nil, err // over the team's limits
 	}
@@ -420,7 +425,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		}
 	}
 	now := time.Now().UTC()
-	r.Status, r.StartedAt = BuildBuilding, &now
+	r.Status, r.StartedAt, r.Node = BuildBuilding, &now, b.node
 	if err := b.save(r); err != nil {
 		release()
 		return err

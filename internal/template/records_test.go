@@ -14,8 +14,14 @@ import (
 // data dir's SQLite store (a real file, opened again by each call as by each server start).
 func openBuilds(t *testing.T, ts *template.Store, data string) (*template.Builds, error) {
 	t.Helper()
+	return openNodeBuilds(t, ts, data, "")
+}
+
+// openNodeBuilds is openBuilds on the cluster node node.
+func openNodeBuilds(t *testing.T, ts *template.Store, data, node string) (*template.Builds, error) {
+	t.Helper()
 	db := openDB(t, data)
-	b, err := template.OpenBuilds(context.Background(), ts, db, data)
+	b, err := template.OpenBuilds(context.Background(), ts, db, data, node)
 	if err == nil {
 		t.Cleanup(b.Close)
 	}
@@ -153,4 +159,39 @@ func TestBuildRecordFilesMoveIntoTheStore(t *testing.T) {
 		}
 		os.Remove(bad)
 	})
+}
+
+// The nodes of a cluster share the build records: a node that starts again fails only the
+// builds it ran as orphaned, never one another node is running.
+func TestANodeFailsOnlyItsOwnBuildsAsOrphaned(t *testing.T) {
+	ts, err := template.OpenAt(filepath.Join(t.TempDir(), "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := t.TempDir() // one store for both nodes, as their PostgreSQL is
+	a, err := openNodeBuilds(t, ts, shared, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := a.Request(template.NewBuild{Name: "on-a", TeamID: "team-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Node != "node-a" {
+		t.Fatalf("the record names node %q", rec.Node)
+	}
+	b, err := openNodeBuilds(t, ts, shared, "node-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Get(rec.ID); err != nil || got.Status != template.BuildWaiting {
+		t.Fatalf("node-a's build after node-b started: %+v, %v", got, err)
+	}
+	again, err := openNodeBuilds(t, ts, shared, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := again.Get(rec.ID); err != nil || got.Status != template.BuildError || got.Reason == nil || got.Reason.Code != template.ReasonOrphaned {
+		t.Fatalf("node-a's build after node-a started again: %+v, %v", got, err)
+	}
 }
