@@ -2,6 +2,8 @@ package template
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,5 +54,44 @@ func TestABuildsLogIsReadFromTheStoreAndCutAtItsCap(t *testing.T) {
 	}
 	if tail := b.Logs(r, 3); len(tail) != 2 || tail[1].Message != "step 1 failed" {
 		t.Fatalf("from offset 3: %+v", tail)
+	}
+}
+
+// TestAFailedBuildsRecordEndsWithItsLastTenLines: the record of a failed build keeps the
+// last ten lines of its log, the error last, read from the store.
+func TestAFailedBuildsRecordEndsWithItsLastTenLines(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	db, err := sqlite.Open(ctx, filepath.Join(data, "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ts, err := OpenAt(filepath.Join(data, "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBuilds(ctx, ts, db, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	r, err := b.Request(NewBuild{Name: "fails", TeamID: "team-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 15 {
+		b.log(r, "1", "info", fmt.Sprintf("line %d", i))
+	}
+	b.finish(r, nil, &StepError{Index: 1, Step: Step{Kind: StepRun, Args: []string{"false"}}, Err: errors.New("exit status 1")})
+	got, err := b.Get(r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != BuildError || got.Reason == nil || got.Reason.Step != "1" || len(got.Reason.Lines) != 10 {
+		t.Fatalf("record %+v", got)
+	}
+	if first, last := got.Reason.Lines[0], got.Reason.Lines[9]; first.Message != "line 6" || last.Level != "error" || !strings.Contains(last.Message, "exit status 1") {
+		t.Fatalf("lines from %+v to %+v", first, last)
 	}
 }

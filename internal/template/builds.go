@@ -558,11 +558,10 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 			}
 		}
 		b.log(r, r.Reason.Step, "error", err.Error())
-		logs := b.Logs(r, 0)
-		if len(logs) > 10 {
-			logs = logs[len(logs)-10:]
-		}
-		r.Reason.Lines = logs
+		b.logMu.Lock()
+		n := int(b.seq[r.ID]) // every line the build logged, pending ones too
+		b.logMu.Unlock()
+		r.Reason.Lines = b.Logs(r, max(n-10, 0)) // the last ten, without reading the whole log
 	} else {
 		r.Status, r.Steps = BuildReady, t.Built
 		r.StartSnapshot = t.StartSnapshot
