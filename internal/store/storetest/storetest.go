@@ -34,6 +34,7 @@ type Engine interface {
 	store.Identity
 	store.PoolSizes
 	store.TemplateBuilds
+	store.Templates
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
@@ -61,6 +62,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("workload identity keys and tokens", func(t *testing.T) { identity(t, open(t, false)) })
 	t.Run("warm pool sizes", func(t *testing.T) { poolSizes(t, open(t, false)) })
 	t.Run("template builds and their logs", func(t *testing.T) { templateBuilds(t, open(t, false)) })
+	t.Run("templates, their tags and their layers", func(t *testing.T) { templates(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
