@@ -308,7 +308,11 @@ func (o *Orchestrator) createFrom(ctx context.Context, from origin, dir string, 
 	}
 	defer release()
 	// The copy's processes hold its origin's secrets (env, memory): it is masked of them.
-	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, from.forkedFrom, from.snapshotID), moved: from.moved != nil}
+	kept := []string{from.forkedFrom, from.snapshotID}
+	if from.moved != nil {
+		kept = append(kept, sb.ID) // its own, which the node it left kept in the shared store
+	}
+	e := &entry{sb: sb, closers: map[*closer]struct{}{}, redactor: o.keptRedactor(ctx, sb, kept...), moved: from.moved != nil}
 	if err := o.keepSecrets(ctx, e); err != nil {
 		return nil, err
 	}

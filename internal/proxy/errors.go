@@ -125,8 +125,8 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 // any response byte reached the client. A failure that is not about the sandbox's state is
 // explained by looking the sandbox up: it may have been paused or killed meanwhile.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if g, ok := r.Body.(*guardedBody); ok {
-		g.drain(http.NewResponseController(w))
+	if g, ok := r.Body.(*httpx.GuardedBody); ok {
+		g.Drain(http.NewResponseController(w))
 	}
 	t, _ := r.Context().Value(targetKey{}).(target)
 	if isClientGone(r, err) {

@@ -268,9 +268,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex()
 	out := r.WithContext(ctx)
-	var body *guardedBody
+	var body *httpx.GuardedBody
 	if r.Body != nil && r.Body != http.NoBody {
-		body = guard(r.Body)
+		body = httpx.Guard(r.Body)
 		out.Body = body
 	}
 	p.rp.ServeHTTP(rec, out)
@@ -278,7 +278,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Read the body to its end before returning: with full duplex on, net/http would
 		// otherwise hit its EOF while closing it after the handler, start a read of the
 		// connection there, and race the next request's (golang/go#68560).
-		body.drain(rc)
+		body.Drain(rc)
 	}
 }
 

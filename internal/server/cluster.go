@@ -388,7 +388,9 @@ func (c *clusterNode) serve(w http.ResponseWriter, r *http.Request, proxied bool
 // forward passes r to node n, streaming its answer back.
 func (c *clusterNode) forward(w http.ResponseWriter, r *http.Request, n *store.Node) {
 	telemetry.Logger(r.Context()).Debug("request forwarded", telemetry.KeyNodeTo, n.Name)
-	c.fwd.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, n)))
+	// Full duplex with a guarded body, as the proxy into a sandbox does: a node that answers a
+	// stream before this one has sent the client's body's end must not cut it.
+	httpx.ServeProxied(c.fwd, w, r.WithContext(context.WithValue(r.Context(), targetKey{}, n)))
 }
 
 // createHere runs a create on this node, its answer marked HeaderNodeFull when this node

@@ -465,6 +465,11 @@ func (s *instance) openStore(ctx context.Context) error {
 	}
 	s.db, s.vault = db, kept
 	s.onClose(db.Close)
+	// The vault's sets live in the store from now on (those of a release before are moved
+	// in): every node reads a sandbox's wherever it moves; each lists and prunes its own.
+	if err := kept.KeepIn(ctx, db, s.cfg.Cluster.Node); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
 	if s.apiKey, err = firstRunKey(ctx, db, s.cfg.DataDir); err != nil {
 		return err
 	}
@@ -662,7 +667,11 @@ func (s *instance) buildHandlers(context.Context) error {
 	}
 	// A team's series (its id in the team label) only to its own key or the admin token.
 	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin})
-	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds})
+	var nodes store.Nodes // the console's nodes page, on a cluster node
+	if s.cluster != nil {
+		nodes = s.cluster.nodes
+	}
+	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):

@@ -1,18 +1,22 @@
-// Package vault keeps small sets of secret values on the host's disk, sealed, for a server
-// that must know them again after a restart: the values a sandbox's output is redacted of
-// (its secret env vars, its commands' secret envs, its network rules' secrets), which a
-// client gave only at create or at a command's start.
+// Package vault keeps small sets of secret values sealed, for a server that must know them
+// again after a restart (or on another node, after a move): the values a sandbox's output is
+// redacted of (its secret env vars, its commands' secret envs, its network rules' secrets),
+// which a client gave only at create or at a command's start. It also seals values other
+// packages keep in the store (Seal, Unseal).
 //
-// The one idea: a value is never written in the clear. Each set is one file, <dir>/<name>,
-// sealed with AES-256-GCM under a key that lives in its own file (<dir>/.key); both are
-// 0600 in a 0700 directory, the protection the database gives envd's access tokens. So a
-// copy of the database or of the logs (a backup, a bug report) holds no secret, and a grep of
-// the data dir for a planted secret finds none; whoever reads the key file as root can open
-// them, as they could read a running sandbox's memory.
+// The one idea: a value is never written in the clear. Each set is sealed with AES-256-GCM
+// under a key that lives in its own file (<dir>/.key, 0600 in a 0700 directory; a cluster's
+// nodes derive it from the cluster secret), its name sealed in as associated data, and kept
+// in the store (KeepIn: a row per set, this node's) — or, for a vault that has no store (the
+// TLS CA's), one file per set, <dir>/<name>. So a copy of the database or of the logs (a
+// backup, a bug report) holds no secret, and a grep of the data dir for a planted secret finds
+// none; whoever reads the key file as root can open them, as they could read a running
+// sandbox's memory.
 package vault
 
 import (
 	"bytes"
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -31,6 +35,46 @@ import (
 type Vault struct {
 	dir  string
 	aead cipher.AEAD
+	sets Sets   // nil: the sets are files in dir
+	node string // the node whose sets Names lists, with sets
+}
+
+// Sets keeps sealed sets by name in the store (store.SealedSets): each names the node that
+// put it last, so a node lists (and prunes) only its own while any node reads any set.
+type Sets interface {
+	PutSealedSet(ctx context.Context, node, name string, sealed []byte) error
+	// SealedSet returns name's sealed set; nil and no error when there is none.
+	SealedSet(ctx context.Context, name string) ([]byte, error)
+	// DeleteSealedSet removes name's set when node put it last.
+	DeleteSealedSet(ctx context.Context, node, name string) error
+	SealedSetNames(ctx context.Context, node string) ([]string, error)
+}
+
+// KeepIn moves the vault's sets into the store, as node's: the files a release before kept
+// are put there and removed (a crash between the two leaves a file whose set is already
+// kept: put again, the same, and removed), and from then on every set lives there.
+func (v *Vault) KeepIn(ctx context.Context, sets Sets, node string) error {
+	names, err := v.fileNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join(v.dir, name))
+		if err != nil {
+			return fmt.Errorf("vault: move %s into the store: %w", name, err)
+		}
+		if _, err := v.open(name, b); err != nil {
+			return fmt.Errorf("vault: move %s into the store: %w", name, err)
+		}
+		if err := sets.PutSealedSet(ctx, node, name, b); err != nil {
+			return fmt.Errorf("vault: move %s into the store: %w", name, err)
+		}
+		if err := os.Remove(filepath.Join(v.dir, name)); err != nil {
+			return fmt.Errorf("vault: move %s into the store: %w", name, err)
+		}
+	}
+	v.sets, v.node = sets, node
+	return nil
 }
 
 const keyFile = ".key"
@@ -124,7 +168,12 @@ func (v *Vault) Put(name string, values []string) error {
 	// The name is sealed in as associated data: a file renamed to another sandbox's name
 	// does not open.
 	sealed := v.aead.Seal(nonce, nonce, plain, []byte(name))
-	if err := writeFile(path, sealed); err != nil {
+	if v.sets != nil {
+		err = v.sets.PutSealedSet(context.Background(), v.node, name, sealed)
+	} else {
+		err = writeFile(path, sealed)
+	}
+	if err != nil {
 		return fmt.Errorf("vault: put %s: %w", name, err)
 	}
 	return nil
@@ -136,16 +185,26 @@ func (v *Vault) Get(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	var b []byte
+	if v.sets != nil {
+		b, err = v.sets.SealedSet(context.Background(), name)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if errors.Is(err, os.ErrNotExist) || err == nil && b == nil {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("vault: get %s: %w", name, err)
 	}
+	return v.open(name, b)
+}
+
+// open unseals name's set.
+func (v *Vault) open(name string, b []byte) ([]string, error) {
 	n := v.aead.NonceSize()
 	if len(b) < n {
-		return nil, fmt.Errorf("vault: get %s: the file is cut short", name)
+		return nil, fmt.Errorf("vault: get %s: the set is cut short", name)
 	}
 	plain, err := v.aead.Open(nil, b[:n], b[n:], []byte(name))
 	if err != nil {
@@ -158,20 +217,38 @@ func (v *Vault) Get(name string) ([]string, error) {
 	return values, nil
 }
 
-// Delete removes name's set; none is not an error.
+// Delete removes name's set; none is not an error. In the store, only this node's: a
+// sandbox's old node, ending it after a move, leaves the set of the node it moved to.
 func (v *Vault) Delete(name string) error {
 	path, err := v.path(name)
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if v.sets != nil {
+		err = v.sets.DeleteSealedSet(context.Background(), v.node, name)
+	} else if err = os.Remove(path); errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	if err != nil {
 		return fmt.Errorf("vault: delete %s: %w", name, err)
 	}
 	return nil
 }
 
-// Names lists the sets in the vault.
+// Names lists the vault's sets: this node's, when they are kept in the store.
 func (v *Vault) Names() ([]string, error) {
+	if v.sets != nil {
+		names, err := v.sets.SealedSetNames(context.Background(), v.node)
+		if err != nil {
+			return nil, fmt.Errorf("vault: %w", err)
+		}
+		return names, nil
+	}
+	return v.fileNames()
+}
+
+// fileNames lists the sets kept as files in the vault's directory.
+func (v *Vault) fileNames() ([]string, error) {
 	entries, err := os.ReadDir(v.dir)
 	if err != nil {
 		return nil, fmt.Errorf("vault: %w", err)

@@ -25,6 +25,10 @@ import (
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
+// plantedToken is a secret env var of the cluster test's sandboxes: their collected output
+// is masked of it on every node.
+const plantedToken = "planted-cluster-token-5151515151"
+
 // clusterNode is one `cove server --node` of a test cluster.
 type clusterNode struct {
 	name string
@@ -128,7 +132,8 @@ func TestCluster(t *testing.T) {
 	held := map[string][]*cove.Sandbox{} // node → its sandboxes
 	var all []*cove.Sandbox
 	for i := range 6 {
-		sb, err := a.c.Create(ctx, cove.SandboxOptions{Metadata: map[string]string{"n": fmt.Sprint(i)}})
+		sb, err := a.c.Create(ctx, cove.SandboxOptions{Metadata: map[string]string{"n": fmt.Sprint(i)},
+			EnvVars: map[string]string{"COVE_TEST_TOKEN": plantedToken}}) // masked in its logs wherever it runs
 		if err != nil {
 			t.Fatalf("create %d through %s: %v\n%s", i, a.name, err, a.srv.Logs())
 		}
@@ -187,7 +192,7 @@ func TestCluster(t *testing.T) {
 		return out
 	}
 
-	t.Run("the npm SDK: six creates through node-a spread, and commands and files work in each through node-a and node-b", func(t *testing.T) {
+	t.Run("the npm SDK: six creates through node-a spread, and commands, files and a PTY work in each through node-a and node-b", func(t *testing.T) {
 		covetest.RunSDKScenarios(t, "cluster.test.mjs", a.srv.URL, a.srv.Key, "COVE_OTHER_URL="+b.srv.URL)
 		on, ids := map[string]int{}, []string{}
 		for info, err := range a.c.List(ctx, cove.ListOptions{Metadata: map[string]string{"suite": "cluster-npm"}}) {
@@ -222,6 +227,27 @@ func TestCluster(t *testing.T) {
 			if !strings.Contains(string(body), `node="`+n.name+`"`) {
 				t.Errorf("%s's /metrics has no node=%q label:\n%.500s", n.name, n.name, body)
 			}
+		}
+	})
+
+	t.Run("the console's nodes page on any node lists every node with its state", func(t *testing.T) {
+		token, err := os.ReadFile(filepath.Join(a.srv.DataDir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := newViewer(t, b.srv.URL)
+		v.signIn(strings.TrimSpace(string(token)))
+		code, page := v.get("/dashboard/nodes")
+		if code != http.StatusOK {
+			t.Fatalf("GET /dashboard/nodes through %s: %d\n%.2000s", b.name, code, page)
+		}
+		for _, n := range nodes {
+			if !strings.Contains(page, n.name) {
+				t.Errorf("the nodes page through %s does not list %s:\n%.3000s", b.name, n.name, page)
+			}
+		}
+		if !strings.Contains(page, "active") {
+			t.Errorf("the nodes page shows no node active:\n%.3000s", page)
 		}
 	})
 
@@ -304,8 +330,8 @@ func TestCluster(t *testing.T) {
 				calls.Add(1)
 				res, err := moving.Commands.Run(ctx, "echo alive")
 				switch {
-				case err != nil && (strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "stream")):
-					cut.Add(1) // under way at the checkpoint
+				case err != nil && (strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "stream") || strings.Contains(err.Error(), "was paused")):
+					cut.Add(1) // under way at the checkpoint: the proxy ends it saying the sandbox was paused
 				case err != nil || res.Stdout != "alive\n":
 					failed.Add(1)
 					lastErr.Store(fmt.Sprint(err))
@@ -354,6 +380,26 @@ func TestCluster(t *testing.T) {
 		}
 		if string(got) != string(want) {
 			t.Fatalf("after the drain the process writes %q, want %q from its memory", got, want)
+		}
+		// Its output is still masked of its secrets on the node it moved to: the set its old
+		// node kept is in the shared store.
+		if _, err := conn.Commands.Run(ctx, `echo "after-move:$COVE_TEST_TOKEN"`); err != nil {
+			t.Fatal(err)
+		}
+		var line string
+		for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			page, err := a.c.Logs(ctx, moving.ID, cove.LogQuery{Search: "after-move"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range page.Logs {
+				if strings.Contains(l.Message, "after-move:") {
+					line = l.Message
+				}
+			}
+		}
+		if line == "" || strings.Contains(line, plantedToken) {
+			t.Errorf("the moved sandbox's output line is %q: want it collected, masked of its secret env var", line)
 		}
 		if _, err := admin.ActivateNode(ctx, c.name); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"io"
@@ -7,14 +7,15 @@ import (
 	"time"
 )
 
-// guardedBody is the request body the reverse proxy's transport reads. It lets the handler
+// GuardedBody is the request body a reverse proxy's transport reads (Cove's proxy into a
+// sandbox, and a cluster node forwarding to another). It lets the handler
 // end any read still in flight before it returns, so net/http never reads the body at the
 // same time as the transport (golang/go#68560: "invalid concurrent Body.Read call").
 //
 // Full duplex must stay on: without it net/http closes the body as soon as the response
 // headers go out, and a transport still sending the body's last bytes (a chunked body's end)
 // fails and drops the upstream connection mid-stream.
-type guardedBody struct {
+type GuardedBody struct {
 	body io.ReadCloser
 
 	mu      sync.Mutex
@@ -24,13 +25,15 @@ type guardedBody struct {
 	drained bool
 }
 
-func guard(body io.ReadCloser) *guardedBody {
-	g := &guardedBody{body: body}
+// Guard wraps a handler's request body for a reverse proxy's transport; the handler calls
+// Drain before it returns.
+func Guard(body io.ReadCloser) *GuardedBody {
+	g := &GuardedBody{body: body}
 	g.cond = sync.NewCond(&g.mu)
 	return g
 }
 
-func (g *guardedBody) Read(p []byte) (int, error) {
+func (g *GuardedBody) Read(p []byte) (int, error) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -47,11 +50,11 @@ func (g *guardedBody) Read(p []byte) (int, error) {
 }
 
 // Close is the transport's: the handler still owns the underlying body.
-func (g *guardedBody) Close() error { return nil }
+func (g *GuardedBody) Close() error { return nil }
 
 // finish stops further reads and waits for one in flight, cutting it with a read deadline
 // on the client's connection when it does not end by itself.
-func (g *guardedBody) finish(rc *http.ResponseController) {
+func (g *GuardedBody) finish(rc *http.ResponseController) {
 	g.mu.Lock()
 	g.closed = true
 	if g.active > 0 {
@@ -69,11 +72,11 @@ func (g *guardedBody) finish(rc *http.ResponseController) {
 	g.mu.Unlock()
 }
 
-// drain finishes the guard, then reads what is left of the client's body (up to 1 MiB), so
+// Drain finishes the guard, then reads what is left of the client's body (up to 1 MiB), so
 // that an answer written without the upstream having consumed it leaves the connection
 // reusable: with full duplex on, net/http would otherwise race its own reads of the unread
 // body against the next request (golang/go#68560).
-func (g *guardedBody) drain(rc *http.ResponseController) {
+func (g *GuardedBody) Drain(rc *http.ResponseController) {
 	g.mu.Lock()
 	drained := g.drained
 	g.drained = true
@@ -82,4 +85,22 @@ func (g *guardedBody) drain(rc *http.ResponseController) {
 	if !drained {
 		_, _ = io.Copy(io.Discard, io.LimitReader(g.body, 1<<20))
 	}
+}
+
+// ServeProxied runs a reverse proxy for r the way a streaming proxy must: full duplex on,
+// the body guarded while the transport reads it and drained before returning. Without it,
+// net/http discards the body's rest when the answer's headers go out, under the transport
+// still sending it, and the upstream connection drops mid-answer.
+func ServeProxied(h http.Handler, w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	if r.Body == nil || r.Body == http.NoBody {
+		h.ServeHTTP(w, r)
+		return
+	}
+	body := Guard(r.Body)
+	out := *r
+	out.Body = body
+	h.ServeHTTP(w, &out)
+	body.Drain(rc)
 }
