@@ -35,6 +35,14 @@ type Info struct {
 	Key     string
 	Size    int64
 	ModTime time.Time
+	// ETag is the object store's tag of this version of the blob ("" where the store has
+	// none, a directory): with Size and ModTime, what tells one version from the next.
+	ETag string
+}
+
+// Same says whether a and b describe one version of a blob.
+func (a Info) Same(b Info) bool {
+	return a.Size == b.Size && a.ModTime.Equal(b.ModTime) && a.ETag == b.ETag
 }
 
 // Store keeps blobs by key. Keys are slash-separated paths of [A-Za-z0-9._-] segments

@@ -214,13 +214,46 @@ func TestCacheOverS3(t *testing.T) {
 		if got := read(t)(c.Get(ctx, "templates/tpl_9/layer.tar")); !bytes.Equal(got, body) {
 			t.Fatal("first read differs")
 		}
-		// Gone from the bucket behind the cache's back: a blob is written once, so the
-		// node's copy still serves it.
+		if got := read(t)(c.Get(ctx, "templates/tpl_9/layer.tar")); !bytes.Equal(got, body) || !c.Cached("templates/tpl_9/layer.tar") {
+			t.Fatal("the cached read differs")
+		}
+		// Gone from the bucket behind the cache's back (another node deleted it): gone here
+		// too, never served from the copy.
 		if err := remote.Delete(ctx, "templates/tpl_9/layer.tar"); err != nil {
 			t.Fatal(err)
 		}
-		if got := read(t)(c.Get(ctx, "templates/tpl_9/layer.tar")); !bytes.Equal(got, body) {
-			t.Fatal("the cached read differs")
+		if _, err := c.Get(ctx, "templates/tpl_9/layer.tar"); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("a blob deleted from the bucket reads from the cache: %v", err)
+		}
+		if c.Cached("templates/tpl_9/layer.tar") {
+			t.Error("the copy of a deleted blob stays cached")
+		}
+	})
+	t.Run("a blob another node put again is read in its new version, never the cached old one", func(t *testing.T) {
+		other, err := blob.NewCache(remote, filepath.Join(t.TempDir(), "other-node"), 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "sandboxes/isb1/checkpoint.tar"
+		for i, put := range []struct {
+			by   *blob.Cache
+			body []byte
+		}{
+			{c, []byte("the first checkpoint, taken here")},
+			{other, []byte("the second checkpoint, elsewhere")}, // same size: the version tells them apart
+			{c, []byte("the third checkpoint, back here.")},
+		} {
+			if err := put.by.Put(ctx, key, bytes.NewReader(put.body), int64(len(put.body))); err != nil {
+				t.Fatal(err)
+			}
+			for _, reader := range []*blob.Cache{c, other} {
+				if got := read(t)(reader.Get(ctx, key)); !bytes.Equal(got, put.body) {
+					t.Fatalf("put %d: read %q, want %q", i, got, put.body)
+				}
+				if got := read(t)(reader.GetRange(ctx, key, 4, 6)); !bytes.Equal(got, put.body[4:10]) {
+					t.Fatalf("put %d: ranged read %q, want %q", i, got, put.body[4:10])
+				}
+			}
 		}
 	})
 	t.Run("a ranged read that misses does not fill the cache", func(t *testing.T) {

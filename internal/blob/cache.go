@@ -31,8 +31,9 @@ type Cache struct {
 }
 
 type cached struct {
-	size int64
-	last time.Time
+	size   int64
+	last   time.Time
+	remote Info // the version of the remote's blob the copy is of; zero: unknown (kept from before a restart)
 }
 
 var _ Store = (*Cache)(nil)
@@ -103,17 +104,24 @@ func (c *Cache) Put(ctx context.Context, key string, r io.Reader, size int64) er
 	}
 	if local != nil {
 		_ = c.dir.Delete(ctx, tmpKey(key))
+		c.forget(key) // an older copy must not be served for the blob just put
 		return nil
 	}
-	c.adopt(key, tmpKey(key))
+	in, err := c.remote.Stat(ctx, key)
+	if err != nil {
+		_ = c.dir.Delete(ctx, tmpKey(key))
+		c.forget(key)
+		return nil // stored; only the copy is not kept
+	}
+	c.adopt(key, tmpKey(key), in)
 	return nil
 }
 
 // tmpKey is where a copy waits in the cache until its upload or download completed.
 func tmpKey(key string) string { return ".incoming/" + strings.ReplaceAll(key, "/", "_") }
 
-// adopt moves a completed copy from tmp to key and accounts for it.
-func (c *Cache) adopt(key, tmp string) {
+// adopt moves a completed copy of the remote's version in from tmp to key and accounts for it.
+func (c *Cache) adopt(key, tmp string, in Info) {
 	from, _ := c.dir.path(tmp)
 	to, _ := c.dir.path(key)
 	fi, err := os.Stat(from)
@@ -126,7 +134,7 @@ func (c *Cache) adopt(key, tmp string) {
 	if old := c.items[key]; old != nil {
 		c.used -= old.size
 	}
-	c.items[key] = &cached{size: fi.Size(), last: time.Now()}
+	c.items[key] = &cached{size: fi.Size(), last: time.Now(), remote: in}
 	c.used += fi.Size()
 	c.evictLocked(key)
 }
@@ -167,16 +175,36 @@ func (c *Cache) touch(key string) bool {
 	return true
 }
 
-// Get serves the cached copy, downloading the blob whole into the cache on a miss.
+// current says whether the cached copy of key is of the remote's version in: another node may
+// have put the key since (a sandbox's checkpoint, moved on and paused again; a template built
+// again under its name), and a copy of an older version must never be served.
+func (c *Cache) current(key string, in Info) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it := c.items[key]
+	return it != nil && !it.remote.ModTime.IsZero() && it.remote.Same(in)
+}
+
+// Get serves the cached copy when it is of the remote's current version (one Stat of the
+// remote), downloading the blob whole into the cache otherwise.
 func (c *Cache) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
-	if c.touch(key) {
-		if rc, err := c.dir.Get(ctx, key); err == nil {
-			return rc, nil
+	in, err := c.remote.Stat(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			c.drop(ctx, key)
 		}
-		c.forget(key) // removed behind the cache's back
+		return nil, err
+	}
+	if c.touch(key) {
+		if c.current(key, in) {
+			if rc, err := c.dir.Get(ctx, key); err == nil {
+				return rc, nil
+			}
+		}
+		c.drop(ctx, key) // another version now, or removed behind the cache's back
 	}
 	rc, err := c.remote.Get(ctx, key)
 	if err != nil {
@@ -188,11 +216,17 @@ func (c *Cache) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		_ = c.dir.Delete(ctx, tmpKey(key))
 		return nil, fmt.Errorf("blob: cache %s: %w", key, err)
 	}
-	c.adopt(key, tmpKey(key))
+	c.adopt(key, tmpKey(key), in)
 	if rc, err := c.dir.Get(ctx, key); err == nil {
 		return rc, nil
 	}
 	return c.remote.Get(ctx, key) // larger than the whole cache: evicted at once
+}
+
+// drop removes key's copy from the cache.
+func (c *Cache) drop(ctx context.Context, key string) {
+	c.forget(key)
+	_ = c.dir.Delete(ctx, key)
 }
 
 func (c *Cache) forget(key string) {
@@ -210,12 +244,14 @@ func (c *Cache) GetRange(ctx context.Context, key string, off, n int64) (io.Read
 		return nil, err
 	}
 	if c.touch(key) {
-		if rc, err := c.dir.GetRange(ctx, key, off, n); err == nil {
-			return rc, nil
-		} else if !errors.Is(err, ErrNotFound) {
-			return nil, err
+		if in, err := c.remote.Stat(ctx, key); err == nil && c.current(key, in) {
+			if rc, err := c.dir.GetRange(ctx, key, off, n); err == nil {
+				return rc, nil
+			} else if !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
 		}
-		c.forget(key)
+		c.drop(ctx, key)
 	}
 	return c.remote.GetRange(ctx, key, off, n)
 }

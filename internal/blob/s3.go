@@ -183,7 +183,7 @@ func (s *S3) Stat(ctx context.Context, key string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("blob: stat %s: %w", key, err)
 	}
-	return Info{Key: key, Size: aws.ToInt64(out.ContentLength), ModTime: aws.ToTime(out.LastModified)}, nil
+	return Info{Key: key, Size: aws.ToInt64(out.ContentLength), ModTime: aws.ToTime(out.LastModified), ETag: aws.ToString(out.ETag)}, nil
 }
 
 // Delete removes the object; S3 answers a missing one as deleted.
@@ -216,7 +216,7 @@ func (s *S3) List(ctx context.Context, prefix string) ([]Info, error) {
 			if s.cfg.Prefix != "" {
 				key = strings.TrimPrefix(key, s.cfg.Prefix+"/")
 			}
-			out = append(out, Info{Key: key, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified)})
+			out = append(out, Info{Key: key, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), ETag: aws.ToString(o.ETag)})
 		}
 	}
 	return out, nil

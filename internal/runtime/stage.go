@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,12 +39,58 @@ func OnTmpfs(dir string) string {
 // StageBinary copies the executable at src to <ShmDir>/cove-envd/<its hash>/cove (once per
 // content: servers of the same build share it) and returns that path, for sandboxes to bind.
 // Without a tmpfs at ShmDir it returns src. Of the other builds staged there, the newest
-// keepStaged stay (sandboxes of an upgraded server restore with theirs), older ones go.
+// keepStaged stay (sandboxes of an upgraded server restore with theirs), older ones go unless
+// a live server runs them.
 func StageBinary(src string) (string, error) {
 	if OnTmpfs(ShmDir) == "" {
 		return src, nil
 	}
-	return stageBinary(filepath.Join(ShmDir, "cove-envd"), src)
+	dst, err := stageBinary(filepath.Join(ShmDir, "cove-envd"), src)
+	if err != nil {
+		return "", err
+	}
+	holdStaged(filepath.Dir(dst))
+	return dst, nil
+}
+
+// inUseFile is the file in a staged build's directory each server running that build holds
+// a shared lock on, for its life: another server's prune leaves a build a live server runs
+// (its sandboxes restore with it, on this node or, after a move, on another of the host).
+const inUseFile = ".in-use"
+
+var (
+	heldMu sync.Mutex
+	held   []*os.File // the locks this process holds, open for its life
+)
+
+// holdStaged takes this process's shared lock on dir's build. A failure only leaves the
+// build to the prune's age rule.
+func holdStaged(dir string) {
+	f, err := os.OpenFile(filepath.Join(dir, inUseFile), os.O_CREATE|os.O_RDONLY, 0o600)
+	if err != nil {
+		return
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		f.Close()
+		return
+	}
+	heldMu.Lock()
+	held = append(held, f)
+	heldMu.Unlock()
+}
+
+// inUse says whether a live server holds dir's build.
+func inUse(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, inUseFile))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return true
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
 }
 
 // stageBinary is StageBinary into root.
@@ -123,6 +170,9 @@ func pruneStaged(root, current string) {
 	}
 	slices.SortFunc(old, func(a, b staged) int { return int(b.at - a.at) })
 	for _, s := range old[min(len(old), keepStaged):] {
+		if inUse(filepath.Join(root, s.name)) {
+			continue // a live server runs it
+		}
 		_ = os.RemoveAll(filepath.Join(root, s.name))
 	}
 }

@@ -231,7 +231,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("the console's nodes page on any node lists every node with its state", func(t *testing.T) {
-		token, err := os.ReadFile(filepath.Join(a.srv.DataDir, "admin-token"))
+		token, err := os.ReadFile(filepath.Join(b.srv.DataDir, "admin-token")) // each node's admin token is its own
 		if err != nil {
 			t.Fatal(err)
 		}
