@@ -212,16 +212,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(ctx)
 	defer func() {
 		status := rec.StatusOr(http.StatusOK)
-		attrs := append(httpx.AccessAttrs(r, status, start), telemetry.KeyHTTPRoute, r.Pattern)
-		attrs = append(attrs, note.Attrs...)
-		level := slog.LevelInfo
-		if note.Err != nil {
-			attrs = append(attrs, telemetry.KeyError, note.Err.Error())
-			if status >= 500 {
-				level = slog.LevelError
-			}
-		}
-		telemetry.Logger(ctx).Log(ctx, level, "api request", attrs...)
+		httpx.LogAccess(ctx, "api request", r, status, start, note, telemetry.KeyHTTPRoute, r.Pattern)
 		route := r.Pattern
 		if route == "" {
 			route = "unmatched" // keeps the label set bounded for unknown paths

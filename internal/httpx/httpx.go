@@ -13,6 +13,7 @@ package httpx
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -109,6 +110,59 @@ func AccessAttrs(r *http.Request, status int, begun time.Time) []any {
 		telemetry.KeyHTTPStatus, status,
 		telemetry.KeyDurationMS, float64(time.Since(begun).Microseconds()) / 1000,
 	}
+}
+
+// AccessLevel is the one level rule of every edge's access line (the API, the proxy, the
+// console, /metrics): INFO for an answer and for the client's own mistake (a 4xx, which the
+// line names); ERROR for the server's own failure (500, 501, 507…); WARN for an answer the
+// client saw cut or gave up on (a stream cut after it began, a client gone) and for an
+// upstream that failed or timed out (502, 503, 504: a sandbox paused or killed meanwhile).
+func AccessLevel(status int, err error) slog.Level {
+	switch {
+	case err == nil:
+		return slog.LevelInfo
+	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
+		return slog.LevelWarn
+	case status >= 500:
+		return slog.LevelError
+	case status >= 400 && status != errdefs.StatusClientClosed:
+		return slog.LevelInfo
+	default:
+		return slog.LevelWarn
+	}
+}
+
+// LogAccess writes r's one access line, msg naming the edge ("api request"), at AccessLevel:
+// its method, path, status and duration, the note's attributes and error, and extra.
+func LogAccess(ctx context.Context, msg string, r *http.Request, status int, begun time.Time, note *Note, extra ...any) {
+	attrs := append(AccessAttrs(r, status, begun), extra...)
+	var err error
+	if note != nil {
+		attrs = append(attrs, note.Attrs...)
+		err = note.Err
+	}
+	if err != nil {
+		attrs = append(attrs, telemetry.KeyError, err.Error())
+	}
+	telemetry.Logger(ctx).Log(ctx, AccessLevel(status, err), msg, attrs...)
+}
+
+// AccessLog is an edge without an access line of its own (the console, /metrics) served with
+// one, msg naming it, under the same rule as the API's and the proxy's.
+func AccessLog(msg string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		begun := time.Now()
+		ctx, note := WithNote(r.Context())
+		rec := &Recorder{ResponseWriter: w}
+		defer func() {
+			status := rec.StatusOr(http.StatusOK)
+			if status >= 400 && note.Err == nil {
+				note.Err = errors.New(http.StatusText(status))
+			}
+			LogAccess(ctx, msg, r, status, begun, note)
+		}()
+		next.ServeHTTP(rec, r.WithContext(ctx))
+	})
 }
 
 // StatusClass is a status's bounded metric label: "2xx", "4xx"…

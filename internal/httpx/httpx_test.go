@@ -3,6 +3,7 @@ package httpx_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -157,4 +158,41 @@ func TestANoteCarriesWhatHandlersLearnToTheAccessLine(t *testing.T) {
 		t.Errorf("note %+v", note)
 	}
 	httpx.NoteFrom(t.Context()).Add("lost", 1) // no note: a throwaway, not a panic
+}
+
+func TestEveryEdgeLogsItsAccessLineByOneRule(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		status int
+		err    error
+		want   string
+	}{
+		{"an answer is INFO", http.StatusOK, nil, "INFO"},
+		{"the client's mistake is INFO, named", http.StatusBadRequest, errors.New("bad field"), "INFO"},
+		{"the server's own failure is ERROR", http.StatusInternalServerError, errors.New("boom"), "ERROR"},
+		{"an upstream that failed is WARN", http.StatusBadGateway, errors.New("sandbox killed"), "WARN"},
+		{"a client gone is WARN", errdefs.StatusClientClosed, errors.New("client went away"), "WARN"},
+		{"a stream cut after its answer began is WARN", http.StatusOK, errors.New("response cut"), "WARN"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := httpx.AccessLevel(tt.status, tt.err).String(); got != tt.want {
+				t.Errorf("AccessLevel(%d, %v) = %s, want %s", tt.status, tt.err, got, tt.want)
+			}
+		})
+	}
+	t.Run("an edge without a line of its own gets one, with the request id", func(t *testing.T) {
+		var logs bytes.Buffer
+		h := httpx.RequestIDs(telemetry.NewLogger(&logs, nil), httpx.AccessLog("console request", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "nope", http.StatusForbidden)
+		})))
+		req := httptest.NewRequest(http.MethodGet, "/dashboard/nodes", nil)
+		req.Header.Set(telemetry.HeaderRequestID, "req-console")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		line := logs.String()
+		for _, want := range []string{`"msg":"console request"`, `"request_id":"req-console"`, `"http.response.status_code":403`, `"url.path":"/dashboard/nodes"`, `"level":"INFO"`} {
+			if !strings.Contains(line, want) {
+				t.Errorf("the access line lacks %s: %s", want, line)
+			}
+		}
+	})
 }

@@ -376,16 +376,11 @@ func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, sta
 			status = statusClientClosed
 		}
 	}
-	attrs := httpx.AccessAttrs(r, status, start)
+	var attrs []any
 	if t.id != "" {
 		attrs = append(attrs, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	}
-	level := slog.LevelInfo
-	if failure != nil {
-		attrs = append(attrs, telemetry.KeyError, failure.Error())
-		level = slog.LevelWarn
-	}
-	telemetry.Logger(ctx).Log(ctx, level, "proxy request", attrs...)
+	httpx.LogAccess(ctx, "proxy request", r, status, start, &httpx.Note{Err: failure}, attrs...)
 	outcome := httpx.StatusClass(status)
 	if failure != nil {
 		outcome = "error"

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -499,13 +500,42 @@ func (s *instance) startLogs(context.Context) error {
 			s.ingester.Add(l)
 		}
 	}
-	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), add, func(id string) string {
-		if sb, err := db.GetSandbox(context.Background(), id); err == nil {
-			return sb.TeamID
-		}
-		return ""
-	}))
+	s.cfg.Logger = slog.New(trace.Tee(s.cfg.Logger.Handler(), add, newTeamOf(db).team))
 	return nil
+}
+
+// teamOf answers the tee's question, the team of a sandbox a line names without one, from
+// the store once per sandbox: a sandbox's team never changes, and a proxied stream's lines
+// asked the database once each.
+type teamOf struct {
+	db store.Sandboxes
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// maxTeamsKnown bounds the map; past it, it starts again.
+const maxTeamsKnown = 100_000
+
+func newTeamOf(db store.Sandboxes) *teamOf { return &teamOf{db: db, m: map[string]string{}} }
+
+func (t *teamOf) team(id string) string {
+	t.mu.Lock()
+	team, ok := t.m[id]
+	t.mu.Unlock()
+	if ok {
+		return team
+	}
+	sb, err := t.db.GetSandbox(context.Background(), id)
+	if err != nil {
+		return "" // not recorded yet (a create's first lines), or gone: asked again next time
+	}
+	t.mu.Lock()
+	if len(t.m) >= maxTeamsKnown {
+		clear(t.m)
+	}
+	t.m[id] = sb.TeamID
+	t.mu.Unlock()
+	return sb.TeamID
 }
 
 // callerTeam is the authenticated caller's team, for the team APIs.
@@ -672,6 +702,9 @@ func (s *instance) buildHandlers(context.Context) error {
 		nodes = s.cluster.nodes
 	}
 	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
+	// Every edge writes one access line by one rule (httpx.AccessLevel): the API and the proxy
+	// their own, with their routes and sandboxes; the console and /metrics through AccessLog.
+	consoleEdge, metricsEdge := httpx.AccessLog("console request", s.dashboard), httpx.AccessLog("metrics request", metrics)
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
@@ -683,9 +716,9 @@ func (s *instance) buildHandlers(context.Context) error {
 		case s.cluster != nil && clusterPath(r.URL.Path):
 			s.cluster.serve(w, r, false, apiHandler)
 		case strings.HasPrefix(r.URL.Path, console.Prefix):
-			s.dashboard.ServeHTTP(w, r)
+			consoleEdge.ServeHTTP(w, r)
 		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
-			metrics.ServeHTTP(w, r)
+			metricsEdge.ServeHTTP(w, r)
 		default:
 			apiHandler.ServeHTTP(w, r)
 		}

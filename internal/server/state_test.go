@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cove-dev/cove/internal/store"
 )
 
 func TestParseState(t *testing.T) {
@@ -115,5 +117,45 @@ func TestOpenStoreOnASQLiteFileElsewhere(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "vault")); err != nil {
 		t.Errorf("the vault is not in the data dir: %v", err)
+	}
+}
+
+// countingSandboxes counts the record reads a real store answers.
+type countingSandboxes struct {
+	store.Sandboxes
+	reads int
+}
+
+func (c *countingSandboxes) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
+	c.reads++
+	return c.Sandboxes.GetSandbox(ctx, id)
+}
+
+func TestTheLogTeeAsksASandboxsTeamOnce(t *testing.T) {
+	ctx := context.Background()
+	db, _, err := openStore(ctx, t.TempDir(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	team, err := db.CreateTeam(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingSandboxes{Sandboxes: db}
+	of := newTeamOf(counting)
+	if got := of.team("isb_later"); got != "" {
+		t.Fatalf("a sandbox not recorded yet has team %q", got)
+	}
+	if err := db.InsertSandbox(ctx, &store.Sandbox{ID: "isb_later", TeamID: team.ID, TemplateID: "base", State: store.StateRunning, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 { // a proxied stream's lines
+		if got := of.team("isb_later"); got != team.ID {
+			t.Fatalf("team %q, want %q", got, team.ID)
+		}
+	}
+	if counting.reads != 2 {
+		t.Errorf("%d reads of the store for 101 lines, want 2 (the miss before its record, then one)", counting.reads)
 	}
 }

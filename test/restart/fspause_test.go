@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // TestFilesystemPause drives E2B's pause({keepMemory: false}) over REST: the sandbox keeps
@@ -117,9 +118,12 @@ func TestFilesystemPause(t *testing.T) {
 }
 
 // TestOfficialSDKFilesystemPause runs test/compat/fspause.test.mjs: the npm SDK's
-// pause({ keepMemory: false }), its lifecycle keepMemory: false and Sandbox.connect.
+// pause({ keepMemory: false }), its lifecycle keepMemory: false and Sandbox.connect, on
+// each runtime.
 func TestOfficialSDKFilesystemPause(t *testing.T) {
 	covetest.Skip(t)
-	s := covetest.Start(t, "")
-	covetest.RunSDKScenarios(t, "fspause.test.mjs", s.URL, s.Key)
+	covetest.EachRuntime(t, func(t *testing.T, _ runtime.Engine) {
+		s := covetest.Start(t, "")
+		covetest.RunSDKScenarios(t, "fspause.test.mjs", s.URL, s.Key)
+	})
 }

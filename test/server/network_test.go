@@ -16,6 +16,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/runtime"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -257,45 +258,47 @@ func make1001() []string {
 }
 
 // TestOfficialSDKNetwork runs test/compat/network.test.mjs: the official npm e2b SDK's
-// network options against a server whose sandboxes reach a fake internet.
+// network options against a server whose sandboxes reach a fake internet, on each runtime.
 func TestOfficialSDKNetwork(t *testing.T) {
-	in := nettest.New(t)
-	in.SetName("web.test", in.Addr)
-	socks, _, err := in.StartSOCKS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, in.CAPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--network-dns", in.DNS().String(), "--network-upstream-ca", caFile}})
-	covetest.RunSDKScenarios(t, "network.test.mjs", s.URL, s.Key,
-		"COVE_TEST_HOST="+in.Addr.String(), "COVE_TEST_OTHER="+in.Other.String(), "COVE_TEST_NAME=web.test",
-		"COVE_TEST_SOCKS="+socks.String(), "COVE_TEST_SOCKS_USER="+nettest.SOCKSUser, "COVE_TEST_SOCKS_PASSWORD="+nettest.SOCKSPassword)
-	if c := in.SOCKSConnects(); len(c) == 0 {
-		t.Error("the SOCKS5 proxy saw no connection")
-	}
-	if strings.Contains(s.Logs(), nettest.SOCKSPassword) {
-		t.Error("the server's log holds the proxy password")
-	}
-	var sawSecret, sawToken bool
-	for _, r := range in.Requests() {
-		sawSecret = sawSecret || (r.Path == "/secret" && strings.HasSuffix(r.Header.Get("X-Api-Key"), "-planted") && r.TLS)
-		if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Path == "/identity" && r.TLS {
-			claims, err := verifyAgainstIssuer(s.URL, token)
-			if err != nil || claims.Aud != "web.test" {
-				t.Errorf("the identity token the npm SDK's rule named does not verify against Cove's key set: %+v %v", claims, err)
-			}
-			sawToken = true
+	covetest.EachRuntime(t, func(t *testing.T, _ runtime.Engine) {
+		in := nettest.New(t)
+		in.SetName("web.test", in.Addr)
+		socks, _, err := in.StartSOCKS()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !sawSecret {
-		t.Error("the test host never saw the secret's value in X-Api-Key over HTTPS")
-	}
-	if !sawToken {
-		t.Error("the test host never saw the workload identity token the npm SDK's iam and rule asked for")
-	}
+		caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+		if err := os.WriteFile(caFile, in.CAPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--network-dns", in.DNS().String(), "--network-upstream-ca", caFile}})
+		covetest.RunSDKScenarios(t, "network.test.mjs", s.URL, s.Key,
+			"COVE_TEST_HOST="+in.Addr.String(), "COVE_TEST_OTHER="+in.Other.String(), "COVE_TEST_NAME=web.test",
+			"COVE_TEST_SOCKS="+socks.String(), "COVE_TEST_SOCKS_USER="+nettest.SOCKSUser, "COVE_TEST_SOCKS_PASSWORD="+nettest.SOCKSPassword)
+		if c := in.SOCKSConnects(); len(c) == 0 {
+			t.Error("the SOCKS5 proxy saw no connection")
+		}
+		if strings.Contains(s.Logs(), nettest.SOCKSPassword) {
+			t.Error("the server's log holds the proxy password")
+		}
+		var sawSecret, sawToken bool
+		for _, r := range in.Requests() {
+			sawSecret = sawSecret || (r.Path == "/secret" && strings.HasSuffix(r.Header.Get("X-Api-Key"), "-planted") && r.TLS)
+			if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Path == "/identity" && r.TLS {
+				claims, err := verifyAgainstIssuer(s.URL, token)
+				if err != nil || claims.Aud != "web.test" {
+					t.Errorf("the identity token the npm SDK's rule named does not verify against Cove's key set: %+v %v", claims, err)
+				}
+				sawToken = true
+			}
+		}
+		if !sawSecret {
+			t.Error("the test host never saw the secret's value in X-Api-Key over HTTPS")
+		}
+		if !sawToken {
+			t.Error("the test host never saw the workload identity token the npm SDK's iam and rule asked for")
+		}
+	})
 }
 
 // TestHeaderRuleSecretNeverEntersTheSandbox: a team secret, created through the CLI from

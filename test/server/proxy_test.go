@@ -11,14 +11,17 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime"
 )
 
 // TestProxyAsTheSDKSeesIt runs test/compat/proxy.test.mjs: a killed sandbox's open command
 // raises the SDK's own TimeoutError, a gone sandbox's port answers E2B's exact 502 body, and a
-// server in a sandbox never sees Cove's credentials.
+// server in a sandbox never sees Cove's credentials; on each runtime.
 func TestProxyAsTheSDKSeesIt(t *testing.T) {
-	s := covetest.Start(t, "")
-	covetest.RunSDKScenarios(t, "proxy.test.mjs", s.URL, s.Key)
+	covetest.EachRuntime(t, func(t *testing.T, _ runtime.Engine) {
+		s := covetest.Start(t, "")
+		covetest.RunSDKScenarios(t, "proxy.test.mjs", s.URL, s.Key)
+	})
 }
 
 // TestAPausedSecureSandboxsPortDoesNotResumeWithoutItsToken: a request to a user's port of a

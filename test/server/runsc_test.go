@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -15,23 +13,13 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// runscOr skips a test that needs gVisor's runsc where the repository has not built it.
-func runscOr(t *testing.T) {
-	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	bin := filepath.Join(filepath.Dir(self), "..", "..", "bin", "runsc")
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no bin/runsc (COVE_RUNSC=1 scripts/deps.sh builds the pinned gVisor): %v", err)
-	}
-	// The test's cove binary is built elsewhere: the server finds runsc on its PATH.
-	t.Setenv("PATH", filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
-}
-
 // TestRunscSDKScenarios runs the npm SDK's server scenarios against a server whose sandboxes
 // run on gVisor (--runtime runsc), and checks that gVisor, not the host's kernel, answers
-// inside them.
+// inside them. test/e2e runs the same file on runc; the other scenario files run on both
+// runtimes in the tests that own them (covetest.EachRuntime).
 func TestRunscSDKScenarios(t *testing.T) {
-	runscOr(t)
+	covetest.Runsc(t)
+	t.Setenv(covetest.RuntimeEnv, "runsc") // for the scenario file too
 	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--runtime", "runsc"}})
 	ctx := context.Background()
 	c := cove.NewClient(cove.Config{APIURL: s.URL, APIKey: s.Key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -53,16 +41,13 @@ func TestRunscSDKScenarios(t *testing.T) {
 	t.Run("the npm SDK's server scenarios", func(t *testing.T) {
 		covetest.RunSDKScenarios(t, "server.test.mjs", s.URL, s.Key)
 	})
-	t.Run("the npm SDK's proxy scenarios", func(t *testing.T) {
-		covetest.RunSDKScenarios(t, "proxy.test.mjs", s.URL, s.Key)
-	})
 }
 
 // TestRunscPerTemplate: on a server whose default is runc, a template that requires runsc
 // starts its sandboxes on gVisor, and says so (GET /sandboxes/{id}, the template, cove
 // explain), while base's stay on runc; an unknown runtime is refused, naming the field.
 func TestRunscPerTemplate(t *testing.T) {
-	runscOr(t)
+	covetest.Runsc(t)
 	// A store of its own: the template it builds stays out of the shared one.
 	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t)})
 	ctx := context.Background()

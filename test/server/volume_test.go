@@ -9,14 +9,17 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
 // TestOfficialSDKVolumes runs test/compat/volume.test.mjs: the npm SDK's Volume class and
-// volumeMounts against a server whose volumes hold 32 MiB by default.
+// volumeMounts against a server whose volumes hold 32 MiB by default, on each runtime.
 func TestOfficialSDKVolumes(t *testing.T) {
-	s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--volume-size-mb", "32"}})
-	covetest.RunSDKScenarios(t, "volume.test.mjs", s.URL, s.Key, "E2B_VOLUME_API_URL="+s.URL)
+	covetest.EachRuntime(t, func(t *testing.T, _ runtime.Engine) {
+		s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--volume-size-mb", "32"}})
+		covetest.RunSDKScenarios(t, "volume.test.mjs", s.URL, s.Key, "E2B_VOLUME_API_URL="+s.URL)
+	})
 }
 
 // TestVolumeContentAuth: the content API answers the volume's own token and its team's API

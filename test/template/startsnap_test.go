@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/gen/process"
 	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
@@ -265,10 +266,6 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		}
 	})
 
-	t.Run("the official npm SDK's setStartCmd with waitForPort gives the same", func(t *testing.T) {
-		covetest.RunSDKScenarios(t, "startsnap.test.mjs", server.URL, server.Key)
-	})
-
 	t.Run("deleting the template deletes its snapshot", func(t *testing.T) {
 		dir := filepath.Join(templates, "started", "start-snapshot")
 		if _, err := os.Stat(dir); err != nil {
@@ -280,6 +277,21 @@ func TestTemplatesStartFromASnapshotTakenAfterTheReadyCheck(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("%s is still there: %v", dir, err)
 		}
+	})
+}
+
+// TestOfficialSDKStartSnapshots runs test/compat/startsnap.test.mjs, the npm SDK's setStartCmd
+// with waitForPort, on each runtime: runc's start snapshots are CRIU's, runsc's its own.
+func TestOfficialSDKStartSnapshots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cove server and node: skipped under -short")
+	}
+	covetest.EachRuntime(t, func(t *testing.T, engine runtime.Engine) {
+		if engine == runtime.EngineRunc {
+			skipWithoutCheckpoints(t)
+		}
+		server := covetest.StartWithTemplates(t, "", covetest.OwnTemplates(t))
+		covetest.RunSDKScenarios(t, "startsnap.test.mjs", server.URL, server.Key)
 	})
 }
 

@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
@@ -33,15 +34,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// TestOfficialSDKBuildsTemplates runs test/compat/template.test.mjs, the npm SDK's Template
+// builder, on each runtime: a server's builds run on its default engine.
 func TestOfficialSDKBuildsTemplates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cove server and node: skipped under -short")
 	}
-	registry := ocitest.Registry(t) // on loopback: the server must allow it
-	server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--registry-allow", registry}})
-	ocitest.Push(t, registry+"/cove/busybox:1", busyboxImage(t))
-	covetest.RunSDKScenarios(t, "template.test.mjs", server.URL, server.Key,
-		"COVE_TEST_REGISTRY="+registry, "COVE_TEST_REGISTRY_USER="+ocitest.User, "COVE_TEST_REGISTRY_PASSWORD="+ocitest.Password)
+	covetest.EachRuntime(t, func(t *testing.T, _ runtime.Engine) {
+		registry := ocitest.Registry(t) // on loopback: the server must allow it
+		server := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Templates: covetest.OwnTemplates(t), Args: []string{"--registry-allow", registry}})
+		ocitest.Push(t, registry+"/cove/busybox:1", busyboxImage(t))
+		covetest.RunSDKScenarios(t, "template.test.mjs", server.URL, server.Key,
+			"COVE_TEST_REGISTRY="+registry, "COVE_TEST_REGISTRY_USER="+ocitest.User, "COVE_TEST_REGISTRY_PASSWORD="+ocitest.Password)
+	})
 }
 
 // busyboxImage is an image of the test busybox rootfs, with a /bin/bash that is busybox's
