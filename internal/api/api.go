@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
@@ -56,7 +57,7 @@ type Config struct {
 	// AdminToken enables the /admin routes for callers that send it; "" disables them.
 	AdminToken string
 	// Routes are more handlers served behind the API's authentication, by mux pattern
-	// (events, metrics, logs); they read the caller's team with telemetry.Caller.
+	// (events, metrics, logs); they read the caller's team with authz.Team.
 	Routes map[string]http.Handler
 	// AdminRoutes are more handlers served behind the admin token (GET /admin/status).
 	AdminRoutes map[string]http.Handler
@@ -195,7 +196,7 @@ func (a *api) authenticated(h handlerFunc) http.HandlerFunc {
 		}
 		note.Add(telemetry.KeyTeamID, team.ID)
 		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID)
-		ctx = telemetry.WithCaller(ctx, team.ID, key.ID, key.Name)
+		ctx = authz.With(ctx, authz.Caller{TeamID: team.ID, KeyID: key.ID, KeyName: key.Name})
 		r = r.WithContext(ctx)
 		if err := h(w, r, caller{team: team, key: key}); err != nil {
 			a.fail(w, r, err)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -61,7 +62,7 @@ func (a *api) volumeContent(w http.ResponseWriter, r *http.Request, v volumes, h
 			}
 			return aerr
 		}
-		ctx = telemetry.WithCaller(telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID), team.ID, key.ID, key.Name)
+		ctx = authz.With(telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID), authz.Caller{TeamID: team.ID, KeyID: key.ID, KeyName: key.Name})
 		if vol, err = v.Volume(ctx, team.ID, id); err != nil {
 			return fmt.Errorf("volume %s: %w", id, err)
 		}

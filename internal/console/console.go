@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/teamapi"
@@ -520,7 +521,7 @@ func (c *Console) trace(w http.ResponseWriter, r *http.Request) {
 // act runs one action on a sandbox: kill, pause, resume or timeout.
 func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	s := sessionOf(r)
-	ctx := telemetry.WithCaller(r.Context(), s.TeamID, s.KeyID, "console")
+	ctx := authz.With(r.Context(), authz.Caller{TeamID: s.TeamID, KeyID: s.KeyID, KeyName: "console"})
 	sb, err := c.find(ctx, s, r.PathValue("id"))
 	if err != nil {
 		c.fail(w, r, statusOf(err), err)

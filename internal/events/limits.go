@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 )
@@ -62,11 +63,11 @@ func (l *Limits) Reached(ctx context.Context, team, sandboxID, templateID, limit
 	}
 	l.mu.Unlock()
 	data := &cove.LimitReachedEventData{Limit: limit, Detail: detail}
-	if name := telemetry.CallerKeyName(ctx); name != "" {
+	if name := authz.From(ctx).KeyName; name != "" {
 		data.SetAPIKeyName(name)
 	}
 	ev := Event{Type: LimitReached, TeamID: team, SandboxID: sandboxID, TemplateID: templateID, Data: data}
-	_, ev.APIKeyID = telemetry.Caller(ctx)
+	ev.APIKeyID = authz.From(ctx).KeyID
 	if err := l.to.Emit(context.WithoutCancel(ctx), ev); err != nil && l.logger != nil {
 		l.logger.Warn("limit event not recorded", telemetry.KeyEventType, LimitReached.String(), telemetry.KeyError, err.Error())
 	}

@@ -9,12 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/vishvananda/netlink"
 )
 
-// Allocation is one sandbox's network as the manager records it in Config.RecordDir: its
+// Allocation is one sandbox's network as the manager records it (in Config.Records, under
+// Config.Node; an older release wrote it as <RecordDir>/<id>.json, in this JSON shape): its
 // slot (pinned namespace, link, address, resolv.conf) and its policy. A restarted server
 // reads the records at start, keeps those slots out of the sweep, and gives each back to
 // the sandbox that owns it (Reclaim), so a sandbox adopted running keeps its egress under
@@ -50,24 +53,49 @@ type claim struct {
 	inbound Inbound
 }
 
-// recordPath is where sandbox id's allocation is recorded.
-func (m *Manager) recordPath(id string) string {
-	return filepath.Join(m.cfg.RecordDir, id+".json")
+// recordConfig is the part of a record the store keeps sealed: an egress proxy's password,
+// header rules' values and the traffic token are in it.
+type recordConfig struct {
+	Policy  Policy  `json:"policy"`
+	Inbound Inbound `json:"inbound"`
 }
 
-// record writes sandbox id's allocation, atomically (a crash leaves the old record or the
-// new one). The file is the owner's only: an egress proxy's password is in the policy.
-func (m *Manager) record(id string, s *slot, p Policy, in Inbound) error {
-	b, err := json.Marshal(Allocation{ID: id, Index: s.index, Link: s.link, Addr: s.addr, Netns: s.netns, ResolvConf: s.resolv, Policy: p, Inbound: in})
+func (m *Manager) toRecord(a Allocation) (*store.NetworkRecord, error) {
+	b, err := json.Marshal(recordConfig{Policy: a.Policy, Inbound: a.Inbound})
 	if err != nil {
-		return fmt.Errorf("record network of %s: %w", id, err)
+		return nil, fmt.Errorf("record network of %s: %w", a.ID, err)
 	}
-	tmp := m.recordPath(id) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("record network of %s: %w", id, err)
+	return &store.NetworkRecord{Node: m.cfg.Node, SandboxID: a.ID, Index: a.Index, Link: a.Link, Addr: a.Addr.String(), Netns: a.Netns,
+		ResolvConf: a.ResolvConf, Config: b, UpdatedAt: time.Now().UTC()}, nil
+}
+
+func fromRecord(r *store.NetworkRecord) (Allocation, error) {
+	a := Allocation{ID: r.SandboxID, Index: r.Index, Link: r.Link, Netns: r.Netns, ResolvConf: r.ResolvConf}
+	var err error
+	if a.Addr, err = netip.ParseAddr(r.Addr); err != nil {
+		return a, fmt.Errorf("address: %w", err)
 	}
-	if err := os.Rename(tmp, m.recordPath(id)); err != nil {
-		_ = os.Remove(tmp)
+	var c recordConfig
+	if err := json.Unmarshal(r.Config, &c); err != nil {
+		return a, fmt.Errorf("policy: %w", err)
+	}
+	a.Policy, a.Inbound = c.Policy, c.Inbound
+	return a, nil
+}
+
+// record stores sandbox id's allocation, replacing the one before (a crash leaves the old
+// record or the new one). Without Config.Records nothing is recorded: a restart re-claims
+// nothing.
+func (m *Manager) record(id string, s *slot, p Policy, in Inbound) error {
+	if m.cfg.Records == nil {
+		return nil
+	}
+	r, err := m.toRecord(Allocation{ID: id, Index: s.index, Link: s.link, Addr: s.addr, Netns: s.netns, ResolvConf: s.resolv, Policy: p, Inbound: in})
+	if err != nil {
+		return err
+	}
+	// No caller's context reaches here (SetInbound has none): a record is one local query.
+	if err := m.cfg.Records.PutNetworkRecord(context.Background(), r); err != nil {
 		return fmt.Errorf("record network of %s: %w", id, err)
 	}
 	return nil
@@ -75,20 +103,21 @@ func (m *Manager) record(id string, s *slot, p Policy, in Inbound) error {
 
 // unrecord removes sandbox id's record; a missing one is fine.
 func (m *Manager) unrecord(id string) {
-	_ = os.Remove(m.recordPath(id))
+	if m.cfg.Records != nil {
+		if err := m.cfg.Records.DeleteNetworkRecord(context.Background(), m.cfg.Node, id); err != nil {
+			m.cfg.Logger.Warn("network: record not removed", telemetry.KeySandboxID, id, telemetry.KeyError, err.Error())
+		}
+	}
 }
 
-// loadClaims reads the records an earlier server left. A record this configuration cannot
-// honour (another pool or link prefix, a namespace outside the state dir, an index taken
-// twice) is dropped: its slot is swept like any leftover, and its sandbox comes back with
-// no network of this manager's.
-func (m *Manager) loadClaims() map[string]*claim {
-	claims := map[string]*claim{}
+// moveLegacy moves the <id>.json records an older release wrote in RecordDir into
+// Config.Records, each file removed once its record is stored. A file whose record is
+// there already (a start cut short between the two) is only removed.
+func (m *Manager) moveLegacy(ctx context.Context, have map[string]bool) error {
 	entries, err := os.ReadDir(m.cfg.RecordDir)
 	if err != nil {
-		return claims
+		return nil // no directory: nothing to move
 	}
-	byIndex := map[int]bool{}
 	for _, e := range entries {
 		path := filepath.Join(m.cfg.RecordDir, e.Name())
 		if strings.HasSuffix(e.Name(), ".json.tmp") {
@@ -99,25 +128,77 @@ func (m *Manager) loadClaims() map[string]*claim {
 		if !ok {
 			continue
 		}
-		var a Allocation
-		b, err := os.ReadFile(path)
-		if err == nil {
-			err = json.Unmarshal(b, &a)
+		if !have[id] {
+			var a Allocation
+			b, err := os.ReadFile(path)
+			if err == nil {
+				err = json.Unmarshal(b, &a)
+			}
+			if err == nil && a.ID != id {
+				err = fmt.Errorf("the record names sandbox %q", a.ID)
+			}
+			if err != nil {
+				m.cfg.Logger.Warn("network: recorded allocation dropped", telemetry.KeySandboxID, id, telemetry.KeyError, err.Error())
+				_ = os.Remove(path)
+				continue
+			}
+			r, err := m.toRecord(a)
+			if err != nil {
+				return err
+			}
+			if err := m.cfg.Records.PutNetworkRecord(ctx, r); err != nil {
+				return fmt.Errorf("move %s into the store: %w", path, err)
+			}
+			have[id] = true
 		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove %s after moving it into the store: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// loadClaims reads the records an earlier server on this node left (after moving an older
+// release's files in). A record this configuration cannot honour (another pool or link
+// prefix, a namespace outside the state dir, an index taken twice) is dropped: its slot is
+// swept like any leftover, and its sandbox comes back with no network of this manager's.
+// Another node's records are never read, so never dropped.
+func (m *Manager) loadClaims(ctx context.Context) (map[string]*claim, error) {
+	claims := map[string]*claim{}
+	if m.cfg.Records == nil {
+		return claims, nil
+	}
+	recs, err := m.cfg.Records.NetworkRecords(ctx, m.cfg.Node)
+	if err != nil {
+		return nil, fmt.Errorf("network records: %w", err)
+	}
+	have := map[string]bool{}
+	for _, r := range recs {
+		have[r.SandboxID] = true
+	}
+	if err := m.moveLegacy(ctx, have); err != nil {
+		return nil, err
+	}
+	if recs, err = m.cfg.Records.NetworkRecords(ctx, m.cfg.Node); err != nil {
+		return nil, fmt.Errorf("network records: %w", err)
+	}
+	byIndex := map[int]bool{}
+	for _, r := range recs {
+		a, err := fromRecord(r)
 		if err == nil {
-			err = m.checkAllocation(id, a, byIndex)
+			err = m.checkAllocation(r.SandboxID, a, byIndex)
 		}
 		if err != nil {
-			m.cfg.Logger.Warn("network: recorded allocation dropped", telemetry.KeySandboxID, id, telemetry.KeyError, err.Error())
-			_ = os.Remove(path)
+			m.cfg.Logger.Warn("network: recorded allocation dropped", telemetry.KeySandboxID, r.SandboxID, telemetry.KeyError, err.Error())
+			m.unrecord(r.SandboxID)
 			continue
 		}
 		byIndex[a.Index] = true
 		s := m.slotAt(a.Index)
 		s.netns, s.resolv = a.Netns, a.ResolvConf
-		claims[id] = &claim{slot: s, policy: a.Policy, inbound: a.Inbound}
+		claims[a.ID] = &claim{slot: s, policy: a.Policy, inbound: a.Inbound}
 	}
-	return claims
+	return claims, nil
 }
 
 // checkAllocation says why record a cannot be honoured by this manager, if it cannot.

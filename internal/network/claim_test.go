@@ -1,33 +1,98 @@
 package network_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"testing"
 
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/internal/vault"
 )
+
+// openRecords opens a real SQLite store that seals with a vault of its own, as the server's,
+// and returns it with the path of its file.
+func openRecords(t *testing.T) (*sqlite.DB, string) {
+	t.Helper()
+	dir := t.TempDir()
+	v, err := vault.Open(filepath.Join(dir, "vault"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "cove.db")
+	db, err := sqlite.Open(context.Background(), path, sqlite.WithSealer(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, path
+}
+
+// writeLegacyRecord writes sandbox id's record as the release before this one did, to
+// <RecordDir>/<id>.json (json.Marshal of an Allocation), from what the store holds, with
+// change applied.
+func writeLegacyRecord(t *testing.T, db store.NetworkRecords, dir, id string, change func(*network.Allocation)) {
+	t.Helper()
+	recs, err := db.NetworkRecords(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.SandboxID != id {
+			continue
+		}
+		a := network.Allocation{ID: id, Index: r.Index, Link: r.Link, Addr: netip.MustParseAddr(r.Addr), Netns: r.Netns, ResolvConf: r.ResolvConf}
+		var c struct {
+			Policy  network.Policy  `json:"policy"`
+			Inbound network.Inbound `json:"inbound"`
+		}
+		if err := json.Unmarshal(r.Config, &c); err != nil {
+			t.Fatal(err)
+		}
+		a.Policy, a.Inbound = c.Policy, c.Inbound
+		if change != nil {
+			change(&a)
+		}
+		b, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, id+".json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no record of %s", id)
+}
 
 // TestRestartReclaims: a second manager on the same state (a restarted server) gives each
 // recorded sandbox its namespace, address and rules back, and removes what nobody claims.
+// Records an older release wrote as files are moved into the store first; another node's
+// records are never touched.
 func TestRestartReclaims(t *testing.T) {
 	in := nettest.New(t)
 	in.SetName("web.test", in.Addr) // where the header rule's values may go
 	srv := nettest.ReserveServer(t)
+	db, dbPath := openRecords(t)
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
-		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM}
+		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM,
+		Records: db}
 	start := func(t *testing.T) *network.Manager {
 		t.Helper()
 		m, err := network.New(context.Background(), cfg)
@@ -90,7 +155,46 @@ func TestRestartReclaims(t *testing.T) {
 	nsBefore := inode(t, relinked.Netns)
 	deleteLinkOf(t, relinked.Gateway)
 
+	for _, suffix := range []string{"", "-wal"} {
+		b, _ := os.ReadFile(dbPath + suffix)
+		for _, clear := range []string{secret, inbound.TrafficToken} {
+			if bytes.Contains(b, []byte(clear)) {
+				t.Errorf("cove.db%s holds %q in the clear", suffix, clear)
+			}
+		}
+	}
+	// sb-kept's record is as an older release left it: a file, not in the store. sb-rules's
+	// is in both, as a start that moved it and crashed before removing the file leaves it:
+	// the file is stale (it was moved before an update), the store's record is the one.
+	records := filepath.Join(cfg.StateDir, "records")
+	writeLegacyRecord(t, db, records, "sb-kept", nil)
+	if err := db.DeleteNetworkRecord(context.Background(), "", "sb-kept"); err != nil {
+		t.Fatal(err)
+	}
+	writeLegacyRecord(t, db, records, "sb-rules", func(a *network.Allocation) { a.Inbound.TrafficToken = "stale-token-of-the-file" })
+	// Another node's record, on the same store, naming a slot of this pool: not this
+	// manager's to reclaim or drop.
+	other := &store.NetworkRecord{Node: "node-b", SandboxID: "sb-of-node-b", Index: 1, Link: "other1", Addr: "198.18.0.6", Netns: "/run/other/ns-x",
+		ResolvConf: "/run/other/resolv-x", Config: []byte(`{}`), UpdatedAt: time.Now().UTC()}
+	if err := db.PutNetworkRecord(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+
 	second := start(t)
+	t.Run("an older release's record files are moved into the store and removed", func(t *testing.T) {
+		for _, id := range []string{"sb-kept", "sb-rules"} {
+			if _, err := os.Stat(filepath.Join(records, id+".json")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s.json: %v, want it removed", id, err)
+			}
+		}
+		recs, err := db.NetworkRecords(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 5 {
+			t.Errorf("%d records, want the five sandboxes'", len(recs))
+		}
+	})
 	t.Cleanup(func() {
 		for _, id := range []string{"sb-kept", "sb-rebuilt", "sb-orphan", "sb-rules", "sb-relinked"} {
 			_ = second.Detach(context.Background(), id)
@@ -124,6 +228,14 @@ func TestRestartReclaims(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a record file whose record the store has already is skipped", func(t *testing.T) {
+		if _, err := second.Reclaim(context.Background(), "sb-rules"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := second.Inbound("sb-rules"); got.TrafficToken != "" {
+			t.Errorf("inbound %+v: the stale file replaced the store's record", got)
+		}
+	})
 	t.Run("the inbound settings and the CA sandboxes trust are the same", func(t *testing.T) {
 		got, ok := second.Inbound("sb-kept")
 		if !ok || got.TrafficToken != inbound.TrafficToken || got.MaskRequestHost != inbound.MaskRequestHost || len(got.HTTPSPorts) != 1 || got.HTTPSPorts[0] != 8443 {
@@ -134,9 +246,6 @@ func TestRestartReclaims(t *testing.T) {
 		}
 	})
 	t.Run("an HTTPS request under a header rule gets the header, under the CA the sandbox trusted before", func(t *testing.T) {
-		if _, err := second.Reclaim(context.Background(), "sb-rules"); err != nil {
-			t.Fatal(err)
-		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM([]byte(ca))
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool},
@@ -174,6 +283,24 @@ func TestRestartReclaims(t *testing.T) {
 		}
 		if _, err := second.Reclaim(context.Background(), "sb-orphan"); !errors.Is(err, network.ErrNotAttached) {
 			t.Fatalf("reclaim after the sweep: %v, want ErrNotAttached", err)
+		}
+		recs, err := db.NetworkRecords(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.SandboxID == "sb-orphan" {
+				t.Error("the swept sandbox's record is left")
+			}
+		}
+	})
+	t.Run("another node's record is neither reclaimed nor dropped", func(t *testing.T) {
+		if _, err := second.Reclaim(context.Background(), other.SandboxID); !errors.Is(err, network.ErrNotAttached) {
+			t.Errorf("reclaimed another node's sandbox: %v", err)
+		}
+		recs, err := db.NetworkRecords(context.Background(), "node-b")
+		if err != nil || len(recs) != 1 || recs[0].SandboxID != other.SandboxID {
+			t.Errorf("node-b's records %+v %v", recs, err)
 		}
 	})
 	t.Run("a new sandbox never gets a recorded sandbox's namespace", func(t *testing.T) {

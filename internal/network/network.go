@@ -32,6 +32,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -70,9 +71,14 @@ type Config struct {
 	// sandbox's mountinfo names no path of the host's; /dev/shm/cove-net-<table> by default,
 	// StateDir where /dev/shm is no tmpfs.
 	FilesDir string
-	// RecordDir keeps each sandbox's allocation (Allocation), so that a restarted server
-	// re-claims it; <StateDir>/records by default. Owner only: a policy may hold an egress
-	// proxy's password.
+	// Records keeps each sandbox's allocation (Allocation), so that a restarted server
+	// re-claims it; nil keeps none. The store seals the policy (an egress proxy's password).
+	Records store.NetworkRecords
+	// Node is the cluster node whose records these are ("" on a server of one box): a
+	// manager reads, reclaims and drops its own node's records only.
+	Node string
+	// RecordDir keeps the interception CA; <StateDir>/records by default. Allocation
+	// records an older release wrote there (<id>.json) are moved into Records at start.
 	RecordDir string
 	// NFT is the nft binary; "nft" in PATH by default.
 	NFT    string
@@ -230,7 +236,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	var seed [4]byte
 	_, _ = rand.Read(seed[:])
 	m.marks.Store(binary.BigEndian.Uint32(seed[:]))
-	m.claims = m.loadClaims()
+	if m.claims, err = m.loadClaims(ctx); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
 	for _, c := range m.claims {
 		m.used[c.slot.index] = true
 	}

@@ -16,13 +16,14 @@ import (
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
-// withSnapshots gives the harness a snapshot store in dir and a checkpointing runtime.
+// withSnapshots gives the harness a snapshot store in dir, its records in the harness's
+// store, and a checkpointing runtime.
 func withSnapshots(t *testing.T, dir string) option {
-	snaps, err := snapshot.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return func(c *Config) {
+		snaps, err := snapshot.Open(context.Background(), dir, c.Store.(store.Snapshots), "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		withCheckpoints(c)
 		c.Snapshots = snaps
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/logs"
@@ -98,7 +99,7 @@ func (h *harness) addTemplate(name, passwd string) {
 // ctx is a client call's context: a request id and the caller's key.
 func (h *harness) ctx(requestID string) context.Context {
 	ctx := telemetry.WithLogger(context.Background(), h.o.cfg.Logger)
-	ctx = telemetry.WithCaller(ctx, h.team, "key-1", "ci key")
+	ctx = authz.With(ctx, authz.Caller{TeamID: h.team, KeyID: "key-1", KeyName: "ci key"})
 	return telemetry.WithRequestID(ctx, requestID)
 }
 

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/collect"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/redact"
@@ -152,8 +153,8 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 	}
 	ev := events.ForSandbox(t, copySandbox(sb))
 	ev.Data = data
-	_, ev.APIKeyID = telemetry.Caller(ctx)
-	if name := telemetry.CallerKeyName(ctx); name != "" {
+	ev.APIKeyID = authz.From(ctx).KeyID
+	if name := authz.From(ctx).KeyName; name != "" {
 		data.SetAPIKeyName(name)
 	}
 	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {

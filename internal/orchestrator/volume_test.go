@@ -13,17 +13,22 @@ import (
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
 // withVolumes gives the harness a volume store of plain directories (sized volumes are
-// loop-mounted images: root and mkfs, tested in internal/snapshot).
+// loop-mounted images: root and mkfs, tested in internal/snapshot), its records in the
+// harness's store.
 func withVolumes(t *testing.T) option {
-	vols, err := snapshot.OpenVolumes(filepath.Join(t.TempDir(), "volumes"))
-	if err != nil {
-		t.Fatal(err)
+	dir := filepath.Join(t.TempDir(), "volumes")
+	return func(c *Config) {
+		vols, err := snapshot.OpenVolumes(context.Background(), dir, c.Store.(store.Volumes), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Volumes = vols
 	}
-	return func(c *Config) { c.Volumes = vols }
 }
 
 func TestVolumeMountsHoldTheirVolumes(t *testing.T) {

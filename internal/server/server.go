@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/events"
@@ -539,10 +540,7 @@ func (t *teamOf) team(id string) string {
 }
 
 // callerTeam is the authenticated caller's team, for the team APIs.
-func callerTeam(ctx context.Context) (string, bool) {
-	team, _ := telemetry.Caller(ctx)
-	return team, team != ""
-}
+func callerTeam(ctx context.Context) (string, bool) { return authz.Team(ctx) }
 
 // startEvents starts the lifecycle event bus and its webhook deliveries.
 func (s *instance) startEvents(ctx context.Context) error {
@@ -572,9 +570,11 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	}
 	s.cfg.Network.Logger = s.cfg.Logger
 	if s.cfg.Network.RecordDir == "" {
-		// Beside the sandboxes' records: a restart re-claims their networks (network.Allocation).
+		// The interception CA, and where an older release kept the allocation records.
 		s.cfg.Network.RecordDir = filepath.Join(s.cfg.DataDir, "network")
 	}
+	// A restart re-claims its sandboxes' networks (network.Allocation) from this node's records.
+	s.cfg.Network.Records, s.cfg.Network.Node = s.db, s.cfg.Cluster.Node
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
 		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
@@ -596,11 +596,12 @@ func (s *instance) startNetwork(ctx context.Context) error {
 // startOrchestrator opens the snapshot and volume stores, builds the orchestrator and
 // adopts (or cleans up after) the sandboxes of the last run.
 func (s *instance) startOrchestrator(ctx context.Context) error {
-	snapshots, err := snapshot.Open(filepath.Join(s.cfg.DataDir, "snapshots"))
+	// Their records are in the store, keyed by this node: their files are on its disk.
+	snapshots, err := snapshot.Open(ctx, filepath.Join(s.cfg.DataDir, "snapshots"), s.db, s.cfg.Cluster.Node)
 	if err != nil {
 		return err
 	}
-	volumes, err := snapshot.OpenVolumes(filepath.Join(s.cfg.DataDir, "volumes"))
+	volumes, err := snapshot.OpenVolumes(ctx, filepath.Join(s.cfg.DataDir, "volumes"), s.db, s.cfg.Cluster.Node)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,13 @@
 // checkpointed and exported, to start new sandboxes from (Sandbox.create(snapshotId)).
 //
 // The one idea: a snapshot is a directory, <dir>/<id>/, holding the runtime's export
-// (checkpoint/ and upper/) and snapshot.json, written last, so a snapshot without its json
-// is half made and never listed.
+// (checkpoint/ and upper/), and its record in the store (store.Snapshots), written last and
+// keyed by the node that holds the directory, so a directory without its record is half made
+// and never listed. Volumes are the same: a directory of files here, a record there.
 package snapshot
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -15,17 +17,17 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/store"
 )
 
 // ErrNotFound: no such snapshot.
 var ErrNotFound = errors.New("snapshot not found")
 
-// Snapshot is one snapshot's record.
+// Snapshot is one snapshot's record. Its JSON shape is the one snapshot.json had, which
+// Open moves into the store.
 type Snapshot struct {
 	ID         string `json:"id"`
 	Name       string `json:"name,omitempty"`
@@ -56,28 +58,99 @@ type VolumeMount struct {
 	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
-// Store is the snapshots under one directory.
-type Store struct{ dir string }
+// Store is the snapshots whose files are under one directory of one node, their records in
+// a store.
+type Store struct {
+	dir  string
+	db   store.Snapshots
+	node string
+}
 
-// Open returns the store in dir, making it. What a crash left half made (a fork's export, a
-// snapshot without its record) is removed: call it before anything uses the store.
-func Open(dir string) (*Store, error) {
+// Open returns the store of node's snapshots in dir, making it. Records an older release
+// left as snapshot.json files are moved into db; what a crash left half made (a fork's
+// export, a snapshot without its record) is removed: call it before anything uses the store.
+func Open(ctx context.Context, dir string, db store.Snapshots, node string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshots: %w", err)
 	}
+	s := &Store{dir: dir, db: db, node: node}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: %w", err)
 	}
 	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(dir, e.Name(), recordFile)); e.IsDir() && err != nil {
-			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		if e.IsDir() && IsID(e.Name()) {
+			if err := s.moveLegacy(ctx, e.Name()); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return &Store{dir: dir}, nil
+	recorded, err := db.ListSnapshots(ctx, store.SnapshotFilter{Node: node})
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	kept := map[string]bool{}
+	for _, sn := range recorded {
+		if _, err := os.Stat(s.Dir(sn.ID)); errors.Is(err, os.ErrNotExist) {
+			// Its files are gone (a delete cut short removes the record first, so this is
+			// someone else's doing): a record without them would start nothing.
+			if err := db.DeleteSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("snapshots: %w", err)
+			}
+			continue
+		}
+		kept[sn.ID] = true
+	}
+	for _, e := range entries {
+		if !e.IsDir() || kept[e.Name()] {
+			continue
+		}
+		if _, err := db.GetSnapshot(ctx, e.Name()); !errors.Is(err, store.ErrNotFound) {
+			// Recorded under another node name (this data dir's server was renamed), or the
+			// store cannot say: not provably half made, so kept.
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+	return s, nil
 }
 
-const recordFile = "snapshot.json"
+// legacyRecord is the file an older release kept each snapshot's record in.
+const legacyRecord = "snapshot.json"
+
+// moveLegacy moves snapshot id's snapshot.json into the store, then removes the file. A
+// record already there is an earlier start's that stopped before removing the file: the
+// file is only removed.
+func (s *Store) moveLegacy(ctx context.Context, id string) error {
+	path := filepath.Join(s.Dir(id), legacyRecord)
+	_ = os.Remove(path + ".tmp") // a write a crash interrupted: the snapshot was never made
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	if _, err := s.db.GetSnapshot(ctx, id); errors.Is(err, store.ErrNotFound) {
+		var sn Snapshot
+		if err := json.Unmarshal(b, &sn); err != nil || sn.ID != id {
+			return fmt.Errorf("snapshots: %s does not read as snapshot %s's record (%v): move it away to start", path, id, err)
+		}
+		rec, err := s.toRecord(&sn)
+		if err != nil {
+			return err
+		}
+		if err := s.db.InsertSnapshot(ctx, rec); err != nil {
+			return fmt.Errorf("snapshots: move %s into the store: %w", path, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("snapshots: remove %s after moving it into the store: %w", path, err)
+	}
+	return nil
+}
 
 var validID = regexp.MustCompile(`^snap-[0-9a-f]{16}$`)
 
@@ -98,40 +171,66 @@ func (s *Store) Dir(id string) string { return filepath.Join(s.dir, id) }
 // fork's source. RemoveAll it when done.
 func (s *Store) TempDir() string { return filepath.Join(s.dir, ".fork-"+NewID()[5:]) }
 
-// Save writes sn's record into its directory, which the runtime's export made: the
-// snapshot exists from here on.
+// config is the part of a snapshot's record the store keeps sealed: the envd token, the
+// network config (a traffic token, an egress proxy's password) and, with them, the volumes.
+type config struct {
+	Secure          bool            `json:"secure,omitempty"`
+	EnvdAccessToken string          `json:"envdAccessToken,omitempty"`
+	Network         *network.Policy `json:"network,omitempty"`
+	Inbound         network.Inbound `json:"inbound,omitzero"`
+	Volumes         []VolumeMount   `json:"volumes,omitempty"`
+}
+
+func (s *Store) toRecord(sn *Snapshot) (*store.Snapshot, error) {
+	b, err := json.Marshal(config{Secure: sn.Secure, EnvdAccessToken: sn.EnvdAccessToken, Network: sn.Network, Inbound: sn.Inbound, Volumes: sn.Volumes})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", sn.ID, err)
+	}
+	return &store.Snapshot{ID: sn.ID, Node: s.node, TeamID: sn.TeamID, Name: sn.Name, SandboxID: sn.SandboxID, TemplateID: sn.TemplateID,
+		Runtime: sn.Runtime, Metadata: sn.Metadata, CreatedAt: sn.CreatedAt, Bytes: sn.Bytes, Config: b}, nil
+}
+
+func fromRecord(r *store.Snapshot) (*Snapshot, error) {
+	var c config
+	if len(r.Config) > 0 {
+		if err := json.Unmarshal(r.Config, &c); err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", r.ID, err)
+		}
+	}
+	return &Snapshot{ID: r.ID, Name: r.Name, TeamID: r.TeamID, SandboxID: r.SandboxID, TemplateID: r.TemplateID, Runtime: r.Runtime,
+		Metadata: r.Metadata, Secure: c.Secure, EnvdAccessToken: c.EnvdAccessToken, CreatedAt: r.CreatedAt, Bytes: r.Bytes,
+		Network: c.Network, Inbound: c.Inbound, Volumes: c.Volumes}, nil
+}
+
+// The methods below keep the signatures the orchestrator calls them by (no context): a
+// record is one local query, and the callers' contexts are theirs to thread through later.
+
+// Save stores sn's record, its directory made by the runtime's export: the snapshot exists
+// from here on.
 func (s *Store) Save(sn *Snapshot) error {
-	b, err := json.MarshalIndent(sn, "", "  ")
+	rec, err := s.toRecord(sn)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.Dir(sn.ID), recordFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save snapshot %s: %w", sn.ID, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.Dir(sn.ID), recordFile)); err != nil {
+	if err := s.db.InsertSnapshot(context.Background(), rec); err != nil {
 		return fmt.Errorf("save snapshot %s: %w", sn.ID, err)
 	}
 	return nil
 }
 
-// Get returns snapshot id; ErrNotFound when there is none (or it is half made).
+// Get returns snapshot id; ErrNotFound when there is none, or its files are on another node.
 func (s *Store) Get(id string) (*Snapshot, error) {
 	if !IsID(id) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	b, err := os.ReadFile(filepath.Join(s.Dir(id), recordFile))
-	if errors.Is(err, os.ErrNotExist) {
+	rec, err := s.db.GetSnapshot(context.Background(), id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Node != s.node) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	var sn Snapshot
-	if err := json.Unmarshal(b, &sn); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", id, err)
-	}
-	return &sn, nil
+	return fromRecord(rec)
 }
 
 // Filter selects snapshots; empty fields match all.
@@ -139,26 +238,20 @@ type Filter struct {
 	TeamID, SandboxID, Name string
 }
 
-// List returns the snapshots that match f, newest first.
+// List returns this node's snapshots that match f, newest first.
 func (s *Store) List(f Filter) ([]*Snapshot, error) {
-	entries, err := os.ReadDir(s.dir)
+	recs, err := s.db.ListSnapshots(context.Background(), store.SnapshotFilter{Node: s.node, TeamID: f.TeamID, SandboxID: f.SandboxID, Name: f.Name})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	var out []*Snapshot
-	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		sn, err := s.Get(e.Name())
+	for _, r := range recs {
+		sn, err := fromRecord(r)
 		if err != nil {
-			continue // half made, or not ours
+			return nil, fmt.Errorf("list snapshots: %w", err)
 		}
-		if (f.TeamID == "" || sn.TeamID == f.TeamID) && (f.SandboxID == "" || sn.SandboxID == f.SandboxID) && (f.Name == "" || sn.Name == f.Name) {
-			out = append(out, sn)
-		}
+		out = append(out, sn)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
 	return out, nil
 }
 
@@ -167,9 +260,11 @@ func (s *Store) Delete(id string) error {
 	if _, err := s.Get(id); err != nil {
 		return err
 	}
-	// The record first: a delete cut short leaves a half-made snapshot, never a listed one
-	// without its files.
-	if err := os.Remove(filepath.Join(s.Dir(id), recordFile)); err != nil {
+	// The record first: a delete cut short leaves a half-made snapshot, which the next Open
+	// removes, never a listed one without its files.
+	if err := s.db.DeleteSnapshot(context.Background(), id); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	} else if err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
 	if err := os.RemoveAll(s.Dir(id)); err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestStore(t *testing.T) {
-	st, err := snapshot.Open(t.TempDir())
+	st, err := snapshot.Open(t.Context(), t.TempDir(), newDB(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestStore(t *testing.T) {
 }
 
 func TestVolumes(t *testing.T) {
-	vs, err := snapshot.OpenVolumes(t.TempDir())
+	vs, err := snapshot.OpenVolumes(t.Context(), t.TempDir(), newDB(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +123,8 @@ func TestVolumes(t *testing.T) {
 }
 
 func TestOpenRemovesWhatACrashLeftHalfMade(t *testing.T) {
-	dir := t.TempDir()
-	st, err := snapshot.Open(dir)
+	dir, db := t.TempDir(), newDB(t)
+	st, err := snapshot.Open(t.Context(), dir, db, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestOpenRemovesWhatACrashLeftHalfMade(t *testing.T) {
 	if err := st.Save(kept); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := snapshot.Open(dir); err != nil {
+	if _, err := snapshot.Open(t.Context(), dir, db, ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{half, fork} {
@@ -154,7 +154,7 @@ func TestOpenRemovesWhatACrashLeftHalfMade(t *testing.T) {
 
 func TestVolumeLimits(t *testing.T) {
 	t.Run("a team holds at most Count volumes, another team is not charged", func(t *testing.T) {
-		vs, err := snapshot.OpenVolumes(t.TempDir())
+		vs, err := snapshot.OpenVolumes(t.Context(), t.TempDir(), newDB(t), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestVolumeLimits(t *testing.T) {
 		}
 	})
 	t.Run("a volume larger than the free space above the floor is refused and leaves nothing", func(t *testing.T) {
-		vs, err := snapshot.OpenVolumes(t.TempDir())
+		vs, err := snapshot.OpenVolumes(t.Context(), t.TempDir(), newDB(t), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestVolumeLimits(t *testing.T) {
 		t.Skipf("mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(disk, unix.MNT_DETACH) })
-	vs, err := snapshot.OpenVolumes(filepath.Join(disk, "volumes"))
+	vs, err := snapshot.OpenVolumes(t.Context(), filepath.Join(disk, "volumes"), newDB(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

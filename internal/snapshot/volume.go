@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,10 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
 )
 
 // Volume is a named, persistent directory of a team that outlives sandboxes: mounted into
-// one at create (volumeMounts), kept when the sandbox is gone.
+// one at create (volumeMounts), kept when the sandbox is gone. Its JSON shape is the one
+// volume.json had, which OpenVolumes moves into the store.
 type Volume struct {
 	ID        string    `json:"volumeID"`
 	Name      string    `json:"name"`
@@ -62,38 +65,106 @@ const MaxVolumeBytes = 1 << 40
 // minVolumeBytes is the smallest ext4 image worth making.
 const minVolumeBytes = 1 << 20
 
-// Volumes is the volumes under one directory: <dir>/<id>/volume.json and <dir>/<id>/data,
-// where a volume with a size mounts its <dir>/<id>/volume.img.
+// Volumes is one node's volumes: their files under one directory, <dir>/<id>/data, where a
+// volume with a size mounts its <dir>/<id>/volume.img; their records and leases in a store.
+//
+// Its methods keep the signatures the orchestrator calls them by (no context): a record is
+// one local query, and the callers' contexts are theirs to thread through later.
 type Volumes struct {
-	dir string
-	mu  sync.Mutex // serialises create and delete, so names stay unique per team
+	dir  string
+	db   store.Volumes
+	node string
+	mu   sync.Mutex // serialises create, claim and delete, so names stay unique per team
 }
 
-// OpenVolumes returns the volume store in dir, making it, with every sized volume mounted:
-// a paused sandbox restored after a reboot binds its volumes where they must be, never the
-// empty directory beneath.
-func OpenVolumes(dir string) (*Volumes, error) {
+// OpenVolumes returns node's volume store in dir, making it, with every sized volume
+// mounted: a paused sandbox restored after a reboot binds its volumes where they must be,
+// never the empty directory beneath. Records and leases an older release left as files
+// (volume.json, mounts/<sandbox id>) are moved into db first.
+func OpenVolumes(ctx context.Context, dir string, db store.Volumes, node string) (*Volumes, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
-	v := &Volumes{dir: dir}
+	v := &Volumes{dir: dir, db: db, node: node}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
 	for _, e := range entries {
-		if !volumeID.MatchString(e.Name()) {
-			continue
+		if volumeID.MatchString(e.Name()) {
+			if err := v.moveLegacy(ctx, e.Name()); err != nil {
+				return nil, err
+			}
 		}
-		vol, err := v.read(e.Name())
-		if err != nil {
-			continue // half made or half deleted: no volume
-		}
-		if err := v.Mount(vol); err != nil {
+	}
+	all, err := db.ListVolumes(ctx, node, "")
+	if err != nil {
+		return nil, fmt.Errorf("volumes: %w", err)
+	}
+	for _, vol := range all {
+		if err := v.Mount(fromVolumeRecord(vol)); err != nil {
 			return nil, fmt.Errorf("volumes: %w (its image is %s)", err, v.image(vol.ID))
 		}
 	}
 	return v, nil
+}
+
+// moveLegacy moves volume id's volume.json and lease files into the store, then removes
+// them: the leases first, the record's file last, so a start cut short anywhere moves the
+// rest at the next (a record or lease already there is only replaced by the same).
+func (v *Volumes) moveLegacy(ctx context.Context, id string) error {
+	path := filepath.Join(v.dir, id, "volume.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // half made or half deleted (no record), or moved already
+	}
+	if err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	if _, err := v.db.GetVolume(ctx, id); errors.Is(err, store.ErrNotFound) {
+		var vol Volume
+		if err := json.Unmarshal(b, &vol); err != nil || vol.ID != id {
+			return fmt.Errorf("volumes: %s does not read as volume %s's record (%v): move it away to start", path, id, err)
+		}
+		if err := v.db.InsertVolume(ctx, v.toRecord(&vol)); err != nil {
+			return fmt.Errorf("volumes: move %s into the store: %w", path, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	leases := filepath.Join(v.dir, id, "mounts")
+	entries, _ := os.ReadDir(leases)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(leases, e.Name()))
+		if err != nil {
+			return fmt.Errorf("volumes: %w", err)
+		}
+		var l lease
+		if json.Unmarshal(b, &l) != nil {
+			l = lease{ReadOnly: string(b) == "ro"} // the first leases were the bare mode
+		}
+		if err := v.db.PutVolumeLease(ctx, &store.VolumeLease{VolumeID: id, SandboxID: e.Name(), ReadOnly: l.ReadOnly, Paths: l.Paths}); err != nil {
+			return fmt.Errorf("volumes: move lease %s into the store: %w", e.Name(), err)
+		}
+		if err := os.Remove(filepath.Join(leases, e.Name())); err != nil {
+			return fmt.Errorf("volumes: %w", err)
+		}
+	}
+	if err := os.RemoveAll(leases); err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("volumes: remove %s after moving it into the store: %w", path, err)
+	}
+	return nil
+}
+
+func (v *Volumes) toRecord(vol *Volume) *store.Volume {
+	return &store.Volume{ID: vol.ID, Node: v.node, TeamID: vol.TeamID, Name: vol.Name, Token: vol.Token, CreatedAt: vol.CreatedAt, SizeBytes: vol.SizeBytes}
+}
+
+func fromVolumeRecord(r *store.Volume) *Volume {
+	return &Volume{ID: r.ID, Name: r.Name, TeamID: r.TeamID, Token: r.Token, CreatedAt: r.CreatedAt, SizeBytes: r.SizeBytes}
 }
 
 // Mount makes vol's files reachable at DataDir: a sized volume's image is loop-mounted there
@@ -176,8 +247,10 @@ func (v *Volumes) Create(teamID, name string, size int64, lim VolumeLimits) (_ *
 	if err := os.Chmod(v.DataDir(vol.ID), 0o777|os.ModeSticky); err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", name, err)
 	}
-	js, _ := json.MarshalIndent(vol, "", "  ")
-	if err := os.WriteFile(filepath.Join(v.dir, vol.ID, "volume.json"), js, 0o600); err != nil {
+	// The record last: the volume exists once its files are ready.
+	if err := v.db.InsertVolume(context.Background(), v.toRecord(vol)); errors.Is(err, store.ErrConflict) {
+		return nil, fmt.Errorf("%w: %s", ErrVolumeExists, name)
+	} else if err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	return vol, nil
@@ -186,16 +259,12 @@ func (v *Volumes) Create(teamID, name string, size int64, lim VolumeLimits) (_ *
 // fits checks a new volume of size bytes of team against lim. v.mu is held, so two creates
 // cannot both take the last room.
 func (v *Volumes) fits(teamID string, size int64, lim VolumeLimits) error {
-	entries, err := os.ReadDir(v.dir)
+	all, err := v.db.ListVolumes(context.Background(), v.node, "")
 	if err != nil {
 		return fmt.Errorf("volumes: %w", err)
 	}
 	count, bytes, owed := 1, size, int64(0)
-	for _, e := range entries {
-		vol, err := v.read(e.Name())
-		if !volumeID.MatchString(e.Name()) || err != nil {
-			continue
-		}
+	for _, vol := range all {
 		if vol.TeamID == teamID {
 			count, bytes = count+1, bytes+vol.SizeBytes
 		}
@@ -245,16 +314,16 @@ func (v *Volumes) ByID(id string) (*Volume, error) {
 	return v.read(id)
 }
 
+// read returns volume id if its files are on this node.
 func (v *Volumes) read(id string) (*Volume, error) {
-	b, err := os.ReadFile(filepath.Join(v.dir, id, "volume.json"))
-	if err != nil {
+	r, err := v.db.GetVolume(context.Background(), id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Node != v.node) {
 		return nil, fmt.Errorf("%w: %s", ErrVolumeNotFound, id)
 	}
-	var vol Volume
-	if err := json.Unmarshal(b, &vol); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("volume %s: %w", id, err)
 	}
-	return &vol, nil
+	return fromVolumeRecord(r), nil
 }
 
 func (v *Volumes) byName(teamID, name string) (*Volume, error) {
@@ -270,22 +339,19 @@ func (v *Volumes) byName(teamID, name string) (*Volume, error) {
 	return nil, fmt.Errorf("%w: %s", ErrVolumeNotFound, name)
 }
 
-// List returns a team's volumes, oldest first.
+// List returns a team's volumes on this node, oldest first.
 func (v *Volumes) List(teamID string) ([]*Volume, error) {
-	entries, err := os.ReadDir(v.dir)
+	if teamID == "" {
+		return nil, nil // every volume has a team: "" is none, not all
+	}
+	all, err := v.db.ListVolumes(context.Background(), v.node, teamID)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
 	var out []*Volume
-	for _, e := range entries {
-		if !volumeID.MatchString(e.Name()) {
-			continue
-		}
-		if vol, err := v.read(e.Name()); err == nil && vol.TeamID == teamID {
-			out = append(out, vol)
-		}
+	for _, r := range all {
+		out = append(out, fromVolumeRecord(r))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
 }
 
@@ -305,7 +371,9 @@ func (v *Volumes) Delete(teamID, id string, alive func(sandboxID string) bool) e
 		sort.Strings(ids)
 		return fmt.Errorf("%w: volume %s is mounted in sandbox %s: kill it first", ErrVolumeInUse, vol.Name, strings.Join(ids, ", "))
 	}
-	if err := os.Remove(filepath.Join(v.dir, vol.ID, "volume.json")); err != nil {
+	// The record first (its leases with it): a delete cut short leaves files no record
+	// names, never a listed volume without them.
+	if err := v.db.DeleteVolume(context.Background(), vol.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("delete volume %s: %w", vol.Name, err)
 	}
 	if err := runtime.UnmountDisk(v.DataDir(vol.ID)); err != nil {
@@ -314,9 +382,9 @@ func (v *Volumes) Delete(teamID, id string, alive func(sandboxID string) bool) e
 	return os.RemoveAll(filepath.Join(v.dir, vol.ID))
 }
 
-// A volume's mounts are leases, one file per sandbox under <dir>/<id>/mounts (its mode and
-// paths, JSON), so they outlive the server as its sandboxes do. A lease counts while its
-// sandbox is alive (the orchestrator says); the others are swept by the next claim.
+// A volume's mounts are leases, one per sandbox in the store (its mode and paths), so they
+// outlive the server as its sandboxes do. A lease counts while its sandbox is alive (the
+// orchestrator says); the others are swept by the next claim.
 
 // ErrVolumeBusy: a read-write mount of a volume another live sandbox mounts read-write.
 var ErrVolumeBusy = errors.New("volume is mounted read-write")
@@ -324,7 +392,7 @@ var ErrVolumeBusy = errors.New("volume is mounted read-write")
 // ErrVolumeInUse: deleting a volume a live sandbox mounts.
 var ErrVolumeInUse = errors.New("volume is in use")
 
-// lease is how one sandbox mounts one volume.
+// lease is how one sandbox mounts one volume, as an older release's lease file said.
 type lease struct {
 	ReadOnly bool     `json:"readOnly"`
 	Paths    []string `json:"paths"`
@@ -337,33 +405,26 @@ type Mount struct {
 	ReadOnly bool
 }
 
-func (v *Volumes) leases(id string) string { return filepath.Join(v.dir, id, "mounts") }
-
-func (v *Volumes) readLease(volID, sandboxID string) (lease, bool) {
-	b, err := os.ReadFile(filepath.Join(v.leases(volID), sandboxID))
-	if err != nil {
-		return lease{}, false
+// leases returns volume id's leases by sandbox id; none when the store cannot say.
+func (v *Volumes) leases(id string) map[string]*store.VolumeLease {
+	all, _ := v.db.VolumeLeases(context.Background(), id)
+	out := make(map[string]*store.VolumeLease, len(all))
+	for _, l := range all {
+		out[l.SandboxID] = l
 	}
-	var l lease
-	if json.Unmarshal(b, &l) != nil {
-		l = lease{ReadOnly: string(b) == "ro"} // the first leases were the bare mode
-	}
-	return l, true
+	return out
 }
 
 // holders returns the live sandboxes mounting volume id, by sandbox id: true if read-write.
 // It removes the leases of sandboxes no longer alive. Call with v.mu held.
 func (v *Volumes) holders(id string, alive func(sandboxID string) bool) map[string]bool {
 	out := map[string]bool{}
-	entries, _ := os.ReadDir(v.leases(id))
-	for _, e := range entries {
-		if !alive(e.Name()) {
-			_ = os.Remove(filepath.Join(v.leases(id), e.Name()))
+	for sid, l := range v.leases(id) {
+		if !alive(sid) {
+			_ = v.db.DeleteVolumeLease(context.Background(), id, sid)
 			continue
 		}
-		if l, ok := v.readLease(id, e.Name()); ok {
-			out[e.Name()] = !l.ReadOnly
-		}
+		out[sid] = !l.ReadOnly
 	}
 	return out
 }
@@ -384,17 +445,15 @@ func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, aliv
 			}
 		}
 	}
-	if err := os.MkdirAll(v.leases(vol.ID), 0o700); err != nil {
-		return fmt.Errorf("claim volume %s: %w", vol.Name, err)
-	}
-	l, had := v.readLease(vol.ID, sandboxID)
-	if !had {
-		l.ReadOnly = true
+	l := v.leases(vol.ID)[sandboxID]
+	if l == nil {
+		l = &store.VolumeLease{VolumeID: vol.ID, SandboxID: sandboxID, ReadOnly: true}
 	}
 	l.ReadOnly = l.ReadOnly && readOnly // read-write if any of its mounts is
 	l.Paths = append(l.Paths, path)
-	b, _ := json.Marshal(l)
-	if err := os.WriteFile(filepath.Join(v.leases(vol.ID), sandboxID), b, 0o600); err != nil {
+	if err := v.db.PutVolumeLease(context.Background(), l); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrVolumeNotFound, vol.ID) // deleted meanwhile, on another path
+	} else if err != nil {
 		return fmt.Errorf("claim volume %s: %w", vol.Name, err)
 	}
 	return nil
@@ -407,18 +466,14 @@ func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, aliv
 func (v *Volumes) UnmountIdle(alive func(sandboxID string) bool) ([]string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	entries, err := os.ReadDir(v.dir)
+	all, err := v.db.ListVolumes(context.Background(), v.node, "")
 	if err != nil {
 		return nil, fmt.Errorf("volumes: %w", err)
 	}
 	var out []string
 	var errs []error
-	for _, e := range entries {
-		if !volumeID.MatchString(e.Name()) {
-			continue
-		}
-		vol, err := v.read(e.Name())
-		if err != nil || vol.SizeBytes == 0 || len(v.holders(vol.ID, alive)) > 0 {
+	for _, vol := range all {
+		if vol.SizeBytes == 0 || len(v.holders(vol.ID, alive)) > 0 {
 			continue
 		}
 		if mounted, err := runtime.IsMountPoint(v.DataDir(vol.ID)); err != nil || !mounted {
@@ -453,8 +508,8 @@ func (v *Volumes) MountsOf(teamID, sandboxID string) ([]Mount, error) {
 	}
 	var out []Mount
 	for _, vol := range all {
-		l, ok := v.readLease(vol.ID, sandboxID)
-		if !ok {
+		l := v.leases(vol.ID)[sandboxID]
+		if l == nil {
 			continue
 		}
 		for _, p := range l.Paths {

@@ -17,11 +17,13 @@ import (
 
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/snapshot"
+	"github.com/cove-dev/cove/internal/store"
 )
 
-func openFiles(t *testing.T, size int64) (*snapshot.Volumes, *snapshot.Volume, *snapshot.Files) {
+func openFiles(t *testing.T, size int64) (*snapshot.Volumes, *snapshot.Volume, *snapshot.Files, store.Records) {
 	t.Helper()
-	vs, err := snapshot.OpenVolumes(t.TempDir())
+	db := newDB(t)
+	vs, err := snapshot.OpenVolumes(t.Context(), t.TempDir(), db, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +37,11 @@ func openFiles(t *testing.T, size int64) (*snapshot.Volumes, *snapshot.Volume, *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { files.Close() })
-	return vs, vol, files
+	return vs, vol, files, db
 }
 
 func TestVolumeFiles(t *testing.T) {
-	vs, vol, files := openFiles(t, 0)
+	vs, vol, files, _ := openFiles(t, 0)
 	data := vs.DataDir(vol.ID)
 	t.Run("a file written is read back, listed and stated with its path in the volume", func(t *testing.T) {
 		e, err := files.Write("/docs/a.txt", strings.NewReader("hello"), true, snapshot.Meta{})
@@ -173,7 +175,7 @@ func TestVolumeFiles(t *testing.T) {
 }
 
 func TestVolumeLeases(t *testing.T) {
-	vs, err := snapshot.OpenVolumes(t.TempDir())
+	vs, err := snapshot.OpenVolumes(t.Context(), t.TempDir(), newDB(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestVolumeQuota(t *testing.T) {
 	if _, err := exec.LookPath("mke2fs"); err != nil {
 		t.Skip("mke2fs not found (Debian package e2fsprogs)")
 	}
-	vs, vol, files := openFiles(t, 8<<20)
+	vs, vol, files, db := openFiles(t, 8<<20)
 	if _, err := files.Write("/keep", strings.NewReader("kept"), false, snapshot.Meta{}); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +281,7 @@ func TestVolumeQuota(t *testing.T) {
 		if err := runtime.UnmountDisk(vs.DataDir(vol.ID)); err != nil {
 			t.Fatal(err)
 		}
-		again, err := snapshot.OpenVolumes(filepath.Dir(filepath.Dir(vs.DataDir(vol.ID))))
+		again, err := snapshot.OpenVolumes(t.Context(), filepath.Dir(filepath.Dir(vs.DataDir(vol.ID))), db, "")
 		if err != nil {
 			t.Fatal(err)
 		}

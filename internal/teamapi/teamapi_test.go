@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -45,7 +46,7 @@ func TestAMuxAnswersWithTheTeamOrAnE2BError(t *testing.T) {
 	var logs bytes.Buffer
 	logger := telemetry.NewLogger(&logs, slog.LevelInfo)
 	team := func(ctx context.Context) (string, bool) {
-		id, _ := telemetry.Caller(ctx)
+		id := authz.From(ctx).TeamID
 		return id, id != ""
 	}
 	m := teamapi.New("widgets api", team)
@@ -83,7 +84,7 @@ func TestAMuxAnswersWithTheTeamOrAnE2BError(t *testing.T) {
 			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
 			ctx := telemetry.WithLogger(req.Context(), logger)
 			if tt.team != "" {
-				ctx = telemetry.WithCaller(ctx, tt.team, "k1", "")
+				ctx = authz.With(ctx, authz.Caller{TeamID: tt.team, KeyID: "k1"})
 			}
 			req = req.WithContext(ctx)
 			if tt.requestID != "" {
@@ -133,7 +134,7 @@ func TestAMuxWithoutATeamSourceRefusesEveryone(t *testing.T) {
 	})
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, "/x", nil)
-	req = req.WithContext(telemetry.WithRequestID(telemetry.WithCaller(req.Context(), "t1", "k1", ""), "req-outer"))
+	req = req.WithContext(telemetry.WithRequestID(authz.With(req.Context(), authz.Caller{TeamID: "t1", KeyID: "k1"}), "req-outer"))
 	m.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), `"requestId":"req-outer"`) {
 		t.Errorf("%d %s", rec.Code, rec.Body)

@@ -231,29 +231,6 @@ func With(ctx context.Context, args ...any) context.Context {
 	return context.WithValue(context.WithValue(ctx, loggerKey{}, l), fieldsKey{}, next)
 }
 
-type callerKey struct{}
-
-type caller struct{ team, apiKey, apiKeyName string }
-
-// WithCaller records who made the call: the authenticated team and API key (id and name).
-// Events and records read it to say who caused them.
-func WithCaller(ctx context.Context, teamID, apiKeyID, apiKeyName string) context.Context {
-	return context.WithValue(ctx, callerKey{}, caller{team: teamID, apiKey: apiKeyID, apiKeyName: apiKeyName})
-}
-
-// CallerKeyName returns the name of the API key that made the call, "" when none did.
-func CallerKeyName(ctx context.Context) string {
-	c, _ := ctx.Value(callerKey{}).(caller)
-	return c.apiKeyName
-}
-
-// Caller returns the call's team and API key ids, "" when the call was not authenticated
-// (Cove's own transitions).
-func Caller(ctx context.Context) (teamID, apiKeyID string) {
-	c, _ := ctx.Value(callerKey{}).(caller)
-	return c.team, c.apiKey
-}
-
 // Log keys of a cluster's nodes.
 const (
 	KeyNode          = "node"              // the cluster node that logged the line (every line of a node's)

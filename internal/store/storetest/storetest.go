@@ -35,6 +35,7 @@ type Engine interface {
 	store.PoolSizes
 	store.TemplateBuilds
 	store.Templates
+	store.Records
 	store.SealedSets
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
@@ -64,6 +65,8 @@ func Run(t *testing.T, open Open) {
 	t.Run("warm pool sizes", func(t *testing.T) { poolSizes(t, open(t, false)) })
 	t.Run("template builds and their logs", func(t *testing.T) { templateBuilds(t, open(t, false)) })
 	t.Run("templates, their tags and their layers", func(t *testing.T) { templates(t, open(t, false)) })
+	t.Run("snapshot, volume and network records", func(t *testing.T) { records(t, open(t, false)) })
+	t.Run("sealed snapshot, volume and network records", func(t *testing.T) { records(t, open(t, true)) })
 	t.Run("the vault's sealed sets", func(t *testing.T) { sealedSets(t, open(t, false)) })
 }
 
