@@ -3,6 +3,7 @@ package api_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -10,10 +11,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -25,10 +28,16 @@ func TestUploadLinkAlwaysAnswers201(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds, err := template.OpenBuilds(ts, dir)
+	db, err := sqlite.Open(context.Background(), filepath.Join(dir, "cove.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
+	builds, err := template.OpenBuilds(context.Background(), ts, db, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(builds.Close)
 	e := &env{fake: newFake(), logs: &logBuffer{}}
 	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.fake, Keys: fakeKeys{}, Builds: builds,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, nil))}))

@@ -49,16 +49,13 @@ func TestBuildPages(t *testing.T) {
 		otherBuild: {ID: otherBuild, Template: "web", Status: template.BuildBuilding, RequestID: "req-other", TeamID: "other-team",
 			Steps: nil, CreatedAt: start.Add(time.Minute), StartedAt: &start},
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "builds"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	builds, err := template.OpenBuilds(ts, dir)
+	builds, err := template.OpenBuilds(ctx, ts, f.db, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Written after OpenBuilds, which fails a build left running by a crash.
-	for id, r := range records {
-		if err := writeJSON(filepath.Join(dir, "builds", id+".json"), r); err != nil {
+	for _, r := range records {
+		if err := putBuild(f.db, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,7 +136,7 @@ func TestBuildPages(t *testing.T) {
 			r := records[otherBuild]
 			finished := time.Now().Add(-2 * buildLogGrace)
 			r.Status, r.FinishedAt = template.BuildReady, &finished
-			if err := writeJSON(filepath.Join(dir, "builds", otherBuild+".json"), r); err != nil {
+			if err := putBuild(f.db, r); err != nil {
 				t.Fatal(err)
 			}
 			if ev := nextEvent(sc); ev != "event: done\ndata: "+otherBuild {
@@ -152,16 +149,12 @@ func TestBuildPages(t *testing.T) {
 	})
 }
 
-// writeJSON writes v to name as the builds do, by renaming a whole file in place: a tail
-// reading it meanwhile never sees half a record.
-func writeJSON(name string, v any) error {
-	b, err := json.Marshal(v)
+// putBuild writes the record r to the store as the builds do.
+func putBuild(db store.TemplateBuilds, r *template.BuildRecord) error {
+	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(filepath.Dir(name), "."+filepath.Base(name)+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
+	return db.PutTemplateBuild(context.Background(), &store.TemplateBuild{ID: r.ID, Template: r.Template, TeamID: r.TeamID,
+		Status: r.Status.String(), CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt, Record: b})
 }

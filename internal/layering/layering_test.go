@@ -35,7 +35,7 @@ var rules = []struct {
 	{"internal/collect", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/runtime"}},
 	{"internal/teamapi", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/events", "internal/logs"}},
 	{"internal/events", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/runtime"}},
-	{"internal/template", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store"}},
+	{"internal/template", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store/sqlite", "internal/store/postgres"}},
 	{"internal/orchestrator", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/api", []string{"internal/server", "internal/proxy", "internal/console"}},
 	{"internal/proxy", []string{"internal/server", "internal/api", "internal/console"}},

@@ -7,12 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/cove-dev/cove/internal/logs"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
-	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -170,71 +167,4 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 			t.Errorf("attach: %v", err)
 		}
 	})
-}
-
-// pagedLogs is a LogStore that keeps what it is given and answers in pages of two.
-type pagedLogs struct {
-	mu    sync.Mutex
-	lines []store.LogLine
-}
-
-func (p *pagedLogs) InsertLogs(_ context.Context, lines []store.LogLine) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.lines = append(p.lines, lines...)
-	return nil
-}
-
-func (p *pagedLogs) QueryLogs(_ context.Context, q store.LogQuery) (*store.LogPage, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var mine []store.LogLine
-	for _, l := range p.lines {
-		if l.TeamID == q.TeamID && l.SandboxID == q.SandboxID && l.Source == q.Source {
-			mine = append(mine, l)
-		}
-	}
-	from := 0
-	if q.After != nil {
-		from = int(q.After.Seq)
-	}
-	to := min(from+2, len(mine))
-	page := &store.LogPage{Lines: mine[from:to]}
-	if to < len(mine) {
-		page.Next = &store.LogPosition{Seq: int64(to)}
-	}
-	return page, nil
-}
-
-func (p *pagedLogs) PruneLogs(context.Context, time.Time) (int64, error) { return 0, nil }
-
-func TestBuildLogsGoToTheLogStoreUnderTheBuildAndComeBackInOrder(t *testing.T) {
-	db := &pagedLogs{}
-	in := logs.NewIngester(db, logs.Config{MaxLinesPerSecPerSandbox: -1})
-	sink := buildLogSink(in)
-	r := &template.BuildRecord{ID: "build-1", Template: "tpl", TeamID: "team-1", RequestID: "req-1"}
-	var want []string
-	for i, step := range []string{"base", "1", "1", "2", "finalize"} {
-		msg := "line " + string(rune('a'+i))
-		want = append(want, step+":"+msg)
-		sink(r, template.LogEntry{Time: time.Unix(int64(1000+i), 0), Level: "info", Message: msg, Step: step})
-	}
-	sink(&template.BuildRecord{ID: "build-2", TeamID: "team-1"}, template.LogEntry{Message: "another build's"})
-	if err := in.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := buildLogReader(db)(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var read []string
-	for _, e := range got {
-		read = append(read, e.Step+":"+e.Message)
-	}
-	if !slices.Equal(read, want) {
-		t.Errorf("read back %q, want %q (over three pages)", read, want)
-	}
-	if db.lines[0].RequestID != "req-1" || db.lines[0].TemplateID != "tpl" || db.lines[0].Fields["build.id"] != "build-1" {
-		t.Errorf("stored line %+v: want the build's request id, template and id", db.lines[0])
-	}
 }

@@ -649,12 +649,11 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	s.onClose(smp.Close)
-	builds, err := template.OpenBuilds(s.templates, s.cfg.DataDir)
+	builds, err := template.OpenBuilds(ctx, s.templates, s.db, s.cfg.DataDir, s.cfg.Cluster.Node)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}
 	s.onClose(func() error { builds.Close(); return nil })
-	builds.SetLogStore(buildLogSink(s.ingester), buildLogReader(s.db))
 	sb := buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
 		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger,
 		limit: func(ctx context.Context, team, detail string) {
@@ -703,7 +702,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	if s.cluster != nil {
 		nodes = s.cluster.nodes
 	}
-	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: s.db, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
+	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
 	// Every edge writes one access line by one rule (httpx.AccessLevel): the API and the proxy
 	// their own, with their routes and sandboxes; the console and /metrics through AccessLog.
 	consoleEdge, metricsEdge := httpx.AccessLog("console request", s.dashboard), httpx.AccessLog("metrics request", metrics)
@@ -749,8 +748,8 @@ func (s *instance) teamRoutes() map[string]http.Handler {
 	for _, m := range []*teamapi.Mux{
 		s.bus.Handler(),
 		sampler.NewAPI(sampler.APIConfig{Store: s.db, Team: callerTeam, Sandbox: s.sandboxMetricsReadable}),
-		logs.NewAPI(logs.APIConfig{Logs: s.db, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
-		trace.NewAPI(trace.APIConfig{Store: s.db, Team: callerTeam}),
+		logs.NewAPI(logs.APIConfig{Logs: buildLogReads{s.db, s.builds}, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
+		trace.NewAPI(trace.APIConfig{Store: buildLogReads{s.db, s.builds}, Team: callerTeam}),
 	} {
 		for pattern, h := range m.Routes() {
 			routes[pattern] = h

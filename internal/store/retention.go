@@ -16,7 +16,7 @@ const (
 	DatasetSamples    Dataset = "metric_samples"     // per-sandbox resource samples
 	DatasetCommands   Dataset = "command_records"    // ended commands' records
 	DatasetLogs       Dataset = "log_lines"          // collected log lines
-	DatasetBuilds     Dataset = "template_builds"    // finished template build records (files)
+	DatasetBuilds     Dataset = "template_builds"    // finished template build records and their logs (store.TemplateBuilds)
 	DatasetUploads    Dataset = "template_uploads"   // archives uploaded or packed on the host for COPY steps (files)
 	DatasetBuildLogs  Dataset = "build_logs"         // templates' build log files
 )
@@ -26,8 +26,9 @@ func Datasets() []Dataset {
 	return []Dataset{DatasetEvents, DatasetDeliveries, DatasetSamples, DatasetCommands, DatasetLogs, DatasetBuilds, DatasetUploads, DatasetBuildLogs}
 }
 
-// InFiles reports whether d lives in files beside the store (the template builds' records
-// records, uploads and build logs) rather than in the store itself.
+// InFiles reports whether d is pruned beside the store's own retention, by the template
+// package: the uploads and host build logs (files) and the build records (store.TemplateBuilds,
+// which the builds prune with what they keep beside a record).
 func (d Dataset) InFiles() bool {
 	return d == DatasetBuilds || d == DatasetUploads || d == DatasetBuildLogs
 }

@@ -183,6 +183,7 @@ type DB interface {
 	Secrets
 	Identity
 	PoolSizes
+	TemplateBuilds
 	Records
 	SealedSets
 	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of

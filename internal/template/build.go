@@ -77,13 +77,15 @@ type Spec struct {
 	// BuildID and TeamID are recorded in the template: the API build that made it, and its team.
 	BuildID, TeamID string
 	// Log receives every build log line with the step it belongs to ("base", "1".."n" for
-	// the steps, "finalize"), as the build runs.
+	// the steps, "finalize"), as the build runs. A build with a Log keeps no build.log file:
+	// its log is Log's to keep.
 	Log func(step, line string)
 }
 
 // Build builds a template and returns it ready. Progress lines (the build's output, and one
-// "==> step" line per step) go to progress, which may be nil, and to the template's build.log.
-// A failed or cancelled build leaves no template; its log is kept at FailedLog(name).
+// "==> step" line per step) go to progress, which may be nil, and to spec.Log or, without
+// one, the template's build.log. A failed or cancelled build leaves no template; its
+// build.log is kept at FailedLog(name).
 func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Template, err error) {
 	if err := ValidName(spec.Name); err != nil {
 		return nil, fmt.Errorf("build template: %w", err)
@@ -140,26 +142,34 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 		return nil, fmt.Errorf("build template %s: lock: %w", spec.Name, err)
 	}
 	defer unlock()
+	// A build with a sink (an API build) has its log kept there, with its record in the
+	// store, and nowhere else; a host build's log is a file beside its template.
 	logPath := filepath.Join(build, "build.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		os.RemoveAll(build)
-		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	var logFile *os.File
+	var logTo io.Writer = io.Discard
+	if spec.Log == nil {
+		if logFile, err = os.Create(logPath); err != nil {
+			os.RemoveAll(build)
+			return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+		}
+		logTo = logFile
 	}
-	out := &lineWriter{w: logFile, progress: progress, sink: spec.Log, step: "base", tail: &tailLines{n: 20}}
+	out := &lineWriter{w: logTo, progress: progress, sink: spec.Log, step: "base", tail: &tailLines{n: 20}}
 	defer func() {
 		if err != nil {
 			out.step = "finalize"
 			out.Printf("==> build failed: %v", err)
 		}
-		logFile.Close()
+		if logFile != nil {
+			logFile.Close()
+		}
 		if err != nil {
-			failed := s.FailedLog(spec.Name)
-			os.MkdirAll(filepath.Dir(failed), 0o755)
-			// An operator's build names the kept log's path; a team's build keeps host
-			// paths out of what it answers (its log is served by the build's logs).
-			if rerr := os.Rename(logPath, failed); rerr == nil && spec.BuildID == "" {
-				err = fmt.Errorf("%w (log: %s)", err, failed)
+			if logFile != nil {
+				failed := s.FailedLog(spec.Name)
+				os.MkdirAll(filepath.Dir(failed), 0o755)
+				if rerr := os.Rename(logPath, failed); rerr == nil {
+					err = fmt.Errorf("%w (log: %s)", err, failed)
+				}
 			}
 			if rerr := removeTree(build); rerr != nil {
 				err = errors.Join(err, rerr)

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -15,7 +16,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +23,8 @@ import (
 	ggcrname "github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template/oci"
 )
 
@@ -94,6 +96,10 @@ type BuildRecord struct {
 	FinishedAt *time.Time   `json:"finished_at,omitempty"`
 	// StartSnapshot is the start snapshot the build took (startsnap.go); nil without one.
 	StartSnapshot *StartSnapshot `json:"start_snapshot,omitempty"`
+	// Node is the cluster node that runs the build (or will: the one it was asked on, until
+	// it starts); "" on a lone server. Only that node fails it as orphaned when it starts
+	// again: the records are shared by every node of a cluster.
+	Node string `json:"node,omitempty"`
 }
 
 // BuildRequest is the definition a requested build runs (E2B's TemplateBuildStartV2).
@@ -116,36 +122,48 @@ type RegistryAuth struct {
 }
 
 // Builds runs builds asked for over the API in the background, one at a time per template
-// name, and keeps their records (<dir>/builds/<id>.json), their logs and the uploaded
-// files COPY steps use (<dir>/uploads/<hash>.tar), dir being the server's data dir (the
-// template store may be shared by several servers). A record still building when the
-// process died is failed with reason orphaned when Builds opens.
+// name. Their records and log lines live in the server's store (store.TemplateBuilds: SQLite
+// or PostgreSQL); the uploaded files COPY steps use are files (<dir>/uploads/<team>/<hash>.tar),
+// dir being the server's data dir (the template store may be shared by several servers). A
+// record still building when the process died is failed with reason orphaned when Builds
+// opens.
 type Builds struct {
 	store *Store
+	db    store.TemplateBuilds
 	root  string
+	node  string // the cluster node this is; "" on a lone server
 
 	mu     sync.Mutex
-	logs   map[string][]LogEntry // by build id, for builds of this process
 	cancel map[string]context.CancelFunc
 	using  map[string]int // "<team>/<hash>": uploads builds of this process read (see use)
 	wg     sync.WaitGroup
 
-	sink    func(*BuildRecord, LogEntry)
-	read    func(r *BuildRecord) ([]LogEntry, error)
+	// Log lines wait in pending until a flush writes them to db in one batch: every
+	// logFlushEvery, at logBatch lines, and before anything reads the build's log. seq
+	// numbers each running build's next line. A build's log is cut at maxBuildLog bytes.
+	logMu   sync.Mutex // held across a flush, so batches reach db in order
+	pending map[string][]store.BuildLogLine
+	seq     map[string]int64
+	size    map[string]int64 // bytes logged, cut at logCap
+	logCap  int64            // maxBuildLog when 0
+	stop    chan struct{}
+	flushed chan struct{}
+
 	sandbox Sandbox
 }
 
-// SetLogStore sends every build log line to sink as it is written (the server's log store,
-// tagged with the build id) and reads a build's lines back with read when this process did
-// not run the build (it ran before a restart). Call it before the first build starts.
-func (b *Builds) SetLogStore(sink func(*BuildRecord, LogEntry), read func(*BuildRecord) ([]LogEntry, error)) {
-	b.sink, b.read = sink, read
-}
+// Log lines are written in batches: a line-per-write would cost an fsync each on SQLite.
+const (
+	logFlushEvery = 200 * time.Millisecond
+	logBatch      = 500
+)
 
-// OpenBuilds opens the build records under dir, failing those a crash left behind; the
-// builds build into store.
-func OpenBuilds(store *Store, dir string) (*Builds, error) {
-	b := &Builds{store: store, root: dir, logs: map[string][]LogEntry{}, cancel: map[string]context.CancelFunc{}, using: map[string]int{}}
+// OpenBuilds opens the build records db keeps, moving into it those an older Cove wrote as
+// files under dir/builds, and fails the builds of this node (node, "" on a lone server) a
+// crash left waiting or building; the builds build into ts.
+func OpenBuilds(ctx context.Context, ts *Store, db store.TemplateBuilds, dir, node string) (*Builds, error) {
+	b := &Builds{store: ts, db: db, root: dir, node: node, cancel: map[string]context.CancelFunc{}, using: map[string]int{},
+		pending: map[string][]store.BuildLogLine{}, seq: map[string]int64{}, size: map[string]int64{}, stop: make(chan struct{}), flushed: make(chan struct{})}
 	for _, d := range []string{b.dir(), b.Uploads()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -154,13 +172,16 @@ func OpenBuilds(store *Store, dir string) (*Builds, error) {
 	if err := private(b.Uploads()); err != nil { // teams' files: no local user reads them
 		return nil, err
 	}
+	if err := migrateBuildFiles(ctx, db, b.dir()); err != nil {
+		return nil, err
+	}
 	recs, err := b.List("")
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
 	for _, r := range recs {
-		if r.Status == BuildWaiting || r.Status == BuildBuilding {
+		if (r.Status == BuildWaiting || r.Status == BuildBuilding) && r.Node == node {
 			r.Status, r.FinishedAt = BuildError, &now
 			r.Reason = &BuildReason{Code: ReasonOrphaned, Message: "the server stopped during the build (orphaned); no template was made"}
 			if err := b.save(r); err != nil {
@@ -168,9 +189,53 @@ func OpenBuilds(store *Store, dir string) (*Builds, error) {
 			}
 		}
 	}
+	go b.flushLoop()
 	return b, nil
 }
 
+// migrateBuildFiles moves the build records an older Cove kept as files (<dir>/<id>.json)
+// into db, removing each file once db has it: a crash in between puts the same record again
+// at the next start. Their logs were never in the files: they stay where that Cove put them.
+func migrateBuildFiles(ctx context.Context, db store.TemplateBuilds, dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("move build records into the store: %w", err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if strings.HasPrefix(e.Name(), ".") && strings.HasSuffix(e.Name(), ".json.tmp") {
+			_ = os.Remove(p) // a save a crash cut short: the record before it is the file's
+			continue
+		}
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validBuildID(id) || !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("move build record %s into the store: %w", id, err)
+		}
+		var r BuildRecord
+		if err := json.Unmarshal(data, &r); err != nil || r.ID != id {
+			telemetry.Logger(ctx).Warn("build record file unreadable: left in place", telemetry.KeyPath, p, telemetry.KeyError, fmt.Sprint(err))
+			continue
+		}
+		row, err := buildRow(&r)
+		if err != nil {
+			return err
+		}
+		if err := db.PutTemplateBuild(ctx, row); err != nil {
+			return fmt.Errorf("move build record %s into the store: %w", id, err)
+		}
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("move build record %s into the store: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// dir holds the builds' step disk images (Spec.DiskImages); an older Cove kept the build
+// records there too, as <id>.json, which OpenBuilds moves into the store.
 func (b *Builds) dir() string { return filepath.Join(b.root, "builds") }
 
 // Uploads is the directory of uploaded COPY archives.
@@ -188,16 +253,32 @@ func (b *Builds) teamUploads(team string) string {
 // Store is the template store the builds build into.
 func (b *Builds) Store() *Store { return b.store }
 
+// buildRow is r as the store keeps it.
+func buildRow(r *BuildRecord) (*store.TemplateBuild, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", r.ID, err)
+	}
+	return &store.TemplateBuild{ID: r.ID, Template: r.Template, TeamID: r.TeamID, Status: r.Status.String(),
+		CreatedAt: r.CreatedAt, FinishedAt: r.FinishedAt, Record: data}, nil
+}
+
+func fromRow(row *store.TemplateBuild) (*BuildRecord, error) {
+	var r BuildRecord
+	if err := json.Unmarshal(row.Record, &r); err != nil {
+		return nil, fmt.Errorf("build %s: %w", row.ID, err)
+	}
+	return &r, nil
+}
+
 func (b *Builds) save(r *BuildRecord) error {
-	data, err := json.MarshalIndent(r, "", "  ")
+	row, err := buildRow(r)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(b.dir(), "."+r.ID+".json.tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(b.dir(), r.ID+".json"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return b.db.PutTemplateBuild(ctx, row)
 }
 
 // Get returns the build id, or ErrNotFound.
@@ -205,39 +286,34 @@ func (b *Builds) Get(id string) (*BuildRecord, error) {
 	if !validBuildID(id) {
 		return nil, fmt.Errorf("build %q: %w", id, ErrNotFound)
 	}
-	data, err := os.ReadFile(filepath.Join(b.dir(), id+".json"))
-	if errors.Is(err, os.ErrNotExist) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	row, err := b.db.GetTemplateBuild(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("build %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	var r BuildRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("build %s: %w", id, err)
-	}
-	return &r, nil
+	return fromRow(row)
 }
 
 // List returns the builds of template name ("" for all), oldest first.
 func (b *Builds) List(name string) ([]*BuildRecord, error) {
-	entries, err := os.ReadDir(b.dir())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := b.db.ListTemplateBuilds(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	var out []*BuildRecord
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || strings.HasPrefix(id, ".") {
-			continue
-		}
-		r, err := b.Get(id)
-		if err != nil || (name != "" && r.Template != name) {
-			continue
+	out := make([]*BuildRecord, 0, len(rows))
+	for _, row := range rows {
+		r, err := fromRow(row)
+		if err != nil {
+			continue // not a record this Cove reads
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
 }
 
@@ -280,7 +356,7 @@ func (b *Builds) Request(req NewBuild) (*BuildRecord, error) {
 		return nil, fmt.Errorf("%w: cpuCount and memoryMB must not be negative", ErrInvalid)
 	}
 	r := &BuildRecord{ID: newBuildID(), Template: name, Tags: tags, Status: BuildWaiting, RequestID: requestID,
-		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, Runtime: req.Runtime, CreatedAt: time.Now().UTC()}
+		TeamID: teamID, CPUCount: cpuCount, MemoryMB: memoryMB, Runtime: req.Runtime, CreatedAt: time.Now().UTC(), Node: b.node}
 	if _, _, _, err := b.stepSandbox(r); err != nil {
 		return nil, err // over the team's limits
 	}
@@ -349,7 +425,7 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 		}
 	}
 	now := time.Now().UTC()
-	r.Status, r.StartedAt = BuildBuilding, &now
+	r.Status, r.StartedAt, r.Node = BuildBuilding, &now, b.node
 	if err := b.save(r); err != nil {
 		release()
 		return err
@@ -371,12 +447,59 @@ func (b *Builds) Start(ctx context.Context, id, name string, req BuildRequest) e
 }
 
 func (b *Builds) log(r *BuildRecord, step, level, msg string) {
-	e := LogEntry{Time: time.Now().UTC(), Level: level, Message: msg, Step: step}
-	b.mu.Lock()
-	b.logs[r.ID] = append(b.logs[r.ID], e)
-	b.mu.Unlock()
-	if b.sink != nil {
-		b.sink(r, e)
+	b.logMu.Lock()
+	n := b.seq[r.ID]
+	limit := cmp.Or(b.logCap, maxBuildLog)
+	size := b.size[r.ID] + int64(len(msg)) + 1
+	switch {
+	case size <= limit || level == "error": // how the build ended is always told
+	case size-int64(len(msg))-1 <= limit:
+		msg, level = fmt.Sprintf("==> build log cut at %d bytes: later output is not kept", limit), "info"
+	default:
+		b.logMu.Unlock()
+		return
+	}
+	b.seq[r.ID], b.size[r.ID] = n+1, size
+	b.pending[r.ID] = append(b.pending[r.ID], store.BuildLogLine{Seq: n, Time: time.Now().UTC(), Level: level, Step: step, Message: msg})
+	full := len(b.pending[r.ID]) >= logBatch
+	b.logMu.Unlock()
+	if full {
+		b.flush(r.ID)
+	}
+}
+
+// flush writes the pending lines of build id ("" for every build) to the store. A batch
+// the store refuses is dropped, with a warning: a build's log must not stop its build.
+func (b *Builds) flush(id string) {
+	b.logMu.Lock()
+	defer b.logMu.Unlock()
+	for bid, lines := range b.pending {
+		if id != "" && bid != id {
+			continue
+		}
+		delete(b.pending, bid)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := b.db.AppendBuildLog(ctx, bid, lines)
+		cancel()
+		if err != nil {
+			telemetry.Logger(context.Background()).Warn("build log lines lost", telemetry.KeyBuildID, bid, telemetry.KeyLines, len(lines), telemetry.KeyError, err.Error())
+		}
+	}
+}
+
+// flushLoop flushes every build's pending lines every logFlushEvery until Close.
+func (b *Builds) flushLoop() {
+	defer close(b.flushed)
+	t := time.NewTicker(logFlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			b.flush("")
+			return
+		case <-t.C:
+			b.flush("")
+		}
 	}
 }
 
@@ -435,11 +558,10 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 			}
 		}
 		b.log(r, r.Reason.Step, "error", err.Error())
-		logs := b.Logs(r, 0)
-		if len(logs) > 10 {
-			logs = logs[len(logs)-10:]
-		}
-		r.Reason.Lines = logs
+		b.logMu.Lock()
+		n := int(b.seq[r.ID]) // every line the build logged, pending ones too
+		b.logMu.Unlock()
+		r.Reason.Lines = b.Logs(r, max(n-10, 0)) // the last ten, without reading the whole log
 	} else {
 		r.Status, r.Steps = BuildReady, t.Built
 		r.StartSnapshot = t.StartSnapshot
@@ -453,6 +575,10 @@ func (b *Builds) finish(r *BuildRecord, t *Template, err error) {
 		}
 	}
 	_ = b.save(r)
+	b.logMu.Lock()
+	delete(b.seq, r.ID) // the build logs no more: its pending lines keep their numbers
+	delete(b.size, r.ID)
+	b.logMu.Unlock()
 }
 
 // templateUsable reports whether team may build on the template name.
@@ -471,19 +597,24 @@ func (f logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Logs returns the log entries of build r from offset on: from memory for builds of this
-// process, else from the log store.
+// Logs returns the log entries of build r from offset on, from the store (a store error
+// reads as no lines: the record still says how it ended).
 func (b *Builds) Logs(r *BuildRecord, offset int) []LogEntry {
-	b.mu.Lock()
-	l, ok := b.logs[r.ID]
-	b.mu.Unlock()
-	if !ok && b.read != nil {
-		l, _ = b.read(r) // a store error reads as no lines: the record still says how it ended
-	}
-	if offset < 0 || offset >= len(l) {
+	if offset < 0 {
 		return []LogEntry{}
 	}
-	return append([]LogEntry(nil), l[offset:]...)
+	b.flush(r.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lines, err := b.db.BuildLog(ctx, r.ID, offset, 0)
+	if err != nil {
+		return []LogEntry{}
+	}
+	out := make([]LogEntry, len(lines))
+	for i, l := range lines {
+		out[i] = LogEntry{Time: l.Time, Level: l.Level, Message: l.Message, Step: l.Step}
+	}
+	return out
 }
 
 // HasUpload reports whether team uploaded the files of hash.
@@ -595,6 +726,7 @@ func (z *zeroTail) Write(p []byte) (int, error) {
 }
 
 // Close cancels the builds running in this process and waits for them: they end failed.
+// Their last log lines are written before it returns.
 func (b *Builds) Close() {
 	b.mu.Lock()
 	for _, c := range b.cancel {
@@ -602,6 +734,12 @@ func (b *Builds) Close() {
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+	<-b.flushed
 }
 
 func newBuildID() string {

@@ -17,7 +17,7 @@ func TestBuildRecords(t *testing.T) {
 	_, store := busyboxStore(t)
 	ctx := context.Background()
 	data := t.TempDir()
-	builds, err := template.OpenBuilds(store, data)
+	builds, err := openBuilds(t, store, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestBuildRecords(t *testing.T) {
 
 	t.Run("a build a crash interrupted is failed as orphaned at the next open", func(t *testing.T) {
 		rec, _ := builds.Request(template.NewBuild{Name: "crashed", CPUCount: 0, MemoryMB: 0, RequestID: "", TeamID: ""})
-		again, err := template.OpenBuilds(store, data) // as the next server start would
+		again, err := openBuilds(t, store, data) // as the next server start would
 		if err != nil {
 			t.Fatal(err)
 		}

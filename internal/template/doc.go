@@ -6,7 +6,12 @@
 // into <data>/templates/<name> as its last act; a failed, cancelled or crashed build leaves only
 // its log. A ready template is never written again: sandboxes see it through an overlay.
 //
+// Records (the builds asked for over the API and their log lines) live in the server's store
+// through the internal/store interfaces (store.TemplateBuilds); only files (root filesystems,
+// layers, uploads) live on disk.
+//
 // EnsureHostPackages installs the Debian packages the host needs for this (debootstrap, runc).
 //
-// It must not import the store, the orchestrator or the edges; host packages come from hostpkg.
+// It must not import the store's engines (it takes their interfaces), the orchestrator or the
+// edges; host packages come from hostpkg.
 package template

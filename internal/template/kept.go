@@ -1,6 +1,7 @@
 package template
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cove-dev/cove/internal/store"
 )
 
 // Files is a set of files Builds keeps that grows with use, for retention to bound: the
@@ -26,6 +29,8 @@ type keptFile struct {
 	at       time.Time
 	needed   bool
 	onRemove func()
+	// remove deletes it when it is no file (a record in the store); nil: os.Remove(path).
+	remove func() error
 	// shared: other processes' builds may read it; it goes only while none holds its lock.
 	shared bool
 }
@@ -88,6 +93,10 @@ func (f Files) prune(batch int, goes func(kf keptFile, total int) bool) (int64, 
 			if !gone {
 				continue
 			}
+		} else if kf.remove != nil {
+			if err := kf.remove(); err != nil {
+				return n, err
+			}
 		} else if err := os.Remove(kf.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return n, err
 		}
@@ -100,34 +109,32 @@ func (f Files) prune(batch int, goes func(kf keptFile, total int) bool) (int64, 
 	return n, nil
 }
 
-// Records are the build records: a finished one ages from when it finished.
+// Records are the build records: a finished one ages from when it finished. A record goes
+// with its log lines; its size is its record's.
 func (b *Builds) Records() Files {
 	return Files{list: func() ([]keptFile, error) {
-		entries, err := os.ReadDir(b.dir())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rows, err := b.db.ListTemplateBuilds(ctx, "")
 		if err != nil {
 			return nil, err
 		}
-		var out []keptFile
-		for _, e := range entries {
-			id, ok := strings.CutSuffix(e.Name(), ".json")
-			if !ok || strings.HasPrefix(id, ".") {
-				continue
-			}
-			r, err := b.Get(id)
-			fi, ierr := e.Info()
-			if err != nil || ierr != nil {
-				continue // gone meanwhile, or not a record
-			}
+		out := make([]keptFile, 0, len(rows))
+		for _, r := range rows {
 			at := r.CreatedAt
 			if r.FinishedAt != nil {
 				at = *r.FinishedAt
 			}
-			out = append(out, keptFile{path: filepath.Join(b.dir(), e.Name()), size: fi.Size(), at: at,
-				needed: r.Status == BuildWaiting || r.Status == BuildBuilding,
-				onRemove: func() {
-					b.mu.Lock()
-					delete(b.logs, id)
-					b.mu.Unlock()
+			id := r.ID
+			out = append(out, keptFile{path: id, size: int64(len(r.Record)), at: at, needed: r.Unfinished(),
+				remove: func() error {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					err := b.db.DeleteTemplateBuild(ctx, id)
+					if errors.Is(err, store.ErrNotFound) {
+						return nil // gone meanwhile
+					}
+					return err
 				}})
 		}
 		return out, nil

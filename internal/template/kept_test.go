@@ -21,7 +21,8 @@ func TestBuildFilesArePruned(t *testing.T) {
 	_, store := busyboxStore(t)
 	ctx := context.Background()
 	data := t.TempDir()
-	builds, err := template.OpenBuilds(store, data)
+	top := t // the builds a subtest opens again outlive it
+	builds, err := openBuilds(t, store, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestBuildFilesArePruned(t *testing.T) {
 	})
 	t.Run("finished records go past the cap, oldest first, then past the TTL", func(t *testing.T) {
 		// A new process fails the waiting builds (orphaned): now they are finished.
-		if builds, err = template.OpenBuilds(store, data); err != nil {
+		if builds, err = openBuilds(top, store, data); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := builds.Records().PruneOverCap(1, 100); err != nil || n != 2 || kept(t, builds.Records()) != 1 {
@@ -118,7 +119,7 @@ func TestBuildFilesArePruned(t *testing.T) {
 // uploads: old ones go, but never one a host build (of any process) is reading.
 func TestHostArchivesArePruned(t *testing.T) {
 	_, store := busyboxStore(t)
-	builds, err := template.OpenBuilds(store, t.TempDir())
+	builds, err := openBuilds(t, store, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

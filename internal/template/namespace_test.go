@@ -210,7 +210,7 @@ func TestOpenBuildsClosesTheUploadsToOtherUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := template.OpenBuilds(store, data); err != nil {
+	if _, err := openBuilds(t, store, data); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(filepath.Join(data, "uploads")); err != nil || fi.Mode().Perm() != 0o700 {

@@ -17,7 +17,7 @@ func TestAnUploadIsKeptOnlyWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds, err := template.OpenBuilds(store, t.TempDir())
+	builds, err := openBuilds(t, store, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

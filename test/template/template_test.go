@@ -22,6 +22,7 @@ import (
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/template/oci/ocitest"
 	cove "github.com/cove-dev/cove/sdk"
@@ -382,7 +383,7 @@ func TestBuildsAcrossRestarts(t *testing.T) {
 	server.Stop()
 	server.Restart()
 
-	t.Run("a build's log outlives the server, in the log store under the build id", func(t *testing.T) {
+	t.Run("a build's log outlives the server, in the store, and reads by the build id as a sandbox's", func(t *testing.T) {
 		var status struct {
 			Status     string `json:"status"`
 			LogEntries []struct {
@@ -445,17 +446,17 @@ func TestBuildsAcrossRestarts(t *testing.T) {
 				Message string `json:"message"`
 			} `json:"reason"`
 		}
-		entries, _ := filepath.Glob(filepath.Join(server.DataDir, "builds", "*.json"))
-		var id string
-		for _, e := range entries {
-			b, _ := os.ReadFile(e)
-			if strings.Contains(string(b), `"template": "crashed"`) {
-				id = strings.TrimSuffix(filepath.Base(e), ".json")
-			}
+		// The build's record is in the server's store: find its id there.
+		db, err := sqlite.Open(ctx, filepath.Join(server.DataDir, "cove.db"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if id == "" {
-			t.Fatal("no record of the crashed build")
+		recs, err := db.ListTemplateBuilds(ctx, "crashed")
+		db.Close()
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("records of the crashed build: %+v, %v", recs, err)
 		}
+		id := recs[0].ID
 		getJSON(t, server, "/templates/crashed/builds/"+id+"/status", &status)
 		if status.Status != "error" || !strings.Contains(status.Reason.Message, "orphaned") {
 			t.Fatalf("status = %+v", status)
