@@ -34,7 +34,6 @@ type Engine interface {
 	store.Identity
 	store.PoolSizes
 	store.TemplateBuilds
-	store.Templates
 	store.Records
 	store.SealedSets
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
@@ -64,7 +63,6 @@ func Run(t *testing.T, open Open) {
 	t.Run("workload identity keys and tokens", func(t *testing.T) { identity(t, open(t, false)) })
 	t.Run("warm pool sizes", func(t *testing.T) { poolSizes(t, open(t, false)) })
 	t.Run("template builds and their logs", func(t *testing.T) { templateBuilds(t, open(t, false)) })
-	t.Run("templates, their tags and their layers", func(t *testing.T) { templates(t, open(t, false)) })
 	t.Run("snapshot, volume and network records", func(t *testing.T) { records(t, open(t, false)) })
 	t.Run("sealed snapshot, volume and network records", func(t *testing.T) { records(t, open(t, true)) })
 	t.Run("the vault's sealed sets", func(t *testing.T) { sealedSets(t, open(t, false)) })
