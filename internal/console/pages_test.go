@@ -199,11 +199,12 @@ func TestTemplatesPage(t *testing.T) {
 	dir := t.TempDir()
 	// A template as the store writes it: <dir>/<name>/meta.json and build.log.
 	for name, meta := range map[string]string{
-		"base":   `{"name":"base","suite":"bookworm","created_at":"2026-12-01T00:00:00Z","build_seconds":41.5,"size_bytes":183500800}`,
-		"python": `{"name":"python","from":"base","run":["apt-get install -y python3"],"created_at":"2026-12-02T00:00:00Z","build_seconds":12,"size_bytes":1048576,"collect_logs":false}`,
-		"theirs": `{"name":"theirs","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team"}`,
-		"shared": `{"name":"shared","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team","public":true}`,
-		"ours":   `{"name":"ours","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"` + f.team + `"}`,
+		"base":     `{"name":"base","suite":"bookworm","created_at":"2026-12-01T00:00:00Z","build_seconds":41.5,"size_bytes":183500800}`,
+		"python":   `{"name":"python","from":"base","run":["apt-get install -y python3"],"created_at":"2026-12-02T00:00:00Z","build_seconds":12,"size_bytes":1048576,"collect_logs":false}`,
+		"theirs":   `{"name":"theirs","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team"}`,
+		"shared":   `{"name":"shared","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"another-team","public":true}`,
+		"ours":     `{"name":"ours","from":"base","created_at":"2026-12-02T00:00:00Z","team_id":"` + f.team + `"}`,
+		"apibuilt": `{"name":"apibuilt","from":"base","created_at":"2026-12-03T00:00:00Z","build_id":"bld_0123"}`,
 	} {
 		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
 			t.Fatal(err)
@@ -269,6 +270,14 @@ func TestTemplatesPage(t *testing.T) {
 			t.Errorf("a template without a log:\n%s", page)
 		}
 		f.get(t, "/dashboard/templates/nope/log", http.StatusNotFound)
+		// Built through the API: its log is its build's, in the store.
+		req := httptest.NewRequest(http.MethodGet, "/dashboard/templates/apibuilt/log", nil)
+		req.AddCookie(f.cookie)
+		rec := httptest.NewRecorder()
+		f.console.ServeHTTP(rec, req)
+		if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/dashboard/builds/bld_0123" {
+			t.Errorf("an API-built template's log: %d to %q, want its build's page", rec.Code, rec.Header().Get("Location"))
+		}
 	})
 }
 

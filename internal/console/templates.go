@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 
 	"github.com/cove-dev/cove/internal/orchestrator"
@@ -102,6 +103,11 @@ func (c *Console) buildLog(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if t.BuildID != "" {
+		// Built through the API: its log is the build's, in the store, on the build's page.
+		http.Redirect(w, r, Prefix+"builds/"+url.PathEscape(t.BuildID), http.StatusSeeOther)
 		return
 	}
 	text, cut, err := tailFile(t.BuildLog, buildLogTail)
