@@ -121,6 +121,16 @@ func (o *Orchestrator) CreateSnapshot(ctx context.Context, teamID, id, name stri
 		return nil, err
 	}
 	o.logger(ctx).Info("snapshot created", telemetry.KeySnapshotID, sn.ID, telemetry.KeySnapshotBytes, n)
+	if o.cfg.Mover != nil {
+		// On a cluster its files go to the object store too: another node starts copies of it
+		// when this one is full or lost. A failed upload leaves copies to this node only.
+		begun := time.Now()
+		if err := o.cfg.Mover.Upload(ctx, sn.ID, dir); err != nil {
+			o.logger(ctx).Warn("snapshot not shared with the other nodes: its copies start on this node only", telemetry.KeySnapshotID, sn.ID, telemetry.KeyError, err.Error())
+		} else {
+			o.logger(ctx).Info("snapshot shared with the other nodes", telemetry.KeySnapshotID, sn.ID, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+		}
+	}
 	return sn, nil
 }
 
@@ -129,7 +139,8 @@ func (o *Orchestrator) ListSnapshots(ctx context.Context, teamID, sandboxID, nam
 	if o.cfg.Snapshots == nil {
 		return nil, nil
 	}
-	return o.cfg.Snapshots.List(snapshot.Filter{TeamID: teamID, SandboxID: sandboxID, Name: name})
+	// Every node's: on a cluster, one API from any node lists them all.
+	return o.cfg.Snapshots.List(snapshot.Filter{TeamID: teamID, SandboxID: sandboxID, Name: name, AllNodes: true})
 }
 
 // DeleteSnapshot deletes a team's snapshot; ErrNotFound for another team's or none.
@@ -143,6 +154,9 @@ func (o *Orchestrator) DeleteSnapshot(ctx context.Context, teamID, id string) er
 	}
 	if err := o.cfg.Snapshots.Delete(id); err != nil {
 		return err
+	}
+	if o.cfg.Mover != nil {
+		o.cfg.Mover.Forget(ctx, id)
 	}
 	if o.cfg.Vault != nil {
 		if err := o.cfg.Vault.Delete(id); err != nil {
@@ -231,8 +245,32 @@ type origin struct {
 // createFromSnapshot starts a sandbox from a snapshot of the caller's team.
 func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest) (*store.Sandbox, error) {
 	var sn *snapshot.Snapshot
+	var dir string
 	if o.cfg.Snapshots != nil {
-		sn, _ = o.cfg.Snapshots.Get(req.TemplateID)
+		if sn, _ = o.cfg.Snapshots.Get(req.TemplateID); sn != nil {
+			dir = o.cfg.Snapshots.Dir(sn.ID)
+		}
+	}
+	if sn == nil && o.cfg.Snapshots != nil && o.cfg.Mover != nil {
+		// Another node's: started here from the object store's copy of its files (placement
+		// asked its node first; that node is full, draining or lost).
+		shared, node, err := o.cfg.Snapshots.Shared(req.TemplateID)
+		if err == nil && shared.TeamID == req.TeamID {
+			if len(shared.Volumes) > 0 {
+				return nil, fmt.Errorf("%w: snapshot %s mounts volumes, which stay on node %s: its copies start there only", ErrConflict, shared.ID, node)
+			}
+			scratch, err := os.MkdirTemp(o.cfg.LogDir, ".snapshot-"+shared.ID+"-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(scratch)
+			if dir, err = o.cfg.Mover.Download(ctx, shared.ID, scratch); err == nil {
+				sn = shared
+				o.logger(ctx).Info("snapshot fetched from the object store", telemetry.KeySnapshotID, sn.ID, telemetry.KeyNodeOther, node)
+			} else {
+				o.logger(ctx).Warn("another node's snapshot is not in the object store", telemetry.KeySnapshotID, shared.ID, telemetry.KeyNodeOther, node, telemetry.KeyError, err.Error())
+			}
+		}
 	}
 	if sn == nil || sn.TeamID != req.TeamID {
 		if full, ok := ctx.Value(nodeFullKey{}).(*atomic.Bool); ok && sn == nil {
@@ -273,7 +311,7 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 			from.inbound = sn.Inbound
 		}
 	}
-	return o.createFrom(ctx, from, o.cfg.Snapshots.Dir(sn.ID), timeout)
+	return o.createFrom(ctx, from, dir, timeout)
 }
 
 // createFrom starts a new sandbox from an exported checkpoint in dir (launch): its processes

@@ -175,7 +175,7 @@ func (o *Orchestrator) Lost(ctx context.Context, heartbeat time.Time) {
 // its object store.
 type Mover interface {
 	// Upload stores the checkpoint exported to dir (runtime.Checkpointer.Export) as the
-	// sandbox's, replacing an older one.
+	// sandbox's (or, by a snapshot's id, the snapshot's files), replacing an older one.
 	Upload(ctx context.Context, id, dir string) error
 	// Download unpacks the sandbox's checkpoint into a new directory under parent and
 	// returns it; an error wrapping ErrNotFound when there is none.

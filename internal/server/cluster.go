@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,7 +174,9 @@ type clusterNode struct {
 	sandboxOf func(r *http.Request) (string, bool)
 	// records reads a sandbox's record (its node).
 	records store.Sandboxes
-	fwd     *httputil.ReverseProxy
+	// snapshots reads a snapshot's record (the node holding its files).
+	snapshots store.Snapshots
+	fwd       *httputil.ReverseProxy
 
 	mu     sync.Mutex
 	owners map[string]ownerEntry // sandbox id → its node, for a few seconds
@@ -188,12 +191,15 @@ type ownerEntry struct {
 // within it.
 const ownerTTL = 2 * time.Second
 
-func newClusterNode(name string, secret []byte, nodes store.Nodes, records store.Sandboxes) (*clusterNode, error) {
+func newClusterNode(name string, secret []byte, nodes store.Nodes, records interface {
+	store.Sandboxes
+	store.Snapshots
+}) (*clusterNode, error) {
 	key, err := clusterKey(secret, "forward")
 	if err != nil {
 		return nil, err
 	}
-	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, owners: map[string]ownerEntry{}}
+	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, snapshots: records, owners: map[string]ownerEntry{}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	c.fwd = &httputil.ReverseProxy{
@@ -278,11 +284,18 @@ func sandboxPath(path string) (string, bool) {
 	return "", false
 }
 
+// snapshotPath names the snapshot of an API path /snapshots/{id} (its delete).
+func snapshotPath(path string) (string, bool) {
+	id, ok := strings.CutPrefix(path, "/snapshots/")
+	return id, ok && snapshot.IsID(id)
+}
+
 // clusterPath says whether an API path may be another node's to answer: a sandbox's
-// routes, and a create (placed on the best node).
+// routes, a snapshot's (its files are on its node), and a create (placed on the best node).
 func clusterPath(path string) bool {
 	_, ok := sandboxPath(path)
-	return ok || createPath(path)
+	_, snap := snapshotPath(path)
+	return ok || snap || createPath(path)
 }
 
 // HeaderNodeFull marks a create's answer when the node that tried it had no room
@@ -299,6 +312,8 @@ func (c *clusterNode) route(r *http.Request, proxied bool) (*store.Node, error) 
 	var ok bool
 	if proxied {
 		id, ok = c.sandboxOf(r)
+	} else if sn, isSnap := snapshotPath(r.URL.Path); isSnap {
+		return c.snapshotOwner(r.Context(), sn), nil
 	} else {
 		id, ok = sandboxPath(r.URL.Path)
 	}
@@ -330,6 +345,19 @@ func (c *clusterNode) ownerOf(ctx context.Context, id string) *store.Node {
 	c.owners[id] = ownerEntry{node: owner, at: time.Now()}
 	c.mu.Unlock()
 	return owner
+}
+
+// snapshotOwner is the live node holding snapshot id's files when that is another node; nil
+// when it is this one, the snapshot is unknown, or its node is not alive.
+func (c *clusterNode) snapshotOwner(ctx context.Context, id string) *store.Node {
+	sn, err := c.snapshots.GetSnapshot(ctx, id)
+	if err != nil || sn.Node == c.name {
+		return nil
+	}
+	if n, err := c.nodes.GetNode(ctx, sn.Node); err == nil && n.State.Holds() {
+		return n
+	}
+	return nil
 }
 
 // createBody is what placement reads of a create: its template (a node that caches it
@@ -429,7 +457,14 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 	}
 	tries := min(len(ranked), maxPlacements)
 	if snapshot.IsID(cb.TemplateID) {
-		tries = len(ranked) // its files are on one node: every node is asked until it is found
+		// Its files are on its node: asked first; the others start it from the object
+		// store's copy when that node is full or gone, or say they cannot.
+		tries = len(ranked)
+		if sn, err := c.snapshots.GetSnapshot(r.Context(), cb.TemplateID); err == nil {
+			if i := slices.IndexFunc(ranked, func(n *store.Node) bool { return n.Name == sn.Node }); i > 0 {
+				ranked = append([]*store.Node{ranked[i]}, slices.Delete(slices.Clone(ranked), i, i+1)...)
+			}
+		}
 	}
 	var last *bufferedResponse
 	for i, n := range ranked[:tries] {
@@ -615,7 +650,14 @@ type checkpointMover struct {
 	nodes store.Nodes
 }
 
-func checkpointBlob(id string) string { return "sandboxes/" + id + "/checkpoint.tar" }
+// checkpointBlob is where a sandbox's checkpoint (or a snapshot's files) is kept in the object
+// store.
+func checkpointBlob(id string) string {
+	if snapshot.IsID(id) {
+		return "snapshots/" + id + "/files.tar"
+	}
+	return "sandboxes/" + id + "/checkpoint.tar"
+}
 
 func (m checkpointMover) Upload(ctx context.Context, id, dir string) error {
 	return blob.PutTree(ctx, m.blobs, checkpointBlob(id), dir, "")

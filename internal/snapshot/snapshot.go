@@ -233,14 +233,35 @@ func (s *Store) Get(id string) (*Snapshot, error) {
 	return fromRecord(rec)
 }
 
+// Shared returns snapshot id whose files are on another node of the cluster, and that node:
+// a node can start copies of it from the object store's copy of its files. ErrNotFound when
+// there is none, or it is this node's.
+func (s *Store) Shared(id string) (*Snapshot, string, error) {
+	if !IsID(id) {
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	rec, err := s.db.GetSnapshot(context.Background(), id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.Node == s.node) {
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	sn, err := fromRecord(rec)
+	return sn, rec.Node, err
+}
+
 // Filter selects snapshots; empty fields match all.
 type Filter struct {
 	TeamID, SandboxID, Name string
+	// AllNodes lists every node's snapshots, not only this node's (the API's listing on a
+	// cluster: one API from any node).
+	AllNodes bool
 }
 
 // List returns this node's snapshots that match f, newest first.
 func (s *Store) List(f Filter) ([]*Snapshot, error) {
-	recs, err := s.db.ListSnapshots(context.Background(), store.SnapshotFilter{Node: s.node, TeamID: f.TeamID, SandboxID: f.SandboxID, Name: f.Name})
+	recs, err := s.db.ListSnapshots(context.Background(), store.SnapshotFilter{Node: s.node, TeamID: f.TeamID, SandboxID: f.SandboxID, Name: f.Name, AllNodes: f.AllNodes})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}

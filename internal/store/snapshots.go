@@ -24,9 +24,11 @@ type Snapshot struct {
 	Config []byte
 }
 
-// SnapshotFilter selects snapshots: Node always, the other fields when not "".
+// SnapshotFilter selects snapshots: Node always (unless AllNodes), the other fields when not "".
 type SnapshotFilter struct {
 	Node, TeamID, SandboxID, Name string
+	// AllNodes selects every node's snapshots, not Node's: a cluster's listing through any node.
+	AllNodes bool
 }
 
 // Snapshots stores snapshot records.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -437,6 +438,23 @@ func TestCluster(t *testing.T) {
 			}
 			_ = sb.Kill(ctx)
 		}
+		// Listed through every node, and deleted through one that does not hold it.
+		for _, via := range nodes {
+			list, err := via.c.ListSnapshots(ctx, cove.SnapshotFilter{SandboxID: src.ID})
+			if err != nil || !slices.ContainsFunc(list, func(s cove.SnapshotInfo) bool { return s.ID == sn.ID }) {
+				t.Errorf("the snapshots listed through %s: %+v %v, want %s", via.name, list, err, sn.ID)
+			}
+		}
+		other := nodes[0]
+		if other.name == info.ClientID {
+			other = nodes[1]
+		}
+		if err := other.c.DeleteSnapshot(ctx, sn.ID); err != nil {
+			t.Fatalf("delete the snapshot of %s through %s: %v", info.ClientID, other.name, err)
+		}
+		if _, err := a.c.Create(ctx, cove.SandboxOptions{Template: sn.ID}); err == nil {
+			t.Error("a deleted snapshot still starts copies")
+		}
 	})
 
 	t.Run("a forged node signature is refused", func(t *testing.T) {
@@ -476,6 +494,17 @@ func TestCluster(t *testing.T) {
 		}
 		if err := a.c.PauseWith(ctx, paused.ID, cove.PauseOptions{Kind: reason.PauseSnapshot}); err != nil {
 			t.Fatalf("pause on %s: %v", victim.name, err)
+		}
+		// A named snapshot on it too: its copies start on the other nodes once it is gone,
+		// from the object store's copy of its files.
+		var orphan *cove.SnapshotInfo
+		if len(running) > 0 {
+			if _, err := running[0].Commands.Run(ctx, "echo before-the-loss > /tmp/lost"); err != nil {
+				t.Fatal(err)
+			}
+			if orphan, err = a.c.CreateSnapshot(ctx, running[0].ID, "of-a-lost-node"); err != nil {
+				t.Fatalf("snapshot on %s: %v", victim.name, err)
+			}
 		}
 		begun := time.Now()
 		victim.srv.Crash()
@@ -517,6 +546,20 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("after the move to %s the process writes %q, want %q from its memory", info.ClientID, got, want)
 		}
 		t.Logf("%s, paused on %s, resumed on %s with its process and memory", paused.ID, victim.name, info.ClientID)
+		if orphan != nil {
+			sb, err := a.c.Create(ctx, cove.SandboxOptions{Template: orphan.ID})
+			if err != nil {
+				t.Fatalf("create from %s's snapshot after its loss: %v\n%s", victim.name, err, a.srv.Logs())
+			}
+			got, err := a.c.Info(ctx, sb.ID)
+			if err != nil || got.ClientID == victim.name {
+				t.Errorf("the copy of the lost node's snapshot is on %+v (%v)", got, err)
+			}
+			if res, err := sb.Commands.Run(ctx, "cat /tmp/lost"); err != nil || res.Stdout != "before-the-loss\n" {
+				t.Errorf("the copy of the lost node's snapshot: %+v %v", res, err)
+			}
+			_ = sb.Kill(ctx)
+		}
 		if len(running) == 0 {
 			return
 		}

@@ -77,9 +77,9 @@ func (db *DB) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, erro
 
 // ListSnapshots returns the snapshots f selects, newest first.
 func (db *DB) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]*store.Snapshot, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE node = $1
+	rows, err := db.pool.Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE ($5 OR node = $1)
 		AND ($2 = '' OR team_id = $2) AND ($3 = '' OR sandbox_id = $3) AND ($4 = '' OR name = $4)
-		ORDER BY created_at DESC, id DESC`, f.Node, f.TeamID, f.SandboxID, f.Name)
+		ORDER BY created_at DESC, id DESC`, f.Node, f.TeamID, f.SandboxID, f.Name, f.AllNodes)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}

@@ -76,9 +76,9 @@ func (db *DB) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, erro
 
 // ListSnapshots returns the snapshots f selects, newest first.
 func (db *DB) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]*store.Snapshot, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE node = ?
+	rows, err := db.read.QueryContext(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE (? OR node = ?)
 		AND (? = '' OR team_id = ?) AND (? = '' OR sandbox_id = ?) AND (? = '' OR name = ?)
-		ORDER BY created_at DESC, id DESC`, f.Node, f.TeamID, f.TeamID, f.SandboxID, f.SandboxID, f.Name, f.Name)
+		ORDER BY created_at DESC, id DESC`, f.AllNodes, f.Node, f.TeamID, f.TeamID, f.SandboxID, f.SandboxID, f.Name, f.Name)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}

@@ -54,6 +54,7 @@ func snapshotRecords(t *testing.T, s Engine) {
 	}{
 		{"the one box's, newest first", store.SnapshotFilter{}, []string{"snap-c", "snap-b", "snap-a"}},
 		{"another node's", store.SnapshotFilter{Node: "node-b"}, []string{"snap-d"}},
+		{"every node's", store.SnapshotFilter{AllNodes: true}, []string{"snap-d", "snap-c", "snap-b", "snap-a"}},
 		{"a team's", store.SnapshotFilter{TeamID: "team-1"}, []string{"snap-b", "snap-a"}},
 		{"a team's of one sandbox", store.SnapshotFilter{TeamID: "team-1", SandboxID: "sb-1"}, []string{"snap-a"}},
 		{"by name", store.SnapshotFilter{Name: "first"}, []string{"snap-c", "snap-a"}},
