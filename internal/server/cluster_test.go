@@ -16,6 +16,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
@@ -73,7 +74,8 @@ func TestCheckClusterFlags(t *testing.T) {
 		t.Error("helpers")
 	}
 	for path, want := range map[string]bool{"/sandboxes": true, "/v2/sandboxes": true, "/sandboxes/i1/pause": true, "/v2/sandboxes/i1/logs": true,
-		"/admin/sandboxes/i1": true, "/templates": false, "/sandboxes/": false, "/events/sandboxes/i1": false} {
+		"/admin/sandboxes/i1": true, "/templates": false, "/sandboxes/": false, "/events/sandboxes/i1": false,
+		"/snapshots/" + snapshot.NewID(): true, "/snapshots": false, "/snapshots/not-an-id": false} {
 		if clusterPath(path) != want {
 			t.Errorf("clusterPath(%q) is %v", path, !want)
 		}
@@ -173,6 +175,24 @@ func TestClusterForwarding(t *testing.T) {
 		}
 		if seen.Header.Get(requestid.Header) != "req-forwarded-1" {
 			t.Errorf("the request id reached b as %q", seen.Header.Get(requestid.Header))
+		}
+	})
+	t.Run("a snapshot's delete is answered by the node holding its files", func(t *testing.T) {
+		team, err := rig.db.CreateTeam(context.Background(), "snaps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		onB, onA := snapshot.NewID(), snapshot.NewID()
+		for id, node := range map[string]string{onB: "b", onA: "a"} {
+			if err := rig.db.InsertSnapshot(context.Background(), &store.Snapshot{ID: id, Node: node, TeamID: team.ID, CreatedAt: time.Now().UTC()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if w := rig.do(httptest.NewRequest(http.MethodDelete, "/snapshots/"+onB, nil), false); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "answered by b") {
+			t.Fatalf("delete of b's snapshot through a: %d %s", w.Code, w.Body)
+		}
+		if w := rig.do(httptest.NewRequest(http.MethodDelete, "/snapshots/"+onA, nil), false); w.Code != http.StatusTeapot {
+			t.Fatalf("delete of a's own snapshot: %d %s, want it answered by a", w.Code, w.Body)
 		}
 	})
 	t.Run("a sandbox's traffic follows it too", func(t *testing.T) {
