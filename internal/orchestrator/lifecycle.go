@@ -161,6 +161,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	o.mu.Lock()
 	delete(o.live, e.sb.ID)
 	o.mu.Unlock()
+	o.takeovers.Delete(e.sb.ID) // a killed sandbox is taken over by no node again
 	o.nudge()
 	data := events.KilledData(why, events.ExecutionOf(e.sb, now))
 	data.Postmortem, data.EndAt = pm, e.sb.EndAt.UTC() // the TTL, which a timeout kill reached

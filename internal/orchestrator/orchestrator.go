@@ -170,7 +170,8 @@ type Orchestrator struct {
 	// other way round.
 	mu   sync.Mutex
 	live map[string]*entry
-	// takeovers serialises the take-overs of one sandbox (node.go): id → *sync.Mutex.
+	// takeovers serialises the take-overs of one sandbox (node.go): id → *sync.Mutex, dropped
+	// when the sandbox is killed.
 	takeovers sync.Map
 	// moving holds the sandboxes a drain is moving away (Migrate), closed once it is over.
 	moving   map[string]chan struct{}
