@@ -149,6 +149,11 @@ func (o *Orchestrator) DeleteSnapshot(ctx context.Context, teamID, id string) er
 		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
 	}
 	sn, err := o.cfg.Snapshots.Get(id)
+	if err != nil && o.cfg.Mover != nil {
+		if shared, node, serr := o.cfg.Snapshots.Shared(id); serr == nil && shared.TeamID == teamID {
+			return o.deleteSharedSnapshot(ctx, shared, node)
+		}
+	}
 	if err != nil || sn.TeamID != teamID {
 		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
 	}
@@ -164,6 +169,21 @@ func (o *Orchestrator) DeleteSnapshot(ctx context.Context, teamID, id string) er
 		}
 	}
 	o.logger(ctx).Info("snapshot deleted", telemetry.KeySnapshotID, id, telemetry.KeySnapshotBytes, sn.Bytes)
+	return nil
+}
+
+// deleteSharedSnapshot deletes a snapshot whose files are on another node: a live node's
+// delete is forwarded there, so this one is lost. Its record and its object store copy go
+// now; the node removes its files (and its kept secrets) when it starts again.
+func (o *Orchestrator) deleteSharedSnapshot(ctx context.Context, sn *snapshot.Snapshot, node string) error {
+	if o.cfg.Mover.NodeAlive(ctx, node) {
+		return fmt.Errorf("%w: snapshot %s is on node %s, which deletes it", ErrConflict, sn.ID, node)
+	}
+	if err := o.cfg.Snapshots.ForgetShared(sn.ID); err != nil {
+		return fmt.Errorf("%w: snapshot %s: %v", ErrNotFound, sn.ID, err)
+	}
+	o.cfg.Mover.Forget(ctx, sn.ID)
+	o.logger(ctx).Info("snapshot deleted", telemetry.KeySnapshotID, sn.ID, telemetry.KeySnapshotBytes, sn.Bytes, telemetry.KeyNodeOther, node)
 	return nil
 }
 

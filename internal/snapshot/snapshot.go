@@ -251,6 +251,21 @@ func (s *Store) Shared(id string) (*Snapshot, string, error) {
 	return sn, rec.Node, err
 }
 
+// ForgetShared deletes the record of snapshot id whose files are on another node, one that
+// is lost: that node removes the files when it starts again (Open keeps no directory without
+// a record). ErrNotFound when there is none, or it is this node's.
+func (s *Store) ForgetShared(id string) error {
+	if _, _, err := s.Shared(id); err != nil {
+		return err
+	}
+	if err := s.db.DeleteSnapshot(context.Background(), id); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	} else if err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	return nil
+}
+
 // Filter selects snapshots; empty fields match all.
 type Filter struct {
 	TeamID, SandboxID, Name string

@@ -559,6 +559,13 @@ func TestCluster(t *testing.T) {
 				t.Errorf("the copy of the lost node's snapshot: %+v %v", res, err)
 			}
 			_ = sb.Kill(ctx)
+			// Deleted while its node is gone: its record and its object store copy go.
+			if err := a.c.DeleteSnapshot(ctx, orphan.ID); err != nil {
+				t.Fatalf("delete the lost node's snapshot: %v", err)
+			}
+			if _, err := a.c.Create(ctx, cove.SandboxOptions{Template: orphan.ID}); err == nil {
+				t.Error("a deleted snapshot of the lost node still starts copies")
+			}
 		}
 		if len(running) == 0 {
 			return
