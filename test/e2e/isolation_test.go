@@ -17,6 +17,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/sdk/gen/process"
 )
 
@@ -30,10 +32,24 @@ func randomHex(t testing.TB, n int) string {
 }
 
 // TestSandboxIsolation checks, through the REST API and the proxy, what a sandbox can see
-// of the host and what it may use.
+// of the host and what it may use, on each runtime: the package's server on runc, and a
+// server of its own whose sandboxes run on gVisor (runsc).
 func TestSandboxIsolation(t *testing.T) {
 	need(t)
+	covetest.EachRuntime(t, func(t *testing.T, engine runtime.Engine) {
+		if engine == runtime.EngineRunsc {
+			s := covetest.StartWith(t, "", covetest.Options{OnStop: "kill", Args: []string{"--runtime", "runsc"}})
+			// The package's helpers talk to server: this subtest's (the package runs no test
+			// in parallel).
+			saved := server
+			server.URL, server.APIKey, server.DataDir, server.LogPath = s.URL, s.Key, s.DataDir, ""
+			t.Cleanup(func() { server = saved })
+		}
+		sandboxIsolation(t, engine)
+	})
+}
 
+func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 	sb := create(t, nil)
 	e := envdOf(sb)
 
@@ -74,7 +90,40 @@ func TestSandboxIsolation(t *testing.T) {
 		}
 	})
 
-	t.Run("a process allocating past the memory limit is SIGKILLed and the sandbox lives on", func(t *testing.T) {
+	t.Run("the request id sent as X-E2B-Request-Id comes back and is in the sandbox's envd log", func(t *testing.T) {
+		id := "e2e-" + randomHex(t, 8)
+		req := connect.NewRequest(&process.ListRequest{})
+		req.Header().Set("X-E2B-Request-Id", id)
+		resp, err := e.proc.List(context.Background(), req)
+		if err != nil {
+			t.Fatalf("process.List: %v", err)
+		}
+		if got := resp.Header().Get("X-E2B-Request-Id"); got != id {
+			t.Errorf("response X-E2B-Request-Id is %q, want %q", got, id)
+		}
+		logPath := filepath.Join(server.DataDir, "logs", sb.ID+".log")
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			lines, err := logLinesWith(logPath, id)
+			if err != nil {
+				t.Fatalf("read envd log: %v", err)
+			}
+			if len(lines) > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no JSON line with request_id %q in %s", id, logPath)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	// Last: on runsc it ends the sandbox.
+	oomCase := "a process allocating past the memory limit is SIGKILLed and the sandbox lives on"
+	if engine == runtime.EngineRunsc {
+		oomCase = "a process allocating past the memory limit ends the sandbox with reason oom"
+	}
+	t.Run(oomCase, func(t *testing.T) {
 		if mb := sb.info(t).MemoryMB; mb <= 0 || mb >= 1024 {
 			t.Fatalf("sandbox memoryMB is %d, want a limit under the 1 GiB the test allocates", mb)
 		}
@@ -89,6 +138,22 @@ func TestSandboxIsolation(t *testing.T) {
 			t.Fatalf("start python3: %v", err)
 		}
 		res, err := collect(stream, nil)
+		if engine == runtime.EngineRunsc {
+			// Under gVisor the host's OOM killer sees the sandbox's sentry, not the process in
+			// it: the whole sandbox ends, and Cove says why (docs/runtimes.md).
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				code, body := call(t, http.MethodGet, "/sandboxes/"+sb.ID, nil)
+				if code == http.StatusNotFound && strings.Contains(string(body), "oom") {
+					t.Logf("on runsc the allocation ended the sandbox: %s (the command: %v)", body, err)
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("30 s after a process passed the memory limit on runsc the sandbox reads %d %s, want killed with reason oom", code, body)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
 		if err != nil {
 			t.Fatalf("python3 allocating 1 GiB: %v (%s)", err, res)
 		}
@@ -118,34 +183,6 @@ func TestSandboxIsolation(t *testing.T) {
 		}
 		if st := sb.info(t).State; st != "running" {
 			t.Errorf("sandbox state after the OOM kill is %q, want running", st)
-		}
-	})
-
-	t.Run("the request id sent as X-E2B-Request-Id comes back and is in the sandbox's envd log", func(t *testing.T) {
-		id := "e2e-" + randomHex(t, 8)
-		req := connect.NewRequest(&process.ListRequest{})
-		req.Header().Set("X-E2B-Request-Id", id)
-		resp, err := e.proc.List(context.Background(), req)
-		if err != nil {
-			t.Fatalf("process.List: %v", err)
-		}
-		if got := resp.Header().Get("X-E2B-Request-Id"); got != id {
-			t.Errorf("response X-E2B-Request-Id is %q, want %q", got, id)
-		}
-		logPath := filepath.Join(server.DataDir, "logs", sb.ID+".log")
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			lines, err := logLinesWith(logPath, id)
-			if err != nil {
-				t.Fatalf("read envd log: %v", err)
-			}
-			if len(lines) > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no JSON line with request_id %q in %s", id, logPath)
-			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	})
 }
