@@ -26,6 +26,7 @@ var rules = []struct {
 	{"internal/errdefs", []string{"internal/telemetry", "internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/envd"}},
 	{"internal/hostpkg", []string{"internal/"}},
 	{"internal/authz", []string{"internal/", "sdk"}},
+	{"internal/cgroup", []string{"internal/", "sdk"}},
 	{"internal/telemetry", []string{"internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/envd", "internal/runtime", "internal/httpx"}},
 	{"internal/httpx", []string{"internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/envd", "internal/teamapi"}},
 	{"internal/runtime", []string{"internal/template", "internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store", "internal/events"}},

@@ -1,15 +1,16 @@
 package runtime
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,53 +81,31 @@ func writeControl(file, v string) error {
 	return errors.Join(err, f.Close())
 }
 
-// readStats reads a sandbox's cgroup v1 accounting files.
+// hostCgroups is the host's cgroup filesystem, v1 or v2: the one reader (internal/cgroup)
+// reads a sandbox's accounting from it.
+var hostCgroups = sync.OnceValue(func() cgroup.FS { return cgroup.Detect(cgroupRoot) })
+
+// readStats reads a sandbox's cgroup accounting.
 func readStats(path string) (Stats, error) {
-	mem := filepath.Join(cgroupRoot, "memory", path)
-	if _, err := os.Stat(mem); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return Stats{}, ErrNotFound
-		}
-		return Stats{}, err
+	fs := hostCgroups()
+	buf := make([]byte, 8<<10)
+	m, err := fs.ReadMemory(path, buf)
+	if errors.Is(err, cgroup.ErrNotFound) {
+		return Stats{}, ErrNotFound
 	}
-	var s Stats
-	var errs []error
-	u := func(file string) uint64 {
-		v, err := readUint(file)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		return v
-	}
-	s.MemoryUsage = u(filepath.Join(mem, "memory.usage_in_bytes"))
-	s.MemoryMaxUsage = u(filepath.Join(mem, "memory.max_usage_in_bytes"))
-	s.MemoryLimit = u(filepath.Join(mem, "memory.limit_in_bytes"))
-	s.MemoryFailCnt = u(filepath.Join(mem, "memory.failcnt"))
-	if kv, err := readKeyValues(filepath.Join(mem, "memory.stat")); err == nil {
-		s.MemoryRSS, s.MemoryCache = kv["total_rss"], kv["total_cache"]
-	} else {
-		errs = append(errs, err)
-	}
-	if kv, err := readKeyValues(filepath.Join(mem, "memory.oom_control")); err == nil {
-		s.OOMKills, s.UnderOOM = kv["oom_kill"], kv["under_oom"] == 1
-	} else {
-		errs = append(errs, err)
-	}
-	s.CPU = time.Duration(u(filepath.Join(cgroupRoot, "cpuacct", path, "cpuacct.usage")))
-	s.PIDs = u(filepath.Join(cgroupRoot, "pids", path, "pids.current"))
-	if b, err := os.ReadFile(filepath.Join(cgroupRoot, "pids", path, "pids.max")); err == nil {
-		s.PIDsLimit, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64) // "max" reads as 0
-	}
-	return s, errors.Join(errs...)
+	s := Stats{MemoryUsage: m.Usage, MemoryMaxUsage: m.MaxUsage, MemoryLimit: m.Limit, MemoryFailCnt: m.FailCnt,
+		MemoryRSS: m.RSS, MemoryCache: m.Cache, OOMKills: m.OOMKills, UnderOOM: m.UnderOOM}
+	cpu, cerr := fs.ReadCPU(path, buf)
+	s.CPU = cpu
+	var perr error
+	s.PIDs, s.PIDsLimit, perr = fs.ReadPIDs(path, buf)
+	return s, errors.Join(err, cerr, perr)
 }
 
 // oomKills returns the memory cgroup's OOM kill counter, or 0 when it cannot be read.
 func oomKills(path string) uint64 {
-	kv, err := readKeyValues(filepath.Join(cgroupRoot, "memory", path, "memory.oom_control"))
-	if err != nil {
-		return 0
-	}
-	return kv["oom_kill"]
+	n, _ := hostCgroups().OOMKills(path, nil)
+	return n
 }
 
 func readUint(file string) (uint64, error) {
@@ -139,25 +118,4 @@ func readUint(file string) (uint64, error) {
 		return 0, fmt.Errorf("parse %s: %w", file, err)
 	}
 	return v, nil
-}
-
-// readKeyValues parses "key value" lines (memory.stat, memory.oom_control).
-func readKeyValues(file string) (map[string]uint64, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	kv := map[string]uint64{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			kv[k] = n
-		}
-	}
-	return kv, s.Err()
 }

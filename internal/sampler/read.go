@@ -10,52 +10,42 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
 // cgroupRoot is where the cgroup v1 hierarchies are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// cgroupStats are the cgroup v1 numbers a sample needs: a subset of runtime.Stats, read
-// with four small reads into the caller's buffer.
+// hostCgroups is the host's cgroup filesystem, v1 or v2, read by the one reader
+// (internal/cgroup).
+var hostCgroups = sync.OnceValue(func() cgroup.FS { return cgroup.Detect(cgroupRoot) })
+
+// cgroupStats are the cgroup numbers a sample needs: a subset of runtime.Stats, read with
+// four small reads into the caller's buffer.
 type cgroupStats struct {
-	cpu          time.Duration // cpuacct.usage
-	usage        uint64        // memory.usage_in_bytes
-	limit        uint64        // memory.limit_in_bytes
-	cache        uint64        // memory.stat total_cache
-	inactiveFile uint64        // memory.stat total_inactive_file
+	cpu          time.Duration // cpuacct.usage (v2: cpu.stat usage_usec)
+	usage        uint64        // memory.usage_in_bytes (v2: memory.current)
+	limit        uint64        // memory.limit_in_bytes (v2: memory.max)
+	cache        uint64        // memory.stat total_cache (v2: file)
+	inactiveFile uint64        // memory.stat total_inactive_file (v2: inactive_file)
 }
 
 func readCgroup(path string, buf []byte) (cgroupStats, error) {
-	var s cgroupStats
-	var err error
-	mem := cgroupRoot + "/memory" + path
-	if s.usage, err = readUint(mem+"/memory.usage_in_bytes", buf); err != nil {
-		return s, err
-	}
-	if s.limit, err = readUint(mem+"/memory.limit_in_bytes", buf); err != nil {
-		return s, err
-	}
-	n, err := readInto(mem+"/memory.stat", buf)
+	fs := hostCgroups()
+	m, err := fs.ReadUsage(path, buf)
 	if err != nil {
-		return s, err
+		return cgroupStats{}, err
 	}
-	for line := range bytes.Lines(buf[:n]) {
-		if v, ok := bytes.CutPrefix(line, []byte("total_cache ")); ok {
-			s.cache = parseUint(v)
-		} else if v, ok := bytes.CutPrefix(line, []byte("total_inactive_file ")); ok {
-			s.inactiveFile = parseUint(v)
-		}
-	}
-	cpu, err := readUint(cgroupRoot+"/cpuacct"+path+"/cpuacct.usage", buf)
+	cpu, err := fs.ReadCPU(path, buf)
 	if err != nil {
-		return s, err
+		return cgroupStats{}, err
 	}
-	s.cpu = time.Duration(min(cpu, math.MaxInt64))
-	return s, nil
+	return cgroupStats{cpu: cpu, usage: m.Usage, limit: m.Limit, cache: m.Cache, inactiveFile: m.InactiveFile}, nil
 }
 
 // readInto reads the small file name into buf with three system calls, and returns how many
@@ -81,18 +71,6 @@ func readInto(name string, buf []byte) (int, error) {
 		total += n
 	}
 	return total, nil
-}
-
-func readUint(name string, buf []byte) (uint64, error) {
-	n, err := readInto(name, buf)
-	if err != nil {
-		return 0, err
-	}
-	v, ok := parseUintOK(buf[:n])
-	if !ok {
-		return 0, fmt.Errorf("parse %s: %q is not a number", name, bytes.TrimSpace(buf[:n]))
-	}
-	return v, nil
 }
 
 func parseUint(b []byte) uint64 {

@@ -32,7 +32,7 @@ const (
 
 // bufs holds the buffers samples read kernel files into: memory.stat and /proc/net/dev
 // are about 1 KiB.
-var bufs = sync.Pool{New: func() any { return new([4096]byte) }}
+var bufs = sync.Pool{New: func() any { return new([8192]byte) }}
 
 // pruneEvery is how often Run deletes samples older than the retention.
 const pruneEvery = 10 * time.Minute
@@ -243,7 +243,7 @@ func (s *Sampler) Sample(t Target) (store.MetricSample, error) {
 		cores = s.hostCPUs
 	}
 	out := store.MetricSample{SandboxID: t.ID, TeamID: t.TeamID, CPUCount: cores}
-	buf := bufs.Get().(*[4096]byte)
+	buf := bufs.Get().(*[8192]byte)
 	defer bufs.Put(buf)
 
 	cg, err := readCgroup(t.CgroupPath, buf[:])

@@ -1,47 +1,29 @@
 package process
 
 import (
-	"bytes"
-	"strconv"
+	"sync"
 
+	"github.com/cove-dev/cove/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
-// memoryOOMControl is the sandbox's memory cgroup file whose oom_kill line counts the
-// processes the kernel's OOM killer ended in the sandbox (cgroup v1, mounted read-only at
-// /sys/fs/cgroup by the runtime).
-const memoryOOMControl = "/sys/fs/cgroup/memory/memory.oom_control"
+// sandboxCgroup is the sandbox's cgroup seen from inside (v1 or v2, mounted read-only at
+// /sys/fs/cgroup by the runtime): its OOM kill counter counts the processes the kernel's OOM
+// killer ended in the sandbox.
+var sandboxCgroup = sync.OnceValue(func() cgroup.FS { return cgroup.Detect("/sys/fs/cgroup") })
 
 // oomKillText is the client's error for a command the OOM killer ended, instead of a bare
 // "signal: killed".
 const oomKillText = "oom_killed: the kernel's OOM killer ended it at the sandbox's memory limit (signal: killed)"
 
-// oomKills reads the sandbox's OOM kill count, or -1 when the file is not there (envd run
-// outside a sandbox, a kernel without the counter).
+// oomKills reads the sandbox's OOM kill count, or -1 when there is none to read (envd run
+// outside a sandbox).
 func oomKills() int64 {
-	fd, err := unix.Open(memoryOOMControl, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	n, err := sandboxCgroup().OOMKills("", nil)
 	if err != nil {
 		return -1
 	}
-	defer unix.Close(fd)
-	var buf [256]byte
-	n, err := unix.Read(fd, buf[:])
-	if err != nil || n <= 0 {
-		return -1
-	}
-	return parseOOMKills(buf[:n])
-}
-
-// parseOOMKills returns the oom_kill count of a memory.oom_control text, or -1.
-func parseOOMKills(b []byte) int64 {
-	for line := range bytes.Lines(b) {
-		if v, ok := bytes.CutPrefix(line, []byte("oom_kill ")); ok {
-			if n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
+	return int64(n)
 }
 
 // oomKilled says ex was the OOM killer's doing: a SIGKILL nobody sent through envd, while

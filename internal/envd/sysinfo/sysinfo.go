@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,13 +77,14 @@ func (s *Sampler) Sample() Metrics {
 	return m
 }
 
-const cgroupV1 = "/sys/fs/cgroup"
+// ownCgroup is the sandbox's cgroup, v1 or v2, seen from inside (its root is the sandbox's).
+var ownCgroup = sync.OnceValue(func() cgroup.FS { return cgroup.Detect("/sys/fs/cgroup") })
 
 // cpuSeconds is the CPU time used: the cgroup's when visible, else the machine's busy time.
 func cpuSeconds() float64 {
-	if b, err := os.ReadFile(cgroupV1 + "/cpuacct/cpuacct.usage"); err == nil && inCgroup() {
-		if ns, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil {
-			return ns / 1e9
+	if inCgroup() {
+		if d, err := ownCgroup().ReadCPU("", nil); err == nil {
+			return d.Seconds()
 		}
 	}
 	b, err := os.ReadFile("/proc/stat")
@@ -116,15 +118,14 @@ func memory() (total, used, cache uint64) {
 	used = total - info["MemAvailable"]
 	cache = info["Cached"] + info["Buffers"]
 	if inCgroup() {
-		lim := readUint(cgroupV1 + "/memory/memory.limit_in_bytes")
-		usage := readUint(cgroupV1 + "/memory/memory.usage_in_bytes")
-		if lim > 0 && lim < total {
-			total = lim
-		}
-		if usage > 0 {
-			stat := keyed(cgroupV1 + "/memory/memory.stat")
-			cache = stat["total_cache"]
-			used = usage - min(usage, stat["total_inactive_file"])
+		if m, err := ownCgroup().ReadUsage("", nil); err == nil {
+			if m.Limit > 0 && m.Limit < total {
+				total = m.Limit
+			}
+			if m.Usage > 0 {
+				cache = m.Cache
+				used = m.Usage - min(m.Usage, m.InactiveFile)
+			}
 		}
 	}
 	return total, used, cache
@@ -154,28 +155,4 @@ func meminfo() map[string]uint64 {
 		out[k] = n
 	}
 	return out
-}
-
-func keyed(path string) map[string]uint64 {
-	out := map[string]uint64{}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return out
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok {
-			n, _ := strconv.ParseUint(v, 10, 64)
-			out[k] = n
-		}
-	}
-	return out
-}
-
-func readUint(path string) uint64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return n
 }
