@@ -75,62 +75,68 @@ func (f FS) file(controller, path, name string) string {
 // from inside it). buf holds each file while it is parsed; nil allocates one.
 func (f FS) ReadMemory(path string, buf []byte) (Memory, error) {
 	buf = sized(buf)
-	var m Memory
-	var err error
-	num := func(name string) uint64 {
-		if err != nil {
-			return 0
-		}
-		var v uint64
-		v, err = readUint(f.file("memory", path, name), buf)
-		return v
+	m, err := f.usage(path, buf)
+	if err != nil {
+		return m, err
 	}
+	var xerr error
 	if f.V2 {
-		m.Usage = num("memory.current")
-		m.Limit = num("memory.max")
+		m.MaxUsage, _ = readUint(f.file("memory", path, "memory.peak"), buf) // a kernel before 5.19 keeps none
+		var ev [3]uint64
+		ev, xerr = readKeys(f.file("memory", path, "memory.events"), buf, "max", "oom_kill")
+		m.FailCnt, m.OOMKills = ev[0], ev[1]
+	} else {
+		if m.MaxUsage, err = readUint(f.file("memory", path, "memory.max_usage_in_bytes"), buf); err == nil {
+			m.FailCnt, err = readUint(f.file("memory", path, "memory.failcnt"), buf)
+		}
 		if err != nil {
 			return m, notFound(err)
 		}
-		m.MaxUsage, _ = readUint(f.file("memory", path, "memory.peak"), buf) // a kernel before 5.19 keeps none
-		kv, kerr := readKeys(f.file("memory", path, "memory.stat"), buf, "anon", "file", "inactive_file")
-		m.RSS, m.Cache, m.InactiveFile = kv[0], kv[1], kv[2]
-		ev, eerr := readKeys(f.file("memory", path, "memory.events"), buf, "max", "oom_kill")
-		m.FailCnt, m.OOMKills = ev[0], ev[1]
-		return m, errors.Join(kerr, eerr)
+		var oc [3]uint64
+		oc, xerr = readKeys(f.file("memory", path, "memory.oom_control"), buf, "oom_kill", "under_oom")
+		m.OOMKills, m.UnderOOM = oc[0], oc[1] == 1
 	}
-	m.Usage = num("memory.usage_in_bytes")
-	m.Limit = num("memory.limit_in_bytes")
-	m.MaxUsage = num("memory.max_usage_in_bytes")
-	m.FailCnt = num("memory.failcnt")
-	if err != nil {
-		return m, notFound(err)
-	}
-	kv, kerr := readKeys(f.file("memory", path, "memory.stat"), buf, "total_rss", "total_cache", "total_inactive_file")
-	m.RSS, m.Cache, m.InactiveFile = kv[0], kv[1], kv[2]
-	oc, oerr := readKeys(f.file("memory", path, "memory.oom_control"), buf, "oom_kill", "under_oom")
-	m.OOMKills, m.UnderOOM = oc[0], oc[1] == 1
-	return m, errors.Join(kerr, oerr)
+	return m, errors.Join(f.stat(path, buf, &m), xerr)
 }
 
 // ReadUsage reads the part of path's memory accounting a sample needs, with three reads:
 // Usage, Limit, RSS, Cache and InactiveFile.
 func (f FS) ReadUsage(path string, buf []byte) (Memory, error) {
 	buf = sized(buf)
+	m, err := f.usage(path, buf)
+	if err != nil {
+		return m, err
+	}
+	return m, f.stat(path, buf, &m)
+}
+
+// usage reads path's memory in use and its limit: the files that say whether the cgroup is
+// there at all.
+func (f FS) usage(path string, buf []byte) (Memory, error) {
+	cur, max := "memory.usage_in_bytes", "memory.limit_in_bytes"
+	if f.V2 {
+		cur, max = "memory.current", "memory.max"
+	}
 	var m Memory
 	var err error
-	cur, max, stat := "memory.usage_in_bytes", "memory.limit_in_bytes", []string{"total_rss", "total_cache", "total_inactive_file"}
-	if f.V2 {
-		cur, max, stat = "memory.current", "memory.max", []string{"anon", "file", "inactive_file"}
-	}
 	if m.Usage, err = readUint(f.file("memory", path, cur), buf); err != nil {
 		return m, notFound(err)
 	}
 	if m.Limit, err = readUint(f.file("memory", path, max), buf); err != nil {
 		return m, notFound(err)
 	}
-	kv, err := readKeys(f.file("memory", path, "memory.stat"), buf, stat...)
+	return m, nil
+}
+
+// stat reads the RSS, page cache and inactive page cache of path's memory.stat into m.
+func (f FS) stat(path string, buf []byte, m *Memory) error {
+	keys := [3]string{"total_rss", "total_cache", "total_inactive_file"}
+	if f.V2 {
+		keys = [3]string{"anon", "file", "inactive_file"}
+	}
+	kv, err := readKeys(f.file("memory", path, "memory.stat"), buf, keys[:]...)
 	m.RSS, m.Cache, m.InactiveFile = kv[0], kv[1], kv[2]
-	return m, notFound(err)
+	return notFound(err)
 }
 
 // OOMKills reads path's OOM kill count alone (envd reads it around every process it starts).

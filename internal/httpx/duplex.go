@@ -87,10 +87,13 @@ func (g *GuardedBody) Drain(rc *http.ResponseController) {
 	}
 }
 
-// ServeProxied runs a reverse proxy for r the way a streaming proxy must: full duplex on,
-// the body guarded while the transport reads it and drained before returning. Without it,
-// net/http discards the body's rest when the answer's headers go out, under the transport
-// still sending it, and the upstream connection drops mid-answer.
+// ServeProxied runs a reverse proxy for r the way a streaming proxy must (Cove's proxy into a
+// sandbox, a cluster node forwarding to another): full duplex on, the body guarded while the
+// transport reads it and drained before returning. Without full duplex, net/http discards the
+// body's rest when the answer's headers go out, under the transport still sending it, and the
+// upstream connection drops mid-answer; without the drain, net/http would hit the body's EOF
+// while closing it after the handler, start a read of the connection there, and race the next
+// request's (golang/go#68560). An ErrorHandler may drain the GuardedBody it finds in r.Body.
 func ServeProxied(h http.Handler, w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex()

@@ -279,16 +279,13 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 			if len(shared.Volumes) > 0 {
 				return nil, fmt.Errorf("%w: snapshot %s mounts volumes, which stay on node %s: its copies start there only", ErrConflict, shared.ID, node)
 			}
-			scratch, err := os.MkdirTemp(o.cfg.LogDir, ".snapshot-"+shared.ID+"-")
+			fetched, done, err := o.download(ctx, shared.ID)
 			if err != nil {
-				return nil, err
-			}
-			defer os.RemoveAll(scratch)
-			if dir, err = o.cfg.Mover.Download(ctx, shared.ID, scratch); err == nil {
-				sn = shared
-				o.logger(ctx).Info("snapshot fetched from the object store", telemetry.KeySnapshotID, sn.ID, telemetry.KeyNodeOther, node)
-			} else {
 				o.logger(ctx).Warn("another node's snapshot is not in the object store", telemetry.KeySnapshotID, shared.ID, telemetry.KeyNodeOther, node, telemetry.KeyError, err.Error())
+			} else {
+				defer done()
+				sn, dir = shared, fetched
+				o.logger(ctx).Info("snapshot fetched from the object store", telemetry.KeySnapshotID, sn.ID, telemetry.KeyNodeOther, node)
 			}
 		}
 	}

@@ -187,6 +187,20 @@ type Mover interface {
 	NodeAlive(ctx context.Context, node string) bool
 }
 
+// download unpacks id's files from the object store (a sandbox's checkpoint, a snapshot's
+// files) into a scratch directory and returns it; done removes it once the copy has started.
+func (o *Orchestrator) download(ctx context.Context, id string) (dir string, done func(), err error) {
+	scratch, err := os.MkdirTemp(o.cfg.LogDir, ".download-"+id+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	if dir, err = o.cfg.Mover.Download(ctx, id, scratch); err != nil {
+		_ = os.RemoveAll(scratch)
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(scratch) }, nil
+}
+
 // shareCheckpoint uploads a sandbox just paused to disk, so that another node can resume it
 // if this one is lost. A failed upload leaves the pause done: the sandbox resumes here only.
 // Caller holds e.mu.
@@ -235,15 +249,11 @@ func (o *Orchestrator) takeOver(ctx context.Context, sb *store.Sandbox, timeout 
 	if err != nil {
 		return nil, err
 	}
-	scratch, err := os.MkdirTemp(o.cfg.LogDir, ".takeover-"+sb.ID+"-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(scratch)
-	dir, err := o.cfg.Mover.Download(ctx, sb.ID, scratch)
+	dir, done, err := o.download(ctx, sb.ID)
 	if err != nil {
 		return nil, fmt.Errorf("resume %s, paused on the lost node %s: %w", sb.ID, sb.Node, err)
 	}
+	defer done()
 	out, err := o.createFrom(ctx, origin{team: sb.TeamID, template: sb.TemplateID, token: sb.EnvdAccessToken, metadata: sb.Metadata, runtime: sb.Runtime,
 		secure: sb.Secure, autoPause: sb.AutoPause, autoResume: sb.AutoResume, allowInternet: sb.AllowInternet,
 		autoPauseKind: sb.AutoPauseKind, moved: sb}, dir, timeout)

@@ -269,22 +269,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
-	// answered; the guarded body makes sure its reads are over before this handler returns.
-	rc := http.NewResponseController(w)
-	_ = rc.EnableFullDuplex()
-	out := r.WithContext(ctx)
-	var body *httpx.GuardedBody
-	if r.Body != nil && r.Body != http.NoBody {
-		body = httpx.Guard(r.Body)
-		out.Body = body
-	}
-	p.rp.ServeHTTP(rec, out)
-	if body != nil {
-		// Read the body to its end before returning: with full duplex on, net/http would
-		// otherwise hit its EOF while closing it after the handler, start a read of the
-		// connection there, and race the next request's (golang/go#68560).
-		body.Drain(rc)
-	}
+	// answered (the recorder unwraps to w, whose connection it reaches).
+	httpx.ServeProxied(p.rp, rec, r.WithContext(ctx))
 }
 
 // rewrite points the outgoing request at the target; the URL host is a key for the

@@ -333,10 +333,8 @@ func (c *clusterNode) ownerOf(ctx context.Context, id string) *store.Node {
 		return e.node
 	}
 	var owner *store.Node
-	if sb, err := c.records.GetSandbox(ctx, id); err == nil && sb.Node != "" && sb.Node != c.name {
-		if n, err := c.nodes.GetNode(ctx, sb.Node); err == nil && n.State.Holds() {
-			owner = n
-		}
+	if sb, err := c.records.GetSandbox(ctx, id); err == nil {
+		owner = c.liveOther(ctx, sb.Node)
 	}
 	c.mu.Lock()
 	if len(c.owners) > 100_000 {
@@ -351,10 +349,19 @@ func (c *clusterNode) ownerOf(ctx context.Context, id string) *store.Node {
 // when it is this one, the snapshot is unknown, or its node is not alive.
 func (c *clusterNode) snapshotOwner(ctx context.Context, id string) *store.Node {
 	sn, err := c.snapshots.GetSnapshot(ctx, id)
-	if err != nil || sn.Node == c.name {
+	if err != nil {
 		return nil
 	}
-	if n, err := c.nodes.GetNode(ctx, sn.Node); err == nil && n.State.Holds() {
+	return c.liveOther(ctx, sn.Node)
+}
+
+// liveOther is node when it is another node than this one and runs its sandboxes (active or
+// draining); nil otherwise (this node, none, or one lost).
+func (c *clusterNode) liveOther(ctx context.Context, node string) *store.Node {
+	if node == "" || node == c.name {
+		return nil
+	}
+	if n, err := c.nodes.GetNode(ctx, node); err == nil && n.State.Holds() {
 		return n
 	}
 	return nil

@@ -63,7 +63,7 @@ func (v *Vault) KeepIn(ctx context.Context, sets Sets, node string) error {
 		if err != nil {
 			return fmt.Errorf("vault: move %s into the store: %w", name, err)
 		}
-		if _, err := v.open(name, b); err != nil {
+		if _, err := v.openSet(name, b); err != nil {
 			return fmt.Errorf("vault: move %s into the store: %w", name, err)
 		}
 		if err := sets.PutSealedSet(ctx, node, name, b); err != nil {
@@ -197,11 +197,11 @@ func (v *Vault) Get(name string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vault: get %s: %w", name, err)
 	}
-	return v.open(name, b)
+	return v.openSet(name, b)
 }
 
-// open unseals name's set.
-func (v *Vault) open(name string, b []byte) ([]string, error) {
+// openSet unseals name's set.
+func (v *Vault) openSet(name string, b []byte) ([]string, error) {
 	n := v.aead.NonceSize()
 	if len(b) < n {
 		return nil, fmt.Errorf("vault: get %s: the set is cut short", name)
