@@ -16,21 +16,7 @@ import (
 // the line that says how the build ended is kept past it.
 func TestABuildsLogIsReadFromTheStoreAndCutAtItsCap(t *testing.T) {
 	ctx := context.Background()
-	data := t.TempDir()
-	db, err := sqlite.Open(ctx, filepath.Join(data, "cove.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	ts, err := OpenAt(filepath.Join(data, "templates"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := OpenBuilds(ctx, ts, db, data, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b, db := testBuilds(t)
 	b.logCap = 40
 	r, err := b.Request(NewBuild{Name: "capped", TeamID: "team-1"})
 	if err != nil {
@@ -60,22 +46,7 @@ func TestABuildsLogIsReadFromTheStoreAndCutAtItsCap(t *testing.T) {
 // TestAFailedBuildsRecordEndsWithItsLastTenLines: the record of a failed build keeps the
 // last ten lines of its log, the error last, read from the store.
 func TestAFailedBuildsRecordEndsWithItsLastTenLines(t *testing.T) {
-	ctx := context.Background()
-	data := t.TempDir()
-	db, err := sqlite.Open(ctx, filepath.Join(data, "cove.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	ts, err := OpenAt(filepath.Join(data, "templates"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := OpenBuilds(ctx, ts, db, data, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b, _ := testBuilds(t)
 	r, err := b.Request(NewBuild{Name: "fails", TeamID: "team-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -94,4 +65,25 @@ func TestAFailedBuildsRecordEndsWithItsLastTenLines(t *testing.T) {
 	if first, last := got.Reason.Lines[0], got.Reason.Lines[9]; first.Message != "line 6" || last.Level != "error" || !strings.Contains(last.Message, "exit status 1") {
 		t.Fatalf("lines from %+v to %+v", first, last)
 	}
+}
+
+// testBuilds is a Builds over a new SQLite store and template store, closed with the test.
+func testBuilds(t *testing.T) (*Builds, *sqlite.DB) {
+	t.Helper()
+	data := t.TempDir()
+	db, err := sqlite.Open(context.Background(), filepath.Join(data, "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ts, err := OpenAt(filepath.Join(data, "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBuilds(context.Background(), ts, db, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b, db
 }
