@@ -34,7 +34,7 @@ func TestRequestBodiesKeepTheirWireNames(t *testing.T) {
 	t.Cleanup(srv.Close)
 	c := NewClient(Config{APIURL: srv.URL, APIKey: "k"})
 	ctx := context.Background()
-	noInternet := NetworkUpdate{NoInternet: true, AllowOut: []string{"1.1.1.1"}, EgressProxy: &EgressProxy{Address: "p:1080"},
+	noInternet := NetworkUpdate{NoInternet: true, AllowOut: []string{"198.18.0.1"}, EgressProxy: &EgressProxy{Address: "p:1080"},
 		Rules: map[string][]Rule{"api.test": {{Transform: Transform{Headers: map[string]string{"X": "v"}}}}}}
 	tests := []struct {
 		name string
@@ -71,7 +71,7 @@ func TestRequestBodiesKeepTheirWireNames(t *testing.T) {
 			return err
 		}, `POST /secrets/tok {"value":"v2","metadata":{}}`},
 		{"a network update spells allow_internet_access as E2B's API does", func() error { return c.UpdateNetwork(ctx, "sb1", noInternet) },
-			`PUT /sandboxes/sb1/network {"allow_internet_access":false,"allowOut":["1.1.1.1"],"egressProxy":{"address":"p:1080"},"rules":{"api.test":[{"transform":{"headers":{"X":"v"}}}]}}`},
+			`PUT /sandboxes/sb1/network {"allow_internet_access":false,"allowOut":["198.18.0.1"],"egressProxy":{"address":"p:1080"},"rules":{"api.test":[{"transform":{"headers":{"X":"v"}}}]}}`},
 		{"a tag names its target", func() error { return c.TagTemplate(ctx, "web:v1", "prod") },
 			`POST /templates/tags {"target":"web:v1","tags":["prod"]}`},
 		{"an untag names the template", func() error { return c.UntagTemplate(ctx, "web", "prod") },
