@@ -90,9 +90,13 @@ func TestRestartReclaims(t *testing.T) {
 	in.SetName("web.test", in.Addr) // where the header rule's values may go
 	srv := nettest.ReserveServer(t)
 	db, dbPath := openRecords(t)
+	keeper, err := vault.Open(t.TempDir()) // the server's vault, which the CA's key comes from
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
 		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM,
-		Records: db}
+		Records: db, Keeper: keeper}
 	start := func(t *testing.T) *network.Manager {
 		t.Helper()
 		m, err := network.New(context.Background(), cfg)

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -64,14 +65,38 @@ type ca struct {
 	leafs map[string]*tls.Certificate
 }
 
-func newCA() (*ca, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "Cove egress CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
+// newCA makes the CA: from seed (32 secret bytes), one whose key and certificate fields are
+// the seed's, the same at every start and on every node given it; without one, a random CA of
+// this start only.
+func newCA(seed []byte) (*ca, error) {
+	var key *ecdsa.PrivateKey
+	var err error
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "Cove egress CA"},
 		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign}
+	if seed == nil {
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, err
+		}
+		tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(10*365*24*time.Hour)
+	} else {
+		// A scalar is valid below the curve's order: a hash of the seed otherwise (a chance
+		// of about 2^-32 for each try).
+		for scalar := seed; key == nil; {
+			if key, err = ecdsa.ParseRawPrivateKey(elliptic.P256(), scalar); err != nil {
+				h := sha256.Sum256(scalar)
+				scalar = h[:]
+			}
+		}
+		pub, err := key.PublicKey.Bytes()
+		if err != nil {
+			return nil, err
+		}
+		h := sha256.Sum256(pub)
+		tmpl.SerialNumber = new(big.Int).SetBytes(h[:16])
+		tmpl.NotBefore = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		tmpl.NotAfter = tmpl.NotBefore.AddDate(20, 0, 0)
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
@@ -83,40 +108,115 @@ func newCA() (*ca, error) {
 	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leafs: map[string]*tls.Certificate{}}, nil
 }
 
-// loadCA returns the CA kept in dir (ca.pem and ca-key.pem, written by an earlier server), or
-// makes one and keeps it there: the sandboxes a restarted server adopts trust the CA their
-// bundle holds, so it must stay the same.
-func loadCA(dir string) (*ca, error) {
-	certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
-	certPEM, err1 := os.ReadFile(certFile)
-	keyPEM, err2 := os.ReadFile(keyFile)
-	if err1 == nil && err2 == nil {
-		cb, _ := pem.Decode(certPEM)
-		kb, _ := pem.Decode(keyPEM)
-		if cb != nil && kb != nil {
-			cert, err := x509.ParseCertificate(cb.Bytes)
-			if err == nil && time.Now().Before(cert.NotAfter) {
-				if key, err := x509.ParseECPrivateKey(kb.Bytes); err == nil {
-					return &ca{cert: cert, key: key, pem: certPEM, leafs: map[string]*tls.Certificate{}}, nil
-				}
+// Keeper keeps the interception CA's key secret: the server's vault (internal/vault).
+type Keeper interface {
+	// Derive returns 32 secret bytes for label, the same at every start (and on every node of
+	// a cluster, whose vaults share one key).
+	Derive(label string) []byte
+	Seal(name string, plain []byte) ([]byte, error)
+	Unseal(name string, sealed []byte) ([]byte, error)
+}
+
+// caKeyLabel names the CA key's derivation and its sealed name.
+const caKeyLabel = "egress-ca-key"
+
+// loadCA returns the CA the intercepting proxy signs with. Its key is derived from the
+// keeper's, never written (only its certificate is, ca.pem in dir): the same after a restart (the sandboxes a restarted server adopts
+// trust the CA their bundle holds) and on every node of a cluster (a sandbox moved to
+// another node keeps trusting its proxy). Without a keeper (a manager of tests), a CA of this
+// start only.
+//
+// An older release made a random CA and kept its key in the clear in dir (ca-key.pem beside
+// ca.pem): its sandboxes trust that one, so it stays, sealed (ca-key.sealed), and the clear
+// file is removed.
+func loadCA(dir string, k Keeper) (*ca, error) {
+	if k == nil {
+		return newCA(nil)
+	}
+	c, err := legacyCA(dir, k)
+	if c != nil || err != nil {
+		return c, err
+	}
+	if c, err = newCA(k.Derive(caKeyLabel)); err != nil {
+		return nil, err
+	}
+	// An ECDSA signature differs at each signing, so each start's certificate would differ
+	// in its bytes (not in its key, which is what trust rests on): keep the first one made
+	// here (public, ca.pem), so a restarted server hands sandboxes the very bundle they hold.
+	certFile := filepath.Join(dir, "ca.pem")
+	if b, err := os.ReadFile(certFile); err == nil {
+		if cb, _ := pem.Decode(b); cb != nil {
+			if cert, err := x509.ParseCertificate(cb.Bytes); err == nil && c.key.PublicKey.Equal(cert.PublicKey) && time.Now().Before(cert.NotAfter) {
+				c.cert, c.pem = cert, b
+				return c, nil
 			}
 		}
 	}
-	c, err := newCA()
-	if err != nil {
-		return nil, err
+	tmp := certFile + ".tmp"
+	if err := os.WriteFile(tmp, c.pem, 0o644); err != nil {
+		return nil, fmt.Errorf("keep the CA's certificate: %w", err)
 	}
-	der, err := x509.MarshalECPrivateKey(c.key)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return nil, fmt.Errorf("keep the CA key: %w", err)
-	}
-	if err := os.WriteFile(certFile, c.pem, 0o600); err != nil {
-		return nil, fmt.Errorf("keep the CA: %w", err)
+	if err := os.Rename(tmp, certFile); err != nil {
+		return nil, fmt.Errorf("keep the CA's certificate: %w", err)
 	}
 	return c, nil
+}
+
+// legacyCA returns the CA an older release made in dir, sealing its key when it is still in
+// the clear; nil when there is none (or it expired).
+func legacyCA(dir string, k Keeper) (*ca, error) {
+	certFile := filepath.Join(dir, "ca.pem")
+	clearFile, sealedFile := filepath.Join(dir, "ca-key.pem"), filepath.Join(dir, "ca-key.sealed")
+	certPEM, err := os.ReadFile(certFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, clearErr := os.ReadFile(clearFile)
+	if clearErr != nil {
+		sealed, err := os.ReadFile(sealedFile)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if keyPEM, err = k.Unseal(caKeyLabel, sealed); err != nil {
+			return nil, fmt.Errorf("unseal the CA key %s: %w", sealedFile, err)
+		}
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil || !time.Now().Before(cert.NotAfter) {
+		return nil, nil
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil
+	}
+	if clearErr == nil {
+		sealed, err := k.Seal(caKeyLabel, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("seal the CA key: %w", err)
+		}
+		tmp := sealedFile + ".tmp"
+		if err := os.WriteFile(tmp, sealed, 0o600); err != nil {
+			return nil, fmt.Errorf("seal the CA key: %w", err)
+		}
+		if err := os.Rename(tmp, sealedFile); err != nil {
+			return nil, fmt.Errorf("seal the CA key: %w", err)
+		}
+		if err := os.Remove(clearFile); err != nil {
+			return nil, fmt.Errorf("remove the clear CA key: %w", err)
+		}
+	}
+	return &ca{cert: cert, key: key, pem: certPEM, leafs: map[string]*tls.Certificate{}}, nil
 }
 
 // leaf returns a certificate for host signed by the CA, cached.

@@ -77,7 +77,11 @@ type Config struct {
 	// Node is the cluster node whose records these are ("" on a server of one box): a
 	// manager reads, reclaims and drops its own node's records only.
 	Node string
-	// RecordDir keeps the interception CA; <StateDir>/records by default. Allocation
+	// Keeper keeps the interception CA's key (derived from it, never written); nil makes a
+	// CA of this start only (tests).
+	Keeper Keeper
+	// RecordDir is where an older release kept its interception CA (sealed there now);
+	// <StateDir>/records by default. Allocation
 	// records an older release wrote there (<id>.json) are moved into Records at start.
 	RecordDir string
 	// NFT is the nft binary; "nft" in PATH by default.
@@ -257,7 +261,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	m.dnsPort = m.resolver.port()
-	if m.ca, err = loadCA(cfg.RecordDir); err != nil {
+	if m.ca, err = loadCA(cfg.RecordDir, cfg.Keeper); err != nil {
 		m.resolver.close()
 		return nil, fmt.Errorf("network: CA: %w", err)
 	}

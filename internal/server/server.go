@@ -576,6 +576,7 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	// A restart re-claims its sandboxes' networks (network.Allocation) from this node's records.
 	s.cfg.Network.Records, s.cfg.Network.Node = s.db, s.cfg.Cluster.Node
 	s.cfg.Network.SecretValue = secretStore.Value
+	s.cfg.Network.Keeper = s.vault // the egress CA's key: derived from the vault's, one for a cluster
 	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
 		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
 			return
