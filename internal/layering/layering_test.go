@@ -40,7 +40,11 @@ var rules = []struct {
 	{"internal/orchestrator", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/api", []string{"internal/server", "internal/proxy", "internal/console"}},
 	{"internal/proxy", []string{"internal/server", "internal/api", "internal/console"}},
-	{"internal/oidc", []string{"internal/orchestrator", "internal/network", "internal/api", "internal/proxy", "internal/server"}},
+	{"internal/network", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server"}},
+	// The egress policy and its user-space enforcers know sandboxes by address only: the
+	// network's plumbing imports them, never the reverse.
+	{"internal/egress", []string{"internal/network", "internal/runtime", "internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/server"}},
+	{"internal/oidc", []string{"internal/orchestrator", "internal/network", "internal/egress", "internal/api", "internal/proxy", "internal/server"}},
 }
 
 func TestNoArrowRunsBackUp(t *testing.T) {

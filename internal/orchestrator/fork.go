@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -244,7 +245,7 @@ type origin struct {
 	secure                 bool
 	autoPause, autoResume  bool
 	allowInternet          bool // the copy's egress
-	network                *network.Policy
+	network                *egress.Policy
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string          // where the copy came from, for the created event
 	volumes                []VolumeMount   // the origin's volumes (Name is the id), mounted again at the same paths

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -402,7 +403,7 @@ func (o *Orchestrator) claimNetwork(ctx context.Context, sb *store.Sandbox, req 
 	if o.cfg.Network == nil {
 		return nil
 	}
-	p := network.Policy{}
+	p := egress.Policy{}
 	if req.Network != nil {
 		p = *req.Network
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/cove-dev/cove/internal/authz"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
@@ -577,7 +578,7 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	s.cfg.Network.Records, s.cfg.Network.Node = s.db, s.cfg.Cluster.Node
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.Keeper = s.vault // the egress CA's key: derived from the vault's, one for a cluster
-	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+	s.cfg.Network.OnDenied = func(ctx context.Context, d egress.Denied) {
 		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
 			return
 		}
