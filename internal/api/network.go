@@ -39,7 +39,7 @@ func strict(field string, raw json.RawMessage, v any) error {
 func egressSpec(allowOut, denyOut []string, proxy *cove.EgressProxy, rules map[string][]cove.Rule) egress.Spec {
 	spec := egress.Spec{AllowOut: allowOut, DenyOut: denyOut}
 	if proxy != nil {
-		spec.EgressProxy = &egress.EgressProxy{Address: proxy.Address, Username: proxy.Username, Password: proxy.Password}
+		spec.EgressProxy = &egress.Proxy{Address: proxy.Address, Username: proxy.Username, Password: proxy.Password}
 	}
 	if rules != nil {
 		spec.Rules = make(map[string][]map[string]string, len(rules))

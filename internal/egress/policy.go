@@ -34,7 +34,7 @@ type Policy struct {
 	AllowHosts []string
 	// EgressProxy, when set, carries the sandbox's outbound TCP (after the rules above); its
 	// other traffic but DNS is refused.
-	EgressProxy *EgressProxy
+	EgressProxy *Proxy
 	// Transforms set headers on the sandbox's HTTP and HTTPS requests to matching hosts, on
 	// the host side (E2B's network.rules); its TCP to ports 80 and 443 goes through Cove.
 	Transforms []Transform
@@ -75,7 +75,7 @@ type Spec struct {
 	AllowInternet *bool
 	AllowOut      []string
 	DenyOut       []string
-	EgressProxy   *EgressProxy
+	EgressProxy   *Proxy
 	// Rules are E2B's network.rules: host pattern -> the headers of its transforms.
 	Rules map[string][]map[string]string
 }

@@ -19,18 +19,18 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// EgressProxy is a SOCKS5 proxy a sandbox's outbound TCP is tunneled through, after its
+// Proxy is a SOCKS5 proxy a sandbox's outbound TCP is tunneled through, after its
 // allow and deny rules (E2B's egressProxy). The sandbox is unaware: its connections are
 // redirected on the host. When the proxy cannot be reached, the connection fails: egress
 // never falls back to going direct.
-type EgressProxy struct {
+type Proxy struct {
 	Address  string // host:port
 	Username string // RFC 1929, at most 255 bytes; "" for no authentication
 	Password string
 }
 
 // parseEgressProxy validates a proxy config; the error names the field.
-func parseEgressProxy(field string, p *EgressProxy, forbidPrivate bool) error {
+func parseEgressProxy(field string, p *Proxy, forbidPrivate bool) error {
 	host, port, err := net.SplitHostPort(p.Address)
 	if err != nil || host == "" {
 		return fmt.Errorf("%w: %s.address %q: want host:port", ErrInvalid, field, p.Address)
@@ -190,7 +190,7 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 }
 
 // dialSOCKS5 opens a connection to dst through the proxy (RFC 1928, RFC 1929 auth).
-func dialSOCKS5(ctx context.Context, p EgressProxy, dst netip.AddrPort, name string) (net.Conn, error) {
+func dialSOCKS5(ctx context.Context, p Proxy, dst netip.AddrPort, name string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", p.Address)
 	if err != nil {

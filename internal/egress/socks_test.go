@@ -20,7 +20,7 @@ func TestEgressProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newManager(t, in, -1)
-	proxy := &egress.EgressProxy{Address: socks.String(), Username: nettest.SOCKSUser, Password: nettest.SOCKSPassword}
+	proxy := &egress.Proxy{Address: socks.String(), Username: nettest.SOCKSUser, Password: nettest.SOCKSPassword}
 	a := attach(t, m, "sb-proxied", egress.Policy{AllowInternet: true, EgressProxy: proxy,
 		DenyOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}})
 	other := "http://" + in.Other.String() + "/"
@@ -109,7 +109,7 @@ func TestEgressProxyAddresses(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	for _, addr := range []string{"10.1.2.3:1080", "127.0.0.1:1080", "192.168.0.9:1080"} {
 		t.Run("a proxy at "+addr+" is refused when the operator forbids private ranges", func(t *testing.T) {
-			p := egress.Policy{AllowInternet: true, EgressProxy: &egress.EgressProxy{Address: addr}}
+			p := egress.Policy{AllowInternet: true, EgressProxy: &egress.Proxy{Address: addr}}
 			if _, err := m.Attach(context.Background(), "sb-"+addr, p); !errors.Is(err, egress.ErrInvalid) || !strings.Contains(err.Error(), "network.egressProxy.address") {
 				t.Fatalf("attach: %v, want ErrInvalid naming network.egressProxy.address", err)
 			}
