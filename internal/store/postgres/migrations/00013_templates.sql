@@ -1,7 +1,8 @@
 -- +goose Up
--- Templates' records, their tags and their layers (they are meta.json files beside the
--- root filesystems and layer diffs, which stay on disk). record is the template package's
--- whole record, JSON. tag is '' for a template's own record (its latest build).
+-- Templates' records, their tags and their layers: the authority on which templates exist
+-- (the root filesystems and layer diffs stay on disk, or in the object store in a cluster).
+-- record is the template package's whole record, JSON. tag is '' for a template's own
+-- record (its latest build).
 CREATE TABLE templates (
     name       TEXT COLLATE "C" NOT NULL,
     tag        TEXT COLLATE "C" NOT NULL DEFAULT '',
