@@ -294,14 +294,20 @@ func (s *Store) FailedLog(name string) string {
 func (s *Store) publish(ctx context.Context, build string, t *Template, replace bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	swap := replace
 	if !replace {
-		if _, err := s.readRecord(ctx, t.Name, ""); err == nil {
+		_, err := s.readRecord(ctx, t.Name, "")
+		switch {
+		case err == nil:
 			return ErrExists
-		} else if !errors.Is(err, ErrNotFound) {
+		case !errors.Is(err, ErrNotFound):
 			return err
 		}
+		// The name is free: a tree there without a record (a copy fetched before the
+		// template was removed through another node) goes.
+		swap = true
 	}
-	if err := s.placeTree(build, t.Name, replace); err != nil {
+	if err := s.placeTree(build, t.Name, swap); err != nil {
 		return err
 	}
 	// A crash here leaves a tree without a record, which the next look-up adopts.

@@ -17,7 +17,8 @@ import (
 // sharing its records (a cluster's one database) at once, and, with the object store, found
 // there: fetched whole (its root and layers, a deleted file's whiteout among them) and started;
 // rebuilt on the first, the second fetches the new build; removed on the first, it is gone
-// from the second too, although that one keeps a copy of its files.
+// from the second too, although that one keeps a copy of its files, and the name is free
+// there.
 func TestReplica(t *testing.T) {
 	ctx := context.Background()
 	rt := runtimetest.Runc(t)
@@ -81,5 +82,14 @@ func TestReplica(t *testing.T) {
 	}
 	if _, err := open().Get("shared"); !errors.Is(err, template.ErrNotFound) {
 		t.Fatalf("a node opened after the removal found it: %v", err)
+	}
+	// The name is free on every node: the one holding a copy builds it anew over the copy.
+	if _, err := b.Build(ctx, template.Spec{Name: "shared", From: "busybox", Steps: []template.Step{
+		{Kind: template.StepRun, Args: []string{"echo built-on-b > /made", "root"}},
+	}}, nil); err != nil {
+		t.Fatalf("build a removed template's name on a node holding a copy of it: %v", err)
+	}
+	if tpl, err := a.Get("shared"); err != nil || len(tpl.Layers) != 1 {
+		t.Fatalf("the build on b, on a: %+v, %v", tpl, err)
 	}
 }
