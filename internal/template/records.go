@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -107,7 +108,10 @@ func (s *Store) current(ctx context.Context, name string) (*Template, error) {
 			return nil, err
 		}
 	case s.replica != nil:
-		if err := s.fetch(ctx, t); err != nil {
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Minute) // a whole root's tree, at worst
+		err := s.fetch(fctx, t)
+		cancel()
+		if err != nil {
 			return nil, fmt.Errorf("template %s: %w", name, err)
 		}
 	default:
