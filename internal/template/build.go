@@ -307,6 +307,12 @@ func (s *Store) publish(ctx context.Context, build string, t *Template, replace 
 		// template was removed through another node) goes.
 		swap = true
 	}
+	if s.replica != nil {
+		// A cluster's tree: without its record (removed through another node) it is none.
+		if err := os.WriteFile(filepath.Join(build, clusterMark), nil, 0o600); err != nil {
+			return err
+		}
+	}
 	if err := s.placeTree(build, t.Name, swap); err != nil {
 		return err
 	}

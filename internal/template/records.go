@@ -26,16 +26,16 @@ import (
 //     crash between a rename and a record's write is finished, and how a store sees a tree
 //     that a server with another database (the CLI on a shared directory) built there.
 //   - A record whose tree this node lacks, or holds an older build of, has its files fetched
-//     from the object store (replica.go); without one the template's files are missing. A
-//     fetched tree is a copy of another node's build (it holds fetchedMark) and is never
-//     adopted: its record went when the template was removed, wherever that was.
-//   - On a node of a cluster (an object store set) a look-up adopts nothing: a tree there
-//     without a record is one removed through another node, or one a crash left, which the
-//     node's next open adopts.
+//     from the object store (replica.go); without one the template's files are missing.
+//   - A tree a node of a cluster built or fetched (it holds clusterMark) is never adopted:
+//     its record is in the cluster's one database, and went when the template was removed,
+//     through whichever node; nor does a look-up on such a node adopt a tree (one of a
+//     release before is adopted when the node opens its store).
 
-// fetchedMark is the file in a tree fetched from the object store (a copy of another node's
-// build): such a tree is never adopted.
-const fetchedMark = ".fetched"
+// clusterMark is the file in a tree a node of a cluster built or fetched: such a tree is never
+// adopted (a tree without it there is one of the release before the records, or of a store
+// without a cluster).
+const clusterMark = ".cluster"
 
 // decodeRecord is the template a record holds, without the places of its files.
 func decodeRecord(r *store.TemplateRecord) (*Template, error) {
@@ -98,12 +98,12 @@ func (s *Store) current(ctx context.Context, name string) (*Template, error) {
 	}
 	tree := filepath.Join(s.dir, name)
 	m, merr := readMeta(tree)
-	copied := exists(filepath.Join(tree, fetchedMark))
+	cluster := exists(filepath.Join(tree, clusterMark))
 	switch {
-	case t == nil && (merr != nil || copied || s.replica != nil):
+	case t == nil && (merr != nil || cluster || s.replica != nil):
 		return nil, fmt.Errorf("template %s: %w", name, ErrNotFound)
 	case merr == nil && t != nil && m.CreatedAt.Equal(t.CreatedAt):
-	case merr == nil && !copied && (t == nil || m.CreatedAt.After(t.CreatedAt) || s.replica == nil):
+	case merr == nil && !cluster && (t == nil || m.CreatedAt.After(t.CreatedAt) || s.replica == nil):
 		if t, err = s.adoptTree(ctx, m, t); err != nil {
 			return nil, err
 		}
@@ -161,8 +161,8 @@ func (s *Store) adopt(ctx context.Context) error {
 			continue // the store's own directories
 		}
 		m, err := readMeta(filepath.Join(s.dir, name))
-		if err != nil || m.Name != name || exists(filepath.Join(s.dir, name, fetchedMark)) {
-			continue // no tree (the link to .layers a release before left, say), or a copy
+		if err != nil || m.Name != name || exists(filepath.Join(s.dir, name, clusterMark)) {
+			continue // no tree (the link to .layers a release before left, say), or a cluster's
 		}
 		had, err := s.readRecord(ctx, name, "")
 		if err != nil && !errors.Is(err, ErrNotFound) {

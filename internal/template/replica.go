@@ -159,7 +159,7 @@ func (s *Store) fetchLocked(ctx context.Context, r *Replica, t *Template) error 
 		return fmt.Errorf("fetch template %s: %w", t.Name, err)
 	}
 	build = filepath.Join(s.dir, build)
-	if err := os.WriteFile(filepath.Join(build, fetchedMark), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(build, clusterMark), nil, 0o600); err != nil {
 		os.RemoveAll(build)
 		return fmt.Errorf("fetch template %s: %w", t.Name, err)
 	}

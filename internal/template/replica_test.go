@@ -23,14 +23,15 @@ func TestReplica(t *testing.T) {
 	ctx := context.Background()
 	rt := runtimetest.Runc(t)
 	shared := t.TempDir() // the records every node shares
-	open := func() *template.Store {
+	openAt := func(dir string) *template.Store {
 		t.Helper()
-		s, err := template.OpenAt(ctx, filepath.Join(t.TempDir(), "templates"), template.TestRecords(t, shared), rt)
+		s, err := template.OpenAt(ctx, dir, template.TestRecords(t, shared), rt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
+	open := func() *template.Store { return openAt(filepath.Join(t.TempDir(), "templates")) }
 	objects, err := blob.OpenDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -91,5 +92,16 @@ func TestReplica(t *testing.T) {
 	}
 	if tpl, err := a.Get("shared"); err != nil || len(tpl.Layers) != 1 {
 		t.Fatalf("the build on b, on a: %+v, %v", tpl, err)
+	}
+	// A template removed through another node than the one that built it stays removed
+	// when the builder opens its store again: its tree is the cluster's, never adopted.
+	if err := a.Remove("shared"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get("shared"); !errors.Is(err, template.ErrNotFound) {
+		t.Fatalf("on b, after a removed it: %v", err)
+	}
+	if _, err := openAt(b.Dir()).Get("shared"); !errors.Is(err, template.ErrNotFound) {
+		t.Fatalf("b's store opened again found the template a removed: %v", err)
 	}
 }
