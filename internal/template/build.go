@@ -273,6 +273,10 @@ func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer,
 	if err := writeMeta(build, t); err != nil {
 		return nil, err
 	}
+	if _, err := s.readRecord(ctx, t.Name, ""); err == nil {
+		// Before the push: its files must not replace those of the template there.
+		return nil, fmt.Errorf("import template %s: %w", t.Name, ErrExists)
+	}
 	if err := s.push(ctx, t, build); err != nil {
 		return nil, fmt.Errorf("import template %s: share it with the other nodes: %w", t.Name, err)
 	}
