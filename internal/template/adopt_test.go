@@ -117,6 +117,20 @@ func TestOpenAdoptsTheTemplatesTagsAndLayersOfTheReleaseBefore(t *testing.T) {
 			t.Fatalf("app after another open: %+v, %v; want it private", app, err)
 		}
 	})
+	t.Run("a new tag is a record, no directory", func(t *testing.T) {
+		if _, err := ts.SetTag("app:v1", "prod"); err != nil {
+			t.Fatal(err)
+		}
+		if prod, err := ts.Get("app:prod"); err != nil || prod.BuildID != "b1" {
+			t.Fatalf("app:prod: %+v, %v", prod, err)
+		}
+		if _, err := records.GetTemplate(ctx, "app", "prod"); err != nil {
+			t.Fatalf("app:prod's record: %v", err)
+		}
+		if dirs, _ := filepath.Glob(filepath.Join(dir, "*@*")); len(dirs) != 0 {
+			t.Fatalf("tag directories: %v", dirs)
+		}
+	})
 	t.Run("a crash between a tag's record and its directory's removal is finished by the next open", func(t *testing.T) {
 		write(filepath.Join(dir, "app@v1", "meta.json"), `{"name":"app","root":"busybox","layers":["k2"],"created_at":"2026-01-05T00:00:00Z","build_id":"stale"}`)
 		again, err := template.OpenData(t, data, nil)

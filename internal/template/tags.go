@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ func SplitTag(ref string) (name, tag string) {
 }
 
 // tagDir is where a release before kept tag of name (adopt moves it into a record).
-func (s *Store) tagDir(name, tag string) string { return s.dir + "/" + name + "@" + tag }
+func (s *Store) tagDir(name, tag string) string { return filepath.Join(s.dir, name+"@"+tag) }
 
 // SetTag points tag of template name at the build ref ("name" or "name:tag") is now.
 func (s *Store) SetTag(ref, tag string) (*Template, error) {
