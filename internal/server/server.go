@@ -243,14 +243,19 @@ func openStore(ctx context.Context, data, state string, vaultKey []byte) (store.
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
-// with a runc runtime for build steps.
+// with a runc runtime for build steps, its records in the data dir's own store (SQLite),
+// which stays open for the life of the process (the CLI's).
 func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Store, *runtime.Runc, error) {
-	return openTemplates(ctx, data, templateDir, runtime.Config{})
+	db, _, err := openStore(ctx, data, "", nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the records of the templates: %w", err)
+	}
+	return openTemplates(ctx, data, templateDir, db, runtime.Config{})
 }
 
-// openTemplates is OpenTemplates with the runtime configured as rc says (its DataDir is the
-// data dir's sandboxes).
-func openTemplates(ctx context.Context, data, templateDir string, rc runtime.Config) (*template.Store, *runtime.Runc, error) {
+// openTemplates is OpenTemplates with the records in records and the runtime configured as
+// rc says (its DataDir is the data dir's sandboxes).
+func openTemplates(ctx context.Context, data, templateDir string, records store.Templates, rc runtime.Config) (*template.Store, *runtime.Runc, error) {
 	rc.DataDir = filepath.Join(data, "sandboxes")
 	rt, err := runtime.NewRunc(ctx, rc)
 	if err != nil {
@@ -259,7 +264,7 @@ func openTemplates(ctx context.Context, data, templateDir string, rc runtime.Con
 	if templateDir == "" {
 		templateDir = filepath.Join(data, "templates")
 	}
-	ts, err := template.OpenAt(templateDir, rt)
+	ts, err := template.OpenAt(ctx, templateDir, records, rt)
 	return ts, rt, err
 }
 
@@ -405,7 +410,7 @@ func (s *instance) openTemplates(ctx context.Context) error {
 		rc.LazyRestore = s.cfg.LazyRestore
 	}
 	rc.DefaultEngine = s.cfg.Runtime
-	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, rc)
+	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, s.db, rc)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
