@@ -25,9 +25,9 @@ import (
 
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/authz"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/sdk/reason"
@@ -565,7 +565,7 @@ func requestID(r *http.Request) string { return telemetry.RequestID(r.Context())
 func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	switch {
-	case errors.Is(err, teamapi.ErrBadRequest), errors.Is(err, store.ErrBadCursor), errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, httpx.ErrBadRequest), errors.Is(err, store.ErrBadCursor), errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound

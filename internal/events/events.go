@@ -126,7 +126,7 @@ func (b Backoff) withDefaults() Backoff {
 	return b
 }
 
-// Config is what New and NewAPI need.
+// Config is what New needs.
 type Config struct {
 	Store store.EventStore
 	// Logger logs the dispatcher's lines; nil uses telemetry's default.
@@ -143,8 +143,6 @@ type Config struct {
 	AttemptTimeout time.Duration
 	// Workers is how many deliveries are attempted at once; 8 when 0.
 	Workers int
-	// Team returns the authenticated caller's team; NewAPI answers 401 when ok is false.
-	Team func(ctx context.Context) (teamID string, ok bool)
 }
 
 func (c Config) withDefaults() Config {

@@ -188,7 +188,9 @@ func Recover(next http.Handler) http.Handler {
 			if rec.Status != 0 {
 				panic(http.ErrAbortHandler) // the answer began: cut the connection, do not log twice
 			}
-			WriteError(ctx, rec, fmt.Errorf("internal error: %s %s failed in the server", r.Method, r.URL.Path))
+			err := fmt.Errorf("internal error: %s %s failed in the server", r.Method, r.URL.Path)
+			NoteFrom(ctx).Err = err
+			WriteError(ctx, rec, err)
 		}()
 		next.ServeHTTP(rec, r)
 	})
@@ -226,7 +228,8 @@ func WriteErrorStatus(ctx context.Context, w http.ResponseWriter, status int, ms
 // request failed with and the attributes found on the way (the sandbox, the team).
 type Note struct {
 	Err   error
-	Attrs []any // key, value pairs
+	Attrs []any  // key, value pairs
+	Route string // the route table's pattern that served the request; "" when none did
 }
 
 // Add records attributes for the access line.

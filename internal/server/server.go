@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/api"
-	"github.com/cove-dev/cove/internal/authz"
+	"github.com/cove-dev/cove/internal/api/teamroutes"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
 	"github.com/cove-dev/cove/internal/events"
@@ -47,7 +47,6 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
@@ -539,14 +538,11 @@ func (t *teamOf) team(id string) string {
 	return sb.TeamID
 }
 
-// callerTeam is the authenticated caller's team, for the team APIs.
-func callerTeam(ctx context.Context) (string, bool) { return authz.Team(ctx) }
-
 // startEvents starts the lifecycle event bus and its webhook deliveries.
 func (s *instance) startEvents(ctx context.Context) error {
 	// Built after the tee so webhook delivery lines about a sandbox reach `cove trace`.
 	bus, err := events.New(ctx, events.Config{
-		Store: s.db, Logger: s.cfg.Logger, AllowNets: s.cfg.WebhookAllowNets, Team: callerTeam,
+		Store: s.db, Logger: s.cfg.Logger, AllowNets: s.cfg.WebhookAllowNets,
 	})
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
@@ -697,7 +693,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		s.cluster.sandboxOf = px.SandboxID
 	}
 	// A team's series (its id in the team label) only to its own key or the admin token.
-	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin})
+	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin, Logger: s.cfg.Logger})
 	var nodes store.Nodes // the console's nodes page, on a cluster node
 	if s.cluster != nil {
 		nodes = s.cluster.nodes
@@ -705,7 +701,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
 	// Every edge writes one access line by one rule (httpx.AccessLevel): the API and the proxy
 	// their own, with their routes and sandboxes; the console and /metrics through AccessLog.
-	consoleEdge, metricsEdge := httpx.AccessLog("console request", s.dashboard), httpx.AccessLog("metrics request", metrics)
+	consoleEdge, metricsEdge := httpx.AccessLog("console request", s.dashboard), metrics
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
@@ -740,22 +736,16 @@ func (s *instance) buildHandlers(context.Context) error {
 	return nil
 }
 
-// teamRoutes is the route table of the team APIs served behind the API's authentication
-// (events and webhooks, metrics, logs and commands, traces): each API declares its own
-// routes once, and the API serves them.
-func (s *instance) teamRoutes() map[string]http.Handler {
-	routes := map[string]http.Handler{}
-	for _, m := range []*teamapi.Mux{
-		s.bus.Handler(),
-		sampler.NewAPI(sampler.APIConfig{Store: s.db, Team: callerTeam, Sandbox: s.sandboxMetricsReadable}),
-		logs.NewAPI(logs.APIConfig{Logs: buildLogReads{s.db, s.builds}, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
-		trace.NewAPI(trace.APIConfig{Store: buildLogReads{s.db, s.builds}, Team: callerTeam}),
-	} {
-		for pattern, h := range m.Routes() {
-			routes[pattern] = h
-		}
-	}
-	return routes
+// teamRoutes are the team routes (events and webhooks, metrics, logs and commands, traces),
+// entries of the API's route table behind its authentication.
+func (s *instance) teamRoutes() []httpx.Route {
+	reads := buildLogReads{s.db, s.builds}
+	return teamroutes.Routes(teamroutes.Config{
+		Events: s.db, AllowNets: s.cfg.WebhookAllowNets,
+		Logs: reads, Commands: s.db, LogSandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels,
+		Metrics: s.db, MetricSandbox: s.sandboxMetricsReadable,
+		Traces: reads,
+	})
 }
 
 // sandboxLogsReadable returns the template of sandbox (or template build) id when team may
