@@ -698,10 +698,7 @@ func (s *instance) buildHandlers(context.Context) error {
 	if s.cluster != nil {
 		nodes = s.cluster.nodes
 	}
-	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
-	// Every edge writes one access line by one rule (httpx.AccessLevel): the API and the proxy
-	// their own, with their routes and sandboxes; the console and /metrics through AccessLog.
-	consoleEdge, metricsEdge := httpx.AccessLog("console request", s.dashboard), metrics
+	s.dashboard = console.New(console.Config{Logger: s.cfg.Logger, Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
@@ -713,9 +710,9 @@ func (s *instance) buildHandlers(context.Context) error {
 		case s.cluster != nil && clusterPath(r.URL.Path):
 			s.cluster.serve(w, r, false, apiHandler)
 		case strings.HasPrefix(r.URL.Path, console.Prefix):
-			consoleEdge.ServeHTTP(w, r)
+			s.dashboard.ServeHTTP(w, r)
 		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
-			metricsEdge.ServeHTTP(w, r)
+			metrics.ServeHTTP(w, r)
 		default:
 			apiHandler.ServeHTTP(w, r)
 		}
