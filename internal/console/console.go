@@ -604,6 +604,7 @@ func statusOf(err error) int {
 
 // fail renders an error page that names the request id.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	httpx.NoteFrom(r.Context()).Err = err // for the access line
 	c.renderStatus(w, r, code, "error.html", map[string]any{"Title": http.StatusText(code), "Error": err.Error(), "Code": code})
 }
 

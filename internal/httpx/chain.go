@@ -30,6 +30,9 @@ const (
 	AuthTeam Auth = "team"
 	// AuthAdmin wants the operator's admin token.
 	AuthAdmin Auth = "admin"
+	// AuthSandbox wants a sandbox's own tokens where it keeps them (a private port's
+	// traffic token; the access token that resumes a paused secure sandbox): the proxy's.
+	AuthSandbox Auth = "sandbox"
 	// AuthOptional takes a credential when one is shown (a wrong one is refused) and lets
 	// a caller without one in: /metrics, whose answer depends on who asks.
 	AuthOptional Auth = "optional"
@@ -110,9 +113,6 @@ func (c Chain) edge(next http.Handler) http.Handler {
 			}
 			if note.Err == nil && v != nil {
 				note.Err = errors.New("response cut")
-			}
-			if note.Err == nil && status >= 400 {
-				note.Err = errors.New(http.StatusText(status))
 			}
 			var extra []any
 			if note.Route != "" {
