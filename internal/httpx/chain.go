@@ -33,6 +33,8 @@ const (
 	// AuthSandbox wants a sandbox's own tokens where it keeps them (a private port's
 	// traffic token; the access token that resumes a paused secure sandbox): the proxy's.
 	AuthSandbox Auth = "sandbox"
+	// AuthNode wants another cluster node's signature: the routes between nodes.
+	AuthNode Auth = "node"
 	// AuthOptional takes a credential when one is shown (a wrong one is refused) and lets
 	// a caller without one in: /metrics, whose answer depends on who asks.
 	AuthOptional Auth = "optional"

@@ -699,10 +699,19 @@ func (s *instance) buildHandlers(context.Context) error {
 		nodes = s.cluster.nodes
 	}
 	s.dashboard = console.New(console.Config{Logger: s.cfg.Logger, Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
+	var internal http.Handler // the routes between a cluster's nodes
+	if s.cluster != nil {
+		internal = s.internalEdge()
+	}
+	// Every edge serves through the one chain (httpx.Chain: request id, access line,
+	// recovery, its own authentication, error mapping): the API with its team routes, the
+	// proxy, the console, /metrics and the routes between nodes. The request id and recovery
+	// outside them guard the one step no edge owns: a cluster node forwarding a request to
+	// the node that answers it (and logs its access line).
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
-			s.serveInternal(w, r)
+		case internal != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
+			internal.ServeHTTP(w, r)
 		case s.cluster != nil && px.Match(r):
 			s.cluster.serve(w, r, true, px)
 		case px.Match(r):
