@@ -61,12 +61,10 @@ type Config struct {
 	Logger *slog.Logger
 	// AdminToken enables the /admin routes for callers that send it; "" disables them.
 	AdminToken string
-	// Routes are more routes of the API's table (the team routes: events, metrics, logs,
-	// traces), each authenticated at its own level; they read the caller's team with
-	// authz.Team.
+	// Routes are more routes of the API's table, each authenticated at its own level: the
+	// team routes (events, metrics, logs, traces; they read the caller's team with
+	// authz.Team) and the admin routes (retention status, nodes).
 	Routes []httpx.Route
-	// AdminRoutes are more handlers served behind the admin token (GET /admin/status).
-	AdminRoutes map[string]http.Handler
 	// Activity answers /teams/{teamID}/metrics from the sandbox records; nil leaves those
 	// operations to the 501 of operations this server does not serve.
 	Activity store.Activity
@@ -162,9 +160,6 @@ func (a *api) routes() {
 	a.routeDurable()
 	a.routePools()
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
-	for pattern, h := range a.cfg.AdminRoutes {
-		a.handleAdmin(pattern, httpx.Serve(h))
-	}
 	a.handle("GET /teams", a.teams)
 	if a.cfg.Networks != nil {
 		a.handle("PUT /sandboxes/{id}/network", a.updateNetwork)

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/internal/api/adminroutes"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/cluster"
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -640,14 +641,12 @@ func redactObjects(addr string) string {
 
 // adminRoutes are the operator's routes behind the admin token: the retention status, and a
 // cluster node's view of the nodes (list, drain, activate).
-func (s *instance) adminRoutes() map[string]http.Handler {
-	routes := map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}
+func (s *instance) adminRoutes() []httpx.Route {
+	cfg := adminroutes.Config{Status: s.retainer.Status}
 	if nodes, ok := s.db.(store.Nodes); ok && s.cluster != nil {
-		for pattern, h := range cluster.AdminRoutes(nodes) {
-			routes[pattern] = h
-		}
+		cfg.Nodes = nodes
 	}
-	return routes
+	return adminroutes.Routes(cfg)
 }
 
 // checkpointMover carries snapshot-paused sandboxes between nodes through the object store

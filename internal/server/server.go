@@ -684,9 +684,8 @@ func (s *instance) buildHandlers(context.Context) error {
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
-		Routes:      s.teamRoutes(),
-		Identity:    s.issuer,
-		AdminRoutes: s.adminRoutes()})
+		Routes:   append(s.teamRoutes(), s.adminRoutes()...),
+		Identity: s.issuer})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	s.proxy = px
 	if s.cluster != nil {
