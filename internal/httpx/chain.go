@@ -56,7 +56,8 @@ type Route struct {
 }
 
 // Chain is the one middleware chain every listener serves through (the API with its team
-// routes, /metrics, the console, the proxy), in one order:
+// and admin routes, /metrics, the console, the proxy, the routes between cluster nodes), in
+// one order:
 //
 //	request id → access line → recovery → authentication and team scope → error mapping → route
 //
@@ -97,7 +98,7 @@ func (c Chain) Routes(routes []Route) http.Handler {
 
 // edge is the chain's outer part: the request id, the access line and recovery.
 func (c Chain) edge(next http.Handler) http.Handler {
-	msg := c.Edge + " request"
+	msg, guarded := c.Edge+" request", Recover(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		begun := time.Now()
 		ctx, _ := RequestContext(w, r, c.Logger)
@@ -128,7 +129,7 @@ func (c Chain) edge(next http.Handler) http.Handler {
 				panic(v)
 			}
 		}()
-		Recover(next).ServeHTTP(rec, r)
+		guarded.ServeHTTP(rec, r)
 	})
 }
 
