@@ -1,5 +1,7 @@
 // Package api serves Cove's control plane: the E2B REST API (create, list, inspect, kill,
-// pause, resume and connect sandboxes) with API-key authentication.
+// pause, resume and connect sandboxes) with API-key authentication. Every REST route of Cove
+// lives in this tree: this package's table (routes), the team routes (api/teamroutes) and
+// the operator's (api/adminroutes), all served through the one chain (httpx.Chain).
 //
 // The one idea: handlers only translate between E2B's wire shapes and the orchestrator.
 // Every handler returns an error, and one function (statusOf) turns an error into the HTTP
