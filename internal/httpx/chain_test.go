@@ -44,8 +44,7 @@ func widgets(logger *slog.Logger) http.Handler {
 			case "bad":
 				return fmt.Errorf("%w: id %q is not a widget", httpx.ErrBadRequest, "bad")
 			case "panic":
-				var m map[string]int
-				m["x"]++
+				panic(errors.New("widget table corrupt"))
 			}
 			httpx.WriteJSON(w, http.StatusOK, map[string]string{"team": r.Context().Value(teamKey{}).(string), "id": r.PathValue("id")})
 			return nil
