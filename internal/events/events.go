@@ -6,7 +6,8 @@
 // held only in memory, so a restart loses no delivery; it resumes them.
 //
 // It must not import the orchestrator, the runtime or the edges: the orchestrator calls Emit
-// through its Events interface.
+// through its Events interface, and the event and webhook routes (internal/api/teamroutes)
+// call its checks (ValidateURL, AllowedHost) and the store.
 package events
 
 import (
