@@ -304,7 +304,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 			panic(v)
 		}
 	}()
-	rec := &recorder{ResponseWriter: w}
+	rec := &streamFlusher{ResponseWriter: w}
 	if t.port != EnvdPort {
 		t.tokens = p.sandboxTokens(ctx, t.id)
 	}
@@ -312,7 +312,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
-	// answered (the recorder unwraps to w, whose connection it reaches).
+	// answered (the flusher unwraps to w, whose connection it reaches).
 	httpx.ServeProxied(p.rp, rec, r.WithContext(ctx))
 	return nil
 }
@@ -404,32 +404,19 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// recorder remembers the status for the access line, and flushes the headers of a
-// response without a Content-Length (a stream) at once, so the client sees them before
-// the first frame.
-type recorder struct {
-	http.ResponseWriter
-	status int
-}
+// streamFlusher flushes the headers of a response without a Content-Length (a stream) at
+// once, so the client sees them before the first frame. (The chain's recorder keeps the
+// status for the access line.)
+type streamFlusher struct{ http.ResponseWriter }
 
-func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+func (w *streamFlusher) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 	if code >= 200 && w.Header().Get("Content-Length") == "" {
 		_ = http.NewResponseController(w.ResponseWriter).Flush()
 	}
 }
 
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *streamFlusher) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // slogWriter sends ReverseProxy's own log lines (body copy errors) to the logger.
 type slogWriter struct{ l *slog.Logger }
