@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/internal/api/adminroutes"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/cluster"
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -640,14 +641,12 @@ func redactObjects(addr string) string {
 
 // adminRoutes are the operator's routes behind the admin token: the retention status, and a
 // cluster node's view of the nodes (list, drain, activate).
-func (s *instance) adminRoutes() map[string]http.Handler {
-	routes := map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}
+func (s *instance) adminRoutes() []httpx.Route {
+	cfg := adminroutes.Config{Status: s.retainer.Status}
 	if nodes, ok := s.db.(store.Nodes); ok && s.cluster != nil {
-		for pattern, h := range cluster.AdminRoutes(nodes) {
-			routes[pattern] = h
-		}
+		cfg.Nodes = nodes
 	}
-	return routes
+	return adminroutes.Routes(cfg)
 }
 
 // checkpointMover carries snapshot-paused sandboxes between nodes through the object store
@@ -710,29 +709,33 @@ func (s *instance) mover() orchestrator.Mover {
 // adoptPath is the route a node asks another to take a handed sandbox over by.
 func adoptPath(id string) string { return "/cluster/sandboxes/" + url.PathEscape(id) + "/adopt" }
 
-// serveInternal answers the routes between nodes: a valid node signature or 401.
-func (s *instance) serveInternal(w http.ResponseWriter, r *http.Request) {
-	ok, err := s.cluster.forwarded(r)
-	if err == nil && !ok {
-		err = fmt.Errorf("%w: %s is for the cluster's nodes: a node's signature (%s) is missing", errdefs.ErrUnauthenticated, r.URL.Path, HeaderNodeForward)
-	}
+// internalEdge serves the routes between nodes through the one chain, where a node's
+// signature authenticates (httpx.AuthNode).
+func (s *instance) internalEdge() http.Handler {
+	chain := httpx.Chain{Edge: "cluster", Logger: s.cfg.Logger, Authenticate: func(r *http.Request, _ httpx.Auth) (context.Context, error) {
+		ok, err := s.cluster.forwarded(r)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: %s is for the cluster's nodes: a node's signature (%s) is missing", errdefs.ErrUnauthenticated, r.URL.Path, HeaderNodeForward)
+		}
+		return r.Context(), err
+	}}
+	return chain.Routes([]httpx.Route{
+		{Pattern: "POST /cluster/sandboxes/{id}/adopt", Auth: httpx.AuthNode, Handler: s.adopt},
+		// Anything else under /cluster/ is no route, for a node as for anyone.
+		{Pattern: "/cluster/", Auth: httpx.AuthNode, Handler: func(w http.ResponseWriter, r *http.Request) error {
+			return fmt.Errorf("%w: %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path)
+		}},
+	})
+}
+
+// adopt takes over a sandbox another node handed over (a drain's move).
+func (s *instance) adopt(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.orch.Adopt(r.Context(), r.PathValue("id"))
 	if err != nil {
-		httpx.WriteError(r.Context(), w, err)
-		return
+		return err
 	}
-	rest, _ := strings.CutPrefix(r.URL.Path, "/cluster/sandboxes/")
-	id, verb, _ := strings.Cut(rest, "/")
-	if r.Method != http.MethodPost || verb != "adopt" || id == "" {
-		httpx.WriteError(r.Context(), w, fmt.Errorf("%w: %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path))
-		return
-	}
-	sb, err := s.orch.Adopt(r.Context(), id)
-	if err != nil {
-		httpx.WriteError(r.Context(), w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]string{"sandboxID": sb.ID, "node": sb.Node})
+	httpx.WriteJSON(w, http.StatusOK, map[string]string{"sandboxID": sb.ID, "node": sb.Node})
+	return nil
 }
 
 // askAdopt asks node n to take sandbox id over, signed as this node.

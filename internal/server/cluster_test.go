@@ -261,14 +261,15 @@ func TestClusterForwarding(t *testing.T) {
 	t.Run("the routes between nodes need a node's signature", func(t *testing.T) {
 		s := &instance{cluster: rig.a}
 		w := httptest.NewRecorder()
-		s.serveInternal(w, httptest.NewRequest(http.MethodPost, adoptPath(rig.sandbox), nil))
+		s.internalEdge().ServeHTTP(w, httptest.NewRequest(http.MethodPost, adoptPath(rig.sandbox), nil))
 		if w.Code != http.StatusUnauthorized {
 			t.Fatalf("unsigned: %d %s", w.Code, w.Body)
 		}
 		r := httptest.NewRequest(http.MethodGet, "/cluster/sandboxes/x/nothing", nil)
-		r.Header.Set(HeaderNodeForward, rig.b.sign(r.Method, r.Host, r.URL.RequestURI(), "", time.Now()))
+		r.Header.Set(requestid.Header, "req-node") // a node signs its request id too
+		r.Header.Set(HeaderNodeForward, rig.b.sign(r.Method, r.Host, r.URL.RequestURI(), "req-node", time.Now()))
 		w = httptest.NewRecorder()
-		s.serveInternal(w, r)
+		s.internalEdge().ServeHTTP(w, r)
 		if w.Code != http.StatusNotFound {
 			t.Fatalf("an unknown route: %d %s", w.Code, w.Body)
 		}
