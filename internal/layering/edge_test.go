@@ -23,7 +23,7 @@ var edges = []struct{ dir, why string }{
 	{"internal/proxy", "the door into sandboxes' ports, through the chain"},
 	{"internal/server", "the listener: dispatch to the edges, forwarding between nodes and their routes"},
 	{"internal/envd", "the guest's own server, inside the sandbox"},
-	{"internal/network", "the egress proxy of sandboxes' outbound traffic, not a route of Cove's"},
+	{"internal/egress", "the egress proxy of sandboxes' outbound traffic, not a route of Cove's"},
 	{"internal/telemetry", "OpenTelemetry's span middleware, not a route"},
 }
 
