@@ -34,7 +34,7 @@ func strict(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// egressSpec is the network package's reading of the contract's egress fields, E2B's
+// egressSpec is the egress package's reading of the contract's egress fields, E2B's
 // SandboxNetworkConfig and SandboxNetworkUpdateConfig share them.
 func egressSpec(allowOut, denyOut []string, proxy *cove.EgressProxy, rules map[string][]cove.Rule) egress.Spec {
 	spec := egress.Spec{AllowOut: allowOut, DenyOut: denyOut}
