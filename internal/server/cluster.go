@@ -176,7 +176,9 @@ type clusterNode struct {
 	records store.Sandboxes
 	// snapshots reads a snapshot's record (the node holding its files).
 	snapshots store.Snapshots
-	fwd       *httputil.ReverseProxy
+	// volumes reads a volume's record (the node holding its live files).
+	volumes store.Volumes
+	fwd     *httputil.ReverseProxy
 
 	mu     sync.Mutex
 	owners map[string]ownerEntry // sandbox id → its node, for a few seconds
@@ -194,12 +196,13 @@ const ownerTTL = 2 * time.Second
 func newClusterNode(name string, secret []byte, nodes store.Nodes, records interface {
 	store.Sandboxes
 	store.Snapshots
+	store.Volumes
 }) (*clusterNode, error) {
 	key, err := clusterKey(secret, "forward")
 	if err != nil {
 		return nil, err
 	}
-	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, snapshots: records, owners: map[string]ownerEntry{}}
+	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, snapshots: records, volumes: records, owners: map[string]ownerEntry{}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	c.fwd = &httputil.ReverseProxy{
@@ -290,12 +293,26 @@ func snapshotPath(path string) (string, bool) {
 	return id, ok && snapshot.IsID(id)
 }
 
+// volumePath names the volume of an API path /volumes/{id} or /volumecontent/{id}/… (by id:
+// a volume named by its name is served where the request lands, which fetches it).
+func volumePath(path string) (string, bool) {
+	for _, prefix := range []string{"/volumes/", "/volumecontent/"} {
+		if rest, ok := strings.CutPrefix(path, prefix); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			return id, snapshot.IsVolumeID(id)
+		}
+	}
+	return "", false
+}
+
 // clusterPath says whether an API path may be another node's to answer: a sandbox's
-// routes, a snapshot's (its files are on its node), and a create (placed on the best node).
+// routes, a snapshot's (its files are on its node), a volume's (its live files are on the
+// node that holds it), and a create (placed on the best node).
 func clusterPath(path string) bool {
 	_, ok := sandboxPath(path)
 	_, snap := snapshotPath(path)
-	return ok || snap || createPath(path)
+	_, vol := volumePath(path)
+	return ok || snap || vol || createPath(path)
 }
 
 // HeaderNodeFull marks a create's answer when the node that tried it had no room
@@ -314,6 +331,13 @@ func (c *clusterNode) route(r *http.Request, proxied bool) (*store.Node, error) 
 		id, ok = c.sandboxOf(r)
 	} else if sn, isSnap := snapshotPath(r.URL.Path); isSnap {
 		return c.snapshotOwner(r.Context(), sn), nil
+	} else if vol, isVol := volumePath(r.URL.Path); isVol {
+		// The node that holds its live files answers; none (it is in the object store) or a
+		// lost one: this node, which fetches it.
+		if v, err := c.volumes.GetVolume(r.Context(), vol); err == nil {
+			return c.liveOther(r.Context(), v.Node), nil
+		}
+		return nil, nil
 	} else {
 		id, ok = sandboxPath(r.URL.Path)
 	}
@@ -720,6 +744,19 @@ func (s *instance) serveInternal(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(r.Context(), w, err)
 		return
 	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/cluster/volumes/"); ok {
+		id, verb, _ := strings.Cut(rest, "/")
+		if r.Method != http.MethodPost || verb != "release" || id == "" {
+			httpx.WriteError(r.Context(), w, fmt.Errorf("%w: %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path))
+			return
+		}
+		if err := s.orch.ReleaseVolume(r.Context(), id); err != nil {
+			httpx.WriteError(r.Context(), w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	rest, _ := strings.CutPrefix(r.URL.Path, "/cluster/sandboxes/")
 	id, verb, _ := strings.Cut(rest, "/")
 	if r.Method != http.MethodPost || verb != "adopt" || id == "" {
@@ -737,11 +774,17 @@ func (s *instance) serveInternal(w http.ResponseWriter, r *http.Request) {
 
 // askAdopt asks node n to take sandbox id over, signed as this node.
 func (c *clusterNode) askAdopt(ctx context.Context, n *store.Node, id string) error {
+	return c.ask(ctx, n, adoptPath(id))
+}
+
+// ask posts to node n's internal route path, signed as this node: errAdoptRefused (with its
+// answer) when n answers other than 2xx.
+func (c *clusterNode) ask(ctx context.Context, n *store.Node, path string) error {
 	u, err := url.Parse(n.AdvertiseURL)
 	if err != nil {
 		return err
 	}
-	u.Path = adoptPath(id)
+	u.Path = path
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
 	if err != nil {
 		return err
@@ -756,11 +799,62 @@ func (c *clusterNode) askAdopt(ctx context.Context, n *store.Node, id string) er
 		return err
 	}
 	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
+	if res.StatusCode/100 != 2 {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		return fmt.Errorf("%w: node %s answered %s: %s", errAdoptRefused, n.Name, res.Status, strings.TrimSpace(string(body)))
+		return &refusal{node: n.Name, status: res.Status, code: res.StatusCode, body: strings.TrimSpace(string(body))}
 	}
 	return nil
+}
+
+// refusal is another node's answer other than 2xx to an internal route: errAdoptRefused.
+type refusal struct {
+	node, status, body string
+	code               int
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("%v: node %s answered %s: %s", errAdoptRefused, r.node, r.status, r.body)
+}
+
+func (r *refusal) Is(target error) bool { return target == errAdoptRefused }
+
+// volumePeers are the other nodes, for this node's volumes (snapshot.VolumePeers).
+type volumePeers struct {
+	s     *instance
+	nodes store.Nodes
+}
+
+func (p volumePeers) NodeAlive(ctx context.Context, node string) bool {
+	return checkpointMover{nodes: p.nodes}.NodeAlive(ctx, node)
+}
+
+// Release asks node to publish volume id and let go of it: a 409 from it (a sandbox there
+// mounts the volume) is snapshot.ErrVolumeInUse with its words.
+func (p volumePeers) Release(ctx context.Context, node, id string) error {
+	if p.s.cluster == nil {
+		return fmt.Errorf("%w: this node has not joined its cluster yet", errdefs.ErrUnavailable)
+	}
+	n, err := p.nodes.GetNode(ctx, node)
+	if err != nil {
+		return err
+	}
+	if err := p.s.cluster.ask(ctx, n, "/cluster/volumes/"+url.PathEscape(id)+"/release"); err != nil {
+		if r, ok := err.(*refusal); ok && r.code == http.StatusConflict {
+			return fmt.Errorf("%w: %v", snapshot.ErrVolumeInUse, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// shareVolumes makes this node's volumes move between the cluster's nodes through the
+// object store; a lone server's stay where they are.
+func (s *instance) shareVolumes(v *snapshot.Volumes) {
+	nodes, ok := s.db.(store.Nodes)
+	if !ok || !s.cfg.Cluster.on() || s.objects == nil {
+		return
+	}
+	v.Share(s.objects, volumePeers{s: s, nodes: nodes})
 }
 
 // errAdoptRefused: the node asked to adopt a sandbox answered no; a drain tries the next.
