@@ -199,11 +199,12 @@ func (v *Volumes) Release(ctx context.Context, id string, alive func(sandboxID s
 		return nil
 	}
 	vol := fromVolumeRecord(r)
-	v.mu.Lock()
-	holders := v.holders(id, alive)
-	v.mu.Unlock()
-	for sid := range holders {
-		return fmt.Errorf("%w: volume %s is mounted in sandbox %s on node %s", ErrVolumeInUse, vol.Name, sid, v.node)
+	// The leases stay, those of sandboxes alive says are not included: a sandbox that moves
+	// keeps its lease, and mounts the volume again where it goes.
+	for sid := range v.leases(id) {
+		if alive(sid) {
+			return fmt.Errorf("%w: volume %s is mounted in sandbox %s on node %s", ErrVolumeInUse, vol.Name, sid, v.node)
+		}
 	}
 	used, err := v.Usage(vol)
 	if err != nil {

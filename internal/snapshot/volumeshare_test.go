@@ -156,9 +156,14 @@ func TestVolumesMoveBetweenNodes(t *testing.T) {
 		if !errors.Is(err, snapshot.ErrVolumeInUse) || !strings.Contains(err.Error(), "sb-1") {
 			t.Fatalf("a hold while sb-1 on node b mounts it: %v", err)
 		}
-		c.set(c.live, "sb-1", false) // the sandbox ends
+		c.set(c.live, "sb-1", false) // the sandbox ends, or moves
 		if got := readVolumeFile(t, a, vol, "from-b.txt"); got != "written on b" {
 			t.Errorf("read on node a after node b let go: %q", got)
+		}
+		// A release keeps the lease: a sandbox that moves mounts the volume again where it
+		// goes, at the same path (the next claim sweeps it once the sandbox is gone).
+		if m, err := a.MountsOf("t1", "sb-1"); err != nil || len(m) != 1 || m[0].Path != "/data" {
+			t.Errorf("sb-1's mounts after the release: %+v %v", m, err)
 		}
 		if _, err := objects.Stat(ctx, "volumes/"+vol.ID+"/1.tar"); !errors.Is(err, blob.ErrNotFound) {
 			t.Errorf("the superseded version is still kept: %v", err)
