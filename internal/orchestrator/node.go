@@ -336,10 +336,7 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	e.mu.Lock()
 	shared := e.shared
 	e.mu.Unlock()
-	mounts, err := o.volumeMountsByID(e.sb.TeamID, id)
-	if err != nil {
-		mounts = nil // then its volumes are not released below: the move fails, it runs on here
-	}
+	mounts, merr := o.volumeMountsByID(e.sb.TeamID, id)
 	back := func(cause error) error {
 		// Its volumes are held here again (released for the move, they are this node's copy,
 		// unless another node took them meanwhile: then its resume fails and says so).
@@ -353,6 +350,9 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	}
 	if !shared {
 		return back(fmt.Errorf("move %s: its checkpoint is not in the object store", id))
+	}
+	if merr != nil {
+		return back(fmt.Errorf("move %s: its volumes: %w", id, merr))
 	}
 	// Its volumes go to the object store and this node lets go of them: the node it moves
 	// to holds them next, at the same paths.
@@ -412,9 +412,11 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 func (o *Orchestrator) releaseVolumesOf(ctx context.Context, id string, mounts []VolumeMount) error {
 	others := func(sid string) bool { return sid != id && o.holdsVolumes(sid) }
 	for _, m := range mounts {
+		begun := time.Now()
 		if err := o.cfg.Volumes.Release(ctx, m.Name, others); err != nil {
 			return err
 		}
+		o.logger(ctx).Info("volume published for the move", telemetry.KeyVolumeID, m.Name, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
 	}
 	return nil
 }

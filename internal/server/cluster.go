@@ -838,6 +838,10 @@ func (p volumePeers) Release(ctx context.Context, node, id string) error {
 	if err != nil {
 		return err
 	}
+	// Bounded: the asking node holds the volume's lock meanwhile (a publish of a large image
+	// takes seconds, never minutes).
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	if err := p.s.cluster.ask(ctx, n, "/cluster/volumes/"+url.PathEscape(id)+"/release"); err != nil {
 		if r, ok := err.(*refusal); ok && r.code == http.StatusConflict {
 			return fmt.Errorf("%w: %v", snapshot.ErrVolumeInUse, err)
