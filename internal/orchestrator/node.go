@@ -330,6 +330,9 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	if !running {
 		return fmt.Errorf("%w: %s is not running: only running sandboxes move", ErrConflict, id)
 	}
+	if err := o.volumesMovable(e.sb.TeamID, id); err != nil {
+		return fmt.Errorf("move %s: %w", id, err) // before its pause: a drain's next round does not pause it for nothing
+	}
 	if err := o.pause(ctx, e, reason.PauseSnapshot); err != nil {
 		return fmt.Errorf("move %s: %w", id, err)
 	}
@@ -432,4 +435,26 @@ func (o *Orchestrator) holdVolumes(ctx context.Context, mounts []VolumeMount) er
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// volumesMovable says whether sandbox id's volumes can go with it: ErrConflict when another
+// live sandbox of this node mounts one (a volume is held by one node at a time, so the two
+// cannot move one after the other).
+func (o *Orchestrator) volumesMovable(teamID, id string) error {
+	mounts, err := o.volumeMountsByID(teamID, id)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		vol, err := o.cfg.Volumes.ByID(m.Name)
+		if err != nil {
+			continue // deleted: nothing to carry
+		}
+		for _, other := range o.cfg.Volumes.Holders(vol, o.holdsVolumes) {
+			if other != id {
+				return fmt.Errorf("%w: volume %s is mounted in sandbox %s on this node too: a volume is on one node at a time, so the sandboxes sharing it stay (kill the other to move this one)", ErrConflict, vol.Name, other)
+			}
+		}
+	}
+	return nil
 }
