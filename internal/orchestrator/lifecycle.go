@@ -163,7 +163,7 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	o.mu.Unlock()
 	o.takeovers.Delete(e.sb.ID) // a killed sandbox is taken over by no node again
 	o.nudge()
-	if !e.remote && len(e.volumes) > 0 {
+	if !e.remote && len(e.volumes) > 0 && o.cfg.Volumes != nil && o.cfg.Volumes.Shared() {
 		go o.publishVolumes(context.WithoutCancel(ctx), e.volumes) // in a cluster; a kill does not wait
 	}
 	data := events.KilledData(why, events.ExecutionOf(e.sb, now))

@@ -35,6 +35,7 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/requestid"
 )
 
@@ -392,9 +393,11 @@ func (c *clusterNode) liveOther(ctx context.Context, node string) *store.Node {
 }
 
 // createBody is what placement reads of a create: its template (a node that caches it
-// starts it without a download).
+// starts it without a download) and its volumes (the node that holds them mounts them
+// without a copy).
 type createBody struct {
-	TemplateID string `json:"templateID"`
+	TemplateID   string             `json:"templateID"`
+	VolumeMounts []cove.VolumeMount `json:"volumeMounts"`
 }
 
 // createPath says whether an API path is where sandboxes are created (and listed): E2B's
@@ -497,6 +500,12 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 			}
 		}
 	}
+	if holder := c.volumeHolder(r.Context(), cb.VolumeMounts); holder != "" {
+		// Asked first: elsewhere the volume would be published there and fetched here.
+		if i := slices.IndexFunc(ranked, func(n *store.Node) bool { return n.Name == holder }); i > 0 {
+			ranked = append([]*store.Node{ranked[i]}, slices.Delete(slices.Clone(ranked), i, i+1)...)
+		}
+	}
 	var last *bufferedResponse
 	for i, n := range ranked[:tries] {
 		rec := &bufferedResponse{header: http.Header{}}
@@ -515,6 +524,37 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 	}
 	last.header.Del(HeaderNodeFull)
 	last.copyTo(w)
+}
+
+// volumeHolder is the node holding the live files of the first of a create's volumes one
+// node holds; "" when none does. A volume named by its name (the caller's team is not known
+// here) counts only when no other team has a volume of that name.
+func (c *clusterNode) volumeHolder(ctx context.Context, mounts []cove.VolumeMount) string {
+	var all []*store.Volume
+	for _, m := range mounts {
+		if snapshot.IsVolumeID(m.Name) {
+			if v, err := c.volumes.GetVolume(ctx, m.Name); err == nil && v.Node != "" {
+				return v.Node
+			}
+			continue
+		}
+		if all == nil {
+			var err error
+			if all, err = c.volumes.ListVolumes(ctx, store.AllNodes, ""); err != nil {
+				return ""
+			}
+		}
+		var named []*store.Volume
+		for _, v := range all {
+			if v.Name == m.Name {
+				named = append(named, v)
+			}
+		}
+		if len(named) == 1 && named[0].Node != "" {
+			return named[0].Node
+		}
+	}
+	return ""
 }
 
 // bufferedResponse holds a create's answer (small JSON) until placement knows it is the one

@@ -478,6 +478,9 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		from := info.ClientID
+		if from != a.name { // the volume was made through node-a, which holds it
+			t.Errorf("the create with a volume node-a holds landed on %s: want node-a, which mounts it without a copy", from)
+		}
 		// 64 MiB of the volume written: what the drain carries.
 		sum, err := sb.Commands.Run(ctx, "echo before-the-drain > /mnt/vol/kept.txt && head -c 67108864 /dev/urandom > /mnt/vol/blob && sync && sha256sum /mnt/vol/blob")
 		if err != nil || sum.ExitCode != 0 {
@@ -513,7 +516,22 @@ func TestCluster(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Logf("the sandbox with 64 MiB written in its volume moved from %s to %s in %s", from, info.ClientID, time.Since(begun).Round(10*time.Millisecond))
+		t.Logf("the sandbox with 64 MiB written in its volume moved from %s to %s %s into the drain", from, info.ClientID, time.Since(begun).Round(10*time.Millisecond))
+		for _, n := range nodes {
+			if n.name != from {
+				continue
+			}
+			// The move itself, as the node it left timed it (the drain moves its other
+			// sandboxes too, one after the other).
+			for _, line := range strings.Split(n.srv.Logs(), "\n") {
+				if strings.Contains(line, sb.ID) && (strings.Contains(line, `"msg":"volume published for the move"`) || strings.Contains(line, `"msg":"sandbox moved to another node"`)) {
+					if _, ms, ok := strings.Cut(line, `"duration_ms":`); ok {
+						msg, _, _ := strings.Cut(line[strings.Index(line, `"msg":"`)+7:], `"`)
+						t.Logf("%s: %s ms", msg, strings.TrimRight(strings.SplitN(ms, ",", 2)[0], "}"))
+					}
+				}
+			}
+		}
 		if _, err := admin.ActivateNode(ctx, from); err != nil {
 			t.Fatal(err)
 		}

@@ -161,8 +161,12 @@ func (db *DB) GetVolume(ctx context.Context, id string) (*store.Volume, error) {
 // ListVolumes returns node's volumes (every node's when store.AllNodes) of teamID (every
 // team's when ""), oldest first.
 func (db *DB) ListVolumes(ctx context.Context, node, teamID string) ([]*store.Volume, error) {
-	rows, err := db.pool.Query(ctx, `SELECT `+volumeColumns+` FROM volumes WHERE ($1 = '*' OR node = $1) AND ($2 = '' OR team_id = $2)
-		ORDER BY created_at, id`, node, teamID)
+	// Two queries rather than an OR on a parameter, so one node's listing keeps its index.
+	q, args := `SELECT `+volumeColumns+` FROM volumes WHERE node = $1 AND ($2 = '' OR team_id = $2) ORDER BY created_at, id`, []any{node, teamID}
+	if node == store.AllNodes {
+		q, args = `SELECT `+volumeColumns+` FROM volumes WHERE $1 = '' OR team_id = $1 ORDER BY created_at, id`, []any{teamID}
+	}
+	rows, err := db.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}

@@ -161,8 +161,12 @@ func (db *DB) GetVolume(ctx context.Context, id string) (*store.Volume, error) {
 // ListVolumes returns node's volumes (every node's when store.AllNodes) of teamID (every
 // team's when ""), oldest first.
 func (db *DB) ListVolumes(ctx context.Context, node, teamID string) ([]*store.Volume, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+volumeColumns+` FROM volumes WHERE (? = '*' OR node = ?) AND (? = '' OR team_id = ?)
-		ORDER BY created_at, id`, node, node, teamID, teamID)
+	// Two queries rather than an OR on a parameter, so one node's listing keeps its index.
+	q, args := `SELECT `+volumeColumns+` FROM volumes WHERE node = ? AND (? = '' OR team_id = ?) ORDER BY created_at, id`, []any{node, teamID, teamID}
+	if node == store.AllNodes {
+		q, args = `SELECT `+volumeColumns+` FROM volumes WHERE ? = '' OR team_id = ? ORDER BY created_at, id`, []any{teamID, teamID}
+	}
+	rows, err := db.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
