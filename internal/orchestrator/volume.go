@@ -195,12 +195,20 @@ func (o *Orchestrator) releaseVolumes(ctx context.Context) {
 	}
 }
 
-// publishVolumes, in a cluster, publishes to the object store each of ids that no sandbox
-// of this node mounts any more (a kill let go of them), so any node can mount them next and
-// a loss of this node loses none of their files. One box keeps its volumes where they are.
-func (o *Orchestrator) publishVolumes(ctx context.Context, ids []string) {
+// publishVolumes, in a cluster, publishes to the object store each volume of sandbox
+// sandboxID (ids, as this server made it; its leases, for one adopted after a restart) that
+// no sandbox of this node mounts any more (its kill let go of them), so any node can mount
+// them next and a loss of this node loses none of their files. One box keeps its volumes
+// where they are.
+func (o *Orchestrator) publishVolumes(ctx context.Context, teamID, sandboxID string, ids []string) {
 	if o.cfg.Volumes == nil || !o.cfg.Volumes.Shared() {
 		return
+	}
+	if len(ids) == 0 {
+		mounts, _ := o.volumeMountsByID(teamID, sandboxID)
+		for _, m := range mounts {
+			ids = append(ids, m.Name)
+		}
 	}
 	for _, id := range ids {
 		begun := time.Now()
