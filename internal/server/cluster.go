@@ -893,12 +893,12 @@ func (p volumePeers) Release(ctx context.Context, node, id string) error {
 
 // shareVolumes makes this node's volumes move between the cluster's nodes through the
 // object store; a lone server's stay where they are.
-func (s *instance) shareVolumes(v *snapshot.Volumes) {
+func (s *instance) shareVolumes(ctx context.Context, v *snapshot.Volumes) {
 	nodes, ok := s.db.(store.Nodes)
 	if !ok || !s.cfg.Cluster.on() || s.objects == nil {
 		return
 	}
-	v.Share(s.objects, volumePeers{s: s, nodes: nodes})
+	v.Share(ctx, s.objects, volumePeers{s: s, nodes: nodes})
 }
 
 // errAdoptRefused: the node asked to adopt a sandbox answered no; a drain tries the next.

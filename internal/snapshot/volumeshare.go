@@ -40,9 +40,24 @@ type VolumePeers interface {
 var ErrVolumeLost = errors.New("volume lost with its node")
 
 // Share makes v a node of a cluster: its volumes' images go through objects between nodes,
-// and peers are the other nodes.
-func (v *Volumes) Share(objects blob.Store, peers VolumePeers) {
+// and peers are the other nodes. It removes the copies this node kept of volumes deleted
+// since (through another node, which could not reach them) and what a fetch cut short left.
+func (v *Volumes) Share(ctx context.Context, objects blob.Store, peers VolumePeers) {
 	v.objects, v.peers = objects, peers
+	entries, _ := os.ReadDir(v.dir)
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, ".fetch-") || strings.HasSuffix(name, ".fetched"):
+			_ = os.RemoveAll(filepath.Join(v.dir, name))
+		case volumeID.MatchString(name):
+			if _, err := v.db.GetVolume(ctx, name); errors.Is(err, store.ErrNotFound) {
+				if runtime.UnmountDisk(v.DataDir(name)) == nil {
+					_ = os.RemoveAll(filepath.Join(v.dir, name))
+				}
+			}
+		}
+	}
 }
 
 // Shared says whether v is a node of a cluster whose volumes move between nodes.

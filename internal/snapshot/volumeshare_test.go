@@ -69,7 +69,7 @@ func newCluster(t *testing.T) (*cluster, blob.Store, store.Volumes) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vs.Share(objects, c)
+		vs.Share(t.Context(), objects, c)
 		c.nodes[name] = vs
 		t.Cleanup(func() { _, _ = vs.UnmountIdle(func(string) bool { return false }) })
 	}
@@ -212,6 +212,15 @@ func TestVolumesMoveBetweenNodes(t *testing.T) {
 		}
 		if left, _ := objects.List(ctx, "volumes/"+vol.ID+"/"); len(left) != 0 {
 			t.Errorf("left in the object store: %v", left)
+		}
+		// Node b's copy, which node a could not reach, goes when node b joins again.
+		home := filepath.Dir(b.DataDir(vol.ID))
+		if _, err := os.Stat(home); err != nil {
+			t.Fatalf("node b kept no copy to remove: %v", err)
+		}
+		b.Share(ctx, objects, c)
+		if _, err := os.Stat(home); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("node b's copy of the deleted volume: %v", err)
 		}
 	})
 }
