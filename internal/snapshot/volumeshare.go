@@ -14,6 +14,7 @@ import (
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // Volumes in a cluster (issue 24). A volume's live files are on one node at a time, the one
@@ -158,11 +159,17 @@ func (v *Volumes) hold(ctx context.Context, vol *Volume) error {
 			return fmt.Errorf("hold volume %s: %w", vol.Name, err)
 		}
 		vol.Node = v.node
-		if err := v.fetch(ctx, vol); err != nil {
+		begun := time.Now()
+		fetched, err := v.fetch(ctx, vol)
+		if err != nil {
 			// Let go again: the object store's version is still the current one.
 			_ = v.db.MoveVolume(context.WithoutCancel(ctx), vol.ID, v.node, "", r.Version, r.UsedBytes)
 			vol.Node = ""
 			return fmt.Errorf("fetch volume %s: %w", vol.Name, err)
+		}
+		if fetched {
+			telemetry.Logger(ctx).Info("volume fetched from the object store", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name,
+				telemetry.KeyNodeOther, r.Node, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
 		}
 		return v.Mount(vol)
 	}
@@ -170,27 +177,27 @@ func (v *Volumes) hold(ctx context.Context, vol *Volume) error {
 }
 
 // fetch makes this node's copy of vol the object store's version vol.Version, unless it is
-// already.
-func (v *Volumes) fetch(ctx context.Context, vol *Volume) error {
+// already (then it says false).
+func (v *Volumes) fetch(ctx context.Context, vol *Volume) (bool, error) {
 	if v.localVersion(vol.ID) == vol.Version {
-		return nil // this node published (or fetched) that version last: its copy is it
+		return false, nil // this node published (or fetched) that version last: its copy is it
 	}
 	home := filepath.Join(v.dir, vol.ID)
 	if err := runtime.UnmountDisk(filepath.Join(home, "data")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return false, err
 	}
 	fresh := vol.ID + ".fetched"
 	_ = os.RemoveAll(filepath.Join(v.dir, fresh))
 	if err := blob.GetTree(ctx, v.objects, imageKey(vol.ID, vol.Version), v.dir, fresh); err != nil {
-		return err
+		return false, err
 	}
 	if err := os.RemoveAll(home); err != nil {
-		return err
+		return false, err
 	}
 	if err := os.Rename(filepath.Join(v.dir, fresh), home); err != nil {
-		return err
+		return false, err
 	}
-	return v.setLocalVersion(vol.ID, vol.Version)
+	return true, v.setLocalVersion(vol.ID, vol.Version)
 }
 
 // Release publishes volume id to the object store and lets go of it, when this node holds

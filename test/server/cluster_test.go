@@ -518,13 +518,14 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("the sandbox with 64 MiB written in its volume moved from %s to %s %s into the drain", from, info.ClientID, time.Since(begun).Round(10*time.Millisecond))
 		for _, n := range nodes {
-			if n.name != from {
+			if n.name != from && n.name != info.ClientID {
 				continue
 			}
-			// The move itself, as the node it left timed it (the drain moves its other
+			// The move itself, as the nodes timed it (the drain moves the node's other
 			// sandboxes too, one after the other).
 			for _, line := range strings.Split(n.srv.Logs(), "\n") {
-				if strings.Contains(line, sb.ID) && (strings.Contains(line, `"msg":"volume published for the move"`) || strings.Contains(line, `"msg":"sandbox moved to another node"`)) {
+				if strings.Contains(line, sb.ID) && (strings.Contains(line, `"msg":"volume published for the move"`) || strings.Contains(line, `"msg":"sandbox moved to another node"`)) ||
+					strings.Contains(line, vol.ID) && strings.Contains(line, `"msg":"volume fetched from the object store"`) {
 					if _, ms, ok := strings.Cut(line, `"duration_ms":`); ok {
 						msg, _, _ := strings.Cut(line[strings.Index(line, `"msg":"`)+7:], `"`)
 						t.Logf("%s: %s ms", msg, strings.TrimRight(strings.SplitN(ms, ",", 2)[0], "}"))
