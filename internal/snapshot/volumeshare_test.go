@@ -203,6 +203,20 @@ func TestVolumesMoveBetweenNodes(t *testing.T) {
 			t.Fatalf("a hold of it: %v", err)
 		}
 	})
+	t.Run("a volume without a size (a plain directory) moves too", func(t *testing.T) {
+		plain, err := a.Create("t1", "plain", 0, snapshot.VolumeLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Delete("t1", plain.ID, c.alive) })
+		writeVolumeFile(t, a, plain, "/dir/p.txt", "plain on a")
+		if err := a.Release(ctx, plain.ID, c.alive); err != nil {
+			t.Fatal(err)
+		}
+		if got := readVolumeFile(t, b, plain, "dir/p.txt"); got != "plain on a" {
+			t.Errorf("read on node b: %q", got)
+		}
+	})
 	t.Run("a deleted volume's images leave the object store", func(t *testing.T) {
 		if err := b.Release(ctx, vol.ID, c.alive); err != nil {
 			t.Fatal(err)
