@@ -193,7 +193,7 @@ func (o *Orchestrator) launch(ctx context.Context, p *plan) (_ *entry, _ *store.
 		case p.snap != nil:
 			spec.Start, spec.Restore = false, p.snap.Dir
 		}
-		vb, vids, verr := o.volumeBinds(sb.TeamID, sb.ID, p.req.VolumeMounts)
+		vb, vids, verr := o.volumeBinds(ctx, sb.TeamID, sb.ID, p.req.VolumeMounts)
 		switch {
 		case p.originVolumes && errors.Is(verr, snapshot.ErrVolumeNotFound):
 			// Not the caller's mounts: the origin's, one of them deleted since.

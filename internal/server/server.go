@@ -608,6 +608,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.shareVolumes(ctx, volumes)
 	kept := s.vault
 	cfg := s.cfg
 	// envd's binary is bound into every sandbox from a tmpfs copy: the bind names no path of
