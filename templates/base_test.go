@@ -17,6 +17,7 @@ import (
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/templates"
 )
 
@@ -76,7 +77,7 @@ func TestBuildBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func(t *testing.T, mut func(*template.Spec)) (*template.Template, string) {
+	buildBase := func(t *testing.T, mut func(*build.Spec)) (*template.Template, string) {
 		t.Helper()
 		spec, err := templates.BaseSpec(store, "base", "")
 		if err != nil {
@@ -95,7 +96,7 @@ func TestBuildBase(t *testing.T) {
 		t.Logf("base built in %s", time.Since(t0).Round(time.Millisecond))
 		return tpl, progress.String()
 	}
-	tpl, progress := build(t, nil)
+	tpl, progress := buildBase(t, nil)
 	if tpl.Key != templates.BaseKey() || tpl.User != "user" || tpl.Workdir != "/home/user" {
 		t.Fatalf("base = key %q, user %q, workdir %q", tpl.Key, tpl.User, tpl.Workdir)
 	}
@@ -139,7 +140,7 @@ func TestBuildBase(t *testing.T) {
 		}
 	})
 	t.Run("a rebuild with nothing changed takes every step from the cache", func(t *testing.T) {
-		again, _ := build(t, nil)
+		again, _ := buildBase(t, nil)
 		for _, r := range again.Built {
 			if !r.Cached && r.Layer != "" {
 				t.Errorf("step %q ran again", r.Step)
@@ -150,7 +151,7 @@ func TestBuildBase(t *testing.T) {
 		}
 	})
 	t.Run("a changed step rebuilds from that step only", func(t *testing.T) {
-		changed, progress := build(t, func(s *template.Spec) {
+		changed, progress := buildBase(t, func(s *build.Spec) {
 			i := slices.IndexFunc(s.Steps, func(st template.Step) bool { return st.Kind == template.StepRun })
 			s.Steps[i].Args[0] += " && echo changed > /etc/cove-changed"
 		})
@@ -185,7 +186,7 @@ func TestBuildBase(t *testing.T) {
 }
 
 // openStore opens a template store of the test's own, its records in a SQLite file of its own.
-func openStore(t *testing.T, rt runtime.Runtime) (*template.Store, error) {
+func openStore(t *testing.T, rt runtime.Runtime) (*build.Builder, error) {
 	t.Helper()
 	data := t.TempDir()
 	db, err := sqlite.Open(context.Background(), filepath.Join(data, "cove.db"))
@@ -193,5 +194,9 @@ func openStore(t *testing.T, rt runtime.Runtime) (*template.Store, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return template.Open(context.Background(), data, db, rt)
+	ts, err := template.Open(context.Background(), data, db)
+	if err != nil {
+		return nil, err
+	}
+	return build.New(ts, rt), nil
 }

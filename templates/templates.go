@@ -20,7 +20,8 @@ import (
 	"sync"
 
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/dockerfile"
+	"github.com/cove-dev/cove/internal/template/build"
+	"github.com/cove-dev/cove/internal/template/build/dockerfile"
 )
 
 //go:embed base
@@ -73,33 +74,33 @@ func keyOf(fsys fs.FS) string {
 	return suite + "-" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-// BaseSpec is the build of the base definition as the template name, into the store ts:
+// BaseSpec is the build of the base definition as the template name, by the builder ts:
 // the files its COPY lines name are packed into the store's host uploads. mirror is where
 // BOOTSTRAP downloads Debian from ("" for the host's apt source).
-func BaseSpec(ts *template.Store, name, mirror string) (template.Spec, error) {
+func BaseSpec(ts *build.Builder, name, mirror string) (build.Spec, error) {
 	d, err := base()
 	if err != nil {
-		return template.Spec{}, err
+		return build.Spec{}, err
 	}
 	def := *d
 	def.Steps = append([]template.Step(nil), d.Steps...) // Pack sets the copies' hashes
 	ctxDir, err := os.MkdirTemp("", "cove-base-")
 	if err != nil {
-		return template.Spec{}, err
+		return build.Spec{}, err
 	}
 	defer os.RemoveAll(ctxDir)
 	if err := extract(ctxDir); err != nil {
-		return template.Spec{}, fmt.Errorf("base definition: %w", err)
+		return build.Spec{}, fmt.Errorf("base definition: %w", err)
 	}
 	uploads, err := ts.HostUploads()
 	if err != nil {
-		return template.Spec{}, err
+		return build.Spec{}, err
 	}
 	if err := def.Pack(ctxDir, uploads); err != nil {
-		return template.Spec{}, fmt.Errorf("base definition: %w", err)
+		return build.Spec{}, fmt.Errorf("base definition: %w", err)
 	}
-	return template.Spec{Name: name, Bootstrap: def.Bootstrap, Mirror: mirror, Steps: def.Steps, StartCmd: def.StartCmd,
-		Files: template.DirSource(uploads), Key: BaseKey()}, nil
+	return build.Spec{Name: name, Bootstrap: def.Bootstrap, Mirror: mirror, Steps: def.Steps, StartCmd: def.StartCmd,
+		Files: build.DirSource(uploads), Key: BaseKey()}, nil
 }
 
 // extract writes the files of templates/base into dir, each 0644: the build context of its

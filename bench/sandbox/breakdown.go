@@ -45,7 +45,7 @@ func (b *bench) phaseBreakdown(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	ts, err := template.OpenAt(ctx, dir, db, rt)
+	ts, err := template.OpenAt(ctx, dir, db)
 	if err != nil {
 		return err
 	}

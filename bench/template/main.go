@@ -32,6 +32,7 @@ import (
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/templates"
 )
 
@@ -75,10 +76,11 @@ func run(base string, creates int) error {
 		return err
 	}
 	defer db.Close()
-	store, err := template.Open(ctx, data, db, rt)
+	ts, err := template.Open(ctx, data, db)
 	if err != nil {
 		return err
 	}
+	store := build.New(ts, rt)
 	uploads := filepath.Join(data, "uploads")
 	ctxDir := filepath.Join(data, "context")
 	os.MkdirAll(uploads, 0o755)
@@ -89,14 +91,14 @@ func run(base string, creates int) error {
 		return err
 	}
 	var tar bytes.Buffer
-	hash, err := template.ArchiveContext(ctxDir, "blob.bin", "/opt/app/", &tar)
+	hash, err := build.ArchiveContext(ctxDir, "blob.bin", "/opt/app/", &tar)
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(uploads, hash+".tar"), tar.Bytes(), 0o644); err != nil {
 		return err
 	}
-	spec := template.Spec{Name: "bench", From: "base", Replace: true, Files: template.DirSource(uploads), Steps: []template.Step{
+	spec := build.Spec{Name: "bench", From: "base", Replace: true, Files: build.DirSource(uploads), Steps: []template.Step{
 		{Kind: template.StepRun, Args: []string{"python3 -c 'import json; print(json.dumps({\"ok\": 1}))' > /etc/bench.json", "root"}},
 		{Kind: template.StepCopy, Args: []string{"blob.bin", "/opt/app/"}, FilesHash: hash},
 		{Kind: template.StepRun, Args: []string{"useradd -m bench && echo done > /home/bench/done", "root"}},

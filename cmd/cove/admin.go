@@ -18,6 +18,7 @@ import (
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/templates"
 )
@@ -135,7 +136,7 @@ func newTemplateCmd() *cobra.Command {
 	var from, dockerfilePath, mirror string
 	var run, buildArgs []string
 	var force, replace bool
-	build := &cobra.Command{
+	buildCmd := &cobra.Command{
 		Use:   "build NAME [CONTEXT]",
 		Short: "Build a template: the base definition (templates/base) when --from and -f are empty, else layers of --run steps on --from T (cached), or of -f Dockerfile",
 		Args:  cobra.RangeArgs(1, 2),
@@ -144,7 +145,7 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec := template.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace, Mirror: mirror}
+			spec := build.Spec{Name: args[0], From: from, Run: run, Force: force, Replace: replace, Mirror: mirror}
 			switch {
 			case dockerfilePath == "" && from == "":
 				if len(run) > 0 || len(args) > 1 {
@@ -181,13 +182,13 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	build.Flags().StringVar(&from, "from", "", "template to start from")
-	build.Flags().StringArrayVar(&run, "run", nil, "shell command to run in the new template (repeatable, in order)")
-	build.Flags().StringVarP(&dockerfilePath, "file", "f", "", "build from this Dockerfile (FROM a template, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT)")
-	build.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "a Dockerfile ARG value, KEY=VALUE (repeatable)")
-	build.Flags().BoolVar(&force, "skip-cache", false, "rebuild every step instead of reusing cached layers")
-	build.Flags().BoolVar(&replace, "replace", false, "replace a template of the same name when the build succeeds")
-	build.Flags().StringVar(&mirror, "mirror", "", "Debian mirror URL a BOOTSTRAP line downloads from; the host's apt source when empty")
+	buildCmd.Flags().StringVar(&from, "from", "", "template to start from")
+	buildCmd.Flags().StringArrayVar(&run, "run", nil, "shell command to run in the new template (repeatable, in order)")
+	buildCmd.Flags().StringVarP(&dockerfilePath, "file", "f", "", "build from this Dockerfile (FROM a template, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, CMD, ENTRYPOINT)")
+	buildCmd.Flags().StringArrayVar(&buildArgs, "build-arg", nil, "a Dockerfile ARG value, KEY=VALUE (repeatable)")
+	buildCmd.Flags().BoolVar(&force, "skip-cache", false, "rebuild every step instead of reusing cached layers")
+	buildCmd.Flags().BoolVar(&replace, "replace", false, "replace a template of the same name when the build succeeds")
+	buildCmd.Flags().StringVar(&mirror, "mirror", "", "Debian mirror URL a BOOTSTRAP line downloads from; the host's apt source when empty")
 
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List templates with the disk each owns and shares with others", Args: cobra.NoArgs,
@@ -264,11 +265,11 @@ func newTemplateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	open := func(ctx context.Context) (*template.Store, error) {
+	open := func(ctx context.Context) (*build.Builder, error) {
 		ts, _, err := server.OpenTemplates(ctx, data, templateDir)
 		return ts, err
 	}
-	cmd.AddCommand(build, list, rm, set, key, newTemplatePushCmd(), importImageCmd(open))
+	cmd.AddCommand(buildCmd, list, rm, set, key, newTemplatePushCmd(), importImageCmd(open))
 	cmd.AddCommand(newTemplateAPICmds()...)
 	return cmd
 }

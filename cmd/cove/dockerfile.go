@@ -10,13 +10,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/dockerfile"
-	"github.com/cove-dev/cove/internal/template/oci"
+	"github.com/cove-dev/cove/internal/template/build"
+	"github.com/cove-dev/cove/internal/template/build/dockerfile"
+	"github.com/cove-dev/cove/internal/template/build/oci"
 )
 
 // importImageCmd makes a template from a `docker save` or OCI layout archive.
-func importImageCmd(open func(ctx context.Context) (*template.Store, error)) *cobra.Command {
+func importImageCmd(open func(ctx context.Context) (*build.Builder, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   "import NAME IMAGE.tar",
 		Short: "Make a template from an image archive (docker save, or an OCI layout as a tar)",
@@ -43,7 +43,7 @@ func importImageCmd(open func(ctx context.Context) (*template.Store, error)) *co
 
 // dockerfileSpec turns a Dockerfile and its build context into spec's steps: the COPY
 // sources are packed into the store's upload directory, FROM names the template to build on.
-func dockerfileSpec(ctx context.Context, ts *template.Store, spec template.Spec, file, ctxDir string, buildArgs []string) (template.Spec, error) {
+func dockerfileSpec(ctx context.Context, ts *build.Builder, spec build.Spec, file, ctxDir string, buildArgs []string) (build.Spec, error) {
 	args := map[string]string{}
 	for _, a := range buildArgs {
 		k, v, ok := strings.Cut(a, "=")
@@ -88,6 +88,6 @@ func dockerfileSpec(ctx context.Context, ts *template.Store, spec template.Spec,
 	if err := def.Pack(ctxDir, uploads); err != nil {
 		return spec, fmt.Errorf("%s: %w", file, err)
 	}
-	spec.From, spec.Steps, spec.StartCmd, spec.Files = def.From, def.Steps, def.StartCmd, template.DirSource(uploads)
+	spec.From, spec.Steps, spec.StartCmd, spec.Files = def.From, def.Steps, def.StartCmd, build.DirSource(uploads)
 	return spec, nil
 }

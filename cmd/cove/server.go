@@ -16,7 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/server"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/sdk/envdapi"
 	"github.com/cove-dev/cove/sdk/reason"
 )
@@ -71,7 +71,7 @@ how to point the E2B SDK at it.`,
 				return fmt.Errorf("--on-stop: %w", err)
 			}
 			cfg.OnStop = onStopAction
-			if err := template.ValidMirror(cfg.Mirror); err != nil {
+			if err := build.ValidMirror(cfg.Mirror); err != nil {
 				return fmt.Errorf("--mirror: %w", err)
 			}
 			if cfg.Runtime, err = runtime.ParseEngine(engine); err != nil {

@@ -24,7 +24,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/sdk/envdapi"
 	"github.com/cove-dev/cove/sdk/reason"
 )
@@ -71,7 +71,7 @@ type Config struct {
 	// operations to the 501 of operations this server does not serve.
 	Activity store.Activity
 	// Builds serves E2B's template builder API; nil leaves those operations to the 501.
-	Builds *template.Builds
+	Builds *build.Builds
 	// Networks reads and replaces sandboxes' egress policies; nil leaves
 	// PUT /sandboxes/{id}/network to the 501 of operations this server does not serve.
 	Networks Networks

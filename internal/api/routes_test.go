@@ -11,7 +11,7 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/secrets"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
 // TestEveryRouteIsDeclaredOnceWithItsLevel reads the API's route table with every optional
@@ -21,7 +21,7 @@ import (
 func TestEveryRouteIsDeclaredOnceWithItsLevel(t *testing.T) {
 	orch := (*orchestrator.Orchestrator)(nil)
 	routes := api.Routes(api.Config{Sandboxes: orch, Durable: orch, Volumes: orch, Networks: orch, Pools: orch,
-		Secrets: (*secrets.Store)(nil), Identity: (*oidc.Issuer)(nil), Activity: (*sqlite.DB)(nil), Builds: &template.Builds{}})
+		Secrets: (*secrets.Store)(nil), Identity: (*oidc.Issuer)(nil), Activity: (*sqlite.DB)(nil), Builds: &build.Builds{}})
 	open := []string{
 		"GET /health", "GET " + oidc.DiscoveryPath, "GET " + oidc.JWKSPath, // liveness, discovery for clouds
 		"PUT /templates/{templateID}/files/{hash}/upload", // the upload link's token

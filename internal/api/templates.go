@@ -14,6 +14,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -182,7 +183,7 @@ func (a *api) requestBuild(w http.ResponseWriter, r *http.Request, c caller) err
 	if tag != "" {
 		tags = append([]string{tag}, tags...)
 	}
-	rec, err := a.cfg.Builds.Request(template.NewBuild{Name: name, Tags: tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB,
+	rec, err := a.cfg.Builds.Request(build.NewBuild{Name: name, Tags: tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB,
 		Runtime: req.Runtime, RequestID: telemetry.RequestID(r.Context()), TeamID: c.team.ID})
 	if err != nil {
 		return fmt.Errorf("name: %w", err)
@@ -231,7 +232,7 @@ func (a *api) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) startBuild(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req template.BuildRequest
+	var req build.BuildRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -247,7 +248,7 @@ func (a *api) startBuild(w http.ResponseWriter, r *http.Request, c caller) error
 }
 
 // logsJSON is the builder's log lines as the contract's entries.
-func logsJSON(entries []template.LogEntry) []cove.BuildLogEntry {
+func logsJSON(entries []build.LogEntry) []cove.BuildLogEntry {
 	out := make([]cove.BuildLogEntry, len(entries))
 	for i, e := range entries {
 		out[i] = cove.BuildLogEntry{Timestamp: e.Time, Level: e.Level, Message: e.Message, Step: e.Step}
@@ -257,7 +258,7 @@ func logsJSON(entries []template.LogEntry) []cove.BuildLogEntry {
 
 // build returns the build of the path, 404 when it is not a build of the path's template
 // by the caller's team.
-func (a *api) build(r *http.Request, c caller) (*template.BuildRecord, error) {
+func (a *api) build(r *http.Request, c caller) (*build.BuildRecord, error) {
 	rec, err := a.cfg.Builds.Get(r.PathValue("buildID"))
 	if err != nil {
 		return nil, err
@@ -318,7 +319,7 @@ func (a *api) buildLogs(w http.ResponseWriter, r *http.Request, c caller) error 
 		return fmt.Errorf("%w: direction %q is not forward or backward", errBadRequest, d)
 	}
 	level := q.Get("level")
-	var out []template.LogEntry
+	var out []build.LogEntry
 	all := a.cfg.Builds.Logs(rec, 0)
 	if backward {
 		for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
@@ -389,7 +390,7 @@ func (a *api) templateJSON(t *template.Template) templateJSON {
 		if r.FinishedAt != nil {
 			b.FinishedAt, b.UpdatedAt = r.FinishedAt.Format(time.RFC3339Nano), r.FinishedAt.Format(time.RFC3339Nano)
 		}
-		if r.Status == template.BuildReady {
+		if r.Status == build.BuildReady {
 			j.BuildID = r.ID
 		}
 		j.Builds = append(j.Builds, b)

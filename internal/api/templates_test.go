@@ -18,6 +18,7 @@ import (
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
 // E2B's upload-link endpoint answers 201 whether or not the files are there yet (present
@@ -29,11 +30,11 @@ func TestUploadLinkAlwaysAnswers201(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ts, err := template.OpenAt(context.Background(), dir+"/templates", db, nil)
+	ts, err := template.OpenAt(context.Background(), dir+"/templates", db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds, err := template.OpenBuilds(context.Background(), ts, db, dir, "")
+	builds, err := build.OpenBuilds(context.Background(), build.New(ts, nil), db, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

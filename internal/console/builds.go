@@ -10,13 +10,14 @@ import (
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
-// Builds is the server's template builds, as the API keeps them; *template.Builds
+// Builds is the server's template builds, as the API keeps them; *build.Builds
 // implements it.
 type Builds interface {
-	List(name string) ([]*template.BuildRecord, error)
-	Get(id string) (*template.BuildRecord, error)
+	List(name string) ([]*build.BuildRecord, error)
+	Get(id string) (*build.BuildRecord, error)
 }
 
 // Sizes of the builds lists of the templates page.
@@ -27,12 +28,12 @@ const (
 
 // buildRow is a build as the console lists it.
 type buildRow struct {
-	*template.BuildRecord
+	*build.BuildRecord
 	Duration  string // started to finished, or to now while it runs; "" before it starts
 	CacheHits string // cached steps of all steps, "2/5"
 }
 
-func newBuildRow(r *template.BuildRecord, now time.Time) buildRow {
+func newBuildRow(r *build.BuildRecord, now time.Time) buildRow {
 	row := buildRow{BuildRecord: r}
 	if r.StartedAt != nil {
 		end := now
@@ -73,7 +74,7 @@ func (c *Console) visibleBuilds(s *session) ([]buildRow, error) {
 
 // findBuild returns a build the viewer may see: the API's rule, a team sees only its own
 // builds (the admin: every build); any other is not found.
-func (c *Console) findBuild(s *session, id string) (*template.BuildRecord, error) {
+func (c *Console) findBuild(s *session, id string) (*build.BuildRecord, error) {
 	if c.cfg.Builds == nil {
 		return nil, fmt.Errorf("build %s: this server has no template builds: %w", id, orchestrator.ErrNotFound)
 	}
@@ -99,7 +100,7 @@ func (c *Console) buildPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, fmt.Errorf("logs of build %s: %w", rec.ID, err))
 		return
 	}
-	running := rec.Status == template.BuildWaiting || rec.Status == template.BuildBuilding
+	running := rec.Status == build.BuildWaiting || rec.Status == build.BuildBuilding
 	c.render(w, r, "build.html", map[string]any{"Title": "Build " + rec.ID, "B": newBuildRow(rec, c.now()), "Logs": logs.Lines,
 		"Running": running, "Tail": tailQuery(logView{}, logs.First)})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
 // Two build records as the builds write them: a finished one of the fixture's team, and
@@ -36,20 +37,20 @@ func TestBuildPages(t *testing.T) {
 		[]byte(`{"name":"web","from":"base","created_at":"2026-12-02T00:00:00Z","build_seconds":3,"size_bytes":1024}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := template.OpenAt(ctx, filepath.Join(dir, "templates"), f.db, nil)
+	ts, err := template.OpenAt(ctx, filepath.Join(dir, "templates"), f.db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	end := start.Add(2500 * time.Millisecond)
-	records := map[string]*template.BuildRecord{
-		doneBuild: {ID: doneBuild, Template: "web", Status: template.BuildReady, RequestID: "req-build-1", TeamID: f.team,
+	records := map[string]*build.BuildRecord{
+		doneBuild: {ID: doneBuild, Template: "web", Status: build.BuildReady, RequestID: "req-build-1", TeamID: f.team,
 			Steps:     []template.StepResult{{Step: "RUN apt-get install -y nginx", Cached: true, Seconds: 0.01}, {Step: "ENV PORT=80", Seconds: 1.25}},
 			CreatedAt: start, StartedAt: &start, FinishedAt: &end},
-		otherBuild: {ID: otherBuild, Template: "web", Status: template.BuildBuilding, RequestID: "req-other", TeamID: "other-team",
+		otherBuild: {ID: otherBuild, Template: "web", Status: build.BuildBuilding, RequestID: "req-other", TeamID: "other-team",
 			Steps: nil, CreatedAt: start.Add(time.Minute), StartedAt: &start},
 	}
-	builds, err := template.OpenBuilds(ctx, ts, f.db, dir, "")
+	builds, err := build.OpenBuilds(ctx, build.New(ts, nil), f.db, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestBuildPages(t *testing.T) {
 		t.Run("once the build finished, the tail says it is done and ends", func(t *testing.T) {
 			r := records[otherBuild]
 			finished := time.Now().Add(-2 * buildLogGrace)
-			r.Status, r.FinishedAt = template.BuildReady, &finished
+			r.Status, r.FinishedAt = build.BuildReady, &finished
 			if err := putBuild(f.db, r); err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +151,7 @@ func TestBuildPages(t *testing.T) {
 }
 
 // putBuild writes the record r to the store as the builds do.
-func putBuild(db store.TemplateBuilds, r *template.BuildRecord) error {
+func putBuild(db store.TemplateBuilds, r *build.BuildRecord) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

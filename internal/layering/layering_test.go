@@ -40,7 +40,9 @@ var rules = []struct {
 	{"internal/logs", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/sampler", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/trace", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
-	{"internal/template", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store/sqlite", "internal/store/postgres"}},
+	// The builder imports the catalog, never the reverse.
+	{"internal/template", []string{"internal/template/build", "internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store/sqlite", "internal/store/postgres"}},
+	{"internal/template/build", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store/sqlite", "internal/store/postgres"}},
 	{"internal/orchestrator", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/api", []string{"internal/server", "internal/proxy", "internal/console"}},
 	{"internal/proxy", []string{"internal/server", "internal/api", "internal/console"}},

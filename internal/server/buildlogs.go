@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
 // buildLogReads is the store as the log readers see it (the logs API, the console): a query
@@ -18,7 +18,7 @@ import (
 // tails it alike.
 type buildLogReads struct {
 	store.DB
-	builds *template.Builds
+	builds *build.Builds
 }
 
 // QueryLogs answers a query of a build's log from the build, any other from the log store.
@@ -64,7 +64,7 @@ func (s buildLogReads) TraceLogs(ctx context.Context, teamID, requestID string, 
 
 // buildLogPage is the page of build rec's log, entries, that q selects: a line's position is
 // its time and its number in the log.
-func buildLogPage(rec *template.BuildRecord, entries []template.LogEntry, q store.LogQuery) (*store.LogPage, error) {
+func buildLogPage(rec *build.BuildRecord, entries []build.LogEntry, q store.LogQuery) (*store.LogPage, error) {
 	minRank := 0
 	if q.MinLevel != "" {
 		r, ok := store.LogLevelRank(q.MinLevel)
@@ -77,7 +77,7 @@ func buildLogPage(rec *template.BuildRecord, entries []template.LogEntry, q stor
 	for _, t := range store.SearchTerms(q.Search) {
 		terms = append(terms, strings.ToLower(t))
 	}
-	keep := func(i int, e template.LogEntry) bool {
+	keep := func(i int, e build.LogEntry) bool {
 		if rank, _ := store.LogLevelRank(e.Level); rank < minRank {
 			return false
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
 // TestBuildLogsAreReadAsASandboxsFromTheBuild: the logs API and the console read a template
@@ -24,16 +25,16 @@ func TestBuildLogsAreReadAsASandboxsFromTheBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ts, err := template.OpenAt(ctx, filepath.Join(data, "templates"), db, nil)
+	ts, err := template.OpenAt(ctx, filepath.Join(data, "templates"), db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	builds, err := template.OpenBuilds(ctx, ts, db, data, "")
+	builds, err := build.OpenBuilds(ctx, build.New(ts, nil), db, data, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(builds.Close)
-	rec, err := builds.Request(template.NewBuild{Name: "tpl", TeamID: "team-1", RequestID: "req-1"})
+	rec, err := builds.Request(build.NewBuild{Name: "tpl", TeamID: "team-1", RequestID: "req-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/oci"
+	"github.com/cove-dev/cove/internal/template/build"
+	"github.com/cove-dev/cove/internal/template/build/oci"
 )
 
 // buildSandbox confines the steps of a team's template build as the team's sandboxes are:
@@ -25,15 +26,15 @@ import (
 // memory the build asked for (a sandbox's defaults when it did not), within the team's quota,
 // and each step's writes on a disk of a sandbox's size. Each running step counts as one of
 // the team's sandboxes and is killed past the step time limit (g).
-func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) template.Sandbox {
-	return template.Sandbox{
+func buildSandbox(cfg Config, netw orchestrator.Network, g stepGuard) build.Sandbox {
+	return build.Sandbox{
 		DiskSizeMB:   cmp.Or(cfg.DiskSizeMB, 1024), // the orchestrator's default
 		BuildTimeout: cfg.BuildTimeout,
 		Pull: func(team string) oci.Guard {
 			return oci.Guard{Registries: cfg.RegistryAllow, Limit: cfg.Network.EgressLimit, Allows: pullPolicy(cfg.Quotas.For(team).Egress, team)}
 		},
-		Network: func(team string, cpus, memoryMB int) template.StepNetwork {
-			var n template.StepNetwork = template.Loopback
+		Network: func(team string, cpus, memoryMB int) build.StepNetwork {
+			var n build.StepNetwork = build.Loopback
 			if netw != nil {
 				n = teamNetwork{netw: netw, egress: cfg.Quotas.For(team).Egress, team: team}
 			}
@@ -79,7 +80,7 @@ type stepGuard struct {
 // quota and its time limit, from Attach (before the step's container is made) to Detach
 // (once it is gone).
 type guardedSteps struct {
-	template.StepNetwork
+	build.StepNetwork
 	team           string
 	cpus, memoryMB int // each step's size, charged against the team's quota
 	guard          stepGuard
@@ -213,7 +214,7 @@ func (n teamNetwork) String() string {
 // RUN step, as the orchestrator does a sandbox's: a line in the build's log (so a failing
 // step explains itself), a log line and a network.denied event naming the build. It reports
 // false when d is not a build step's.
-func buildDenied(ctx context.Context, templates *template.Store, bus *events.Bus, logger *slog.Logger, d egress.Denied) bool {
+func buildDenied(ctx context.Context, templates *build.Builder, bus *events.Bus, logger *slog.Logger, d egress.Denied) bool {
 	data := events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First)
 	step, ok := templates.StepLog(d.SandboxID, data.String())
 	if !ok {
@@ -258,7 +259,7 @@ func (f buildFiles) PruneOverCap(_ context.Context, _ store.Dataset, maxRows int
 }
 
 // buildRetention gives retention the builds' records and uploads and the templates' build logs.
-func buildRetention(b *template.Builds, t *template.Store) map[store.Dataset]store.RetentionStore {
+func buildRetention(b *build.Builds, t *template.Store) map[store.Dataset]store.RetentionStore {
 	return map[store.Dataset]store.RetentionStore{
 		store.DatasetBuilds:    buildFiles{b.Records()},
 		store.DatasetUploads:   buildFiles{b.UploadFiles()},

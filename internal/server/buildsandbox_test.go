@@ -12,6 +12,7 @@ import (
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 )
 
 func TestStopActions(t *testing.T) {
@@ -102,7 +103,7 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		}
 	})
 	t.Run("a server without networking builds on loopback", func(t *testing.T) {
-		if n := buildSandbox(cfg, nil, stepGuard{}).Network("open", 2, 512); n != template.Loopback {
+		if n := buildSandbox(cfg, nil, stepGuard{}).Network("open", 2, 512); n != build.Loopback {
 			t.Errorf("network %v, want loopback", n)
 		}
 	})

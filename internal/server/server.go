@@ -50,6 +50,7 @@ import (
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/internal/vault"
 	cove "github.com/cove-dev/cove/sdk"
@@ -135,7 +136,7 @@ type Config struct {
 	VolumeMinFreeMB int
 	// BaseTemplate is built on first run when missing, unless NoBuild.
 	NoBuild bool
-	// Mirror is the Debian mirror that first build downloads from (template.ValidMirror);
+	// Mirror is the Debian mirror that first build downloads from (build.ValidMirror);
 	// the machine's apt sources when empty.
 	Mirror string
 	// NoNetwork leaves every sandbox loopback only (allowInternetAccess is reported false);
@@ -242,9 +243,9 @@ func openStore(ctx context.Context, data, state string, vaultKey []byte) (store.
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
-// with a runc runtime for build steps, its records in the data dir's own store (SQLite),
+// and its builder, with a runc runtime for build steps, its records in the data dir's own store (SQLite),
 // which stays open for the life of the process (the CLI's).
-func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Store, *runtime.Runc, error) {
+func OpenTemplates(ctx context.Context, data, templateDir string) (*build.Builder, *runtime.Runc, error) {
 	db, _, err := openStore(ctx, data, "", nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the records of the templates: %w", err)
@@ -254,7 +255,7 @@ func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Sto
 
 // openTemplates is OpenTemplates with the records in records and the runtime configured as
 // rc says (its DataDir is the data dir's sandboxes).
-func openTemplates(ctx context.Context, data, templateDir string, records store.Templates, rc runtime.Config) (*template.Store, *runtime.Runc, error) {
+func openTemplates(ctx context.Context, data, templateDir string, records store.Templates, rc runtime.Config) (*build.Builder, *runtime.Runc, error) {
 	rc.DataDir = filepath.Join(data, "sandboxes")
 	rt, err := runtime.NewRunc(ctx, rc)
 	if err != nil {
@@ -263,8 +264,11 @@ func openTemplates(ctx context.Context, data, templateDir string, records store.
 	if templateDir == "" {
 		templateDir = filepath.Join(data, "templates")
 	}
-	ts, err := template.OpenAt(ctx, templateDir, records, rt)
-	return ts, rt, err
+	ts, err := template.OpenAt(ctx, templateDir, records)
+	if err != nil {
+		return nil, nil, err
+	}
+	return build.New(ts, rt), rt, nil
 }
 
 // Run brings Cove up and serves until ctx ends; progress lines go to progress. It is the
@@ -317,6 +321,7 @@ type instance struct {
 	limitEvents limitEvents // team.limit.reached of the log store and builds (limits.go)
 
 	templates *template.Store
+	builder   *build.Builder // builds into templates
 	rt        *runtime.Runc
 	db        store.DB
 	apiKey    string // the first run's key, in clear; "" after the first run
@@ -330,7 +335,7 @@ type instance struct {
 	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
 	orch      *orchestrator.Orchestrator
 	retainer  *retention.Retainer
-	builds    *template.Builds
+	builds    *build.Builds
 	ln        net.Listener
 	dashboard *console.Console
 	proxy     *proxy.Proxy
@@ -376,7 +381,7 @@ func (s *instance) checkHost(ctx context.Context) error {
 		pkgs = append(pkgs, "nftables") // the nft binary: sandbox egress rules
 	}
 	s.say("checking host packages (%s)", strings.Join(pkgs, ", "))
-	if err := template.EnsureHostPackages(ctx, pkgs...); err != nil {
+	if err := build.EnsureHostPackages(ctx, pkgs...); err != nil {
 		return fmt.Errorf("install host packages: %w", err)
 	}
 	return nil
@@ -413,7 +418,7 @@ func (s *instance) openTemplates(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	s.templates, s.rt = templates, rt
+	s.templates, s.builder, s.rt = templates.Store, templates, rt
 	if s.cfg.Objects != "" {
 		objects, err := blob.Open(ctx, s.cfg.Objects, s.cfg.DataDir, cmp.Or(s.cfg.ObjectsCacheMB, 1024)<<20)
 		if err != nil {
@@ -580,7 +585,7 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	s.cfg.Network.SecretValue = secretStore.Value
 	s.cfg.Network.Keeper = s.vault // the egress CA's key: derived from the vault's, one for a cluster
 	s.cfg.Network.OnDenied = func(ctx context.Context, d egress.Denied) {
-		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
+		if buildDenied(ctx, s.builder, s.bus, s.cfg.Logger, d) {
 			return
 		}
 		if o := s.denials.Load(); o != nil {
@@ -636,7 +641,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	}
 	s.orch = orch
 	s.denials.Store(orch)
-	s.templates.SetStartSnapshotter(orch) // builds with a start command snapshot it once ready
+	s.builder.SetStartSnapshotter(orch) // builds with a start command snapshot it once ready
 	return orch.Recover(ctx)
 }
 
@@ -653,13 +658,13 @@ func (s *instance) startBackground(ctx context.Context) error {
 	}
 	go func() { _ = smp.Run(ctx) }()
 	s.onClose(smp.Close)
-	builds, err := template.OpenBuilds(ctx, s.templates, s.db, s.cfg.DataDir, s.cfg.Cluster.Node)
+	builds, err := build.OpenBuilds(ctx, s.builder, s.db, s.cfg.DataDir, s.cfg.Cluster.Node)
 	if err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}
 	s.onClose(func() error { builds.Close(); return nil })
 	sb := buildSandbox(s.cfg, s.netw, stepGuard{reserve: s.orch.ReserveBuildStep, timeout: s.cfg.BuildStepTimeout,
-		note: func(id, line string) { s.templates.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger,
+		note: func(id, line string) { s.builder.StepLog(id, line) }, kill: s.rt.Destroy, logger: s.cfg.Logger,
 		limit: func(ctx context.Context, team, detail string) {
 			s.limitEvents.reached(ctx, team, "", "", cove.LimitBuildStepTime, detail)
 		}})

@@ -42,7 +42,7 @@ func TestOpenAdoptsTheTemplatesTagsAndLayersOfTheReleaseBefore(t *testing.T) {
 		`"build_seconds":1,"size_bytes":4,"build_id":"b1","team_id":"team-1"}`)
 	appManifest, _ := os.ReadFile(filepath.Join(dir, "app", "meta.json"))
 
-	ts, err := template.OpenData(t, data, nil)
+	ts, err := template.OpenData(t, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestOpenAdoptsTheTemplatesTagsAndLayersOfTheReleaseBefore(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(dir, "app", "meta.json")); string(b) != string(appManifest) {
 			t.Fatalf("the manifest was rewritten: %s", b)
 		}
-		again, err := template.OpenData(t, data, nil)
+		again, err := template.OpenData(t, data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestOpenAdoptsTheTemplatesTagsAndLayersOfTheReleaseBefore(t *testing.T) {
 	})
 	t.Run("a crash between a tag's record and its directory's removal is finished by the next open", func(t *testing.T) {
 		write(filepath.Join(dir, "app@v1", "meta.json"), `{"name":"app","root":"busybox","layers":["k2"],"created_at":"2026-01-05T00:00:00Z","build_id":"stale"}`)
-		again, err := template.OpenData(t, data, nil)
+		again, err := template.OpenData(t, data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestOpenAdoptsTheTemplatesTagsAndLayersOfTheReleaseBefore(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		again, err := template.OpenData(t, data, nil)
+		again, err := template.OpenData(t, data)
 		if err != nil {
 			t.Fatal(err)
 		}

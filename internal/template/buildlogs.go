@@ -105,3 +105,9 @@ func (b BuildLogs) remove(logs []buildLog, before time.Time) (int64, error) {
 	}
 	return n, errors.Join(errs...)
 }
+
+// Kept is what a set holds now.
+type Kept struct {
+	Count, Bytes int64
+	Oldest       time.Time // zero when empty
+}

@@ -11,7 +11,7 @@ import (
 // TestBuildLogsHaveAnEndOfTheirOwn: the retention pass deletes build logs past their TTL and
 // the oldest past the cap, keeps their templates, and reports what is kept.
 func TestBuildLogsHaveAnEndOfTheirOwn(t *testing.T) {
-	s, err := openDir(t, t.TempDir(), nil)
+	s, err := openDir(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestBuildLogsHaveAnEndOfTheirOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s, err = openDir(t, s.Dir(), nil); err != nil { // its open adopts the trees
+	if s, err = openDir(t, s.Dir()); err != nil { // its open adopts the trees
 		t.Fatal(err)
 	}
 	tests := []struct {

@@ -1,19 +1,19 @@
-// Package template builds and stores the read-only root filesystems sandboxes start from.
+// Package template is the catalog of the read-only root filesystems sandboxes start from:
+// which templates, tags and layers exist, their trees on disk, their records, and their
+// copies in the object store a cluster shares them through.
 //
-// The one idea: a template exists under its name only when it is complete. Every build (a
-// root: a Debian bootstrapped with debootstrap or an imported image; or layers of steps on
-// one, RUN steps executed in a runc container) happens in a hidden directory of the store and is renamed
-// into <data>/templates/<name>, then its record is written, as its last acts; a failed, cancelled
-// or crashed build leaves only its log. A ready template's files are never written again:
-// sandboxes see them through an overlay.
+// The one idea: a template exists under its name only when it is complete. A template is
+// made (by internal/template/build, the builder) in a hidden directory of the store (NewTree)
+// and published (Publish): renamed into <data>/templates/<name>, then its record written, as
+// its last acts; a failed, cancelled or crashed build leaves nothing here. A ready
+// template's files are never written again: sandboxes see them through an overlay. Layers
+// are published the same way (PublishLayer).
 //
-// Records (templates, their tags and layers: store.Templates; the builds asked for over the API
-// and their log lines: store.TemplateBuilds) live in the server's store through the
-// internal/store interfaces; only files (root filesystems, layers, uploads, each tree's
-// manifest, written once) live on disk (records.go).
+// Records (templates, their tags and layers: store.Templates) live in the server's store
+// through the internal/store interfaces; only files (root filesystems, layers, each tree's
+// manifest, written once) live on disk (records.go). A tree without a record is adopted from
+// its manifest.
 //
-// EnsureHostPackages installs the Debian packages the host needs for this (debootstrap, runc).
-//
-// It must not import the store's engines (it takes their interfaces), the orchestrator or the
-// edges; host packages come from hostpkg.
+// It must not import the store's engines (it takes their interfaces), the orchestrator, the
+// edges, or the builder (internal/template/build), which imports it.
 package template

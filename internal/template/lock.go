@@ -12,8 +12,8 @@ import (
 // lock it can take: several processes share one store (cove server, the cove template CLI,
 // test servers started in parallel), and a sweep must never delete another one's build.
 
-// lockDir takes dir's lock and returns its release.
-func lockDir(dir string) (release func(), err error) {
+// LockDir takes dir's lock and returns its release.
+func LockDir(dir string) (release func(), err error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, err
@@ -28,7 +28,7 @@ func lockDir(dir string) (release func(), err error) {
 // abandoned reports whether no process works in dir (its lock is free), taking the lock
 // until release is called when so.
 func abandoned(dir string) (release func(), ok bool) {
-	release, err := lockDir(dir)
+	release, err := LockDir(dir)
 	if errors.Is(err, unix.EWOULDBLOCK) || err != nil {
 		return nil, false
 	}

@@ -8,7 +8,7 @@ import (
 
 func TestOpeningTheStoreNeverSweepsABuildInProgress(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openDir(t, dir, nil)
+	s, err := openDir(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,12 +19,12 @@ func TestOpeningTheStoreNeverSweepsABuildInProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	unlock, err := lockDir(busy) // as a build in another process holds it
+	unlock, err := LockDir(busy) // as a build in another process holds it
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unlock()
-	if _, err := openDir(t, dir, nil); err != nil {
+	if _, err := openDir(t, dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(busy); err != nil {

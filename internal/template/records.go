@@ -157,7 +157,7 @@ func (s *Store) adopt(ctx context.Context) error {
 			}
 			continue
 		}
-		if ValidName(name) != nil && !internalName(name) {
+		if ValidName(name) != nil && !InternalName(name) {
 			continue // the store's own directories
 		}
 		m, err := readMeta(filepath.Join(s.dir, name))
@@ -202,7 +202,7 @@ func (s *Store) adoptTag(ctx context.Context, name, tag string) error {
 
 // adoptLayers makes the records of the layers on disk that have none.
 func (s *Store) adoptLayers(ctx context.Context) error {
-	entries, err := os.ReadDir(s.layersDir())
+	entries, err := os.ReadDir(s.LayersDir())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (s *Store) adoptLayers(ctx context.Context) error {
 	}
 	if n > 0 {
 		telemetry.Logger(ctx).Info("template layers adopted: their records made from their meta.json",
-			telemetry.KeyDir, s.layersDir(), telemetry.KeyDetail, fmt.Sprintf("%d layers", n))
+			telemetry.KeyDir, s.LayersDir(), telemetry.KeyDetail, fmt.Sprintf("%d layers", n))
 	}
 	return nil
 }

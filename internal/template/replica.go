@@ -112,10 +112,10 @@ func (s *Store) fetchLayerLocked(ctx context.Context, r *Replica, key string) er
 	if exists(s.LayerDiff(key)) {
 		return nil
 	}
-	if err := os.MkdirAll(s.layersDir(), 0o700); err != nil {
+	if err := os.MkdirAll(s.LayersDir(), 0o700); err != nil {
 		return err
 	}
-	err := blob.GetTree(ctx, r.Blobs, layerBlob(key), s.layersDir(), key)
+	err := blob.GetTree(ctx, r.Blobs, layerBlob(key), s.LayersDir(), key)
 	if errors.Is(err, blob.ErrNotFound) {
 		return fmt.Errorf("layer %s: %w", key, ErrNotFound)
 	}

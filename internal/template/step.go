@@ -68,8 +68,8 @@ func (s Step) String() string {
 	return strings.TrimSpace(string(s.Kind) + " " + strings.Join(s.Args, " "))
 }
 
-// validate checks a step's arguments, naming the step (1-based) in the error.
-func (s Step) validate(i int) error {
+// Validate checks a step's arguments, naming the step (1-based) in the error.
+func (s Step) Validate(i int) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: step %d (%s): %s", ErrInvalid, i+1, s.Kind, fmt.Sprintf(format, args...))
 	}
@@ -95,7 +95,7 @@ func (s Step) validate(i int) error {
 			return bad("filesHash is required")
 		}
 		if len(s.Args) > 3 && s.Args[3] != "" {
-			if _, err := parseMode(s.Args[3]); err != nil {
+			if _, err := ParseMode(s.Args[3]); err != nil {
 				return bad("%v", err)
 			}
 		}
@@ -120,10 +120,20 @@ func (s Step) validate(i int) error {
 	return nil
 }
 
-func parseMode(s string) (uint32, error) {
+// ParseMode parses a COPY step's octal mode.
+func ParseMode(s string) (uint32, error) {
 	m, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || m > 0o7777 {
 		return 0, fmt.Errorf("mode %q is not an octal file mode", s)
 	}
 	return uint32(m), nil
+}
+
+// StepResult is what a build did for one step: its layer, whether the layer came from the
+// cache, and how long the step took.
+type StepResult struct {
+	Step    string  `json:"step"`
+	Layer   string  `json:"layer,omitempty"`
+	Cached  bool    `json:"cached"`
+	Seconds float64 `json:"seconds"`
 }

@@ -39,6 +39,13 @@ var (
 	ErrNotOwner = errdefs.New(errdefs.ErrPermissionDenied, "template belongs to another team")
 )
 
+// User is the unprivileged account every base template has, as E2B templates do.
+const (
+	UserName = "user"
+	UserID   = 1000
+	UserHome = "/home/user"
+)
+
 // Template is a ready, read-only root filesystem and what it was built from.
 type Template struct {
 	Name    string   `json:"name"`
@@ -91,7 +98,8 @@ type Template struct {
 	// Built says, step by step, what the last build did.
 	Built []StepResult `json:"built,omitempty"`
 	// StartSnapshot is the snapshot sandboxes start from, taken once the start command
-	// passed its ready check at the end of the build (startsnap.go); nil without one.
+	// passed its ready check at the end of the build (internal/template/build takes it); nil
+	// without one.
 	StartSnapshot *StartSnapshot `json:"start_snapshot,omitempty"`
 
 	// Rootfs is the template's root directory: a sandbox's read-only lower layer (for a
@@ -127,13 +135,9 @@ type Template struct {
 type Store struct {
 	dir     string
 	records store.Templates // the records of templates, tags and layers (records.go)
-	rt      runtime.Runtime
-	starter StartSnapshotter // takes start snapshots; nil: builds take none
-	replica *Replica         // the object store templates are shared through; nil: none (replica.go)
+	replica *Replica        // the object store templates are shared through; nil: none (replica.go)
 
 	mu sync.Mutex // serialises the final renames
-
-	steps sync.Map // id of a running RUN step in a StepNetwork → *runningStep
 }
 
 // The store's own directories at its top; see Store.
@@ -143,12 +147,16 @@ const (
 	imagePrefix     = ".image-"
 )
 
-// internalName reports whether name is a root template the store made for itself (an image
+// InternalName reports whether name is a root template the store made for itself (an image
 // cache, .image-<sha256 hex>): never a name a caller can give.
-func internalName(name string) bool {
+func InternalName(name string) bool {
 	h, ok := strings.CutPrefix(name, imagePrefix)
-	return ok && validHash(h)
+	return ok && ValidHash(h)
 }
+
+// ImageRoot is the name of the store's own root template unpacked from the image whose
+// digest is hex (sha256): InternalName, no name a caller can give.
+func ImageRoot(hex string) string { return imagePrefix + hex }
 
 var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) }) // compiled on first use, not at every start of the binary
 
@@ -162,15 +170,14 @@ func ValidName(name string) error {
 
 // Open opens (creating) the template store under dataDir, its records in records, removes
 // what interrupted builds and removals left and adopts the trees and layers that have no
-// record (records.go). rt runs the Run steps of builds; it may be nil for a store that only
-// debootstraps, imports, lists and removes.
-func Open(ctx context.Context, dataDir string, records store.Templates, rt runtime.Runtime) (*Store, error) {
-	return OpenAt(ctx, filepath.Join(dataDir, "templates"), records, rt)
+// record (records.go). Builds into it are internal/template/build's.
+func Open(ctx context.Context, dataDir string, records store.Templates) (*Store, error) {
+	return OpenAt(ctx, filepath.Join(dataDir, "templates"), records)
 }
 
 // OpenAt opens the template store in dir itself, which several data dirs may share (test
 // servers share one base template this way).
-func OpenAt(ctx context.Context, dir string, records store.Templates, rt runtime.Runtime) (*Store, error) {
+func OpenAt(ctx context.Context, dir string, records store.Templates) (*Store, error) {
 	if records == nil {
 		return nil, errors.New("open template store: no store for its records")
 	}
@@ -181,7 +188,7 @@ func OpenAt(ctx context.Context, dir string, records store.Templates, rt runtime
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open template store: %w", err)
 	}
-	if err := private(dir); err != nil {
+	if err := Private(dir); err != nil {
 		return nil, fmt.Errorf("open template store: %w", err)
 	}
 	if err := migrateLayers(dir); err != nil {
@@ -195,21 +202,21 @@ func OpenAt(ctx context.Context, dir string, records store.Templates, rt runtime
 		if !ok {
 			continue // another process is building or removing there
 		}
-		err := removeTree(d)
+		err := RemoveTree(d)
 		release()
 		if err != nil {
 			return nil, fmt.Errorf("open template store: remove leftover %s: %w", d, err)
 		}
 	}
-	s := &Store{dir: dir, records: records, rt: rt}
+	s := &Store{dir: dir, records: records}
 	if err := s.adopt(ctx); err != nil {
 		return nil, fmt.Errorf("open template store: %w", err)
 	}
 	return s, nil
 }
 
-// private makes dir reachable by its owner only, logging when it was not.
-func private(dir string) error {
+// Private makes dir reachable by its owner only, logging when it was not.
+func Private(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return err
@@ -290,9 +297,10 @@ func (s *Store) Get(name string) (*Template, error) {
 	return s.get(name)
 }
 
-// lookup is Get for callers inside the store, which may name its own roots too.
-func (s *Store) lookup(name string) (*Template, error) {
-	if internalName(name) {
+// Lookup is Get that finds the store's own roots (image caches) too: for the builder, which
+// builds on them.
+func (s *Store) Lookup(name string) (*Template, error) {
+	if InternalName(name) {
 		return s.get(name)
 	}
 	return s.Get(name)
@@ -301,21 +309,21 @@ func (s *Store) lookup(name string) (*Template, error) {
 // get returns the ready template name, a valid name or one of the store's own roots, its
 // tree in place (current).
 func (s *Store) get(name string) (*Template, error) {
-	if ValidName(name) != nil && !internalName(name) {
+	if ValidName(name) != nil && !InternalName(name) {
 		return nil, fmt.Errorf("get template: %w", ValidName(name))
 	}
 	t, err := s.current(context.Background(), name)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.resolve(t); err != nil {
+	if err := s.Resolve(t); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// resolve fills in where a template built in steps finds its root's rootfs and its layers.
-func (s *Store) resolve(t *Template) error {
+// Resolve fills in where a template built in steps finds its root's rootfs and its layers.
+func (s *Store) Resolve(t *Template) error {
 	if t.Root == "" {
 		return nil
 	}
@@ -366,7 +374,7 @@ func (s *Store) Remove(name string) error {
 	if err := ValidName(name); err != nil {
 		return fmt.Errorf("remove template: %w", err)
 	}
-	if on := s.builtOn(name); on != "" {
+	if on := s.BuiltOn(name); on != "" {
 		return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, on)
 	}
 	// The tree goes to the trash first, then the record: a crash between the two leaves a
@@ -374,7 +382,7 @@ func (s *Store) Remove(name string) error {
 	// a tree without a record, which the next open would adopt back.
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
-	unlock, lerr := lockDir(filepath.Join(s.dir, name)) // held across the rename: a sweep skips it
+	unlock, lerr := LockDir(filepath.Join(s.dir, name)) // held across the rename: a sweep skips it
 	err := os.Rename(filepath.Join(s.dir, name), trash)
 	hadTree := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -396,11 +404,11 @@ func (s *Store) Remove(name string) error {
 		return fmt.Errorf("remove template %s: %w", name, rerr)
 	}
 	if hadTree {
-		if err := removeTree(trash); err != nil {
+		if err := RemoveTree(trash); err != nil {
 			return fmt.Errorf("remove template %s: %w", name, err)
 		}
 	}
-	if _, err := s.gcLayers(); err != nil {
+	if _, err := s.FreeLayers(); err != nil {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
 	}
 	if s.replica != nil {
@@ -415,8 +423,8 @@ func (s *Store) Remove(name string) error {
 	return nil
 }
 
-// builtOn names a template whose layers stand on the root template name, "" when none does.
-func (s *Store) builtOn(name string) string {
+// BuiltOn names a template whose layers stand on the root template name, "" when none does.
+func (s *Store) BuiltOn(name string) string {
 	all, _ := s.List()
 	for _, t := range all {
 		if t.Root == name {
@@ -502,9 +510,9 @@ func writeMeta(dir string, t *Template) error {
 	return os.WriteFile(filepath.Join(dir, "meta.json"), append(b, '\n'), 0o644)
 }
 
-// removeTree unmounts whatever an interrupted build left mounted below dir (debootstrap mounts
+// RemoveTree unmounts whatever an interrupted build left mounted below dir (debootstrap mounts
 // /proc and /sys in its target), then deletes dir. It never deletes through a mount.
-func removeTree(dir string) error {
+func RemoveTree(dir string) error {
 	if err := unmountUnder(dir); err != nil {
 		return err
 	}
@@ -545,4 +553,13 @@ func randomSuffix() string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// ValidHash reports whether h is a sha256 in hex: the name of an upload, of an image cache.
+func ValidHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }

@@ -67,7 +67,7 @@ func (s *Store) RemoveTag(name, tag string) error {
 	if err := s.records.DeleteTemplateTag(context.Background(), name, tag); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("remove tag %s:%s: %w", name, tag, err)
 	}
-	_, err := s.gcLayers()
+	_, err := s.FreeLayers()
 	return err
 }
 
@@ -116,7 +116,7 @@ func (s *Store) getTagged(name, tag string) (*Template, error) {
 	}
 	s.place(t, name)
 	s.taggedStartSnapshot(name, t)
-	return t, s.resolve(t)
+	return t, s.Resolve(t)
 }
 
 // taggedLayers are the layers every tag of every template lists.

@@ -40,7 +40,7 @@ import (
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/oci/ocitest"
+	"github.com/cove-dev/cove/internal/template/build/oci/ocitest"
 	"github.com/cove-dev/cove/templates"
 )
 

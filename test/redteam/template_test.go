@@ -17,7 +17,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
-	"github.com/cove-dev/cove/internal/template/oci/ocitest"
+	"github.com/cove-dev/cove/internal/template/build/oci/ocitest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

@@ -23,8 +23,8 @@ import (
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/oci/ocitest"
+	"github.com/cove-dev/cove/internal/template/build"
+	"github.com/cove-dev/cove/internal/template/build/oci/ocitest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -244,7 +244,7 @@ func TestGoSDKAndCLIBuildTemplates(t *testing.T) {
 		}
 
 		// Uploads are each team's own: naming the first team's files hash finds nothing.
-		hash, err := template.ArchiveContext(ctxDir, "hello.txt", "/home/user/", io.Discard)
+		hash, err := build.ArchiveContext(ctxDir, "hello.txt", "/home/user/", io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
