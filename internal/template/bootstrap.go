@@ -42,6 +42,7 @@ func (b Bootstrap) Validate() error {
 	return nil
 }
 
+// Args are the BOOTSTRAP line's arguments: the suite, then the packages it includes.
 func (b Bootstrap) Args() []string { return append([]string{b.Suite}, b.Include...) }
 
 // String is the step as a build log line shows it.

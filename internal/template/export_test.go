@@ -3,6 +3,5 @@ package template
 // For the external tests (package template_test).
 var (
 	OpenData    = openData
-	OpenDir     = openDir
 	TestRecords = testRecords
 )

@@ -12,11 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The builder (internal/template/build) makes templates through the primitives below, and
-// through these only: a tree it fills in a hidden directory of the store (NewTree), which
-// Publish makes a ready template, its layers (LayersDir, PublishLayer; HoldLayers keeps
-// FreeLayers off them meanwhile), and the sweeps a replacing build asks for (FreeLayers,
-// FreeRoots).
+// The builder (internal/template/build) makes templates through the primitives below: a
+// tree it fills in a hidden directory of the store (NewTree), which Publish makes a ready
+// template, and layers it builds below LayersDir, which PublishLayer makes ready (HoldLayers
+// keeps FreeLayers off them meanwhile). Besides, it reads what a build stands on (Lookup,
+// which finds the store's own image roots too, Resolve, ReadLayer, HaveLayer, BuiltOn), asks
+// for the sweeps a replacing build calls for (FreeLayers, FreeRoots) and shares the store's
+// helpers for its own directories (LockDir, RemoveTree, Private). Nothing else of the store
+// is the builder's to touch.
 
 // NewTree makes a hidden build directory for the template name in the store, locked (so no
 // open sweeps it while the builder works in it) until release. The builder fills it (rootfs,
