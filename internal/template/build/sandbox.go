@@ -14,7 +14,7 @@ import (
 // id a pinned network namespace to join and a resolv.conf to mount on its /etc/resolv.conf
 // (both "" for a namespace with only loopback); Detach removes them once the step's
 // processes are gone, first reporting the connections the network refused the step that
-// it has not reported yet (Store.StepLog takes them into the build's log while the step is
+// it has not reported yet (Builder.StepLog takes them into the build's log while the step is
 // attached). String says what the network lets through, for the build's log.
 type StepNetwork interface {
 	Attach(ctx context.Context, id string) (netns, resolvConf string, err error)
