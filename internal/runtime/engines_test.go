@@ -149,7 +149,7 @@ func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
 			// The init holds the memory. Under gVisor no process is killed inside without
 			// envd (the sandbox's OOM killer there, TestEnginesKeepASandboxPastItsMemoryLimit):
 			// the host's OOM killer ends the sentry once the sandbox passes its limit and the
-			// host cgroup's headroom above it, 128 MiB here.
+			// host cgroup's headroom above it, 256 MiB here.
 			script := `x=$(head -c 100000000 /dev/zero | tr '\0' a); echo survived ${#x}`
 			if engine == runtime.EngineRunsc {
 				script = `exec dd if=/dev/zero of=/dev/null bs=400M count=1`

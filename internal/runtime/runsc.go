@@ -233,11 +233,13 @@ func runscSpec(spec *specs.Spec) {
 }
 
 // runscMemoryHeadroom is how far above a runsc sandbox's memory limit its host cgroup's
-// limit lies: a quarter of the limit, at least 128 MiB and at most 512 MiB. The sentry's own
-// memory (20 to 40 MiB measured) and what a process allocates while envd, the sandbox's OOM
-// killer, takes its next look must fit in it (envd looks every few milliseconds near the
-// limit; a process zeroing fresh memory under gVisor takes about 1 GiB/s here).
-func runscMemoryHeadroom(limit int64) int64 { return min(max(limit/4, 128<<20), 512<<20) }
+// limit lies: a quarter of the limit, at least 256 MiB and at most 1 GiB. What the host
+// charges beside the sandbox's own memory must fit in it: the sentry's memory (20 to 40 MiB
+// measured), its stub processes' (130 MiB in all measured after a fork bomb of 512 tasks was
+// killed), and what a process allocates while envd, the sandbox's OOM killer, takes its next
+// look (envd looks every few milliseconds near the limit; a process zeroing fresh memory
+// under gVisor takes about 1 GiB/s here).
+func runscMemoryHeadroom(limit int64) int64 { return min(max(limit/4, 256<<20), 1<<30) }
 
 // raiseRunscMemory gives the host memory cgroup of a runsc sandbox with memory limit limit
 // its headroom. gVisor enforces no memory limit inside (its cgroup keeps the number and
