@@ -186,12 +186,14 @@ const runscHostTasks = 64
 // runscSpec adapts a sandbox's OCI spec to runsc:
 //
 //   - PIDs: gVisor applies the spec's pids limit only to the host cgroup, where each task of
-//     the sandbox is also a stub thread (systrap) beside the sentry's own; at pids.max there
+//     the sandbox is two host tasks (systrap's stubs; 25 + 2 per task measured) beside the
+//     sentry's own; at pids.max there
 //     the sentry cannot start a thread and the whole sandbox ends. The sentry does enforce
 //     RLIMIT_NPROC (tasks per user, for every user without CAP_SYS_ADMIN or CAP_SYS_RESOURCE,
 //     which no sandbox has: root included), so that is the limit inside: a fork bomb gets
 //     EAGAIN, as under runc's pids cgroup, and the sandbox lives on. The host's pids.max stays
-//     the wall behind it, with room for two users at the limit and the sentry's threads.
+//     the wall behind it: three times the limit plus 64, room for one user at the limit, half
+//     as many tasks of root's (envd's) and the sentry's threads.
 //   - Seccomp: the profile stays, enforced by the sentry (--oci-seccomp) for the sandbox's
 //     processes, less the clone3 rule: gVisor answers every denied call with EPERM (it
 //     ignores errnoRet), where libc falls back to clone only on ENOSYS, and the rule is there
@@ -217,7 +219,7 @@ func runscSpec(spec *specs.Spec) {
 			}
 		}
 		spec.Process.Rlimits = rlimits
-		l := 2*n + runscHostTasks
+		l := 3*n + runscHostTasks
 		res.Pids = &specs.LinuxPids{Limit: &l}
 	}
 	if sc := spec.Linux.Seccomp; sc != nil {
