@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/templates"
 )
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 // TestBaseDefinition reads the shipped definition: what the base contains is what E2B's
 // default template offers (the same packages, user, sudo and pip setting as ever).
 func TestBaseDefinition(t *testing.T) {
-	store, err := template.Open(t.TempDir(), nil)
+	store, err := openStore(t, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestBuildBase(t *testing.T) {
 	}
 	rt := runtimetest.Runc(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
+	store, err := openStore(t, rt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,4 +182,16 @@ func TestBuildBase(t *testing.T) {
 			t.Fatalf("usage %+v, root %d bytes", u, root.SizeBytes)
 		}
 	})
+}
+
+// openStore opens a template store of the test's own, its records in a SQLite file of its own.
+func openStore(t *testing.T, rt runtime.Runtime) (*template.Store, error) {
+	t.Helper()
+	data := t.TempDir()
+	db, err := sqlite.Open(context.Background(), filepath.Join(data, "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return template.Open(context.Background(), data, db, rt)
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/cove-dev/cove/bench/internal/measure"
 	"github.com/cove-dev/cove/internal/covetest"
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
@@ -135,7 +136,7 @@ func attachPhase(in *nettest.Internet, n int, tmp string) (cold, warm time.Durat
 			i++
 			id := fmt.Sprint("bench-", i)
 			t0 := time.Now()
-			_, err := m.Attach(ctx, id, network.Policy{AllowInternet: true})
+			_, err := m.Attach(ctx, id, egress.Policy{AllowInternet: true})
 			d := time.Since(t0)
 			if err != nil {
 				return 0, err
@@ -245,7 +246,7 @@ func throughputPhase(bin string, in *nettest.Internet, tmp string, mib, rounds i
 		return err
 	}
 	defer m.Close(context.Background())
-	att, err := m.Attach(context.Background(), "tput", network.Policy{AllowInternet: true})
+	att, err := m.Attach(context.Background(), "tput", egress.Policy{AllowInternet: true})
 	if err != nil {
 		return err
 	}

@@ -195,9 +195,5 @@ func linkBase(_, dir string) error {
 	if _, err := os.Stat(filepath.Join(shared, "base", "meta.json")); err != nil {
 		return fmt.Errorf("no shared base template in %s (make test-templates builds it): %w", shared, err)
 	}
-	ts, err := template.OpenAt(dir, nil)
-	if err != nil {
-		return err
-	}
-	return ts.Link(shared, templates.BaseName)
+	return template.Link(dir, shared, templates.BaseName)
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 )
 
@@ -38,7 +39,13 @@ func (b *bench) phaseBreakdown(ctx context.Context) error {
 	if env := os.Getenv("COVE_TEMPLATES"); env != "" {
 		dir = env // the server's store too (cove server reads $COVE_TEMPLATES)
 	}
-	ts, err := template.OpenAt(dir, rt)
+	// The template records of a scratch store: the trees' manifests make them (adoption).
+	db, err := sqlite.Open(ctx, filepath.Join(b.cfg.data, "bench-breakdown", "templates.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ts, err := template.OpenAt(ctx, dir, db, rt)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/cove-dev/cove/bench/internal/measure"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/templates"
 )
@@ -66,11 +67,16 @@ func run(base string, creates int) error {
 	if err != nil {
 		return err
 	}
-	store, err := template.Open(data, rt)
+	if err := template.Link(filepath.Join(data, "templates"), filepath.Dir(base), filepath.Base(base)); err != nil {
+		return err
+	}
+	db, err := sqlite.Open(ctx, filepath.Join(data, "cove.db"))
 	if err != nil {
 		return err
 	}
-	if err := store.Link(filepath.Dir(base), filepath.Base(base)); err != nil {
+	defer db.Close()
+	store, err := template.Open(ctx, data, db, rt)
+	if err != nil {
 		return err
 	}
 	uploads := filepath.Join(data, "uploads")

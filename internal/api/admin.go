@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
@@ -13,28 +14,22 @@ import (
 // HeaderAdminToken carries the operator's admin token (the data dir's admin-token file).
 const HeaderAdminToken = "X-Admin-Token"
 
-// handleAdmin registers h behind the admin token; without a configured token the route is
+// handleAdmin declares a route behind the admin token.
+func (a *api) handleAdmin(pattern string, h httpx.Handler) {
+	a.table = append(a.table, httpx.Route{Pattern: pattern, Auth: httpx.AuthAdmin, Handler: h})
+}
+
+// authenticateAdmin checks the admin token; without a configured token every admin route is
 // not found, so a server without one offers no admin surface at all.
-func (a *api) handleAdmin(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		if a.cfg.AdminToken == "" {
-			a.fail(w, r, errNoRoute(r))
-			return
-		}
-		got := r.Header.Get(HeaderAdminToken)
-		if subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminToken)) != 1 {
-			a.fail(w, r, fmt.Errorf("%w: admin routes need the %s header", errUnauthorized, HeaderAdminToken))
-			return
-		}
-		ctx := telemetry.With(r.Context(), telemetry.KeyCaller, "admin")
-		if id := r.PathValue("id"); id != "" {
-			httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, id)
-			ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)
-		}
-		if err := h(w, r.WithContext(ctx)); err != nil {
-			a.fail(w, r.WithContext(ctx), err)
-		}
-	})
+func (a *api) authenticateAdmin(r *http.Request) (context.Context, error) {
+	if a.cfg.AdminToken == "" {
+		return nil, errNoRoute(r)
+	}
+	got := r.Header.Get(HeaderAdminToken)
+	if subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminToken)) != 1 {
+		return nil, fmt.Errorf("%w: admin routes need the %s header", errUnauthorized, HeaderAdminToken)
+	}
+	return telemetry.With(r.Context(), telemetry.KeyCaller, "admin"), nil
 }
 
 // adminKill kills any team's sandbox with reason admin.

@@ -1,5 +1,7 @@
 // Package api serves Cove's control plane: the E2B REST API (create, list, inspect, kill,
-// pause, resume and connect sandboxes) with API-key authentication.
+// pause, resume and connect sandboxes) with API-key authentication. Every REST route of Cove
+// lives in this tree: this package's table (routes), the team routes (api/teamroutes) and
+// the operator's (api/adminroutes), all served through the one chain (httpx.Chain).
 //
 // The one idea: handlers only translate between E2B's wire shapes and the orchestrator.
 // Every handler returns an error, and one function (statusOf) turns an error into the HTTP
@@ -12,6 +14,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -60,11 +63,10 @@ type Config struct {
 	Logger *slog.Logger
 	// AdminToken enables the /admin routes for callers that send it; "" disables them.
 	AdminToken string
-	// Routes are more handlers served behind the API's authentication, by mux pattern
-	// (events, metrics, logs); they read the caller's team with authz.Team.
-	Routes map[string]http.Handler
-	// AdminRoutes are more handlers served behind the admin token (GET /admin/status).
-	AdminRoutes map[string]http.Handler
+	// Routes are more routes of the API's table, each authenticated at its own level: the
+	// team routes (events, metrics, logs, traces; they read the caller's team with
+	// authz.Team) and the admin routes (retention status, nodes).
+	Routes []httpx.Route
 	// Activity answers /teams/{teamID}/metrics from the sandbox records; nil leaves those
 	// operations to the 501 of operations this server does not serve.
 	Activity store.Activity
@@ -108,16 +110,40 @@ const maxBody = 1 << 20
 
 type api struct {
 	cfg     Config
-	mux     *http.ServeMux
+	table   []httpx.Route // the route table: declared once, by routes
+	edge    http.Handler  // the table served through the chain
 	uploads uploadTokens
 }
 
-// New returns the REST API handler. It takes the client's request id (X-E2B-Request-Id or
-// X-Request-Id) or mints one, echoes it, and logs one line per request.
+// New returns the REST API handler: its route table served through the one chain
+// (httpx.Chain): the client's request id (X-E2B-Request-Id or X-Request-Id) taken or minted
+// and echoed, one access line per request, recovery, each route's authentication.
 func New(cfg Config) http.Handler {
-	a := &api{cfg: cfg, mux: http.NewServeMux()}
+	a := &api{cfg: cfg}
 	a.routes()
+	a.edge = a.chain().Routes(a.table)
 	return a
+}
+
+// Routes is the API's route table as New serves it, for the tests that check it.
+func Routes(cfg Config) []httpx.Route {
+	a := &api{cfg: cfg}
+	a.routes()
+	return a.table
+}
+
+// chain is the API's edge: API keys authenticate a team, the admin token the operator.
+func (a *api) chain() httpx.Chain {
+	return httpx.Chain{Edge: "api", Logger: a.cfg.Logger, Authenticate: a.authenticateAt, Done: countRequest}
+}
+
+// countRequest counts an answered request by its route and status class.
+func countRequest(_ *http.Request, status int, note *httpx.Note) {
+	route := note.Route
+	if route == "" {
+		route = "unmatched" // keeps the label set bounded: a 405, or no route at all
+	}
+	telemetry.APIRequests.WithLabelValues(route, httpx.StatusClass(status)).Inc()
 }
 
 func (a *api) routes() {
@@ -136,12 +162,6 @@ func (a *api) routes() {
 	a.routeDurable()
 	a.routePools()
 	a.handleAdmin("DELETE /admin/sandboxes/{id}", a.adminKill)
-	for pattern, h := range a.cfg.AdminRoutes {
-		a.handleAdmin(pattern, func(w http.ResponseWriter, r *http.Request) error {
-			h.ServeHTTP(w, r)
-			return nil
-		})
-	}
 	a.handle("GET /teams", a.teams)
 	if a.cfg.Networks != nil {
 		a.handle("PUT /sandboxes/{id}/network", a.updateNetwork)
@@ -158,14 +178,9 @@ func (a *api) routes() {
 	}
 	a.templateRoutes()
 	// Liveness for load balancers and the SDKs: no key needed, 204 as envd's /health answers.
-	a.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	for pattern, h := range a.cfg.Routes {
-		a.handle(pattern, func(w http.ResponseWriter, r *http.Request, _ caller) error {
-			h.ServeHTTP(w, r)
-			return nil
-		})
-	}
-	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	a.public("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	a.table = append(a.table, a.cfg.Routes...)
+	a.public("/", func(w http.ResponseWriter, r *http.Request) {
 		if h := a.unroutedDurable(r); h != nil {
 			h(w, r)
 			return
@@ -180,54 +195,69 @@ type caller struct {
 	key  *store.APIKey
 }
 
+type callerKey struct{}
+
 // handlerFunc is a route's body: it writes a success response or returns the error to map.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller) error
 
-// handle registers h behind authentication. The sandbox id of the path and the caller's
-// team and key are added to the context logger once, here.
+// handle declares a route behind an API key: h gets the caller's team and key.
 func (a *api) handle(pattern string, h handlerFunc) {
-	a.mux.HandleFunc(pattern, a.authenticated(h))
+	a.table = append(a.table, httpx.Route{Pattern: pattern, Auth: httpx.AuthTeam, Handler: withCaller(h)})
 }
 
-// authenticated is h behind authentication (see handle).
+// public declares a route anyone may call (or whose handler checks a credential of its own).
+func (a *api) public(pattern string, h http.HandlerFunc) {
+	a.table = append(a.table, httpx.Route{Pattern: pattern, Auth: httpx.AuthNone, Handler: httpx.Serve(h)})
+}
+
+// withCaller is h given the caller the chain's authentication put in the context.
+func withCaller(h handlerFunc) httpx.Handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		c, ok := r.Context().Value(callerKey{}).(caller)
+		if !ok {
+			return fmt.Errorf("%w: no caller for this request", errUnauthorized)
+		}
+		return h(w, r, c)
+	}
+}
+
+// authenticated is h behind an API key, for a handler reached outside the route table (the
+// unrouted fallback).
 func (a *api) authenticated(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		note := httpx.NoteFrom(ctx)
-		if id := r.PathValue("id"); id != "" {
-			note.Add(telemetry.KeySandboxID, id)
-			ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)
+		ctx, err := a.authenticateAt(r, httpx.AuthTeam)
+		if err == nil {
+			r = r.WithContext(ctx)
+			err = withCaller(h)(w, r)
 		}
-		key, team, err := a.authenticate(r)
 		if err != nil {
-			a.fail(w, r.WithContext(ctx), err)
-			return
-		}
-		note.Add(telemetry.KeyTeamID, team.ID)
-		ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID)
-		ctx = authz.With(ctx, authz.Caller{TeamID: team.ID, KeyID: key.ID, KeyName: key.Name})
-		r = r.WithContext(ctx)
-		if err := h(w, r, caller{team: team, key: key}); err != nil {
 			a.fail(w, r, err)
 		}
 	}
 }
 
-// ServeHTTP sets up the request id and logger, routes, and logs the access line.
-func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	ctx, _ := httpx.RequestContext(w, r, a.cfg.Logger)
-	ctx, note := httpx.WithNote(ctx)
-	rec := &httpx.Recorder{ResponseWriter: w}
-	r = r.WithContext(ctx)
-	defer func() {
-		status := rec.StatusOr(http.StatusOK)
-		httpx.LogAccess(ctx, "api request", r, status, start, note, telemetry.KeyHTTPRoute, r.Pattern)
-		route := r.Pattern
-		if route == "" {
-			route = "unmatched" // keeps the label set bounded for unknown paths
-		}
-		telemetry.APIRequests.WithLabelValues(route, httpx.StatusClass(status)).Inc()
-	}()
-	a.mux.ServeHTTP(rec, r)
+// authenticateAt is the API's authentication and team scope, the chain's: an API key for a
+// team's route, the admin token for the operator's. The path's sandbox id and the caller's
+// team and key are added to the context logger and the access line once, here.
+func (a *api) authenticateAt(r *http.Request, level httpx.Auth) (context.Context, error) {
+	ctx := r.Context()
+	note := httpx.NoteFrom(ctx)
+	if id := r.PathValue("id"); id != "" {
+		note.Add(telemetry.KeySandboxID, id)
+		ctx = telemetry.With(ctx, telemetry.KeySandboxID, id)
+	}
+	if level == httpx.AuthAdmin {
+		return a.authenticateAdmin(r.WithContext(ctx))
+	}
+	key, team, err := a.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	note.Add(telemetry.KeyTeamID, team.ID)
+	ctx = telemetry.With(ctx, telemetry.KeyTeamID, team.ID, telemetry.KeyAPIKeyID, key.ID)
+	ctx = authz.With(ctx, authz.Caller{TeamID: team.ID, KeyID: key.ID, KeyName: key.Name})
+	return context.WithValue(ctx, callerKey{}, caller{team: team, key: key}), nil
 }
+
+// ServeHTTP serves the route table through the chain.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.edge.ServeHTTP(w, r) }

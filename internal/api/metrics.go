@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
+	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // teamLabel names the team a series is about; which team ids exist is each team's business.
@@ -25,27 +28,39 @@ type MetricsConfig struct {
 	Gatherer   prometheus.Gatherer
 	Keys       Authenticator
 	AdminToken string
+	// Logger is the edge's base logger; nil uses the one in each request's context.
+	Logger *slog.Logger
 }
 
-// MetricsHandler serves GET /metrics in Prometheus' format. Series with a team label show a
-// team id, so who sees them depends on the caller: the admin token (X-Admin-Token) sees every
-// series; an API key (X-API-Key or a Bearer) sees its own team's and no other team's; a caller
-// without either gets every such series summed over the teams, without the team label. A
-// credential that is wrong is 401, not the anonymous view.
+// MetricsHandler serves GET /metrics in Prometheus' format, through the one chain
+// (httpx.Chain). Series with a team label show a team id, so who sees them depends on the
+// caller: the admin token (X-Admin-Token) sees every series; an API key (X-API-Key or a
+// Bearer) sees its own team's and no other team's; a caller without either gets every such
+// series summed over the teams, without the team label. A credential that is wrong is 401,
+// not the anonymous view.
 func MetricsHandler(cfg MetricsConfig) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	chain := httpx.Chain{Edge: "metrics", Logger: cfg.Logger, Authenticate: func(r *http.Request, _ httpx.Auth) (context.Context, error) {
 		scope, err := metricsScope(r, cfg)
 		if err != nil {
-			httpx.WriteErrorStatus(r.Context(), w, http.StatusUnauthorized, err.Error())
-			return
+			return nil, fmt.Errorf("%w: %w", errUnauthorized, err)
 		}
+		if scope.team != "" {
+			httpx.NoteFrom(r.Context()).Add(telemetry.KeyTeamID, scope.team)
+		}
+		return context.WithValue(r.Context(), scopeKey{}, scope), nil
+	}}
+	return chain.Routes([]httpx.Route{{Pattern: "GET /metrics", Auth: httpx.AuthOptional, Handler: func(w http.ResponseWriter, r *http.Request) error {
+		scope, _ := r.Context().Value(scopeKey{}).(teamScope)
 		g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 			mfs, err := cfg.Gatherer.Gather()
 			return scope.apply(mfs), err
 		})
 		promhttp.HandlerFor(g, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-	})
+		return nil
+	}}})
 }
+
+type scopeKey struct{}
 
 // teamScope is whose team series a caller sees: all, one team's, or none but their sums.
 type teamScope struct {

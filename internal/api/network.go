@@ -8,15 +8,15 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
 // Networks is what the API needs to read and replace sandboxes' egress policies.
 type Networks interface {
-	NetworkPolicy(ctx context.Context, teamID, id string) (network.Policy, bool)
-	UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error
+	NetworkPolicy(ctx context.Context, teamID, id string) (egress.Policy, bool)
+	UpdateNetwork(ctx context.Context, teamID, id string, p egress.Policy) error
 	// TrafficToken is the token a sandbox's private ports require; "" when public.
 	TrafficToken(id string) string
 	// PortOptions is the Host header the proxy sends a sandbox's ports and its HTTPS ports.
@@ -34,12 +34,12 @@ func strict(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// egressSpec is the network package's reading of the contract's egress fields, E2B's
+// egressSpec is the egress package's reading of the contract's egress fields, E2B's
 // SandboxNetworkConfig and SandboxNetworkUpdateConfig share them.
-func egressSpec(allowOut, denyOut []string, proxy *cove.EgressProxy, rules map[string][]cove.Rule) network.Spec {
-	spec := network.Spec{AllowOut: allowOut, DenyOut: denyOut}
+func egressSpec(allowOut, denyOut []string, proxy *cove.EgressProxy, rules map[string][]cove.Rule) egress.Spec {
+	spec := egress.Spec{AllowOut: allowOut, DenyOut: denyOut}
 	if proxy != nil {
-		spec.EgressProxy = &network.EgressProxy{Address: proxy.Address, Username: proxy.Username, Password: proxy.Password}
+		spec.EgressProxy = &egress.Proxy{Address: proxy.Address, Username: proxy.Username, Password: proxy.Password}
 	}
 	if rules != nil {
 		spec.Rules = make(map[string][]map[string]string, len(rules))
@@ -54,7 +54,7 @@ func egressSpec(allowOut, denyOut []string, proxy *cove.EgressProxy, rules map[s
 
 // createNetwork is what create's network object asks for beside the egress policy.
 type createNetwork struct {
-	policy     *network.Policy
+	policy     *egress.Policy
 	private    bool // allowPublicTraffic false
 	maskHost   string
 	httpsPorts []int
@@ -81,7 +81,7 @@ func parseCreateNetwork(raw json.RawMessage) (createNetwork, error) {
 			return createNetwork{}, fmt.Errorf("%w: network.httpsPorts[%d] %d: want a port from 1 to 65535 but envd's (%d)", errBadRequest, i, p, orchestrator.EnvdPort)
 		}
 	}
-	p, err := network.ParsePolicy(egressSpec(b.AllowOut, b.DenyOut, b.EgressProxy, b.Rules), true)
+	p, err := egress.ParsePolicy(egressSpec(b.AllowOut, b.DenyOut, b.EgressProxy, b.Rules), true)
 	if err != nil {
 		return createNetwork{}, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
@@ -105,7 +105,7 @@ func (a *api) updateNetwork(w http.ResponseWriter, r *http.Request, c caller) er
 	}
 	spec := egressSpec(b.AllowOut, b.DenyOut, b.EgressProxy, b.Rules)
 	spec.AllowInternet = b.AllowInternetAccess
-	p, err := network.ParsePolicy(spec, true)
+	p, err := egress.ParsePolicy(spec, true)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadRequest, err)
 	}
@@ -128,7 +128,7 @@ func (a *api) networkOf(ctx context.Context, teamID, id string) *cove.NetworkRul
 		return nil
 	}
 	public := a.cfg.Networks.TrafficToken(id) == ""
-	out := &cove.NetworkRules{AllowOut: p.AllowOutStrings(), DenyOut: network.Strings(p.DenyOut), AllowPublicTraffic: &public}
+	out := &cove.NetworkRules{AllowOut: p.AllowOutStrings(), DenyOut: egress.Strings(p.DenyOut), AllowPublicTraffic: &public}
 	out.MaskRequestHost, out.HTTPSPorts = mask, https
 	if p.EgressProxy != nil {
 		out.EgressProxy = &cove.EgressProxy{Address: p.EgressProxy.Address, Username: p.EgressProxy.Username}

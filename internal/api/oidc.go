@@ -26,11 +26,11 @@ type Identity interface {
 // identityRoutes serves the issuer's discovery document and key set, without a key: clouds
 // fetch them to verify the tokens.
 func (a *api) identityRoutes() {
-	a.mux.HandleFunc("GET "+oidc.DiscoveryPath, func(w http.ResponseWriter, r *http.Request) {
+	a.public("GET "+oidc.DiscoveryPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		writeJSON(w, http.StatusOK, a.cfg.Identity.Discovery())
 	})
-	a.mux.HandleFunc("GET "+oidc.JWKSPath, func(w http.ResponseWriter, r *http.Request) {
+	a.public("GET "+oidc.JWKSPath, func(w http.ResponseWriter, r *http.Request) {
 		set, err := a.cfg.Identity.JWKS(r.Context())
 		if err != nil {
 			a.fail(w, r, fmt.Errorf("identity key set: %w", err))

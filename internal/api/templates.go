@@ -69,7 +69,7 @@ func (a *api) templateRoutes() {
 	}
 	a.handle("POST /v3/templates", a.requestBuild)
 	a.handle("GET /templates/{templateID}/files/{hash}", a.uploadLink)
-	a.mux.HandleFunc("PUT /templates/{templateID}/files/{hash}/upload", a.upload) // the link's token authenticates
+	a.public("PUT /templates/{templateID}/files/{hash}/upload", a.upload) // the link's token authenticates
 	a.handle("POST /v2/templates/{templateID}/builds/{buildID}", a.startBuild)
 	a.handle("GET /templates/{templateID}/builds/{buildID}/status", a.buildStatus)
 	a.handle("GET /templates/{templateID}/builds/{buildID}/logs", a.buildLogs)

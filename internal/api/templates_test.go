@@ -24,15 +24,15 @@ import (
 // says which); its Python SDK takes any other status for "Failed to get file upload link".
 func TestUploadLinkAlwaysAnswers201(t *testing.T) {
 	dir := t.TempDir()
-	ts, err := template.OpenAt(dir+"/templates", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	db, err := sqlite.Open(context.Background(), filepath.Join(dir, "cove.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	ts, err := template.OpenAt(context.Background(), dir+"/templates", db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	builds, err := template.OpenBuilds(context.Background(), ts, db, dir, "")
 	if err != nil {
 		t.Fatal(err)

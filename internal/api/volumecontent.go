@@ -29,7 +29,7 @@ type volumeHandler func(w http.ResponseWriter, r *http.Request, files *snapshot.
 
 func (a *api) routeVolumeContent(v Volumes) {
 	route := func(pattern string, h volumeHandler) {
-		a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		a.public(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if err := a.volumeContent(w, r, v, h); err != nil {
 				a.fail(w, r, err)
 			}

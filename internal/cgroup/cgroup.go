@@ -212,8 +212,11 @@ func sized(buf []byte) []byte {
 	return buf
 }
 
-// read reads the small file name into buf with three system calls and returns its bytes.
-func read(name string, buf []byte) ([]byte, error) {
+// ReadSmall reads the small file name (a cgroup or /proc file of a few KiB) into buf with
+// three system calls and no allocation, and returns its bytes; a file longer than buf is cut
+// at len(buf). A missing file is an error wrapping os.ErrNotExist. The sampler reads
+// /proc/<pid>/net/dev through it too: one small-file reader for both.
+func ReadSmall(name string, buf []byte) ([]byte, error) {
 	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
@@ -238,7 +241,7 @@ func read(name string, buf []byte) ([]byte, error) {
 
 // readUint reads a file of one number; "max" (v2's no limit) reads as Unlimited.
 func readUint(name string, buf []byte) (uint64, error) {
-	b, err := read(name, buf)
+	b, err := ReadSmall(name, buf)
 	if err != nil {
 		return 0, err
 	}
@@ -257,7 +260,7 @@ func readUint(name string, buf []byte) (uint64, error) {
 // returns the values of keys (at most three), in their order; 0 for a key absent.
 func readKeys(name string, buf []byte, keys ...string) ([3]uint64, error) {
 	var out [3]uint64
-	b, err := read(name, buf)
+	b, err := ReadSmall(name, buf)
 	if err != nil {
 		return out, err
 	}

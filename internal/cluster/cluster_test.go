@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/api/adminroutes"
 	"github.com/cove-dev/cove/internal/cluster"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
@@ -272,11 +274,9 @@ func TestNodeRoutes(t *testing.T) {
 	if _, err := (&cluster.Sweeper{Store: db}).Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	for pattern, h := range cluster.AdminRoutes(db) {
-		mux.Handle(pattern, h)
-	}
-	srv := httptest.NewServer(mux)
+	// The routes as the API serves them, the admin token taken as shown.
+	admin := httpx.Chain{Edge: "api", Authenticate: func(r *http.Request, _ httpx.Auth) (context.Context, error) { return r.Context(), nil }}
+	srv := httptest.NewServer(admin.Routes(adminroutes.Routes(adminroutes.Config{Nodes: db})))
 	t.Cleanup(srv.Close)
 	c := cove.NewClient(cove.Config{APIURL: srv.URL, AdminToken: "t", APIKey: "k"})
 	nodes, err := c.Nodes(ctx)

@@ -36,7 +36,7 @@ func TestBuildPages(t *testing.T) {
 		[]byte(`{"name":"web","from":"base","created_at":"2026-12-02T00:00:00Z","build_seconds":3,"size_bytes":1024}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := template.OpenAt(filepath.Join(dir, "templates"), nil)
+	ts, err := template.OpenAt(ctx, filepath.Join(dir, "templates"), f.db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
@@ -25,9 +26,10 @@ import (
 
 	"github.com/cove-dev/cove/internal/api"
 	"github.com/cove-dev/cove/internal/authz"
+	"github.com/cove-dev/cove/internal/errdefs"
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/trace"
 	"github.com/cove-dev/cove/sdk/reason"
@@ -70,6 +72,8 @@ const (
 
 // Config is what New needs.
 type Config struct {
+	// Logger is the edge's base logger; nil uses the one in each request's context.
+	Logger     *slog.Logger
 	Sandboxes  api.Sandboxes
 	Keys       store.Keys // Authenticate, as the API signs in; teams and keys for their pages
 	Sessions   store.ConsoleSessions
@@ -95,7 +99,7 @@ func (s *session) admin() bool { return s.TeamID == "" }
 // Console is the /dashboard/ handler.
 type Console struct {
 	cfg    Config
-	mux    *http.ServeMux
+	edge   http.Handler // the route table served through the chain
 	pages  *template.Template
 	mu     sync.Mutex
 	now    func() time.Time
@@ -114,7 +118,7 @@ func New(cfg Config) *Console {
 	if cfg.Metrics == nil {
 		cfg.Metrics = telemetry.Metrics()
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), now: time.Now, closed: make(chan struct{})}
+	c := &Console{cfg: cfg, now: time.Now, closed: make(chan struct{})}
 	c.pages = template.Must(template.New("").Funcs(template.FuncMap{
 		"utc":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"fields":     pairs,
@@ -146,71 +150,94 @@ func New(cfg Config) *Console {
 		},
 	}).ParseFS(files, "templates/*.html"))
 	static, _ := fs.Sub(files, "assets")
-	c.mux.Handle("GET /dashboard/assets/", http.StripPrefix("/dashboard/assets/", http.FileServerFS(static)))
-	c.mux.HandleFunc("GET /dashboard/login", c.loginForm)
-	c.mux.HandleFunc("POST /dashboard/login", c.login)
-	c.mux.HandleFunc("POST /dashboard/logout", c.signedIn(c.logout))
-	c.mux.HandleFunc("GET /dashboard/{$}", c.signedIn(c.list))
-	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}", c.signedIn(c.sandbox))
-	c.mux.HandleFunc("POST /dashboard/sandboxes/{id}/{action}", c.signedIn(c.act))
-	c.mux.HandleFunc("GET /dashboard/trace", c.signedIn(c.trace))
-	c.mux.HandleFunc("GET /dashboard/live", c.signedIn(c.live))
-	c.mux.HandleFunc("GET /dashboard/sandboxes/{id}/tail", c.signedIn(c.tail))
-	c.mux.HandleFunc("GET /dashboard/logs", c.signedIn(c.logsPage))
-	c.mux.HandleFunc("GET /dashboard/events", c.signedIn(c.eventsPage))
-	c.mux.HandleFunc("GET /dashboard/webhooks", c.signedIn(c.webhooksPage))
-	c.mux.HandleFunc("GET /dashboard/keys", c.signedIn(c.keysPage))
-	c.mux.HandleFunc("POST /dashboard/keys", c.signedIn(c.createKey))
-	c.mux.HandleFunc("POST /dashboard/keys/{id}/revoke", c.signedIn(c.revokeKey))
-	c.mux.HandleFunc("GET /dashboard/health", c.signedIn(c.healthPage))
-	c.mux.HandleFunc("GET /dashboard/templates", c.signedIn(c.templatesPage))
-	c.mux.HandleFunc("GET /dashboard/nodes", c.signedIn(c.nodesPage))
-	c.mux.HandleFunc("GET /dashboard/templates/{name}/log", c.signedIn(c.buildLog))
-	c.mux.HandleFunc("GET /dashboard/builds/{id}", c.signedIn(c.buildPage))
-	c.mux.HandleFunc("GET /dashboard/builds/{id}/tail", c.signedIn(c.buildTail))
-	// Anything else under the prefix is a console page with the request id, not Go's bare
-	// 404 or 405.
-	c.mux.HandleFunc("/dashboard/", func(w http.ResponseWriter, r *http.Request) {
-		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no console page %s %s", r.Method, r.URL.Path))
-	})
+	page, signedIn := func(pattern string, h http.HandlerFunc) httpx.Route {
+		return httpx.Route{Pattern: pattern, Auth: httpx.AuthNone, Handler: httpx.Serve(h)}
+	}, func(pattern string, h http.HandlerFunc) httpx.Route {
+		return httpx.Route{Pattern: pattern, Auth: httpx.AuthTeam, Handler: httpx.Serve(h)}
+	}
+	routes := []httpx.Route{
+		page("GET /dashboard/assets/", http.StripPrefix("/dashboard/assets/", http.FileServerFS(static)).ServeHTTP),
+		page("GET /dashboard/login", c.loginForm),
+		page("POST /dashboard/login", c.login),
+		signedIn("POST /dashboard/logout", c.logout),
+		signedIn("GET /dashboard/{$}", c.list),
+		signedIn("GET /dashboard/sandboxes/{id}", c.sandbox),
+		signedIn("POST /dashboard/sandboxes/{id}/{action}", c.act),
+		signedIn("GET /dashboard/trace", c.trace),
+		signedIn("GET /dashboard/live", c.live),
+		signedIn("GET /dashboard/sandboxes/{id}/tail", c.tail),
+		signedIn("GET /dashboard/logs", c.logsPage),
+		signedIn("GET /dashboard/events", c.eventsPage),
+		signedIn("GET /dashboard/webhooks", c.webhooksPage),
+		signedIn("GET /dashboard/keys", c.keysPage),
+		signedIn("POST /dashboard/keys", c.createKey),
+		signedIn("POST /dashboard/keys/{id}/revoke", c.revokeKey),
+		signedIn("GET /dashboard/health", c.healthPage),
+		signedIn("GET /dashboard/templates", c.templatesPage),
+		signedIn("GET /dashboard/nodes", c.nodesPage),
+		signedIn("GET /dashboard/templates/{name}/log", c.buildLog),
+		signedIn("GET /dashboard/builds/{id}", c.buildPage),
+		signedIn("GET /dashboard/builds/{id}/tail", c.buildTail),
+		// Anything else under the prefix is a console page with the request id, not Go's bare
+		// 404 or 405.
+		page("/dashboard/", func(w http.ResponseWriter, r *http.Request) {
+			c.fail(w, r, http.StatusNotFound, fmt.Errorf("no console page %s %s", r.Method, r.URL.Path))
+		}),
+	}
+	c.edge = c.Chain().Routes(routes)
 	return c
+}
+
+// Chain is the console's edge: the one chain, where a session (its cookie, and its CSRF
+// token on a POST) authenticates, and errors are pages.
+func (c *Console) Chain() httpx.Chain {
+	return httpx.Chain{Edge: "console", Logger: c.cfg.Logger, Authenticate: c.authenticate, Fail: c.failed}
 }
 
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	c.mux.ServeHTTP(w, r)
+	c.edge.ServeHTTP(w, r)
+}
+
+// Errors of the console's authentication.
+var (
+	errNotSignedIn = errdefs.New(errdefs.ErrUnauthenticated, "not signed in")
+	errCSRF        = errdefs.New(errdefs.ErrPermissionDenied, "csrf: the form's token does not match this session; reload the page")
+)
+
+// authenticate finds the request's live session, checking the CSRF token on every POST.
+func (c *Console) authenticate(r *http.Request, _ httpx.Auth) (context.Context, error) {
+	s, err := c.session(r)
+	if err != nil {
+		return nil, fmt.Errorf("console session: %w", err)
+	}
+	if s == nil {
+		return nil, errNotSignedIn
+	}
+	if r.Method == http.MethodPost {
+		got := r.PostFormValue("csrf")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) != 1 {
+			return nil, errCSRF
+		}
+	}
+	if s.TeamID != "" {
+		httpx.NoteFrom(r.Context()).Add(telemetry.KeyTeamID, s.TeamID)
+	}
+	return context.WithValue(r.Context(), ctxKey{}, s), nil
+}
+
+// failed answers the chain's errors with a page; a GET without a session goes to the
+// sign-in page.
+func (c *Console) failed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errNotSignedIn) && r.Method == http.MethodGet {
+		http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+		return
+	}
+	c.fail(w, r, errdefs.Status(err), err)
 }
 
 type ctxKey struct{}
-
-// signedIn runs next for a request with a live session, checking the CSRF token on
-// every POST; others are sent to the sign-in page.
-func (c *Console) signedIn(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		s, err := c.session(r)
-		if err != nil {
-			c.fail(w, r, http.StatusInternalServerError, err)
-			return
-		}
-		if s == nil {
-			if r.Method == http.MethodGet {
-				http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
-				return
-			}
-			c.fail(w, r, http.StatusUnauthorized, errors.New("not signed in"))
-			return
-		}
-		if r.Method == http.MethodPost {
-			got := r.PostFormValue("csrf")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) != 1 {
-				c.fail(w, r, http.StatusForbidden, errors.New("csrf: the form's token does not match this session; reload the page"))
-				return
-			}
-		}
-		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, s)))
-	}
-}
 
 // session returns the request's live session; nil when it has none (no cookie, an
 // unknown or expired token, a revoked key, an admin session once admin sign-in is off).
@@ -565,7 +592,7 @@ func requestID(r *http.Request) string { return telemetry.RequestID(r.Context())
 func statusOf(err error) int {
 	var gone *orchestrator.GoneError
 	switch {
-	case errors.Is(err, teamapi.ErrBadRequest), errors.Is(err, store.ErrBadCursor), errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, httpx.ErrBadRequest), errors.Is(err, store.ErrBadCursor), errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, orchestrator.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
@@ -577,6 +604,7 @@ func statusOf(err error) int {
 
 // fail renders an error page that names the request id.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	httpx.NoteFrom(r.Context()).Err = err // for the access line
 	c.renderStatus(w, r, code, "error.html", map[string]any{"Title": http.StatusText(code), "Error": err.Error(), "Code": code})
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-dev/cove/internal/logs"
+	"github.com/cove-dev/cove/internal/api/teamroutes"
 	"github.com/cove-dev/cove/internal/store"
 )
 
@@ -55,7 +55,7 @@ func logQuery(v url.Values) (store.LogQuery, logView, error) {
 			delete(api, k)
 		}
 	}
-	q, err := logs.ParseQuery(api)
+	q, err := teamroutes.ParseLogQuery(api)
 	if err != nil {
 		return q, lv, err
 	}
@@ -146,7 +146,7 @@ func (c *Console) logsPage(w http.ResponseWriter, r *http.Request) {
 	data["Logs"] = page.Lines
 	if page.Next != nil {
 		next := r.URL.Query()
-		next.Set("cursor", logs.EncodeCursor(*page.Next))
+		next.Set("cursor", teamroutes.EncodeLogCursor(*page.Next))
 		next.Del("direction")
 		data["Next"] = template.URL(next.Encode()) // url.Values.Encode: a safe query
 	}
@@ -260,7 +260,7 @@ func (c *Console) tailLogs(w http.ResponseWriter, r *http.Request, team, id stri
 		if err := c.pages.ExecuteTemplate(&b, "logrows", map[string]any{"Logs": rows}); err != nil {
 			return sse{}, fmt.Errorf("render log lines: %w", err)
 		}
-		return sse{Event: "lines", ID: logs.EncodeCursor(*q.After), Data: b.String()}, nil
+		return sse{Event: "lines", ID: teamroutes.EncodeLogCursor(*q.After), Data: b.String()}, nil
 	})
 }
 
@@ -331,7 +331,7 @@ func tailQuery(lv logView, newest *store.LogPosition) string {
 		v.Set("field", lv.Field)
 	}
 	if newest != nil {
-		v.Set("cursor", logs.EncodeCursor(*newest))
+		v.Set("cursor", teamroutes.EncodeLogCursor(*newest))
 	}
 	return v.Encode()
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-dev/cove/internal/api/teamroutes"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -40,7 +41,7 @@ func (c *Console) eventsPage(w http.ResponseWriter, r *http.Request) {
 		f.Types = []string{et.String()}
 	}
 	if cur := v.Get("cursor"); cur != "" {
-		pos, err := events.DecodeCursor(cur)
+		pos, err := teamroutes.DecodeEventCursor(cur)
 		if err != nil {
 			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("cursor: %q is not an events page cursor", cur))
 			return
@@ -58,7 +59,7 @@ func (c *Console) eventsPage(w http.ResponseWriter, r *http.Request) {
 		data["Events"] = page.Events
 		if page.More && len(page.Events) > 0 {
 			last := page.Events[len(page.Events)-1]
-			next := url.Values{"cursor": {events.EncodeCursor(store.EventPosition{Timestamp: last.Timestamp, ID: last.ID})}}
+			next := url.Values{"cursor": {teamroutes.EncodeEventCursor(store.EventPosition{Timestamp: last.Timestamp, ID: last.ID})}}
 			for _, k := range []string{"team", "type", "sandbox"} {
 				if v.Get(k) != "" {
 					next.Set(k, v.Get(k))

@@ -216,7 +216,7 @@ func TestTemplatesPage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "python", "build.log"), []byte(strings.Repeat("x", buildLogTail)+"\nSetting up python3 (3.11.2-1)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := template.OpenAt(dir, nil)
+	ts, err := template.OpenAt(context.Background(), dir, f.db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,11 +110,7 @@ func Templates(t testing.TB) string {
 func OwnTemplates(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "templates")
-	ts, err := template.OpenAt(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ts.Link(Templates(t), templates.BaseName); err != nil {
+	if err := template.Link(dir, Templates(t), templates.BaseName); err != nil {
 		t.Fatal(err)
 	}
 	return dir

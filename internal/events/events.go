@@ -6,7 +6,8 @@
 // held only in memory, so a restart loses no delivery; it resumes them.
 //
 // It must not import the orchestrator, the runtime or the edges: the orchestrator calls Emit
-// through its Events interface.
+// through its Events interface, and the event and webhook routes (internal/api/teamroutes)
+// call its checks (ValidateURL, AllowedHost) and the store.
 package events
 
 import (
@@ -126,7 +127,7 @@ func (b Backoff) withDefaults() Backoff {
 	return b
 }
 
-// Config is what New and NewAPI need.
+// Config is what New needs.
 type Config struct {
 	Store store.EventStore
 	// Logger logs the dispatcher's lines; nil uses telemetry's default.
@@ -143,8 +144,6 @@ type Config struct {
 	AttemptTimeout time.Duration
 	// Workers is how many deliveries are attempted at once; 8 when 0.
 	Workers int
-	// Team returns the authenticated caller's team; NewAPI answers 401 when ok is false.
-	Team func(ctx context.Context) (teamID string, ok bool)
 }
 
 func (c Config) withDefaults() Config {

@@ -1,6 +1,8 @@
-// Package httpx is Cove's one HTTP edge, shared by the API, the proxy, envd and the team
-// APIs: the request id in and out, the status recorder behind every access line, panic
-// recovery that names the request id, and JSON (error) answers in E2B's shape.
+// Package httpx is Cove's one HTTP edge, shared by the API with its team routes, /metrics,
+// the console, the proxy and envd: the one middleware chain (Chain: request id, access line,
+// recovery, authentication, error mapping) and its route table type, the status recorder
+// behind every access line, panic recovery that names the request id, and JSON (error)
+// answers in E2B's shape.
 //
 // The one idea: a request's id is settled once, at the outermost edge that sees it (taken
 // from an outer middleware's context, the client's X-E2B-Request-Id or X-Request-Id, or
@@ -13,7 +15,6 @@ package httpx
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -147,24 +148,6 @@ func LogAccess(ctx context.Context, msg string, r *http.Request, status int, beg
 	telemetry.Logger(ctx).Log(ctx, AccessLevel(status, err), msg, attrs...)
 }
 
-// AccessLog is an edge without an access line of its own (the console, /metrics) served with
-// one, msg naming it, under the same rule as the API's and the proxy's.
-func AccessLog(msg string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		begun := time.Now()
-		ctx, note := WithNote(r.Context())
-		rec := &Recorder{ResponseWriter: w}
-		defer func() {
-			status := rec.StatusOr(http.StatusOK)
-			if status >= 400 && note.Err == nil {
-				note.Err = errors.New(http.StatusText(status))
-			}
-			LogAccess(ctx, msg, r, status, begun, note)
-		}()
-		next.ServeHTTP(rec, r.WithContext(ctx))
-	})
-}
-
 // StatusClass is a status's bounded metric label: "2xx", "4xx"…
 func StatusClass(status int) string { return strconv.Itoa(status/100) + "xx" }
 
@@ -188,7 +171,9 @@ func Recover(next http.Handler) http.Handler {
 			if rec.Status != 0 {
 				panic(http.ErrAbortHandler) // the answer began: cut the connection, do not log twice
 			}
-			WriteError(ctx, rec, fmt.Errorf("internal error: %s %s failed in the server", r.Method, r.URL.Path))
+			err := fmt.Errorf("internal error: %s %s failed in the server", r.Method, r.URL.Path)
+			NoteFrom(ctx).Err = err
+			WriteError(ctx, rec, err)
 		}()
 		next.ServeHTTP(rec, r)
 	})
@@ -226,7 +211,8 @@ func WriteErrorStatus(ctx context.Context, w http.ResponseWriter, status int, ms
 // request failed with and the attributes found on the way (the sandbox, the team).
 type Note struct {
 	Err   error
-	Attrs []any // key, value pairs
+	Attrs []any  // key, value pairs
+	Route string // the route table's pattern that served the request; "" when none did
 }
 
 // Add records attributes for the access line.

@@ -181,11 +181,12 @@ func TestEveryEdgeLogsItsAccessLineByOneRule(t *testing.T) {
 			}
 		})
 	}
-	t.Run("an edge without a line of its own gets one, with the request id", func(t *testing.T) {
+	t.Run("an edge served through the chain logs one, with the request id", func(t *testing.T) {
 		var logs bytes.Buffer
-		h := httpx.RequestIDs(telemetry.NewLogger(&logs, nil), httpx.AccessLog("console request", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := httpx.Chain{Edge: "console", Logger: telemetry.NewLogger(&logs, nil)}.Then(httpx.AuthNone, func(w http.ResponseWriter, r *http.Request) error {
 			http.Error(w, "nope", http.StatusForbidden)
-		})))
+			return nil
+		})
 		req := httptest.NewRequest(http.MethodGet, "/dashboard/nodes", nil)
 		req.Header.Set(telemetry.HeaderRequestID, "req-console")
 		h.ServeHTTP(httptest.NewRecorder(), req)

@@ -28,19 +28,27 @@ var rules = []struct {
 	{"internal/authz", []string{"internal/", "sdk"}},
 	{"internal/cgroup", []string{"internal/", "sdk"}},
 	{"internal/telemetry", []string{"internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/envd", "internal/runtime", "internal/httpx"}},
-	{"internal/httpx", []string{"internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/envd", "internal/teamapi"}},
+	{"internal/httpx", []string{"internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/envd", "internal/authz"}},
 	{"internal/runtime", []string{"internal/template", "internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store", "internal/events"}},
 	{"internal/runtime/runtimetest", []string{"internal/template", "internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store"}},
 	{"internal/store", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/events", "internal/collect", "internal/runtime"}},
 	{"internal/envd", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store", "internal/events", "internal/collect", "internal/runtime", "internal/template"}},
 	{"internal/collect", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/runtime"}},
-	{"internal/teamapi", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/events", "internal/logs"}},
+	{"internal/api/teamroutes", []string{"internal/orchestrator", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/events", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/runtime"}},
+	// The domain packages the team routes read know nothing of the edge.
+	{"internal/logs", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
+	{"internal/sampler", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
+	{"internal/trace", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/template", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server", "internal/store/sqlite", "internal/store/postgres"}},
 	{"internal/orchestrator", []string{"internal/api", "internal/proxy", "internal/server", "internal/console"}},
 	{"internal/api", []string{"internal/server", "internal/proxy", "internal/console"}},
 	{"internal/proxy", []string{"internal/server", "internal/api", "internal/console"}},
-	{"internal/oidc", []string{"internal/orchestrator", "internal/network", "internal/api", "internal/proxy", "internal/server"}},
+	{"internal/network", []string{"internal/orchestrator", "internal/api", "internal/proxy", "internal/server"}},
+	// The egress policy and its user-space enforcers know sandboxes by address only: the
+	// network's plumbing imports them, never the reverse.
+	{"internal/egress", []string{"internal/network", "internal/runtime", "internal/store", "internal/orchestrator", "internal/api", "internal/proxy", "internal/server"}},
+	{"internal/oidc", []string{"internal/orchestrator", "internal/network", "internal/egress", "internal/api", "internal/proxy", "internal/server"}},
 }
 
 func TestNoArrowRunsBackUp(t *testing.T) {

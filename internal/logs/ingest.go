@@ -1,5 +1,5 @@
-// Package logs takes sandboxes' log lines into the log store and serves them, and the
-// command records, over HTTP.
+// Package logs takes sandboxes' log lines into the log store (their REST routes, and the
+// command records', are in internal/api/teamroutes).
 //
 // The one idea: Add never blocks the pipe a line came from. Each sandbox has a line rate and
 // a byte budget, each team a byte budget per hour, and the store's disk a free-space floor;

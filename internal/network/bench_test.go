@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 )
@@ -32,7 +33,7 @@ func BenchmarkAttach(b *testing.B) {
 			ctx := context.Background()
 			for i := 0; b.Loop(); i++ {
 				id := fmt.Sprint("bench-", i)
-				if _, err := m.Attach(ctx, id, network.Policy{AllowInternet: true}); err != nil {
+				if _, err := m.Attach(ctx, id, egress.Policy{AllowInternet: true}); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/vishvananda/netlink"
@@ -25,14 +26,14 @@ import (
 // namespace's name keeps the generation of the server that made it: a slot is only ever
 // re-claimed by the sandbox id it was recorded for, never handed to another one.
 type Allocation struct {
-	ID         string     `json:"id"`
-	Index      int        `json:"index"`
-	Link       string     `json:"link"`
-	Addr       netip.Addr `json:"addr"`
-	Netns      string     `json:"netns"`
-	ResolvConf string     `json:"resolvConf"`
-	Policy     Policy     `json:"policy"`
-	Inbound    Inbound    `json:"inbound"`
+	ID         string        `json:"id"`
+	Index      int           `json:"index"`
+	Link       string        `json:"link"`
+	Addr       netip.Addr    `json:"addr"`
+	Netns      string        `json:"netns"`
+	ResolvConf string        `json:"resolvConf"`
+	Policy     egress.Policy `json:"policy"`
+	Inbound    Inbound       `json:"inbound"`
 }
 
 // Inbound is how Cove's proxy reaches a sandbox's ports, the rest of E2B's network config:
@@ -49,15 +50,15 @@ type Inbound struct {
 // claim is a recorded slot a sandbox of an earlier server owns, not re-claimed yet.
 type claim struct {
 	slot    *slot
-	policy  Policy
+	policy  egress.Policy
 	inbound Inbound
 }
 
 // recordConfig is the part of a record the store keeps sealed: an egress proxy's password,
 // header rules' values and the traffic token are in it.
 type recordConfig struct {
-	Policy  Policy  `json:"policy"`
-	Inbound Inbound `json:"inbound"`
+	Policy  egress.Policy `json:"policy"`
+	Inbound Inbound       `json:"inbound"`
 }
 
 func (m *Manager) toRecord(a Allocation) (*store.NetworkRecord, error) {
@@ -86,7 +87,7 @@ func fromRecord(r *store.NetworkRecord) (Allocation, error) {
 // record stores sandbox id's allocation, replacing the one before (a crash leaves the old
 // record or the new one). Without Config.Records nothing is recorded: a restart re-claims
 // nothing.
-func (m *Manager) record(id string, s *slot, p Policy, in Inbound) error {
+func (m *Manager) record(id string, s *slot, p egress.Policy, in Inbound) error {
 	if m.cfg.Records == nil {
 		return nil
 	}
@@ -268,10 +269,10 @@ func (m *Manager) Reclaim(ctx context.Context, id string) (*Attachment, error) {
 		return fail(err)
 	}
 	s.ruled = true
-	h := &held{id: id, slot: s, policy: c.policy, inbound: c.inbound, learned: map[netip.Addr]learnedAddr{}}
 	m.mu.Lock()
-	m.attached[id], m.byAddr[s.addr] = h, h
+	m.attached[id] = &held{id: id, slot: s, policy: c.policy, inbound: c.inbound}
 	m.mu.Unlock()
+	m.egress.Add(id, s.addr, s.host, c.policy)
 	m.cfg.Logger.Info("network reclaimed", telemetry.KeySandboxID, id, telemetry.KeyNetworkAddr, s.addr.String(), telemetry.KeyNetworkLink, s.link)
 	return &Attachment{Netns: s.netns, ResolvConf: s.resolv, Addr: s.addr, Gateway: s.host}, nil
 }
@@ -319,7 +320,7 @@ func (m *Manager) dropClaim(id string) (bool, error) {
 func (m *Manager) SetInbound(id string, in Inbound) error {
 	m.mu.Lock()
 	h := m.attached[id]
-	var p Policy
+	var p egress.Policy
 	if h != nil {
 		p = h.policy
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -59,7 +60,7 @@ func writeLegacyRecord(t *testing.T, db store.NetworkRecords, dir, id string, ch
 		}
 		a := network.Allocation{ID: id, Index: r.Index, Link: r.Link, Addr: netip.MustParseAddr(r.Addr), Netns: r.Netns, ResolvConf: r.ResolvConf}
 		var c struct {
-			Policy  network.Policy  `json:"policy"`
+			Policy  egress.Policy   `json:"policy"`
 			Inbound network.Inbound `json:"inbound"`
 		}
 		if err := json.Unmarshal(r.Config, &c); err != nil {
@@ -90,9 +91,13 @@ func TestRestartReclaims(t *testing.T) {
 	in.SetName("web.test", in.Addr) // where the header rule's values may go
 	srv := nettest.ReserveServer(t)
 	db, dbPath := openRecords(t)
+	keeper, err := vault.Open(t.TempDir()) // the server's vault, which the CA's key comes from
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
 		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1, StateDir: t.TempDir(), UpstreamCAs: in.CAPEM,
-		Records: db}
+		Records: db, Keeper: keeper}
 	start := func(t *testing.T) *network.Manager {
 		t.Helper()
 		m, err := network.New(context.Background(), cfg)
@@ -102,13 +107,13 @@ func TestRestartReclaims(t *testing.T) {
 		t.Cleanup(func() { _ = m.Close(context.Background()) })
 		return m
 	}
-	denyOther := network.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}}
+	denyOther := egress.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}}
 	first := start(t)
 	kept, err := first.Attach(context.Background(), "sb-kept", denyOther)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rebuilt, err := first.Attach(context.Background(), "sb-rebuilt", network.Policy{AllowInternet: false, AllowOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}})
+	rebuilt, err := first.Attach(context.Background(), "sb-rebuilt", egress.Policy{AllowInternet: false, AllowOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +122,8 @@ func TestRestartReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secret = "Bearer planted-secret-after-restart"
-	ruled, err := first.Attach(context.Background(), "sb-rules", network.Policy{AllowInternet: true,
-		Transforms: []network.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}}}})
+	ruled, err := first.Attach(context.Background(), "sb-rules", egress.Policy{AllowInternet: true,
+		Transforms: []egress.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,10 +225,10 @@ func TestRestartReclaims(t *testing.T) {
 			if p, ok := second.Policy(tc.id); !ok || p.AllowInternet != mustPolicy(t, first, tc.id).AllowInternet {
 				t.Fatalf("policy %+v, %v", p, ok)
 			}
-			if body, err := get(a.Netns, tc.reach); err != nil {
+			if body, err := nettest.Get(a.Netns, tc.reach); err != nil {
 				t.Fatalf("egress after the restart: %q, %v", body, err)
 			}
-			if body, err := get(a.Netns, tc.refused); err == nil {
+			if body, err := nettest.Get(a.Netns, tc.refused); err == nil {
 				t.Fatalf("the rules did not come back: a denied host answered %q", body)
 			}
 		})
@@ -270,7 +275,7 @@ func TestRestartReclaims(t *testing.T) {
 		if got := inode(t, a.Netns); got != nsBefore {
 			t.Fatalf("namespace inode %d, want the one it had, %d", got, nsBefore)
 		}
-		if body, err := get(a.Netns, in.URL("http", "/")); err != nil {
+		if body, err := nettest.Get(a.Netns, in.URL("http", "/")); err != nil {
 			t.Fatalf("egress after the restart: %q, %v", body, err)
 		}
 	})
@@ -316,7 +321,7 @@ func TestRestartReclaims(t *testing.T) {
 }
 
 // mustPolicy is the policy a manager held for id (a closed manager still answers).
-func mustPolicy(t *testing.T, m *network.Manager, id string) network.Policy {
+func mustPolicy(t *testing.T, m *network.Manager, id string) egress.Policy {
 	t.Helper()
 	p, ok := m.Policy(id)
 	if !ok {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 )
@@ -37,7 +38,7 @@ func TestOpenConnectionsFollowUpdates(t *testing.T) {
 		return nil
 	}
 	open := func(t *testing.T, id string) net.Conn {
-		a := attach(t, m, id, network.Policy{AllowInternet: true})
+		a := attach(t, m, id, egress.Policy{AllowInternet: true})
 		c, err := nettest.DialIn(ctx, a.Netns, "tcp", sink)
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +52,7 @@ func TestOpenConnectionsFollowUpdates(t *testing.T) {
 
 	t.Run("an update that still allows the destination keeps the connection", func(t *testing.T) {
 		c := open(t, "sb-keep")
-		p := network.Policy{AllowInternet: false, AllowOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}}
+		p := egress.Policy{AllowInternet: false, AllowOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}}
 		if err := m.Update(ctx, "sb-keep", p); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func TestOpenConnectionsFollowUpdates(t *testing.T) {
 	})
 	t.Run("an update that denies the destination cuts the open connection", func(t *testing.T) {
 		c := open(t, "sb-cut")
-		p := network.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}}
+		p := egress.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Addr, 32)}}
 		if err := m.Update(ctx, "sb-cut", p); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestAnUpdateThatChangesNoRuleRunsNoNft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
-	a := attach(t, m, "sb-pooled", network.Policy{AllowInternet: true})
+	a := attach(t, m, "sb-pooled", egress.Policy{AllowInternet: true})
 	// The runs that set this sandbox's rules (warm namespaces are readied beside).
 	runs := func() int {
 		b, _ := os.ReadFile(calls)
@@ -109,13 +110,13 @@ func TestAnUpdateThatChangesNoRuleRunsNoNft(t *testing.T) {
 		return n
 	}
 	before := runs()
-	if err := m.Update(context.Background(), "sb-pooled", network.Policy{AllowInternet: true, Team: "t1"}); err != nil {
+	if err := m.Update(context.Background(), "sb-pooled", egress.Policy{AllowInternet: true, Team: "t1"}); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := m.Policy("sb-pooled"); p.Team != "t1" || runs() != before {
 		t.Errorf("policy %+v after %d nft runs; want the team's, and none", p, runs()-before)
 	}
-	if err := m.Update(context.Background(), "sb-pooled", network.Policy{Team: "t1"}); err != nil {
+	if err := m.Update(context.Background(), "sb-pooled", egress.Policy{Team: "t1"}); err != nil {
 		t.Fatal(err)
 	}
 	if runs() != before+1 {

@@ -1,18 +1,20 @@
 // Package network gives sandboxes a way out: a network namespace with a veth to the host, an
-// address from a pool, a default route, DNS through a resolver Cove runs, and NAT, with each
-// sandbox's egress policy (E2B's allowInternetAccess, allowOut, denyOut) enforced on the host
-// where the sandbox cannot touch it.
+// address from a pool, a default route, DNS through the resolver internal/egress runs, and
+// NAT, with each sandbox's egress policy (an egress.Policy) enforced on the host where the
+// sandbox cannot touch it: by the packet filter here, and by egress's resolver and proxies,
+// which the table redirects the sandbox's DNS and proxied TCP to.
 //
 // The one idea: every rule lives in ONE nftables table the server owns (`inet cove` by
 // default). The server builds it from scratch at start and deletes it at shutdown; each
-// sandbox adds one chain (sb_N) and one entry mapping its link to that chain, and an update
-// replaces that chain in one nft transaction, so a policy is never half applied.
+// sandbox adds one chain (sb_N, rendered from egress's Steps) and one entry mapping its link
+// to that chain, and an update replaces that chain in one nft transaction, so a policy is
+// never half applied.
 package network
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -29,8 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -77,7 +78,11 @@ type Config struct {
 	// Node is the cluster node whose records these are ("" on a server of one box): a
 	// manager reads, reclaims and drops its own node's records only.
 	Node string
-	// RecordDir keeps the interception CA; <StateDir>/records by default. Allocation
+	// Keeper keeps the interception CA's key (derived from it, never written); nil makes a
+	// CA of this start only (tests).
+	Keeper egress.Keeper
+	// RecordDir is where an older release kept its interception CA (sealed there now);
+	// <StateDir>/records by default. Allocation
 	// records an older release wrote there (<id>.json) are moved into Records at start.
 	RecordDir string
 	// NFT is the nft binary; "nft" in PATH by default.
@@ -96,7 +101,7 @@ type Config struct {
 	// egress, on the host; nil resolves none.
 	SecretValue func(team, name string) (string, bool)
 	// OnDenied receives samples of the connections the rules refused (network.denied).
-	OnDenied func(ctx context.Context, d Denied)
+	OnDenied func(ctx context.Context, d egress.Denied)
 }
 
 // DefaultPool is the address pool of a server that names none.
@@ -111,15 +116,10 @@ type Manager struct {
 	// gen names this manager's namespaces and resolv.conf files apart from an earlier
 	// server's: a checkpoint that names an earlier server's namespace (swept at start) must
 	// fail to restore, never join a namespace this server gave another sandbox.
-	gen      string
-	resolver *resolver
-	dnsPort  int
-	proxy    *transparent // where sandboxes' TCP goes when they have an egress proxy or transforms
-	ca       *ca          // signs what the intercepting proxy shows sandboxes
-	// upstreamRoots verify the servers the intercepting proxy re-encrypts to.
-	upstreamRoots *x509.CertPool
-	// identity resolves header rules' identity token placeholders (SetIdentityTokens).
-	identity atomic.Pointer[identitySource]
+	gen string
+	// egress runs the resolver and the proxies the table redirects to, knows each attached
+	// sandbox's policy by its address, and reports what the rules refused.
+	egress *egress.Enforcer
 
 	// pmu serialises the writes of sandboxes' rules, which read and set their slot's mark.
 	pmu sync.Mutex
@@ -127,36 +127,24 @@ type Manager struct {
 	// that connections an earlier server marked are not taken for this one's.
 	marks atomic.Uint32
 
-	dmu    sync.Mutex // guards window
-	window map[deniedKey]*Denied
-
 	mu       sync.Mutex
 	used     map[int]bool      // slot indexes in use or warming
 	next     int               // where the search for a free index starts (delays reuse)
 	attached map[string]*held  // by sandbox id
 	claims   map[string]*claim // recorded by an earlier server, not re-claimed yet, by sandbox id
-	byAddr   map[netip.Addr]*held
 	warm     chan *slot
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	closed   bool
 }
 
-// learnedAddr is an address the resolver answered a sandbox for an allowed name.
-type learnedAddr struct {
-	name  string
-	until time.Time
-}
-
+// held is an attached sandbox's network. Its policy is also m.egress's (Add, SetPolicy).
 type held struct {
 	id     string
 	slot   *slot
-	policy Policy
+	policy egress.Policy
 	// inbound is recorded with the allocation for the orchestrator (SetInbound).
 	inbound Inbound
-	// learned mirrors the addresses the resolver allowed (hosts_N), with the name they were
-	// answered for and their expiry, for the egress proxy. Guarded by m.mu.
-	learned map[netip.Addr]learnedAddr
 }
 
 // Attachment is what the runtime needs to put a sandbox on its network.
@@ -225,14 +213,14 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("network: read the host's resolvers: %w", err)
 		}
-		cfg.DNS = hostResolvers(conf)
+		cfg.DNS = egress.HostResolvers(conf)
 	}
 	for _, dir := range []string{cfg.StateDir, cfg.RecordDir, cfg.FilesDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
 	}
-	m := &Manager{cfg: cfg, gen: newGen(), used: map[int]bool{}, attached: map[string]*held{}, byAddr: map[netip.Addr]*held{}, window: map[deniedKey]*Denied{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, gen: newGen(), used: map[int]bool{}, attached: map[string]*held{}, stop: make(chan struct{})}
 	var seed [4]byte
 	_, _ = rand.Read(seed[:])
 	m.marks.Store(binary.BigEndian.Uint32(seed[:]))
@@ -253,37 +241,16 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("network: turn on ip_forward: %w", err)
 		}
 	}
-	if m.resolver, err = listenResolver(cfg.DNS, cfg.Logger, m.learn, m.permitQuery); err != nil {
-		return nil, fmt.Errorf("network: %w", err)
-	}
-	m.dnsPort = m.resolver.port()
-	if m.ca, err = loadCA(cfg.RecordDir); err != nil {
-		m.resolver.close()
-		return nil, fmt.Errorf("network: CA: %w", err)
-	}
-	if m.upstreamRoots, err = x509.SystemCertPool(); err != nil || m.upstreamRoots == nil {
-		m.upstreamRoots = x509.NewCertPool()
-	}
-	if len(cfg.UpstreamCAs) > 0 && !m.upstreamRoots.AppendCertsFromPEM(cfg.UpstreamCAs) {
-		m.resolver.close()
-		return nil, errors.New("network: no certificate in the upstream CAs")
-	}
-	if m.proxy, err = m.listenTransparent(); err != nil {
-		m.resolver.close()
-		return nil, fmt.Errorf("network: %w", err)
-	}
-	logs, err := openNFLog(cfg.LogGroup)
+	m.egress, err = egress.New(ctx, egress.Config{DNS: cfg.DNS, EgressLimit: cfg.EgressLimit, Pool: cfg.Pool, LogGroup: cfg.LogGroup,
+		CADir: cfg.RecordDir, Keeper: cfg.Keeper, UpstreamCAs: cfg.UpstreamCAs, SecretValue: cfg.SecretValue, OnDenied: cfg.OnDenied,
+		OnLearned: m.allowLearned, Logger: cfg.Logger})
 	if err != nil {
-		m.resolver.close()
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	if err := m.nft(ctx, m.tableScript()); err != nil {
-		m.resolver.close()
-		logs.close()
+		m.egress.Close()
 		return nil, fmt.Errorf("network: build table %s: %w", cfg.Table, err)
 	}
-	m.wg.Add(1)
-	go m.collectDenied(context.WithoutCancel(ctx), logs)
 	if cfg.Warm > 0 {
 		m.warm = make(chan *slot, cfg.Warm)
 		m.wg.Add(1)
@@ -306,7 +273,7 @@ func (m *Manager) fill() {
 	for {
 		s, err := m.newSlot()
 		if err == nil {
-			if err = m.applyPolicy(context.Background(), s, openPolicy, false); err != nil {
+			if err = m.applyPolicy(context.Background(), s, egress.OpenPolicy, false); err != nil {
 				err = errors.Join(err, m.release(s))
 			}
 			s.ruled = err == nil
@@ -367,7 +334,7 @@ func (m *Manager) release(s *slot) error {
 
 // Attach gives sandbox id a network under policy p: a ready namespace when one is waiting,
 // else a new one.
-func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment, error) {
+func (m *Manager) Attach(ctx context.Context, id string, p egress.Policy) (*Attachment, error) {
 	if err := m.checkProxy(p); err != nil {
 		return nil, err
 	}
@@ -380,7 +347,7 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 			return nil, fmt.Errorf("network for %s: %w", id, err)
 		}
 	}
-	if !s.ruled || !p.open() {
+	if !s.ruled || !p.IsOpen() {
 		if err := m.applyPolicy(ctx, s, p, s.ruled); err != nil {
 			return nil, errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.dropSlot(ctx, s))
 		}
@@ -389,15 +356,15 @@ func (m *Manager) Attach(ctx context.Context, id string, p Policy) (*Attachment,
 	if err := m.record(id, s, p, Inbound{}); err != nil {
 		return nil, errors.Join(err, m.dropSlot(ctx, s))
 	}
-	h := &held{id: id, slot: s, policy: p, learned: map[netip.Addr]learnedAddr{}}
 	m.mu.Lock()
-	m.attached[id], m.byAddr[s.addr] = h, h
+	m.attached[id] = &held{id: id, slot: s, policy: p}
 	m.mu.Unlock()
+	m.egress.Add(id, s.addr, s.host, p)
 	return &Attachment{Netns: s.netns, ResolvConf: s.resolv, Addr: s.addr, Gateway: s.host}, nil
 }
 
 // Update replaces sandbox id's policy, atomically.
-func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
+func (m *Manager) Update(ctx context.Context, id string, p egress.Policy) error {
 	m.mu.Lock()
 	h := m.attached[id]
 	m.mu.Unlock()
@@ -420,32 +387,34 @@ func (m *Manager) Update(ctx context.Context, id string, p Policy) error {
 		m.mu.Lock()
 		h.policy = p
 		m.mu.Unlock()
+		m.egress.SetPolicy(h.slot.addr, p, false)
 		return nil
 	}
 	if err := m.applyPolicy(ctx, h.slot, p, true); err != nil {
 		return errors.Join(fmt.Errorf("network rules for %s: %w", id, err), m.record(id, h.slot, old, in))
 	}
 	m.mu.Lock()
-	h.policy, h.learned = p, map[netip.Addr]learnedAddr{} // the table's set starts afresh too
+	h.policy = p
 	m.mu.Unlock()
+	m.egress.SetPolicy(h.slot.addr, p, true) // the table's set of answered addresses starts afresh
 	return nil
 }
 
 // sameRules reports whether slot s's packet filter rules under policy a are those under b.
-func (m *Manager) sameRules(s *slot, a, b Policy) bool {
+func (m *Manager) sameRules(s *slot, a, b egress.Policy) bool {
 	m.pmu.Lock()
 	defer m.pmu.Unlock()
 	return m.sandboxScript(s, a, true, 1) == m.sandboxScript(s, b, true, 1)
 }
 
 // Policy is sandbox id's policy now.
-func (m *Manager) Policy(id string) (Policy, bool) {
+func (m *Manager) Policy(id string) (egress.Policy, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.attached[id]; h != nil {
 		return h.policy, true
 	}
-	return Policy{}, false
+	return egress.Policy{}, false
 }
 
 // Detach removes sandbox id's network; call it after the sandbox's processes are gone.
@@ -454,10 +423,10 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	m.mu.Lock()
 	h := m.attached[id]
 	delete(m.attached, id)
-	if h != nil {
-		delete(m.byAddr, h.slot.addr)
-	}
 	m.mu.Unlock()
+	if h != nil {
+		m.egress.Remove(h.slot.addr)
+	}
 	if h == nil {
 		if _, err := m.dropClaim(id); err != nil {
 			return fmt.Errorf("network of %s: %w", id, err)
@@ -474,7 +443,7 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 
 // applyPolicy writes slot s's rules for p with a new mark (see sandboxScript), and keeps the
 // mark once the table has it.
-func (m *Manager) applyPolicy(ctx context.Context, s *slot, p Policy, existed bool) error {
+func (m *Manager) applyPolicy(ctx context.Context, s *slot, p egress.Policy, existed bool) error {
 	m.pmu.Lock()
 	defer m.pmu.Unlock()
 	mark := m.marks.Add(1)
@@ -527,73 +496,64 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	t := m.cfg.Table
 	errs = append(errs, m.nft(context.WithoutCancel(ctx), fmt.Sprintf("table inet %s\ndelete table inet %s\n", t, t)))
-	m.resolver.close()
-	m.proxy.close()
+	m.egress.Close()
 	_ = os.Remove(m.cfg.FilesDir)
 	_ = os.Remove(m.cfg.StateDir)
 	return errors.Join(errs...)
 }
 
-// minHostTTL and maxHostTTL bound how long an answered address stays allowed: at least long
-// enough to connect after a short-TTL answer, at most a day.
-const (
-	minHostTTL = 60 * time.Second
-	maxHostTTL = 24 * time.Hour
-)
-
-// learn adds to a sandbox's allowed set the addresses of an answer whose records' own names
-// match its hostname rules, before the sandbox sees the answer. An A record reached through
-// a CNAME counts only if its own name is allowed too.
-func (m *Manager) learn(from netip.Addr, answer []byte) {
+// allowLearned adds to sandbox id's set (hosts_N) the addresses the resolver answered it for
+// its allowed hostnames, each for its TTL (egress's OnLearned).
+func (m *Manager) allowLearned(id string, learned []egress.Learned) {
 	m.mu.Lock()
-	h := m.byAddr[from]
-	var p Policy
-	var s *slot
-	if h != nil {
-		p, s = h.policy, h.slot
-	}
+	h := m.attached[id]
 	m.mu.Unlock()
-	if h == nil || len(p.AllowHosts) == 0 {
+	if h == nil {
 		return
 	}
-	var parser dnsmessage.Parser
-	if _, err := parser.Start(answer); err != nil {
-		return
+	elems := make([]string, 0, len(learned))
+	for _, l := range learned {
+		elems = append(elems, fmt.Sprintf("%s timeout %ds", l.Addr, int(l.TTL.Seconds())))
 	}
-	if err := parser.SkipAllQuestions(); err != nil {
-		return
-	}
-	rrs, err := parser.AllAnswers()
-	if err != nil {
-		return
-	}
-	var elems []string
-	m.mu.Lock()
-	for _, rr := range rrs {
-		a, ok := rr.Body.(*dnsmessage.AResource)
-		if !ok || !p.AllowsHost(rr.Header.Name.String()) {
-			continue
-		}
-		ttl := min(max(time.Duration(rr.Header.TTL)*time.Second, minHostTTL), maxHostTTL)
-		elems = append(elems, fmt.Sprintf("%s timeout %ds", netip.AddrFrom4(a.A), int(ttl.Seconds())))
-		h.learned[netip.AddrFrom4(a.A)] = learnedAddr{name: strings.TrimSuffix(rr.Header.Name.String(), "."), until: time.Now().Add(ttl)}
-	}
-	m.mu.Unlock()
-	if len(elems) == 0 {
-		return
-	}
-	script := fmt.Sprintf("add element inet %s %s { %s }\n", m.cfg.Table, s.set(), strings.Join(elems, ", "))
+	script := fmt.Sprintf("add element inet %s %s { %s }\n", m.cfg.Table, h.slot.set(), strings.Join(elems, ", "))
 	if err := m.nft(context.Background(), script); err != nil {
 		m.cfg.Logger.Debug("network: allow answered addresses", telemetry.KeyError, err.Error())
 	}
 }
 
 // checkProxy applies the operator's rule on proxy addresses.
-func (m *Manager) checkProxy(p Policy) error {
-	if p.EgressProxy == nil {
-		return nil
+func (m *Manager) checkProxy(p egress.Policy) error {
+	return egress.CheckProxy(p, m.cfg.ForbidPrivateProxies)
+}
+
+// SetIdentityTokens sets what resolves the ${e2b.identity.tokens.<name>} placeholders of
+// header rules, at egress, as secrets are; nil (the default) refuses every request whose
+// rule names one. Safe to call while sandboxes run.
+func (m *Manager) SetIdentityTokens(t egress.IdentityTokens) { m.egress.SetIdentityTokens(t) }
+
+// CAPEM is the Cove CA certificate sandboxes trust.
+func (m *Manager) CAPEM() []byte { return m.egress.CAPEM() }
+
+// FlushDenied hands the samples of id not yet reported to the OnDenied callback now, in
+// the caller's goroutine: one about to Detach a network that lived shorter than a flush (a
+// build step) reports what its rules refused first. The caller must hold no lock OnDenied
+// takes.
+func (m *Manager) FlushDenied(ctx context.Context, id string) { m.egress.FlushDenied(ctx, id) }
+
+// TrustBundle writes the sandbox's CA bundle: the template's (templateBundle, may be nil)
+// with Cove's CA added, to bind-mount over /etc/ssl/certs/ca-certificates.crt.
+func (m *Manager) TrustBundle(id string, templateBundle []byte) (string, error) {
+	path := filepath.Join(m.cfg.FilesDir, "ca-"+id+".crt")
+	b := append(append(bytes.TrimRight(templateBundle, "\n"), '\n'), m.egress.CAPEM()...)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", fmt.Errorf("trust bundle: %w", err)
 	}
-	return parseEgressProxy("network.egressProxy", p.EgressProxy, m.cfg.ForbidPrivateProxies)
+	return path, nil
+}
+
+// removeTrustBundle removes what TrustBundle wrote for id.
+func (m *Manager) removeTrustBundle(id string) {
+	_ = os.Remove(filepath.Join(m.cfg.FilesDir, "ca-"+id+".crt"))
 }
 
 // newGen is a short random name for one manager's lifetime.

@@ -7,10 +7,18 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+
+	"github.com/cove-dev/cove/internal/egress"
 )
 
-// linkLocal is never reachable unless an allowOut entry names it: cloud metadata lives there.
-var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+// logRate is how many refused packets a second, per rule of a sandbox, the kernel hands
+// Cove (egress reads them from the log group, samples and reports them).
+const logRate = "10/second burst 20 packets"
+
+// logRule is the nft statement that hands a sample of a refused packet to Cove.
+func (m *Manager) logRule(kind egress.DenyKind) string {
+	return fmt.Sprintf("limit rate %s log group %d prefix %q", logRate, m.cfg.LogGroup, string(kind))
+}
 
 // refuse is the two rules that refuse what match selects at once, instead of leaving the
 // program inside to time out: a TCP reset ("connection refused"; ICMP errors are rate
@@ -42,9 +50,10 @@ func (m *Manager) nft(ctx context.Context, script string) error {
 //	forward     nothing enters a sandbox's link but replies; what leaves one goes to egress,
 //	            but for packets of a connection its current policy accepted (the fast path)
 //	egress      IPv6 dropped; then the sandbox's own chain (sb_N), which starts with the
-//	            server's limit (steps)
+//	            server's limit (egress's Steps)
 func (m *Manager) tableScript() string {
 	t, p := m.cfg.Table, m.cfg.LinkPrefix+"-*"
+	dns, proxy := m.egress.DNSPort(), m.egress.ProxyPort()
 	var b strings.Builder
 	// Declaring the table first makes the delete succeed whether or not it existed.
 	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", t, t, t)
@@ -61,7 +70,7 @@ func (m *Manager) tableScript() string {
 	fmt.Fprintf(&b, "\tchain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"+
 		"\t\tiifname %q meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
 		"\t\tiifname @proxied meta l4proto tcp redirect to :%d\n"+
-		"\t\tiifname @intercepted tcp dport { 80, 443 } redirect to :%d\n\t}\n", p, m.dnsPort, m.proxy.port(), m.proxy.port())
+		"\t\tiifname @intercepted tcp dport { 80, 443 } redirect to :%d\n\t}\n", p, dns, proxy, proxy)
 	fmt.Fprintf(&b, "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept;\n"+
 		"\t\tip saddr %s oifname != %q masquerade\n\t}\n", m.cfg.Pool, p)
 	fmt.Fprintf(&b, "\tchain input { type filter hook input priority filter; policy accept;\n"+
@@ -70,7 +79,7 @@ func (m *Manager) tableScript() string {
 		"\t\tiifname @intercepted tcp dport %d accept\n"+
 		"\t\tiifname %q %s\n"+
 		"\t\t%s\n"+
-		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport { %d, %d } drop\n\t}\n", p, m.dnsPort, m.proxy.port(), m.proxy.port(), p, m.logRule(DenyHost), indent(refuse(fmt.Sprintf("iifname %q", p))), m.dnsPort, m.proxy.port())
+		"\t\tiifname != \"lo\" meta l4proto { tcp, udp } th dport { %d, %d } drop\n\t}\n", p, dns, proxy, proxy, p, m.logRule(egress.DenyHost), indent(refuse(fmt.Sprintf("iifname %q", p))), dns, proxy)
 	fmt.Fprintf(&b, "\tchain forward { type filter hook forward priority filter; policy accept;\n"+
 		"\t\toifname %q ct state established,related accept\n"+
 		"\t\toifname %q counter drop\n"+
@@ -89,7 +98,7 @@ func (m *Manager) tableScript() string {
 // without walking the chains again, which was 15 % of a sandbox's TCP throughput. An update
 // comes with a new mark and takes the old one out of the set, so the next packet of an open
 // connection is judged by the new rules, as before.
-func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) string {
+func (m *Manager) sandboxScript(s *slot, p egress.Policy, existed bool, mark uint32) string {
 	t, c := m.cfg.Table, s.chain()
 	var b strings.Builder
 	b.WriteString(m.unmarkScript(s))
@@ -122,18 +131,35 @@ func (m *Manager) sandboxScript(s *slot, p Policy, existed bool, mark uint32) st
 	} else {
 		fmt.Fprintf(&b, "delete element inet %s proxied { %q }\n", t, s.link)
 	}
-	for _, st := range m.steps(p) {
-		if st.deny == "" {
-			rule("%s %s", st.nftMatch(s), accept)
+	for _, st := range m.egress.Steps(p) {
+		if st.Deny == "" {
+			rule("%s %s", nftMatch(st, s), accept)
 			continue
 		}
-		rule("%s %s", st.nftMatch(s), m.logRule(st.deny))
-		refuseRule(st.nftMatch(s))
+		rule("%s %s", nftMatch(st, s), m.logRule(st.Deny))
+		refuseRule(nftMatch(st, s))
 	}
 	if !existed {
 		fmt.Fprintf(&b, "add element inet %s links { %q : jump %s }\n", t, s.link, c)
 	}
 	return b.String()
+}
+
+// nftMatch renders what st matches as an nft expression of slot sl's chain.
+func nftMatch(st egress.Step, sl *slot) string {
+	switch st.Match {
+	case egress.MatchOutside:
+		return fmt.Sprintf("ip daddr != { %s }", join(st.Prefixes))
+	case egress.MatchIn:
+		return fmt.Sprintf("ip daddr { %s }", join(st.Prefixes))
+	case egress.MatchHost:
+		// A packet for the host is delivered (the input chain refuses it), never forwarded
+		// here; the rule states what egress applies to the proxies' dials.
+		return "fib daddr type local"
+	case egress.MatchLearned:
+		return "ip daddr @" + sl.set()
+	}
+	return "meta nfproto ipv4"
 }
 
 // unmarkScript takes slot s's current mark out of the fast set, whether or not it is there.
@@ -156,27 +182,8 @@ func (m *Manager) dropSandboxScript(s *slot) string {
 // indent puts the lines of a multi-line rule at the table's rule depth.
 func indent(rules string) string { return strings.ReplaceAll(rules, "\n", "\n\t\t") }
 
+// join renders prefixes as an nft set's elements. nft rejects overlapping intervals in one
+// anonymous set: those another one contains are left out.
 func join(ps []netip.Prefix) string {
-	// nft rejects overlapping intervals in one anonymous set; merge what overlaps.
-	ps = mergePrefixes(ps)
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		parts[i] = p.String()
-	}
-	return strings.Join(parts, ", ")
-}
-
-// mergePrefixes drops every prefix another one of the list contains.
-func mergePrefixes(in []netip.Prefix) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(in))
-outer:
-	for i, p := range in {
-		for j, q := range in {
-			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
-				continue outer
-			}
-		}
-		out = append(out, p)
-	}
-	return out
+	return strings.Join(egress.Strings(egress.MergePrefixes(ps)), ", ")
 }

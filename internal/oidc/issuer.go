@@ -8,7 +8,7 @@
 // made on first start, rotated on a schedule, and kept in the store sealed with the vault's
 // key; a retired key stays in the published key set until every token it signed has expired.
 //
-// It must not import the orchestrator, the network manager or the edges: the egress proxy
+// It must not import the orchestrator, the network manager, egress or the edges: the egress proxy
 // calls Token through its own interface, and the API serves what Discovery and JWKS return.
 package oidc
 
@@ -109,7 +109,7 @@ type cached struct {
 	expires time.Time
 }
 
-// Issuer implements the network manager's IdentityTokens (internal/network).
+// Issuer implements egress.IdentityTokens (internal/egress).
 var _ interface {
 	Token(context.Context, string, string) (string, error)
 } = (*Issuer)(nil)

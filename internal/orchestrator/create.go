@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/redact"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
@@ -31,7 +31,7 @@ type CreateRequest struct {
 	Secure, AutoPause            bool
 	AutoResume, AllowInternet    bool
 	// Network holds the allowOut and denyOut rules (AllowInternet above is the flag).
-	Network *network.Policy
+	Network *egress.Policy
 	// PrivateTraffic keeps the sandbox's ports private (E2B's allowPublicTraffic false): the
 	// proxy requires its traffic access token.
 	PrivateTraffic bool

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/snapshot"
@@ -244,7 +245,7 @@ type origin struct {
 	secure                 bool
 	autoPause, autoResume  bool
 	allowInternet          bool // the copy's egress
-	network                *network.Policy
+	network                *egress.Policy
 	inbound                network.Inbound // how the proxy reaches its ports (a private copy keeps the token)
 	forkedFrom, snapshotID string          // where the copy came from, for the created event
 	volumes                []VolumeMount   // the origin's volumes (Name is the id), mounted again at the same paths
@@ -276,9 +277,8 @@ func (o *Orchestrator) createFromSnapshot(ctx context.Context, req CreateRequest
 		// asked its node first; that node is full, draining or lost).
 		shared, node, err := o.cfg.Snapshots.Shared(req.TemplateID)
 		if err == nil && shared.TeamID == req.TeamID {
-			if len(shared.Volumes) > 0 {
-				return nil, fmt.Errorf("%w: snapshot %s mounts volumes, which stay on node %s: its copies start there only", ErrConflict, shared.ID, node)
-			}
+			// Its volumes are mounted here too: fetched from the object store, or handed over
+			// by the node that holds them (a clear 409 while a sandbox there mounts one).
 			fetched, done, err := o.download(ctx, shared.ID)
 			if err != nil {
 				o.logger(ctx).Warn("another node's snapshot is not in the object store", telemetry.KeySnapshotID, shared.ID, telemetry.KeyNodeOther, node, telemetry.KeyError, err.Error())

@@ -49,7 +49,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	templates, err := template.OpenAt(filepath.Join(dir, "templates"), nil)
+	templates, err := template.OpenAt(ctx, filepath.Join(dir, "templates"), db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -192,7 +193,7 @@ func (o *Orchestrator) launch(ctx context.Context, p *plan) (_ *entry, _ *store.
 		case p.snap != nil:
 			spec.Start, spec.Restore = false, p.snap.Dir
 		}
-		vb, vids, verr := o.volumeBinds(sb.TeamID, sb.ID, p.req.VolumeMounts)
+		vb, vids, verr := o.volumeBinds(ctx, sb.TeamID, sb.ID, p.req.VolumeMounts)
 		switch {
 		case p.originVolumes && errors.Is(verr, snapshot.ErrVolumeNotFound):
 			// Not the caller's mounts: the origin's, one of them deleted since.
@@ -402,7 +403,7 @@ func (o *Orchestrator) claimNetwork(ctx context.Context, sb *store.Sandbox, req 
 	if o.cfg.Network == nil {
 		return nil
 	}
-	p := network.Policy{}
+	p := egress.Policy{}
 	if req.Network != nil {
 		p = *req.Network
 	}

@@ -163,6 +163,9 @@ func (o *Orchestrator) kill(ctx context.Context, e *entry, why reason.KillReason
 	o.mu.Unlock()
 	o.takeovers.Delete(e.sb.ID) // a killed sandbox is taken over by no node again
 	o.nudge()
+	if !e.remote && (len(e.volumes) > 0 || e.adopted) && o.cfg.Volumes != nil && o.cfg.Volumes.Shared() {
+		go o.publishVolumes(context.WithoutCancel(ctx), e.sb.TeamID, e.sb.ID, e.volumes) // in a cluster; a kill does not wait
+	}
 	data := events.KilledData(why, events.ExecutionOf(e.sb, now))
 	data.Postmortem, data.EndAt = pm, e.sb.EndAt.UTC() // the TTL, which a timeout kill reached
 	o.emit(ctx, events.SandboxKilled, e.sb, data)

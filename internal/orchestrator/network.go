@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -18,9 +19,9 @@ import (
 // Network gives sandboxes a way out (network.Manager in cove server). Without one every
 // sandbox has a loopback-only network and reports allowInternetAccess false.
 type Network interface {
-	Attach(ctx context.Context, id string, p network.Policy) (*network.Attachment, error)
-	Update(ctx context.Context, id string, p network.Policy) error
-	Policy(id string) (network.Policy, bool)
+	Attach(ctx context.Context, id string, p egress.Policy) (*network.Attachment, error)
+	Update(ctx context.Context, id string, p egress.Policy) error
+	Policy(id string) (egress.Policy, bool)
 	Detach(ctx context.Context, id string) error
 	// TrustBundle writes the sandbox's CA bundle: the template's with Cove's egress CA.
 	TrustBundle(id string, templateBundle []byte) (string, error)
@@ -46,7 +47,7 @@ func (o *Orchestrator) attachNetwork(ctx context.Context, sb *store.Sandbox, req
 	if o.cfg.Network == nil {
 		return ctx, nil
 	}
-	p := network.Policy{}
+	p := egress.Policy{}
 	if req.Network != nil {
 		p = *req.Network
 	}
@@ -87,20 +88,20 @@ func (o *Orchestrator) detachNetwork(ctx context.Context, id string) {
 
 // NetworkPolicy is the egress policy of a live sandbox of the team; false when the server
 // gives sandboxes no network or the sandbox is not live.
-func (o *Orchestrator) NetworkPolicy(ctx context.Context, teamID, id string) (network.Policy, bool) {
+func (o *Orchestrator) NetworkPolicy(ctx context.Context, teamID, id string) (egress.Policy, bool) {
 	if o.cfg.Network == nil {
-		return network.Policy{}, false
+		return egress.Policy{}, false
 	}
 	e, err := o.entryFor(ctx, teamID, id)
 	if err != nil {
-		return network.Policy{}, false
+		return egress.Policy{}, false
 	}
 	return o.cfg.Network.Policy(e.sb.ID)
 }
 
 // UpdateNetwork replaces a live sandbox's egress policy, atomically: E2B's
 // PUT /sandboxes/{id}/network. It takes effect on open connections' next packets.
-func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p network.Policy) error {
+func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p egress.Policy) error {
 	begun := time.Now()
 	if o.cfg.Network == nil {
 		return fmt.Errorf("%w: this server gives sandboxes no network (cove server --network=false)", ErrConflict)
@@ -135,7 +136,7 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p n
 
 // NetworkDenied records a sample of the connections the network refused a live sandbox: a
 // log line and a network.denied event naming the destination, the port and the rule.
-func (o *Orchestrator) NetworkDenied(ctx context.Context, d network.Denied) {
+func (o *Orchestrator) NetworkDenied(ctx context.Context, d egress.Denied) {
 	o.mu.Lock()
 	e := o.live[d.SandboxID]
 	o.mu.Unlock()
@@ -220,7 +221,7 @@ func (o *Orchestrator) TrafficToken(id string) string {
 
 // networkConfig is a live sandbox's network config for a copy of it (a fork, a snapshot):
 // its egress policy (nil without a network) and how the proxy reaches its ports.
-func (o *Orchestrator) networkConfig(e *entry) (*network.Policy, network.Inbound) {
+func (o *Orchestrator) networkConfig(e *entry) (*egress.Policy, network.Inbound) {
 	e.mu.Lock()
 	in := network.Inbound{TrafficToken: e.trafficToken, MaskRequestHost: e.maskHost, HTTPSPorts: e.httpsPorts}
 	id := e.sb.ID

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
-	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/sdk/reason"
 )
@@ -19,7 +19,7 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 	net := newFakeNetwork(t.TempDir())
 	h := newHarness(t, withNetwork(net))
 	deny := []netip.Prefix{netip.MustParsePrefix("198.18.5.0/24")}
-	sb := h.create(CreateRequest{AllowInternet: true, Network: &network.Policy{DenyOut: deny}, PrivateTraffic: true,
+	sb := h.create(CreateRequest{AllowInternet: true, Network: &egress.Policy{DenyOut: deny}, PrivateTraffic: true,
 		MaskRequestHost: "localhost:${PORT}", HTTPSPorts: []int{8443}})
 
 	t.Run("the runtime joins the network's namespace with its resolver and the egress CA", func(t *testing.T) {
@@ -65,7 +65,7 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 		}
 	})
 	t.Run("an update replaces the policy and the record", func(t *testing.T) {
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, network.Policy{AllowInternet: false}); err != nil {
+		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{AllowInternet: false}); err != nil {
 			t.Fatal(err)
 		}
 		if p, _ := net.Policy(sb.ID); p.AllowInternet || len(p.DenyOut) != 0 || p.Team != h.team {
@@ -77,9 +77,9 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 	})
 	t.Run("a denied connection is logged and is a network.denied event", func(t *testing.T) {
 		first := time.Now().UTC()
-		h.o.NetworkDenied(context.Background(), network.Denied{SandboxID: sb.ID, Dst: netip.MustParseAddrPort("198.18.5.9:443"), Proto: "tcp",
-			Kind: network.DenyOut, Rule: "denyOut 198.18.5.0/24", Count: 3, First: first})
-		h.o.NetworkDenied(context.Background(), network.Denied{SandboxID: "inotlive000000000000", Dst: netip.MustParseAddrPort("198.18.5.9:443")})
+		h.o.NetworkDenied(context.Background(), egress.Denied{SandboxID: sb.ID, Dst: netip.MustParseAddrPort("198.18.5.9:443"), Proto: "tcp",
+			Kind: egress.DenyOut, Rule: "denyOut 198.18.5.0/24", Count: 3, First: first})
+		h.o.NetworkDenied(context.Background(), egress.Denied{SandboxID: "inotlive000000000000", Dst: netip.MustParseAddrPort("198.18.5.9:443")})
 		h.waitFor("the denied event is stored", func() bool {
 			return slices.Contains(eventTypes(h.events(sb.ID)), string(events.SandboxNetworkDenied))
 		})
@@ -96,7 +96,7 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.waitFor("the network is detached", func() bool { return net.wasDetached(sb.ID) })
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, network.Policy{}); err == nil {
+		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{}); err == nil {
 			t.Error("updated a killed sandbox's network")
 		}
 	})
@@ -124,14 +124,14 @@ func TestNetworkFailuresAreClear(t *testing.T) {
 		net.mu.Lock()
 		net.updateErr = errFake
 		net.mu.Unlock()
-		err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, network.Policy{})
+		err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{})
 		if !errors.Is(err, errFake) || !strings.Contains(err.Error(), sb.ID) {
 			t.Errorf("update: %v", err)
 		}
 		if !h.record(sb.ID).AllowInternet {
 			t.Error("the record changed")
 		}
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), "other-team", sb.ID, network.Policy{}); !errors.Is(err, ErrNotFound) {
+		if err := h.o.UpdateNetwork(h.ctx("req-net"), "other-team", sb.ID, egress.Policy{}); !errors.Is(err, ErrNotFound) {
 			t.Errorf("another team's update: %v", err)
 		}
 	})
@@ -141,7 +141,7 @@ func TestNetworkFailuresAreClear(t *testing.T) {
 		if h.record(sb.ID).AllowInternet {
 			t.Error("record says internet access")
 		}
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, network.Policy{}); !errors.Is(err, ErrConflict) {
+		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{}); !errors.Is(err, ErrConflict) {
 			t.Errorf("update: %v", err)
 		}
 		if _, ok := h.o.NetworkPolicy(h.ctx("req-get"), h.team, sb.ID); ok {
@@ -156,7 +156,7 @@ func TestCopiesGetTheirOriginsNetworkPolicy(t *testing.T) {
 	net := newFakeNetwork(t.TempDir())
 	h := newHarness(t, withNetwork(net), withSnapshots(t, t.TempDir()+"/snapshots"))
 	allow := []netip.Prefix{netip.MustParsePrefix("198.18.7.0/24")}
-	src := h.create(CreateRequest{AllowInternet: false, Network: &network.Policy{AllowOut: allow}, PrivateTraffic: true})
+	src := h.create(CreateRequest{AllowInternet: false, Network: &egress.Policy{AllowOut: allow}, PrivateTraffic: true})
 	res, err := h.o.Fork(h.ctx("req-fork"), h.team, src.ID, 1, 0)
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("fork: %v %v", err, res)

@@ -249,6 +249,11 @@ func (o *Orchestrator) takeOver(ctx context.Context, sb *store.Sandbox, timeout 
 	if err != nil {
 		return nil, err
 	}
+	// Its volumes, at the paths its processes use: their leases moved with it (same id).
+	mounts, err := o.volumeMountsByID(sb.TeamID, sb.ID)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: %w", sb.ID, err)
+	}
 	dir, done, err := o.download(ctx, sb.ID)
 	if err != nil {
 		return nil, fmt.Errorf("resume %s, paused on the lost node %s: %w", sb.ID, sb.Node, err)
@@ -256,7 +261,7 @@ func (o *Orchestrator) takeOver(ctx context.Context, sb *store.Sandbox, timeout 
 	defer done()
 	out, err := o.createFrom(ctx, origin{team: sb.TeamID, template: sb.TemplateID, token: sb.EnvdAccessToken, metadata: sb.Metadata, runtime: sb.Runtime,
 		secure: sb.Secure, autoPause: sb.AutoPause, autoResume: sb.AutoResume, allowInternet: sb.AllowInternet,
-		autoPauseKind: sb.AutoPauseKind, moved: sb}, dir, timeout)
+		autoPauseKind: sb.AutoPauseKind, moved: sb, volumes: mounts}, dir, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("resume %s, paused on the lost node %s: %w", sb.ID, sb.Node, err)
 	}
@@ -325,13 +330,22 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	if !running {
 		return fmt.Errorf("%w: %s is not running: only running sandboxes move", ErrConflict, id)
 	}
+	if err := o.volumesMovable(e.sb.TeamID, id); err != nil {
+		return fmt.Errorf("move %s: %w", id, err) // before its pause: a drain's next round does not pause it for nothing
+	}
 	if err := o.pause(ctx, e, reason.PauseSnapshot); err != nil {
 		return fmt.Errorf("move %s: %w", id, err)
 	}
 	e.mu.Lock()
 	shared := e.shared
 	e.mu.Unlock()
+	mounts, merr := o.volumeMountsByID(e.sb.TeamID, id)
 	back := func(cause error) error {
+		// Its volumes are held here again (released for the move, they are this node's copy,
+		// unless another node took them meanwhile: then its resume fails and says so).
+		if err := o.holdVolumes(ctx, mounts); err != nil {
+			cause = errors.Join(cause, err)
+		}
 		if _, rerr := o.resume(ctx, e, remaining(e.sb), false); rerr != nil {
 			return errors.Join(cause, fmt.Errorf("and it did not resume here: %w", rerr))
 		}
@@ -339,6 +353,14 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	}
 	if !shared {
 		return back(fmt.Errorf("move %s: its checkpoint is not in the object store", id))
+	}
+	if merr != nil {
+		return back(fmt.Errorf("move %s: its volumes: %w", id, merr))
+	}
+	// Its volumes go to the object store and this node lets go of them: the node it moves
+	// to holds them next, at the same paths.
+	if err := o.releaseVolumesOf(ctx, id, mounts); err != nil {
+		return back(fmt.Errorf("move %s: %w", id, err))
 	}
 	// Handed over: the record names to, this node lets go of it (its checkpoint stays in the
 	// object store until to has it running).
@@ -385,5 +407,54 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 	e.mu.Unlock()
 	telemetry.SandboxesLive.WithLabelValues(string(store.StatePaused)).Dec()
 	o.logger(ctx).Info("sandbox moved to another node", telemetry.KeyNodeTo, to, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	return nil
+}
+
+// releaseVolumesOf publishes and lets go of the volumes sandbox id (checkpointed for a move)
+// mounts; another live sandbox of this node mounting one of them refuses the move.
+func (o *Orchestrator) releaseVolumesOf(ctx context.Context, id string, mounts []VolumeMount) error {
+	others := func(sid string) bool { return sid != id && o.holdsVolumes(sid) }
+	for _, m := range mounts {
+		begun := time.Now()
+		if err := o.cfg.Volumes.Release(ctx, m.Name, others); err != nil {
+			return err
+		}
+		o.logger(ctx).Info("volume published for the move", telemetry.KeyVolumeID, m.Name, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	}
+	return nil
+}
+
+// holdVolumes holds on this node the volumes mounts name by id (Volumes.Hold).
+func (o *Orchestrator) holdVolumes(ctx context.Context, mounts []VolumeMount) error {
+	var errs []error
+	for _, m := range mounts {
+		vol, err := o.cfg.Volumes.ByID(m.Name)
+		if err == nil {
+			err = o.cfg.Volumes.Hold(ctx, vol)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// volumesMovable says whether sandbox id's volumes can go with it: ErrConflict when another
+// live sandbox of this node mounts one (a volume is held by one node at a time, so the two
+// cannot move one after the other).
+func (o *Orchestrator) volumesMovable(teamID, id string) error {
+	mounts, err := o.volumeMountsByID(teamID, id)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		vol, err := o.cfg.Volumes.ByID(m.Name)
+		if err != nil {
+			continue // deleted: nothing to carry
+		}
+		for _, other := range o.cfg.Volumes.Holders(vol, o.holdsVolumes) {
+			if other != id {
+				return fmt.Errorf("%w: volume %s is mounted in sandbox %s on this node too: a volume is on one node at a time, so the sandboxes sharing it stay (kill the other to move this one)", ErrConflict, vol.Name, other)
+			}
+		}
+	}
 	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
-	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/template"
 )
@@ -94,7 +94,7 @@ func TestAWarmPoolServesCreatesWithTheCallersIdentity(t *testing.T) {
 	}
 
 	allow := netip.MustParsePrefix("198.18.0.0/15")
-	sb := h.create(CreateRequest{Secure: true, AllowInternet: true, Network: &network.Policy{AllowOut: []netip.Prefix{allow}},
+	sb := h.create(CreateRequest{Secure: true, AllowInternet: true, Network: &egress.Policy{AllowOut: []netip.Prefix{allow}},
 		EnvVars: map[string]string{"CALLER": "mine"}, Metadata: map[string]string{"k": "v"}, PrivateTraffic: true})
 	t.Run("the create claims a pooled sandbox, as the caller's", func(t *testing.T) {
 		if !slices.Contains(pooled, sb.ID) {

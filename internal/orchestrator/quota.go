@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
@@ -43,11 +43,11 @@ type Egress struct {
 }
 
 // Policy is e as a network policy of team; a nil e is open. Errors name the field.
-func (e *Egress) Policy(team string) (network.Policy, error) {
+func (e *Egress) Policy(team string) (egress.Policy, error) {
 	if e == nil {
-		return network.Policy{AllowInternet: true, Team: team}, nil
+		return egress.Policy{AllowInternet: true, Team: team}, nil
 	}
-	p, err := network.ParsePolicy(network.Spec{AllowInternet: e.AllowInternetAccess, AllowOut: e.AllowOut, DenyOut: e.DenyOut}, true)
+	p, err := egress.ParsePolicy(egress.Spec{AllowInternet: e.AllowInternetAccess, AllowOut: e.AllowOut, DenyOut: e.DenyOut}, true)
 	p.Team = team
 	return p, err
 }

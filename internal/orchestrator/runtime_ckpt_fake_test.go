@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/runtime"
 )
@@ -174,7 +175,7 @@ var (
 type fakeNetwork struct {
 	mu        sync.Mutex
 	dir       string
-	policies  map[string]network.Policy
+	policies  map[string]egress.Policy
 	inbound   map[string]network.Inbound
 	detached  []string
 	dropCalls int
@@ -187,7 +188,7 @@ func withNetwork(n *fakeNetwork) option {
 }
 
 func newFakeNetwork(dir string) *fakeNetwork {
-	return &fakeNetwork{dir: dir, policies: map[string]network.Policy{}, inbound: map[string]network.Inbound{}}
+	return &fakeNetwork{dir: dir, policies: map[string]egress.Policy{}, inbound: map[string]network.Inbound{}}
 }
 
 func (n *fakeNetwork) attachment(id string) *network.Attachment {
@@ -195,7 +196,7 @@ func (n *fakeNetwork) attachment(id string) *network.Attachment {
 		Addr: netip.MustParseAddr("198.18.0.2"), Gateway: netip.MustParseAddr("198.18.0.1")}
 }
 
-func (n *fakeNetwork) Attach(ctx context.Context, id string, p network.Policy) (*network.Attachment, error) {
+func (n *fakeNetwork) Attach(ctx context.Context, id string, p egress.Policy) (*network.Attachment, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.attachErr != nil {
@@ -205,7 +206,7 @@ func (n *fakeNetwork) Attach(ctx context.Context, id string, p network.Policy) (
 	return n.attachment(id), nil
 }
 
-func (n *fakeNetwork) Update(ctx context.Context, id string, p network.Policy) error {
+func (n *fakeNetwork) Update(ctx context.Context, id string, p egress.Policy) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.updateErr != nil {
@@ -218,7 +219,7 @@ func (n *fakeNetwork) Update(ctx context.Context, id string, p network.Policy) e
 	return nil
 }
 
-func (n *fakeNetwork) Policy(id string) (network.Policy, bool) {
+func (n *fakeNetwork) Policy(id string) (egress.Policy, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p, ok := n.policies[id]

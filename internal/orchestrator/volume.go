@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -24,7 +25,7 @@ type VolumeMount struct {
 }
 
 // volumeBinds resolves a create's volume mounts to bind mounts and the volumes' ids.
-func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMount) ([]runtime.Bind, []string, error) {
+func (o *Orchestrator) volumeBinds(ctx context.Context, teamID, sandboxID string, mounts []VolumeMount) ([]runtime.Bind, []string, error) {
 	if len(mounts) == 0 {
 		return nil, nil, nil
 	}
@@ -43,13 +44,11 @@ func (o *Orchestrator) volumeBinds(teamID, sandboxID string, mounts []VolumeMoun
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: volumeMounts: %w", ErrInvalid, err)
 		}
-		if err := o.cfg.Volumes.Mount(vol); err != nil {
-			return nil, nil, err
-		}
+		// Held on this node (in a cluster, fetched when another node had it) and claimed.
 		// The lease lasts while the sandbox does: a failed create leaves one that no live
 		// sandbox holds, which the next claim sweeps.
-		if err := o.cfg.Volumes.Claim(vol, sandboxID, p, m.ReadOnly, o.holdsVolumes); err != nil {
-			if errors.Is(err, snapshot.ErrVolumeBusy) {
+		if err := o.cfg.Volumes.Attach(ctx, vol, sandboxID, p, m.ReadOnly, o.holdsVolumes); err != nil {
+			if errors.Is(err, snapshot.ErrVolumeBusy) || errors.Is(err, snapshot.ErrVolumeInUse) || errors.Is(err, snapshot.ErrVolumeLost) {
 				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrConflict, err)
 			}
 			if errors.Is(err, snapshot.ErrVolumeNotFound) {
@@ -194,6 +193,51 @@ func (o *Orchestrator) releaseVolumes(ctx context.Context) {
 	if len(ids) > 0 {
 		o.logger(ctx).Info("volumes unmounted at the stop", telemetry.KeyVolumes, len(ids))
 	}
+}
+
+// publishVolumes, in a cluster, publishes to the object store each volume of sandbox
+// sandboxID (ids, as this server made it; its leases, for one adopted after a restart) that
+// no sandbox of this node mounts any more (its kill let go of them), so any node can mount
+// them next and a loss of this node loses none of their files. One box keeps its volumes
+// where they are.
+func (o *Orchestrator) publishVolumes(ctx context.Context, teamID, sandboxID string, ids []string) {
+	if o.cfg.Volumes == nil || !o.cfg.Volumes.Shared() {
+		return
+	}
+	if len(ids) == 0 {
+		mounts, _ := o.volumeMountsByID(teamID, sandboxID)
+		for _, m := range mounts {
+			ids = append(ids, m.Name)
+		}
+	}
+	for _, id := range ids {
+		begun := time.Now()
+		err := o.cfg.Volumes.Release(ctx, id, o.holdsVolumes)
+		switch {
+		case errors.Is(err, snapshot.ErrVolumeInUse):
+			// Another sandbox here mounts it: it is published when that one lets go.
+		case err != nil:
+			o.logger(ctx).Warn("volume not published: it stays on this node", telemetry.KeyVolumeID, id, telemetry.KeyError, err.Error())
+		default:
+			o.logger(ctx).Info("volume published", telemetry.KeyVolumeID, id, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+		}
+	}
+}
+
+// ReleaseVolume publishes volume id to the object store and lets go of it, for another node
+// that mounts it next: ErrConflict, naming the sandbox, while a sandbox here mounts it.
+func (o *Orchestrator) ReleaseVolume(ctx context.Context, id string) error {
+	if o.cfg.Volumes == nil {
+		return fmt.Errorf("%w: volume %s", ErrNotFound, id)
+	}
+	begun := time.Now()
+	if err := o.cfg.Volumes.Release(ctx, id, o.holdsVolumes); errors.Is(err, snapshot.ErrVolumeInUse) {
+		return fmt.Errorf("%w: %v", ErrConflict, err)
+	} else if err != nil {
+		return err
+	}
+	o.logger(ctx).Info("volume released to another node", telemetry.KeyVolumeID, id, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
+	return nil
 }
 
 // volumeName is volume id's name, or the id of a volume gone.

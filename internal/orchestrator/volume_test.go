@@ -73,6 +73,16 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a sandbox sharing its volume with another of the node does not move: a volume is on one node at a time", func(t *testing.T) {
+		err := h.o.volumesMovable(h.team, writer.ID)
+		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), readers[0]) && !strings.Contains(err.Error(), readers[1]) {
+			t.Errorf("the writer's move: %v; want a conflict naming a reader", err)
+		}
+		alone := h.create(CreateRequest{})
+		if err := h.o.volumesMovable(h.team, alone.ID); err != nil {
+			t.Errorf("a sandbox without volumes: %v", err)
+		}
+	})
 	t.Run("a sandbox writing a volume is not forked, and nothing is checkpointed: its copies could not write it", func(t *testing.T) {
 		_, err := h.o.Fork(ctx, h.team, writer.ID, 1, 0)
 		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "volume data read-write at /data") {

@@ -117,6 +117,7 @@ type Config struct {
 // are its.
 type Proxy struct {
 	cfg       Config
+	edge      http.Handler // serve through the chain
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
 
@@ -151,6 +152,7 @@ func New(cfg Config) *Proxy {
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       log.New(slogWriter{base}, "", 0),
 	}
+	p.edge = p.Chain().Then(httpx.AuthSandbox, p.serve)
 	return p
 }
 
@@ -219,37 +221,62 @@ type target struct {
 
 type targetKey struct{}
 
-// ServeHTTP forwards r to its sandbox, or answers with a JSON error.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	ctx, _ := httpx.RequestContext(w, r, p.cfg.Logger)
-	rec := &recorder{ResponseWriter: w}
-	ctx, note := httpx.WithNote(ctx)
-	var t target // the access line reports it once the route is known
-	r = r.WithContext(ctx)
-	logCtx := ctx // the access line adds the target itself
-	defer func() {
-		v := recover()
-		if v != nil && note.Err == nil {
-			note.Err = p.cutReason(logCtx, t.id, r)
-		}
-		p.logRequest(logCtx, r, rec.status, start, t, note.Err)
-		if v != nil {
-			panic(v)
-		}
-	}()
+// ServeHTTP forwards r to its sandbox, or answers with a JSON error: through the one chain
+// (httpx.Chain), where the sandbox's own tokens authenticate.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.edge.ServeHTTP(w, r) }
 
+// Chain is the proxy's edge: the one chain, where a sandbox's own tokens authenticate
+// (authenticate), errors are answered in the caller's protocol (failed), and each request
+// is counted by its outcome.
+func (p *Proxy) Chain() httpx.Chain {
+	return httpx.Chain{Edge: "proxy", Logger: p.cfg.Logger, Authenticate: p.authenticate, Fail: p.failed, Done: countRequest}
+}
+
+// countRequest counts a proxied request by its status class, or "error".
+func countRequest(_ *http.Request, status int, note *httpx.Note) {
+	outcome := httpx.StatusClass(status)
+	if note.Err != nil {
+		outcome = "error"
+	}
+	telemetry.ProxyRequests.WithLabelValues(outcome).Inc()
+}
+
+// targetError is an error found once the request's target (or part of it) is known, which
+// the answer describes.
+type targetError struct {
+	t   target
+	err error
+}
+
+func (e *targetError) Error() string { return e.err.Error() }
+func (e *targetError) Unwrap() error { return e.err }
+
+// failed answers the chain's errors as fail does, with the target when it is known.
+func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, err error) {
+	var t target
+	if te, ok := err.(*targetError); ok {
+		t, err = te.t, te.err
+	}
+	p.fail(w, r, t, err)
+}
+
+// authenticate finds r's sandbox and port and checks the sandbox's own tokens: a private
+// port's traffic token, and the access token that may resume a paused secure sandbox. envd
+// checks its access token itself.
+func (p *Proxy) authenticate(r *http.Request, _ httpx.Auth) (context.Context, error) {
+	ctx := r.Context()
 	t, err := p.route(ctx, r)
+	if t.id != "" {
+		httpx.NoteFrom(ctx).Add(telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
+	}
 	if err != nil {
-		p.fail(rec, r, t, err)
-		return
+		return nil, &targetError{t, err}
 	}
 	trafficChecked := false
 	if t.port != EnvdPort {
 		if want := p.cfg.Backend.TrafficToken(t.id); want != "" {
 			if subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(want)) != 1 {
-				p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken))
-				return
+				return nil, &targetError{t, fmt.Errorf("%w: sandbox %s keeps its ports private: send its trafficAccessToken in the %s header", errTrafficToken, t.id, HeaderTrafficToken)}
 			}
 			trafficChecked = true
 		}
@@ -258,10 +285,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// on a private port, its traffic token), on envd's port as on the user's.
 	if !t.signed && !trafficChecked {
 		if err := p.checkResumeToken(ctx, t.id, r.Header.Get(HeaderAccessToken)); err != nil {
-			p.fail(rec, r, t, err)
-			return
+			return nil, &targetError{t, err}
 		}
 	}
+	return context.WithValue(ctx, targetKey{}, t), nil
+}
+
+// serve forwards an authenticated request to its target.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	t, _ := ctx.Value(targetKey{}).(target)
+	defer func() {
+		// A response cut after it began (ReverseProxy's abort): the access line says why.
+		if v := recover(); v != nil {
+			if note := httpx.NoteFrom(ctx); note.Err == nil {
+				note.Err = p.cutReason(ctx, t.id, r)
+			}
+			panic(v)
+		}
+	}()
+	rec := &streamFlusher{ResponseWriter: w}
 	if t.port != EnvdPort {
 		t.tokens = p.sandboxTokens(ctx, t.id)
 	}
@@ -269,8 +312,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx = telemetry.With(ctx, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	// Full duplex: the transport may still send the request body's last bytes after envd has
-	// answered (the recorder unwraps to w, whose connection it reaches).
+	// answered (the flusher unwraps to w, whose connection it reaches).
 	httpx.ServeProxied(p.rp, rec, r.WithContext(ctx))
+	return nil
 }
 
 // rewrite points the outgoing request at the target; the URL host is a key for the
@@ -360,51 +404,19 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-func (p *Proxy) logRequest(ctx context.Context, r *http.Request, status int, start time.Time, t target, failure error) {
-	if status == 0 {
-		status = http.StatusOK
-		if failure != nil {
-			status = statusClientClosed
-		}
-	}
-	var attrs []any
-	if t.id != "" {
-		attrs = append(attrs, telemetry.KeySandboxID, t.id, telemetry.KeySandboxPort, t.port)
-	}
-	httpx.LogAccess(ctx, "proxy request", r, status, start, &httpx.Note{Err: failure}, attrs...)
-	outcome := httpx.StatusClass(status)
-	if failure != nil {
-		outcome = "error"
-	}
-	telemetry.ProxyRequests.WithLabelValues(outcome).Inc()
-}
+// streamFlusher flushes the headers of a response without a Content-Length (a stream) at
+// once, so the client sees them before the first frame. (The chain's recorder keeps the
+// status for the access line.)
+type streamFlusher struct{ http.ResponseWriter }
 
-// recorder remembers the status for the access line, and flushes the headers of a
-// response without a Content-Length (a stream) at once, so the client sees them before
-// the first frame.
-type recorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+func (w *streamFlusher) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 	if code >= 200 && w.Header().Get("Content-Length") == "" {
 		_ = http.NewResponseController(w.ResponseWriter).Flush()
 	}
 }
 
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *streamFlusher) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // slogWriter sends ReverseProxy's own log lines (body copy errors) to the logger.
 type slogWriter struct{ l *slog.Logger }

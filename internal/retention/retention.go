@@ -11,10 +11,8 @@ package retention
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +20,6 @@ import (
 
 	cove "github.com/cove-dev/cove/sdk"
 
-	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
@@ -231,22 +228,6 @@ func (r *Retainer) Status(ctx context.Context) ([]Status, error) {
 			Rows: u.Rows, Bytes: u.Bytes, Oldest: u.Oldest, PrunedTotal: pruned[d], LastPruneAt: last})
 	}
 	return out, nil
-}
-
-// Handler serves GET /admin/status: every dataset's Status as a JSON array.
-func (r *Retainer) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		st, err := r.Status(req.Context())
-		if err != nil {
-			id := telemetry.RequestID(req.Context())
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			_ = json.NewEncoder(w).Encode(errdefs.NewBody(http.StatusInternalServerError, err.Error(), id))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
-	})
 }
 
 // ParseFlag reads "DATASET=TTL[:MAXROWS]" (log_lines=72h:10000000; a TTL of 0 or a cap of

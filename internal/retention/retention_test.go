@@ -2,8 +2,6 @@ package retention_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -114,11 +112,9 @@ func TestRetention(t *testing.T) {
 		}
 	})
 	t.Run("status and the gauges say what is kept, for how long, and how big", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/admin/status", nil))
-		var st []retention.Status
-		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
-			t.Fatalf("%s: %v", rec.Body, err)
+		st, err := r.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
 		byName := map[string]retention.Status{}
 		for _, s := range st {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 	"github.com/cove-dev/cove/internal/runtime"
@@ -30,7 +31,7 @@ func TestEnginesOnCovesNetwork(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
 		id := newID(t)
-		p := network.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}}
+		p := egress.Policy{AllowInternet: true, DenyOut: []netip.Prefix{netip.PrefixFrom(in.Other, 32)}}
 		a, err := m.Attach(context.Background(), id, p)
 		if err != nil {
 			t.Fatal(err)

@@ -54,6 +54,10 @@ func MountDisk(img, mnt string) error {
 	return nil
 }
 
+// DiskAttached says whether a loop device is still backed by img: a sandbox (or a mount)
+// still uses the filesystem in it, so the file is not yet a consistent copy of it.
+func DiskAttached(img string) bool { return loopOf(img) != "" }
+
 // loopOf returns the loop device backed by the file img, or "".
 func loopOf(img string) string {
 	abs, err := filepath.Abs(img)

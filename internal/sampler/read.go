@@ -48,31 +48,6 @@ func readCgroup(path string, buf []byte) (cgroupStats, error) {
 	return cgroupStats{cpu: cpu, usage: m.Usage, limit: m.Limit, cache: m.Cache, inactiveFile: m.InactiveFile}, nil
 }
 
-// readInto reads the small file name into buf with three system calls, and returns how many
-// bytes it read. A missing file is an error wrapping os.ErrNotExist.
-func readInto(name string, buf []byte) (int, error) {
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	defer unix.Close(fd)
-	total := 0
-	for total < len(buf) {
-		n, err := unix.Read(fd, buf[total:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, &fs.PathError{Op: "read", Path: name, Err: err}
-		}
-		if n == 0 {
-			break
-		}
-		total += n
-	}
-	return total, nil
-}
-
 func parseUint(b []byte) uint64 {
 	v, _ := parseUintOK(b)
 	return v
@@ -128,13 +103,13 @@ func readNetns(path string, buf []byte) (netStats, error) {
 			done <- result{0, fmt.Errorf("enter netns: %w", err)}
 			return
 		}
-		n, err := readInto("/proc/thread-self/net/dev", buf)
+		b, err := cgroup.ReadSmall("/proc/thread-self/net/dev", buf)
 		if serr := unix.Setns(self, unix.CLONE_NEWNET); serr != nil {
 			done <- result{0, fmt.Errorf("return to host netns: %w", serr)}
 			return // thread stays locked and dies with this goroutine
 		}
 		goruntime.UnlockOSThread()
-		done <- result{n, err}
+		done <- result{len(b), err}
 	}()
 	r := <-done
 	if r.err != nil {

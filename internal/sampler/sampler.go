@@ -1,5 +1,5 @@
 // Package sampler records every live sandbox's resource usage into the metric store every
-// few seconds, and serves the samples as E2B's metrics API.
+// few seconds (E2B's metrics routes, in internal/api/teamroutes, read them).
 //
 // The idea to hold on to: every number is read host-side, from the kernel's own accounting
 // (the sandbox's cgroup v1 files, its network namespace's interface counters, the blocks of

@@ -24,7 +24,7 @@ func TestBuildLogsAreReadAsASandboxsFromTheBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ts, err := template.OpenAt(filepath.Join(data, "templates"), nil)
+	ts, err := template.OpenAt(ctx, filepath.Join(data, "templates"), db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

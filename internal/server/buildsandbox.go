@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
-	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
@@ -206,14 +206,14 @@ func (n teamNetwork) String() string {
 	if err != nil {
 		return "the team's network: " + err.Error()
 	}
-	return fmt.Sprintf("the team's network: internet %v, allow out %v, deny out %v", p.AllowInternet, p.AllowOutStrings(), network.Strings(p.DenyOut))
+	return fmt.Sprintf("the team's network: internet %v, allow out %v, deny out %v", p.AllowInternet, p.AllowOutStrings(), egress.Strings(p.DenyOut))
 }
 
 // buildDenied records a sample of the connections the network refused a template build's
 // RUN step, as the orchestrator does a sandbox's: a line in the build's log (so a failing
 // step explains itself), a log line and a network.denied event naming the build. It reports
 // false when d is not a build step's.
-func buildDenied(ctx context.Context, templates *template.Store, bus *events.Bus, logger *slog.Logger, d network.Denied) bool {
+func buildDenied(ctx context.Context, templates *template.Store, bus *events.Bus, logger *slog.Logger, d egress.Denied) bool {
 	data := events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First)
 	step, ok := templates.StepLog(d.SandboxID, data.String())
 	if !ok {

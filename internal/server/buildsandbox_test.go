@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/orchestrator"
 	"github.com/cove-dev/cove/internal/template"
@@ -36,12 +37,12 @@ func TestStopActions(t *testing.T) {
 type fakeNetwork struct {
 	orchestrator.Network
 	mu       sync.Mutex
-	attached map[string]network.Policy
+	attached map[string]egress.Policy
 	flushed  []string
 	err      error
 }
 
-func (f *fakeNetwork) Attach(_ context.Context, id string, p network.Policy) (*network.Attachment, error) {
+func (f *fakeNetwork) Attach(_ context.Context, id string, p egress.Policy) (*network.Attachment, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -106,7 +107,7 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		}
 	})
 	t.Run("steps attach under the team's egress, flush their denials and detach", func(t *testing.T) {
-		netw := &fakeNetwork{attached: map[string]network.Policy{}}
+		netw := &fakeNetwork{attached: map[string]egress.Policy{}}
 		n := buildSandbox(cfg, netw, stepGuard{}).Network("closed", 2, 512)
 		netns, resolv, err := n.Attach(context.Background(), "step-1")
 		if err != nil || netns != "/run/netns/step-1" || resolv != "/run/resolv/step-1" {
@@ -130,7 +131,7 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		}
 	})
 	t.Run("a team whose egress does not parse gets no network, and says why", func(t *testing.T) {
-		netw := &fakeNetwork{attached: map[string]network.Policy{}}
+		netw := &fakeNetwork{attached: map[string]egress.Policy{}}
 		n := buildSandbox(cfg, netw, stepGuard{}).Network("broken", 2, 512)
 		if _, _, err := n.Attach(context.Background(), "step-2"); err == nil || len(netw.attached) != 0 {
 			t.Errorf("attach: %v, attached %v", err, netw.attached)
@@ -162,7 +163,7 @@ func TestBuildStepsRunUnderTheTeamsLimitsAndEgress(t *testing.T) {
 		}
 	})
 	t.Run("an attach the network refuses fails the step", func(t *testing.T) {
-		netw := &fakeNetwork{attached: map[string]network.Policy{}, err: errors.New("pool exhausted")}
+		netw := &fakeNetwork{attached: map[string]egress.Policy{}, err: errors.New("pool exhausted")}
 		if _, _, err := buildSandbox(cfg, netw, stepGuard{}).Network("open", 2, 512).Attach(context.Background(), "step-3"); err == nil || !strings.Contains(err.Error(), "pool exhausted") {
 			t.Errorf("attach: %v", err)
 		}

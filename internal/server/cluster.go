@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-dev/cove/internal/api/adminroutes"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/cluster"
 	"github.com/cove-dev/cove/internal/errdefs"
@@ -35,6 +36,7 @@ import (
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
+	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/requestid"
 )
 
@@ -176,7 +178,9 @@ type clusterNode struct {
 	records store.Sandboxes
 	// snapshots reads a snapshot's record (the node holding its files).
 	snapshots store.Snapshots
-	fwd       *httputil.ReverseProxy
+	// volumes reads a volume's record (the node holding its live files).
+	volumes store.Volumes
+	fwd     *httputil.ReverseProxy
 
 	mu     sync.Mutex
 	owners map[string]ownerEntry // sandbox id → its node, for a few seconds
@@ -194,12 +198,13 @@ const ownerTTL = 2 * time.Second
 func newClusterNode(name string, secret []byte, nodes store.Nodes, records interface {
 	store.Sandboxes
 	store.Snapshots
+	store.Volumes
 }) (*clusterNode, error) {
 	key, err := clusterKey(secret, "forward")
 	if err != nil {
 		return nil, err
 	}
-	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, snapshots: records, owners: map[string]ownerEntry{}}
+	c := &clusterNode{name: name, signKey: key, nodes: nodes, records: records, snapshots: records, volumes: records, owners: map[string]ownerEntry{}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	c.fwd = &httputil.ReverseProxy{
@@ -290,12 +295,26 @@ func snapshotPath(path string) (string, bool) {
 	return id, ok && snapshot.IsID(id)
 }
 
+// volumePath names the volume of an API path /volumes/{id} or /volumecontent/{id}/… (by id:
+// a volume named by its name is served where the request lands, which fetches it).
+func volumePath(path string) (string, bool) {
+	for _, prefix := range []string{"/volumes/", "/volumecontent/"} {
+		if rest, ok := strings.CutPrefix(path, prefix); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			return id, snapshot.IsVolumeID(id)
+		}
+	}
+	return "", false
+}
+
 // clusterPath says whether an API path may be another node's to answer: a sandbox's
-// routes, a snapshot's (its files are on its node), and a create (placed on the best node).
+// routes, a snapshot's (its files are on its node), a volume's (its live files are on the
+// node that holds it), and a create (placed on the best node).
 func clusterPath(path string) bool {
 	_, ok := sandboxPath(path)
 	_, snap := snapshotPath(path)
-	return ok || snap || createPath(path)
+	_, vol := volumePath(path)
+	return ok || snap || vol || createPath(path)
 }
 
 // HeaderNodeFull marks a create's answer when the node that tried it had no room
@@ -314,6 +333,13 @@ func (c *clusterNode) route(r *http.Request, proxied bool) (*store.Node, error) 
 		id, ok = c.sandboxOf(r)
 	} else if sn, isSnap := snapshotPath(r.URL.Path); isSnap {
 		return c.snapshotOwner(r.Context(), sn), nil
+	} else if vol, isVol := volumePath(r.URL.Path); isVol {
+		// The node that holds its live files answers; none (it is in the object store) or a
+		// lost one: this node, which fetches it.
+		if v, err := c.volumes.GetVolume(r.Context(), vol); err == nil {
+			return c.liveOther(r.Context(), v.Node), nil
+		}
+		return nil, nil
 	} else {
 		id, ok = sandboxPath(r.URL.Path)
 	}
@@ -368,9 +394,11 @@ func (c *clusterNode) liveOther(ctx context.Context, node string) *store.Node {
 }
 
 // createBody is what placement reads of a create: its template (a node that caches it
-// starts it without a download).
+// starts it without a download) and its volumes (the node that holds them mounts them
+// without a copy).
 type createBody struct {
-	TemplateID string `json:"templateID"`
+	TemplateID   string             `json:"templateID"`
+	VolumeMounts []cove.VolumeMount `json:"volumeMounts"`
 }
 
 // createPath says whether an API path is where sandboxes are created (and listed): E2B's
@@ -473,6 +501,12 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 			}
 		}
 	}
+	if holder := c.volumeHolder(r.Context(), cb.VolumeMounts); holder != "" {
+		// Asked first: elsewhere the volume would be published there and fetched here.
+		if i := slices.IndexFunc(ranked, func(n *store.Node) bool { return n.Name == holder }); i > 0 {
+			ranked = append([]*store.Node{ranked[i]}, slices.Delete(slices.Clone(ranked), i, i+1)...)
+		}
+	}
 	var last *bufferedResponse
 	for i, n := range ranked[:tries] {
 		rec := &bufferedResponse{header: http.Header{}}
@@ -491,6 +525,37 @@ func (c *clusterNode) placeCreate(w http.ResponseWriter, r *http.Request, next h
 	}
 	last.header.Del(HeaderNodeFull)
 	last.copyTo(w)
+}
+
+// volumeHolder is the node holding the live files of the first of a create's volumes one
+// node holds; "" when none does. A volume named by its name (the caller's team is not known
+// here) counts only when no other team has a volume of that name.
+func (c *clusterNode) volumeHolder(ctx context.Context, mounts []cove.VolumeMount) string {
+	var all []*store.Volume
+	for _, m := range mounts {
+		if snapshot.IsVolumeID(m.Name) {
+			if v, err := c.volumes.GetVolume(ctx, m.Name); err == nil && v.Node != "" {
+				return v.Node
+			}
+			continue
+		}
+		if all == nil {
+			var err error
+			if all, err = c.volumes.ListVolumes(ctx, store.AllNodes, ""); err != nil {
+				return ""
+			}
+		}
+		var named []*store.Volume
+		for _, v := range all {
+			if v.Name == m.Name {
+				named = append(named, v)
+			}
+		}
+		if len(named) == 1 && named[0].Node != "" {
+			return named[0].Node
+		}
+	}
+	return ""
 }
 
 // bufferedResponse holds a create's answer (small JSON) until placement knows it is the one
@@ -640,14 +705,12 @@ func redactObjects(addr string) string {
 
 // adminRoutes are the operator's routes behind the admin token: the retention status, and a
 // cluster node's view of the nodes (list, drain, activate).
-func (s *instance) adminRoutes() map[string]http.Handler {
-	routes := map[string]http.Handler{"GET /admin/status": s.retainer.Handler()}
+func (s *instance) adminRoutes() []httpx.Route {
+	cfg := adminroutes.Config{Status: s.retainer.Status}
 	if nodes, ok := s.db.(store.Nodes); ok && s.cluster != nil {
-		for pattern, h := range cluster.AdminRoutes(nodes) {
-			routes[pattern] = h
-		}
+		cfg.Nodes = nodes
 	}
-	return routes
+	return adminroutes.Routes(cfg)
 }
 
 // checkpointMover carries snapshot-paused sandboxes between nodes through the object store
@@ -710,38 +773,60 @@ func (s *instance) mover() orchestrator.Mover {
 // adoptPath is the route a node asks another to take a handed sandbox over by.
 func adoptPath(id string) string { return "/cluster/sandboxes/" + url.PathEscape(id) + "/adopt" }
 
-// serveInternal answers the routes between nodes: a valid node signature or 401.
-func (s *instance) serveInternal(w http.ResponseWriter, r *http.Request) {
-	ok, err := s.cluster.forwarded(r)
-	if err == nil && !ok {
-		err = fmt.Errorf("%w: %s is for the cluster's nodes: a node's signature (%s) is missing", errdefs.ErrUnauthenticated, r.URL.Path, HeaderNodeForward)
-	}
+// internalEdge serves the routes between nodes through the one chain, where a node's
+// signature authenticates (httpx.AuthNode).
+func (s *instance) internalEdge() http.Handler {
+	chain := httpx.Chain{Edge: "cluster", Logger: s.cfg.Logger, Authenticate: func(r *http.Request, _ httpx.Auth) (context.Context, error) {
+		ok, err := s.cluster.forwarded(r)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: %s is for the cluster's nodes: a node's signature (%s) is missing", errdefs.ErrUnauthenticated, r.URL.Path, HeaderNodeForward)
+		}
+		return r.Context(), err
+	}}
+	return chain.Routes([]httpx.Route{
+		{Pattern: "POST /cluster/sandboxes/{id}/adopt", Auth: httpx.AuthNode, Handler: s.adopt},
+		{Pattern: "POST /cluster/volumes/{id}/release", Auth: httpx.AuthNode, Handler: s.releaseVolume},
+		// Anything else under /cluster/ is no route, for a node as for anyone.
+		{Pattern: "/cluster/", Auth: httpx.AuthNode, Handler: func(w http.ResponseWriter, r *http.Request) error {
+			return fmt.Errorf("%w: %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path)
+		}},
+	})
+}
+
+// adopt takes over a sandbox another node handed over (a drain's move).
+func (s *instance) adopt(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.orch.Adopt(r.Context(), r.PathValue("id"))
 	if err != nil {
-		httpx.WriteError(r.Context(), w, err)
-		return
+		return err
 	}
-	rest, _ := strings.CutPrefix(r.URL.Path, "/cluster/sandboxes/")
-	id, verb, _ := strings.Cut(rest, "/")
-	if r.Method != http.MethodPost || verb != "adopt" || id == "" {
-		httpx.WriteError(r.Context(), w, fmt.Errorf("%w: %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path))
-		return
+	httpx.WriteJSON(w, http.StatusOK, map[string]string{"sandboxID": sb.ID, "node": sb.Node})
+	return nil
+}
+
+// releaseVolume lets go of a volume this node holds, for another node to take (a create, a
+// snapshot start or the content API there): published to the object store, or a 409 naming
+// the sandbox that mounts it.
+func (s *instance) releaseVolume(w http.ResponseWriter, r *http.Request) error {
+	if err := s.orch.ReleaseVolume(r.Context(), r.PathValue("id")); err != nil {
+		return err
 	}
-	sb, err := s.orch.Adopt(r.Context(), id)
-	if err != nil {
-		httpx.WriteError(r.Context(), w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]string{"sandboxID": sb.ID, "node": sb.Node})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // askAdopt asks node n to take sandbox id over, signed as this node.
 func (c *clusterNode) askAdopt(ctx context.Context, n *store.Node, id string) error {
+	return c.ask(ctx, n, adoptPath(id))
+}
+
+// ask posts to node n's internal route path, signed as this node: errAdoptRefused (with its
+// answer) when n answers other than 2xx.
+func (c *clusterNode) ask(ctx context.Context, n *store.Node, path string) error {
 	u, err := url.Parse(n.AdvertiseURL)
 	if err != nil {
 		return err
 	}
-	u.Path = adoptPath(id)
+	u.Path = path
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
 	if err != nil {
 		return err
@@ -756,11 +841,66 @@ func (c *clusterNode) askAdopt(ctx context.Context, n *store.Node, id string) er
 		return err
 	}
 	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
+	if res.StatusCode/100 != 2 {
 		body, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		return fmt.Errorf("%w: node %s answered %s: %s", errAdoptRefused, n.Name, res.Status, strings.TrimSpace(string(body)))
+		return &refusal{node: n.Name, status: res.Status, code: res.StatusCode, body: strings.TrimSpace(string(body))}
 	}
 	return nil
+}
+
+// refusal is another node's answer other than 2xx to an internal route: errAdoptRefused.
+type refusal struct {
+	node, status, body string
+	code               int
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("%v: node %s answered %s: %s", errAdoptRefused, r.node, r.status, r.body)
+}
+
+func (r *refusal) Is(target error) bool { return target == errAdoptRefused }
+
+// volumePeers are the other nodes, for this node's volumes (snapshot.VolumePeers).
+type volumePeers struct {
+	s     *instance
+	nodes store.Nodes
+}
+
+func (p volumePeers) NodeAlive(ctx context.Context, node string) bool {
+	return checkpointMover{nodes: p.nodes}.NodeAlive(ctx, node)
+}
+
+// Release asks node to publish volume id and let go of it: a 409 from it (a sandbox there
+// mounts the volume) is snapshot.ErrVolumeInUse with its words.
+func (p volumePeers) Release(ctx context.Context, node, id string) error {
+	if p.s.cluster == nil {
+		return fmt.Errorf("%w: this node has not joined its cluster yet", errdefs.ErrUnavailable)
+	}
+	n, err := p.nodes.GetNode(ctx, node)
+	if err != nil {
+		return err
+	}
+	// Bounded: the asking node holds the volume's lock meanwhile (a publish of a large image
+	// takes seconds, never minutes).
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := p.s.cluster.ask(ctx, n, "/cluster/volumes/"+url.PathEscape(id)+"/release"); err != nil {
+		if r, ok := err.(*refusal); ok && r.code == http.StatusConflict {
+			return fmt.Errorf("%w: %v", snapshot.ErrVolumeInUse, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// shareVolumes makes this node's volumes move between the cluster's nodes through the
+// object store; a lone server's stay where they are.
+func (s *instance) shareVolumes(ctx context.Context, v *snapshot.Volumes) {
+	nodes, ok := s.db.(store.Nodes)
+	if !ok || !s.cfg.Cluster.on() || s.objects == nil {
+		return
+	}
+	v.Share(ctx, s.objects, volumePeers{s: s, nodes: nodes})
 }
 
 // errAdoptRefused: the node asked to adopt a sandbox answered no; a drain tries the next.

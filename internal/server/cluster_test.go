@@ -75,7 +75,9 @@ func TestCheckClusterFlags(t *testing.T) {
 	}
 	for path, want := range map[string]bool{"/sandboxes": true, "/v2/sandboxes": true, "/sandboxes/i1/pause": true, "/v2/sandboxes/i1/logs": true,
 		"/admin/sandboxes/i1": true, "/templates": false, "/sandboxes/": false, "/events/sandboxes/i1": false,
-		"/snapshots/" + snapshot.NewID(): true, "/snapshots": false, "/snapshots/not-an-id": false} {
+		"/snapshots/" + snapshot.NewID(): true, "/snapshots": false, "/snapshots/not-an-id": false,
+		"/volumes/vol-0123456789abcdef": true, "/volumecontent/vol-0123456789abcdef/file": true, "/volumes": false,
+		"/volumes/by-name": false, "/volumecontent/by-name/dir": false} {
 		if clusterPath(path) != want {
 			t.Errorf("clusterPath(%q) is %v", path, !want)
 		}
@@ -195,6 +197,27 @@ func TestClusterForwarding(t *testing.T) {
 			t.Fatalf("delete of a's own snapshot: %d %s, want it answered by a", w.Code, w.Body)
 		}
 	})
+	t.Run("a volume's routes are answered by the node holding it, or here when none does", func(t *testing.T) {
+		team, err := rig.db.CreateTeam(context.Background(), "vols")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, node := range map[string]string{"vol-00000000000000b0": "b", "vol-00000000000000a0": "a", "vol-0000000000000000": ""} {
+			if err := rig.db.InsertVolume(context.Background(), &store.Volume{ID: id, Node: node, TeamID: team.ID, Name: "v" + id[len(id)-2:], Token: "t", CreatedAt: time.Now().UTC()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, path := range []string{"/volumes/vol-00000000000000b0", "/volumecontent/vol-00000000000000b0/file"} {
+			if w := rig.do(httptest.NewRequest(http.MethodGet, path, nil), false); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "answered by b") {
+				t.Errorf("%s of b's volume through a: %d %s", path, w.Code, w.Body)
+			}
+		}
+		for _, path := range []string{"/volumes/vol-00000000000000a0", "/volumecontent/vol-0000000000000000/dir"} {
+			if w := rig.do(httptest.NewRequest(http.MethodGet, path, nil), false); w.Code != http.StatusTeapot {
+				t.Errorf("%s: %d %s, want it answered by a", path, w.Code, w.Body)
+			}
+		}
+	})
 	t.Run("a sandbox's traffic follows it too", func(t *testing.T) {
 		r := httptest.NewRequest(http.MethodPost, "/process.Process/Start", strings.NewReader("{}"))
 		r.Header.Set("E2b-Sandbox-Id", rig.sandbox)
@@ -242,6 +265,13 @@ func TestClusterForwarding(t *testing.T) {
 		if w.Code != http.StatusCreated || w.Body.String() != "created on b from "+body {
 			t.Fatalf("b with room: %d %s", w.Code, w.Body)
 		}
+		// A create mounting a volume a holds goes to a first, though b has more room.
+		for _, mounts := range []string{`[{"name":"vol-00000000000000a0","path":"/d"}]`, `[{"name":"va0","path":"/d"}]`} {
+			w = rig.do(httptest.NewRequest(http.MethodPost, "/sandboxes", strings.NewReader(`{"templateID":"base","volumeMounts":`+mounts+`}`)), false)
+			if w.Code != http.StatusTeapot {
+				t.Errorf("a create mounting %s: %d %s, want it placed on a, which holds the volume", mounts, w.Code, w.Body)
+			}
+		}
 	})
 	t.Run("another node is asked to adopt, signed", func(t *testing.T) {
 		rig.bAnswer = func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{}`) }
@@ -261,14 +291,15 @@ func TestClusterForwarding(t *testing.T) {
 	t.Run("the routes between nodes need a node's signature", func(t *testing.T) {
 		s := &instance{cluster: rig.a}
 		w := httptest.NewRecorder()
-		s.serveInternal(w, httptest.NewRequest(http.MethodPost, adoptPath(rig.sandbox), nil))
+		s.internalEdge().ServeHTTP(w, httptest.NewRequest(http.MethodPost, adoptPath(rig.sandbox), nil))
 		if w.Code != http.StatusUnauthorized {
 			t.Fatalf("unsigned: %d %s", w.Code, w.Body)
 		}
 		r := httptest.NewRequest(http.MethodGet, "/cluster/sandboxes/x/nothing", nil)
-		r.Header.Set(HeaderNodeForward, rig.b.sign(r.Method, r.Host, r.URL.RequestURI(), "", time.Now()))
+		r.Header.Set(requestid.Header, "req-node") // a node signs its request id too
+		r.Header.Set(HeaderNodeForward, rig.b.sign(r.Method, r.Host, r.URL.RequestURI(), "req-node", time.Now()))
 		w = httptest.NewRecorder()
-		s.serveInternal(w, r)
+		s.internalEdge().ServeHTTP(w, r)
 		if w.Code != http.StatusNotFound {
 			t.Fatalf("an unknown route: %d %s", w.Code, w.Body)
 		}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/oidc"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-var _ network.IdentityTokens = (*oidc.Issuer)(nil)
+var _ egress.IdentityTokens = (*oidc.Issuer)(nil)
 
 // startIdentity opens the workload identity issuer (create's iam): its keys in the store,
 // sealed by the server's vault, and its URL the API's (--oidc-issuer, or the listener's).

@@ -28,9 +28,10 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/api"
-	"github.com/cove-dev/cove/internal/authz"
+	"github.com/cove-dev/cove/internal/api/teamroutes"
 	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/console"
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/events"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/logs"
@@ -47,7 +48,6 @@ import (
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/trace"
@@ -242,14 +242,19 @@ func openStore(ctx context.Context, data, state string, vaultKey []byte) (store.
 }
 
 // OpenTemplates opens the template store (templateDir, or the data dir's own when empty)
-// with a runc runtime for build steps.
+// with a runc runtime for build steps, its records in the data dir's own store (SQLite),
+// which stays open for the life of the process (the CLI's).
 func OpenTemplates(ctx context.Context, data, templateDir string) (*template.Store, *runtime.Runc, error) {
-	return openTemplates(ctx, data, templateDir, runtime.Config{})
+	db, _, err := openStore(ctx, data, "", nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the records of the templates: %w", err)
+	}
+	return openTemplates(ctx, data, templateDir, db, runtime.Config{})
 }
 
-// openTemplates is OpenTemplates with the runtime configured as rc says (its DataDir is the
-// data dir's sandboxes).
-func openTemplates(ctx context.Context, data, templateDir string, rc runtime.Config) (*template.Store, *runtime.Runc, error) {
+// openTemplates is OpenTemplates with the records in records and the runtime configured as
+// rc says (its DataDir is the data dir's sandboxes).
+func openTemplates(ctx context.Context, data, templateDir string, records store.Templates, rc runtime.Config) (*template.Store, *runtime.Runc, error) {
 	rc.DataDir = filepath.Join(data, "sandboxes")
 	rt, err := runtime.NewRunc(ctx, rc)
 	if err != nil {
@@ -258,7 +263,7 @@ func openTemplates(ctx context.Context, data, templateDir string, rc runtime.Con
 	if templateDir == "" {
 		templateDir = filepath.Join(data, "templates")
 	}
-	ts, err := template.OpenAt(templateDir, rt)
+	ts, err := template.OpenAt(ctx, templateDir, records, rt)
 	return ts, rt, err
 }
 
@@ -404,7 +409,7 @@ func (s *instance) openTemplates(ctx context.Context) error {
 		rc.LazyRestore = s.cfg.LazyRestore
 	}
 	rc.DefaultEngine = s.cfg.Runtime
-	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, rc)
+	templates, rt, err := openTemplates(ctx, s.cfg.DataDir, s.cfg.TemplateDir, s.db, rc)
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
@@ -539,14 +544,11 @@ func (t *teamOf) team(id string) string {
 	return sb.TeamID
 }
 
-// callerTeam is the authenticated caller's team, for the team APIs.
-func callerTeam(ctx context.Context) (string, bool) { return authz.Team(ctx) }
-
 // startEvents starts the lifecycle event bus and its webhook deliveries.
 func (s *instance) startEvents(ctx context.Context) error {
 	// Built after the tee so webhook delivery lines about a sandbox reach `cove trace`.
 	bus, err := events.New(ctx, events.Config{
-		Store: s.db, Logger: s.cfg.Logger, AllowNets: s.cfg.WebhookAllowNets, Team: callerTeam,
+		Store: s.db, Logger: s.cfg.Logger, AllowNets: s.cfg.WebhookAllowNets,
 	})
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
@@ -576,7 +578,8 @@ func (s *instance) startNetwork(ctx context.Context) error {
 	// A restart re-claims its sandboxes' networks (network.Allocation) from this node's records.
 	s.cfg.Network.Records, s.cfg.Network.Node = s.db, s.cfg.Cluster.Node
 	s.cfg.Network.SecretValue = secretStore.Value
-	s.cfg.Network.OnDenied = func(ctx context.Context, d network.Denied) {
+	s.cfg.Network.Keeper = s.vault // the egress CA's key: derived from the vault's, one for a cluster
+	s.cfg.Network.OnDenied = func(ctx context.Context, d egress.Denied) {
 		if buildDenied(ctx, s.templates, s.bus, s.cfg.Logger, d) {
 			return
 		}
@@ -605,6 +608,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.shareVolumes(ctx, volumes)
 	kept := s.vault
 	cfg := s.cfg
 	// envd's binary is bound into every sandbox from a tmpfs copy: the bind names no path of
@@ -688,28 +692,33 @@ func (s *instance) buildHandlers(context.Context) error {
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
 	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
-		Routes:      s.teamRoutes(),
-		Identity:    s.issuer,
-		AdminRoutes: s.adminRoutes()})
+		Routes:   append(s.teamRoutes(), s.adminRoutes()...),
+		Identity: s.issuer})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
 	s.proxy = px
 	if s.cluster != nil {
 		s.cluster.sandboxOf = px.SandboxID
 	}
 	// A team's series (its id in the team label) only to its own key or the admin token.
-	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin})
+	metrics := api.MetricsHandler(api.MetricsConfig{Gatherer: telemetry.WithNode(telemetry.Metrics(), s.cfg.Cluster.Node), Keys: s.db, AdminToken: s.admin, Logger: s.cfg.Logger})
 	var nodes store.Nodes // the console's nodes page, on a cluster node
 	if s.cluster != nil {
 		nodes = s.cluster.nodes
 	}
-	s.dashboard = console.New(console.Config{Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
-	// Every edge writes one access line by one rule (httpx.AccessLevel): the API and the proxy
-	// their own, with their routes and sandboxes; the console and /metrics through AccessLog.
-	consoleEdge, metricsEdge := httpx.AccessLog("console request", s.dashboard), httpx.AccessLog("metrics request", metrics)
+	s.dashboard = console.New(console.Config{Logger: s.cfg.Logger, Pools: s.orch.Pools, Sandboxes: s.orch, Keys: s.db, Sessions: s.db, Records: buildLogReads{s.db, s.builds}, AdminToken: s.admin, Templates: s.templates, Builds: s.builds, Nodes: nodes})
+	var internal http.Handler // the routes between a cluster's nodes
+	if s.cluster != nil {
+		internal = s.internalEdge()
+	}
+	// Every edge serves through the one chain (httpx.Chain: request id, access line,
+	// recovery, its own authentication, error mapping): the API with its team routes, the
+	// proxy, the console, /metrics and the routes between nodes. The request id and recovery
+	// outside them guard the one step no edge owns: a cluster node forwarding a request to
+	// the node that answers it (and logs its access line).
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case s.cluster != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
-			s.serveInternal(w, r)
+		case internal != nil && strings.HasPrefix(r.URL.Path, "/cluster/"):
+			internal.ServeHTTP(w, r)
 		case s.cluster != nil && px.Match(r):
 			s.cluster.serve(w, r, true, px)
 		case px.Match(r):
@@ -717,9 +726,9 @@ func (s *instance) buildHandlers(context.Context) error {
 		case s.cluster != nil && clusterPath(r.URL.Path):
 			s.cluster.serve(w, r, false, apiHandler)
 		case strings.HasPrefix(r.URL.Path, console.Prefix):
-			consoleEdge.ServeHTTP(w, r)
+			s.dashboard.ServeHTTP(w, r)
 		case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
-			metricsEdge.ServeHTTP(w, r)
+			metrics.ServeHTTP(w, r)
 		default:
 			apiHandler.ServeHTTP(w, r)
 		}
@@ -740,22 +749,16 @@ func (s *instance) buildHandlers(context.Context) error {
 	return nil
 }
 
-// teamRoutes is the route table of the team APIs served behind the API's authentication
-// (events and webhooks, metrics, logs and commands, traces): each API declares its own
-// routes once, and the API serves them.
-func (s *instance) teamRoutes() map[string]http.Handler {
-	routes := map[string]http.Handler{}
-	for _, m := range []*teamapi.Mux{
-		s.bus.Handler(),
-		sampler.NewAPI(sampler.APIConfig{Store: s.db, Team: callerTeam, Sandbox: s.sandboxMetricsReadable}),
-		logs.NewAPI(logs.APIConfig{Logs: buildLogReads{s.db, s.builds}, Commands: s.db, Team: callerTeam, Sandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels}),
-		trace.NewAPI(trace.APIConfig{Store: buildLogReads{s.db, s.builds}, Team: callerTeam}),
-	} {
-		for pattern, h := range m.Routes() {
-			routes[pattern] = h
-		}
-	}
-	return routes
+// teamRoutes are the team routes (events and webhooks, metrics, logs and commands, traces),
+// entries of the API's route table behind its authentication.
+func (s *instance) teamRoutes() []httpx.Route {
+	reads := buildLogReads{s.db, s.builds}
+	return teamroutes.Routes(teamroutes.Config{
+		Events: s.db, AllowNets: s.cfg.WebhookAllowNets,
+		Logs: reads, Commands: s.db, LogSandbox: s.sandboxLogsReadable, Labels: s.sandboxLabels,
+		Metrics: s.db, MetricSandbox: s.sandboxMetricsReadable,
+		Traces: reads,
+	})
 }
 
 // sandboxLogsReadable returns the template of sandbox (or template build) id when team may

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/snapshot"
 	"github.com/cove-dev/cove/internal/store"
@@ -137,7 +138,7 @@ func TestOpenMovesLegacyRecords(t *testing.T) {
 	}
 	wantSnap := &snapshot.Snapshot{ID: legacySnapshotID, Name: "ready", TeamID: "team-1", SandboxID: "sb-source", TemplateID: "base", Runtime: "runc",
 		Metadata: map[string]string{"stage": "warm"}, Secure: true, EnvdAccessToken: "ea-legacy-snapshot-token",
-		CreatedAt: time.Date(2026, 11, 30, 10, 0, 0, 123456000, time.UTC), Bytes: 123456, Network: &network.Policy{AllowInternet: true},
+		CreatedAt: time.Date(2026, 11, 30, 10, 0, 0, 123456000, time.UTC), Bytes: 123456, Network: &egress.Policy{AllowInternet: true},
 		Inbound: network.Inbound{TrafficToken: "legacy-traffic-token", HTTPSPorts: []int{8443}},
 		Volumes: []snapshot.VolumeMount{{VolumeID: legacyVolumeID, Path: "/data", ReadOnly: true}}}
 	wantVol := &snapshot.Volume{ID: legacyVolumeID, Name: "data", TeamID: "team-1", Token: "legacy-volume-token",

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/store"
 )
@@ -44,7 +45,7 @@ type Snapshot struct {
 	Bytes           int64     `json:"bytes"` // on disk
 	// Network and Inbound are the sandbox's network config, which sandboxes started from
 	// the snapshot get (each in a namespace and address of its own). Nil: it had no network.
-	Network *network.Policy `json:"network,omitempty"`
+	Network *egress.Policy  `json:"network,omitempty"`
 	Inbound network.Inbound `json:"inbound,omitzero"`
 	// Volumes are the volumes the sandbox mounted: sandboxes started from the snapshot mount
 	// them again, as they are then (a volume is not part of the snapshot).
@@ -176,7 +177,7 @@ func (s *Store) TempDir() string { return filepath.Join(s.dir, ".fork-"+NewID()[
 type config struct {
 	Secure          bool            `json:"secure,omitempty"`
 	EnvdAccessToken string          `json:"envdAccessToken,omitempty"`
-	Network         *network.Policy `json:"network,omitempty"`
+	Network         *egress.Policy  `json:"network,omitempty"`
 	Inbound         network.Inbound `json:"inbound,omitzero"`
 	Volumes         []VolumeMount   `json:"volumes,omitempty"`
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/store"
 )
@@ -33,6 +35,10 @@ type Volume struct {
 	// SizeBytes is the volume's quota: its files live in an ext4 image of this size, so a
 	// write past it gets ENOSPC. 0 (volumes made before quotas) is a plain directory.
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Node holds its live files ("" in a cluster: none, its image in the object store at
+	// Version is current); UsedBytes is what its files took when it was last published.
+	Node               string `json:"-"`
+	Version, UsedBytes int64  `json:"-"`
 }
 
 // Errors of the volume store.
@@ -75,6 +81,11 @@ type Volumes struct {
 	db   store.Volumes
 	node string
 	mu   sync.Mutex // serialises create, claim and delete, so names stay unique per team
+	// objects and peers are set on a node of a cluster (Share): a volume's image goes
+	// through the object store from the node that releases it to the next that mounts it.
+	objects blob.Store
+	peers   VolumePeers
+	locks   sync.Map // volume id → *sync.Mutex: one hand-off, mount or publish of it at a time
 }
 
 // OpenVolumes returns node's volume store in dir, making it, with every sized volume
@@ -164,7 +175,8 @@ func (v *Volumes) toRecord(vol *Volume) *store.Volume {
 }
 
 func fromVolumeRecord(r *store.Volume) *Volume {
-	return &Volume{ID: r.ID, Name: r.Name, TeamID: r.TeamID, Token: r.Token, CreatedAt: r.CreatedAt, SizeBytes: r.SizeBytes}
+	return &Volume{ID: r.ID, Name: r.Name, TeamID: r.TeamID, Token: r.Token, CreatedAt: r.CreatedAt, SizeBytes: r.SizeBytes,
+		Node: r.Node, Version: r.Version, UsedBytes: r.UsedBytes}
 }
 
 // Mount makes vol's files reachable at DataDir: a sized volume's image is loop-mounted there
@@ -181,10 +193,15 @@ func (v *Volumes) Mount(vol *Volume) error {
 
 func (v *Volumes) image(id string) string { return filepath.Join(v.dir, id, "volume.img") }
 
-// Usage returns the bytes vol's files take; a volume without a size reports 0.
+// Usage returns the bytes vol's files take; a volume without a size reports 0. In a
+// cluster, a volume this node does not hold reports what it took when last published: a
+// listing fetches no image.
 func (v *Volumes) Usage(vol *Volume) (int64, error) {
 	if vol.SizeBytes == 0 {
 		return 0, nil
+	}
+	if v.objects != nil && vol.Node != v.node {
+		return vol.UsedBytes, nil
 	}
 	if err := v.Mount(vol); err != nil {
 		return 0, err
@@ -259,7 +276,7 @@ func (v *Volumes) Create(teamID, name string, size int64, lim VolumeLimits) (_ *
 // fits checks a new volume of size bytes of team against lim. v.mu is held, so two creates
 // cannot both take the last room.
 func (v *Volumes) fits(teamID string, size int64, lim VolumeLimits) error {
-	all, err := v.db.ListVolumes(context.Background(), v.node, "")
+	all, err := v.db.ListVolumes(context.Background(), v.listNode(), "")
 	if err != nil {
 		return fmt.Errorf("volumes: %w", err)
 	}
@@ -268,7 +285,7 @@ func (v *Volumes) fits(teamID string, size int64, lim VolumeLimits) error {
 		if vol.TeamID == teamID {
 			count, bytes = count+1, bytes+vol.SizeBytes
 		}
-		if vol.SizeBytes > 0 {
+		if vol.SizeBytes > 0 && vol.Node == v.node { // the images on this node's disk
 			var st unix.Stat_t
 			if unix.Stat(v.image(vol.ID), &st) == nil {
 				owed += max(0, vol.SizeBytes-st.Blocks*512)
@@ -314,10 +331,10 @@ func (v *Volumes) ByID(id string) (*Volume, error) {
 	return v.read(id)
 }
 
-// read returns volume id if its files are on this node.
+// read returns volume id if its files are on this node; in a cluster, wherever they are.
 func (v *Volumes) read(id string) (*Volume, error) {
 	r, err := v.db.GetVolume(context.Background(), id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Node != v.node) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Node != v.node && v.objects == nil) {
 		return nil, fmt.Errorf("%w: %s", ErrVolumeNotFound, id)
 	}
 	if err != nil {
@@ -339,12 +356,12 @@ func (v *Volumes) byName(teamID, name string) (*Volume, error) {
 	return nil, fmt.Errorf("%w: %s", ErrVolumeNotFound, name)
 }
 
-// List returns a team's volumes on this node, oldest first.
+// List returns a team's volumes on this node (in a cluster, on every node), oldest first.
 func (v *Volumes) List(teamID string) ([]*Volume, error) {
 	if teamID == "" {
 		return nil, nil // every volume has a team: "" is none, not all
 	}
-	all, err := v.db.ListVolumes(context.Background(), v.node, teamID)
+	all, err := v.db.ListVolumes(context.Background(), v.listNode(), teamID)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
@@ -357,11 +374,19 @@ func (v *Volumes) List(teamID string) ([]*Volume, error) {
 
 // Delete removes a team's volume and its files; ErrVolumeInUse while a live sandbox mounts it.
 func (v *Volumes) Delete(teamID, id string, alive func(sandboxID string) bool) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	vol, err := v.Get(teamID, id)
 	if err != nil {
 		return err
+	}
+	unlock := v.lock(vol.ID)
+	defer unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vol, err = v.Get(teamID, vol.ID); err != nil {
+		return err
+	}
+	if v.objects != nil && vol.Node != v.node && vol.Node != "" && v.peers.NodeAlive(context.Background(), vol.Node) {
+		return fmt.Errorf("%w: volume %s is held by node %s, which deletes it", ErrVolumeInUse, vol.Name, vol.Node)
 	}
 	if h := v.holders(vol.ID, alive); len(h) > 0 {
 		ids := make([]string, 0, len(h))
@@ -379,6 +404,7 @@ func (v *Volumes) Delete(teamID, id string, alive func(sandboxID string) bool) e
 	if err := runtime.UnmountDisk(v.DataDir(vol.ID)); err != nil {
 		return fmt.Errorf("delete volume %s: %w", vol.Name, err)
 	}
+	v.forgetImages(vol.ID)
 	return os.RemoveAll(filepath.Join(v.dir, vol.ID))
 }
 
@@ -435,8 +461,12 @@ func (v *Volumes) holders(id string, alive func(sandboxID string) bool) map[stri
 func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, alive func(sandboxID string) bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, err := v.read(vol.ID); err != nil { // deleted meanwhile
+	r, err := v.read(vol.ID)
+	if err != nil { // deleted meanwhile
 		return err
+	}
+	if r.Node != v.node { // handed to another node meanwhile (Attach holds it first)
+		return fmt.Errorf("%w: volume %s is held by node %q", ErrVolumeBusy, vol.Name, r.Node)
 	}
 	if !readOnly {
 		for holder, rw := range v.holders(vol.ID, alive) {
@@ -449,8 +479,10 @@ func (v *Volumes) Claim(vol *Volume, sandboxID, path string, readOnly bool, aliv
 	if l == nil {
 		l = &store.VolumeLease{VolumeID: vol.ID, SandboxID: sandboxID, ReadOnly: true}
 	}
-	l.ReadOnly = l.ReadOnly && readOnly // read-write if any of its mounts is
-	l.Paths = append(l.Paths, path)
+	l.ReadOnly = l.ReadOnly && readOnly  // read-write if any of its mounts is
+	if !slices.Contains(l.Paths, path) { // a moved sandbox claims its paths again
+		l.Paths = append(l.Paths, path)
+	}
 	if err := v.db.PutVolumeLease(context.Background(), l); errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrVolumeNotFound, vol.ID) // deleted meanwhile, on another path
 	} else if err != nil {
@@ -519,3 +551,6 @@ func (v *Volumes) MountsOf(teamID, sandboxID string) ([]Mount, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
+
+// IsVolumeID says whether s has the shape of a volume's id.
+func IsVolumeID(s string) bool { return volumeID.MatchString(s) }

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -54,7 +55,9 @@ type Meta struct {
 
 // Files opens vol's content.
 func (v *Volumes) Files(vol *Volume) (*Files, error) {
-	if err := v.Mount(vol); err != nil {
+	// In a cluster the volume is held here first (fetched when another node released it);
+	// it stays held: files written here reach the object store at its next release.
+	if err := v.Hold(context.Background(), vol); err != nil {
 		return nil, err
 	}
 	root, err := os.OpenRoot(v.DataDir(vol.ID))

@@ -184,6 +184,7 @@ type DB interface {
 	Identity
 	PoolSizes
 	TemplateBuilds
+	Templates
 	Records
 	SealedSets
 	// DownsampleSamples returns sandboxID's samples cut into at most points equal spans of

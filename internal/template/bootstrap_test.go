@@ -46,7 +46,7 @@ func TestBootstrapValidate(t *testing.T) {
 func TestBootstrapSteps(t *testing.T) {
 	rt := runtimetest.Runc(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
+	store, err := template.OpenData(t, t.TempDir(), rt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,12 +197,12 @@ func (s *Store) Build(ctx context.Context, spec Spec, progress io.Writer) (_ *Te
 	if err := writeMeta(build, t); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
-	out.Printf("==> ready: %s, %d MB in %.1fs", spec.Name, t.SizeBytes>>20, t.BuildTime)
-	if err := s.publish(build, spec.Name, spec.Replace); err != nil {
-		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
+	if err := s.push(ctx, t, build); err != nil {
+		return nil, fmt.Errorf("build template %s: share it with the other nodes: %w", spec.Name, err)
 	}
-	if err := s.push(ctx, spec.Name); err != nil {
-		out.Printf("==> not shared with the other nodes: %v", err)
+	out.Printf("==> ready: %s, %d MB in %.1fs", spec.Name, t.SizeBytes>>20, t.BuildTime)
+	if err := s.publish(ctx, build, t, spec.Replace); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", spec.Name, err)
 	}
 	if spec.Replace && spec.From != "" {
 		// The build it replaced may leave layers nothing uses; those sandboxes still stack are kept.
@@ -273,12 +273,16 @@ func (s *Store) importRoot(ctx context.Context, t *Template, progress io.Writer,
 	if err := writeMeta(build, t); err != nil {
 		return nil, err
 	}
-	out.Printf("==> ready: %s, %d MB in %.1fs", t.Name, t.SizeBytes>>20, t.BuildTime)
-	if err := s.publish(build, t.Name, false); err != nil {
-		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
+	if _, err := s.readRecord(ctx, t.Name, ""); err == nil {
+		// Before the push: its files must not replace those of the template there.
+		return nil, fmt.Errorf("import template %s: %w", t.Name, ErrExists)
 	}
-	if err := s.push(ctx, t.Name); err != nil {
-		out.Printf("==> not shared with the other nodes: %v", err)
+	if err := s.push(ctx, t, build); err != nil {
+		return nil, fmt.Errorf("import template %s: share it with the other nodes: %w", t.Name, err)
+	}
+	out.Printf("==> ready: %s, %d MB in %.1fs", t.Name, t.SizeBytes>>20, t.BuildTime)
+	if err := s.publish(ctx, build, t, false); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", t.Name, err)
 	}
 	return s.lookup(t.Name)
 }
@@ -288,11 +292,44 @@ func (s *Store) FailedLog(name string) string {
 	return filepath.Join(s.dir, ".failed", name+".log")
 }
 
-// publish renames a finished build directory to its template name: the moment it becomes
-// ready. With replace, a ready template of that name is swapped out in one rename and deleted.
-func (s *Store) publish(build, name string, replace bool) error {
+// publish renames the finished build directory of t to its template name, then writes its
+// record: the moment it becomes ready. With replace, a ready template of that name is swapped
+// out in one rename and deleted; without, a name with a record (or a tree) is ErrExists.
+func (s *Store) publish(ctx context.Context, build string, t *Template, replace bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	swap := replace
+	if !replace {
+		_, err := s.readRecord(ctx, t.Name, "")
+		switch {
+		case err == nil:
+			return ErrExists
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		// The name is free: a tree there without a record (a copy fetched before the
+		// template was removed through another node) goes.
+		swap = true
+	}
+	if s.replica != nil {
+		// A cluster's tree: without its record (removed through another node) it is none.
+		if err := os.WriteFile(filepath.Join(build, clusterMark), nil, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := s.placeTree(build, t.Name, swap); err != nil {
+		return err
+	}
+	// A crash here leaves a tree without a record, which the next look-up adopts.
+	if err := s.putRecord(ctx, t, "", replace); err != nil {
+		return fmt.Errorf("record template %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// placeTree renames the tree build to name's place, swapping out (and deleting) the tree
+// there with replace; ErrExists when one is there without. s.mu is held.
+func (s *Store) placeTree(build, name string, replace bool) error {
 	final := filepath.Join(s.dir, name)
 	if fi, err := os.Lstat(final); err == nil && name == legacyLayersDir && fi.Mode()&os.ModeSymlink != 0 {
 		if err := os.Remove(final); err != nil { // the link migrateLayers left: no template

@@ -11,7 +11,7 @@ import (
 // TestBuildLogsHaveAnEndOfTheirOwn: the retention pass deletes build logs past their TTL and
 // the oldest past the cap, keeps their templates, and reports what is kept.
 func TestBuildLogsHaveAnEndOfTheirOwn(t *testing.T) {
-	s, err := OpenAt(t.TempDir(), nil)
+	s, err := openDir(t, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +36,9 @@ func TestBuildLogsHaveAnEndOfTheirOwn(t *testing.T) {
 		if err := os.Chtimes(log, now.Add(-age), now.Add(-age)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if s, err = openDir(t, s.Dir(), nil); err != nil { // its open adopts the trees
+		t.Fatal(err)
 	}
 	tests := []struct {
 		name    string

@@ -76,7 +76,7 @@ func testBuilds(t *testing.T) (*Builds, *sqlite.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ts, err := OpenAt(filepath.Join(data, "templates"), nil)
+	ts, err := openDir(t, filepath.Join(data, "templates"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 func TestImages(t *testing.T) {
 	rt := runtimetest.Runc(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
+	store, err := template.OpenData(t, t.TempDir(), rt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
 )
 
 // A template built in steps is a list of layers on a root template (a full rootfs such as
@@ -35,9 +36,11 @@ import (
 // are shared by every template whose steps agree up to there. Removing a template deletes the
 // layers no other template uses.
 //
-// Layers live in <store>/.layers/<key>/{diff,meta.json}; a layer is built in
-// <store>/.layers/.build-<key>-* and renamed into place complete, like a template. (Stores
-// kept them in <store>/layers before, a name a template could take: OpenAt moves them.)
+// Layers live in <store>/.layers/<key>/{diff,meta.json}, their records in the store
+// (store.Templates); a layer is built in <store>/.layers/.build-<key>-* and renamed into place
+// complete, like a template, then recorded. Its meta.json is its manifest, written once, from
+// which a layer without a record is adopted (records.go). (Stores kept layers in
+// <store>/layers before, a name a template could take: OpenAt moves them.)
 
 // maxLayers bounds a template's layers: the overlay mount options take one page, and every
 // layer adds one lower directory path to them.
@@ -59,7 +62,36 @@ func (s *Store) layerDir(key string) string { return filepath.Join(s.layersDir()
 // LayerDiff is the directory holding what the layer key changed.
 func (s *Store) LayerDiff(key string) string { return filepath.Join(s.layerDir(key), "diff") }
 
+// readLayer returns the record of the layer key.
 func (s *Store) readLayer(key string) (*Layer, error) {
+	r, err := s.records.GetTemplateLayer(context.Background(), key)
+	if err != nil {
+		return nil, err
+	}
+	var l Layer
+	if err := json.Unmarshal(r.Record, &l); err != nil {
+		return nil, fmt.Errorf("layer %s: its record: %w", key, err)
+	}
+	return &l, nil
+}
+
+// haveLayer reports whether the layer key is recorded and its files are here, fetching them
+// from the object store when only the record is (another node built it).
+func (s *Store) haveLayer(ctx context.Context, key string) bool {
+	if _, err := s.readLayer(key); err != nil {
+		// A complete layer without a record (a crash between its rename and its record):
+		// recorded now.
+		l, merr := s.layerManifest(key)
+		return merr == nil && l.Key == key && exists(s.LayerDiff(key)) && s.putLayer(ctx, l) == nil
+	}
+	if exists(s.LayerDiff(key)) {
+		return true
+	}
+	return s.replica != nil && s.fetchLayer(ctx, key) == nil
+}
+
+// layerManifest reads the meta.json of the layer key's directory.
+func (s *Store) layerManifest(key string) (*Layer, error) {
 	b, err := os.ReadFile(filepath.Join(s.layerDir(key), "meta.json"))
 	if err != nil {
 		return nil, err
@@ -123,7 +155,7 @@ type stepRun func(ctx context.Context, merged string) error
 // the step succeeds.
 func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers []string, sd stepDisk, run stepRun) (cached bool, err error) {
 	disk := sd.size
-	if _, err := s.readLayer(key); err == nil {
+	if s.haveLayer(ctx, key) {
 		return true, nil
 	}
 	start := time.Now()
@@ -207,12 +239,22 @@ func (s *Store) buildLayer(ctx context.Context, key, parent, text string, lowers
 		return false, err
 	}
 	if err := os.Rename(work, s.layerDir(key)); err != nil {
-		if _, rerr := s.readLayer(key); rerr == nil {
-			return true, removeTree(work) // a concurrent build made the same layer first
+		if _, rerr := s.layerManifest(key); rerr == nil {
+			cached = true // a concurrent build made the same layer first
+			if err := removeTree(work); err != nil {
+				return true, err
+			}
+		} else if rerr := os.RemoveAll(s.layerDir(key)); rerr == nil && os.Rename(work, s.layerDir(key)) == nil {
+			// files of a layer that lost its record (gone with the templates using it while
+			// this node kept a copy): replaced by the new build's
+		} else {
+			return false, fmt.Errorf("publish layer %s: %w", key, err)
 		}
-		return false, fmt.Errorf("publish layer %s: %w", key, err)
 	}
-	return false, nil
+	if err := s.putLayer(ctx, &l); err != nil && !errors.Is(err, store.ErrConflict) {
+		return cached, fmt.Errorf("record layer %s: %w", key, err)
+	}
+	return cached, nil
 }
 
 // stepDisk is the disk a step writes into: size bytes (0: the store's disk, unbounded), its
@@ -293,7 +335,10 @@ func (s *Store) gcLayers() (freed int64, err error) {
 		return 0, nil
 	}
 	defer release()
-	used := s.taggedLayers()
+	used, err := s.taggedLayers()
+	if err != nil {
+		return 0, err
+	}
 	for k := range mountedLayers() {
 		used[k] = true // a running sandbox's root stacks it
 	}
@@ -314,8 +359,12 @@ func (s *Store) gcLayers() (freed int64, err error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || used[e.Name()] {
 			continue
 		}
-		if l, err := s.readLayer(e.Name()); err == nil {
+		if l, err := s.layerManifest(e.Name()); err == nil {
 			freed += l.SizeBytes
+		}
+		// The record first: a crash after it leaves files the next build of the key replaces.
+		if err := s.records.DeleteTemplateLayer(context.Background(), e.Name()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return freed, fmt.Errorf("remove layer %s: %w", e.Name(), err)
 		}
 		if err := removeTree(s.layerDir(e.Name())); err != nil {
 			return freed, fmt.Errorf("remove layer %s: %w", e.Name(), err)
@@ -475,10 +524,15 @@ func (t *tailLines) add(s string) {
 	}
 }
 
-// Link makes the ready template name of the store in dir usable in s without a copy: s gets
-// symlinks to it, to the root it is built on and to its layers (a test's or benchmark's own
-// store on a shared base this way never writes to the shared one).
-func (s *Store) Link(dir, name string) error {
+// Link makes the ready template name of the store in dir usable in the store in own without a
+// copy: own gets symlinks to its tree, to the root it is built on and to its layers (a test's
+// or benchmark's own store on a shared base this way never writes to the shared one). A
+// store opened on own adopts them (records.go): their manifests make their records.
+func Link(own, dir, name string) error {
+	if err := os.MkdirAll(own, 0o700); err != nil {
+		return fmt.Errorf("link template %s: %w", name, err)
+	}
+	s := &Store{dir: own}
 	t, err := readMeta(filepath.Join(dir, name))
 	if err != nil {
 		return fmt.Errorf("link template %s from %s: %w", name, dir, err)

@@ -321,7 +321,7 @@ func TestBuildsOfOneNameAreSerialized(t *testing.T) {
 func busyboxStore(t *testing.T) (*runtime.Runc, *template.Store) {
 	t.Helper()
 	rt := runtimetest.Runc(t)
-	store, err := template.Open(t.TempDir(), rt)
+	store, err := template.OpenData(t, t.TempDir(), rt)
 	if err != nil {
 		t.Fatal(err)
 	}

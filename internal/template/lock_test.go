@@ -8,7 +8,7 @@ import (
 
 func TestOpeningTheStoreNeverSweepsABuildInProgress(t *testing.T) {
 	dir := t.TempDir()
-	s, err := OpenAt(dir, nil)
+	s, err := openDir(t, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestOpeningTheStoreNeverSweepsABuildInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unlock()
-	if _, err := OpenAt(dir, nil); err != nil {
+	if _, err := openDir(t, dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(busy); err != nil {

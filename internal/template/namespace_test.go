@@ -70,7 +70,7 @@ func TestOpenMigratesAStoreOfTheOldLayout(t *testing.T) {
 	}
 	check := func(t *testing.T, dir string) {
 		t.Helper()
-		store, err := template.OpenAt(dir, nil)
+		store, err := template.OpenDir(t, dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,11 +124,11 @@ func TestOpenMigratesAStoreOfTheOldLayout(t *testing.T) {
 	})
 	t.Run("a store links a template of a store not yet migrated, leaving that store as it is", func(t *testing.T) {
 		shared := old(t)
-		own, err := template.OpenAt(filepath.Join(t.TempDir(), "own"), nil)
+		own, err := template.OpenDir(t, filepath.Join(t.TempDir(), "own"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := own.Link(shared, "app"); err != nil {
+		if err := template.Link(own.Dir(), shared, "app"); err != nil {
 			t.Fatal(err)
 		}
 		app, err := own.Get("app")
@@ -146,7 +146,7 @@ func TestOpenMigratesAStoreOfTheOldLayout(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "templates")
 		write(filepath.Join(dir, "layers", "meta.json"), `{"name":"layers","created_at":"2026-01-02T03:04:05Z"}`)
 		write(filepath.Join(dir, "layers", "rootfs", "f"), "x")
-		store, err := template.OpenAt(dir, nil)
+		store, err := template.OpenDir(t, dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,14 +163,14 @@ func TestOpenClosesAStoreOthersCanReach(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := template.OpenAt(dir, nil); err != nil {
+	if _, err := template.OpenDir(t, dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("store directory mode %v, %v; want 0700", fi.Mode(), err)
 	}
 	fresh := filepath.Join(t.TempDir(), "new", "templates")
-	if _, err := template.OpenAt(fresh, nil); err != nil {
+	if _, err := template.OpenDir(t, fresh, nil); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(fresh); err != nil || fi.Mode().Perm() != 0o700 {
@@ -206,7 +206,7 @@ func TestOpenBuildsClosesTheUploadsToOtherUsers(t *testing.T) {
 	if err := os.Chmod(filepath.Join(data, "uploads"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	store, err := template.OpenAt(filepath.Join(data, "templates"), nil)
+	store, err := template.OpenDir(t, filepath.Join(data, "templates"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

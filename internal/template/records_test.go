@@ -83,7 +83,7 @@ var oldBuildFiles = map[string]string{
 }
 
 func TestBuildRecordFilesMoveIntoTheStore(t *testing.T) {
-	ts, err := template.OpenAt(filepath.Join(t.TempDir(), "templates"), nil)
+	ts, err := template.OpenDir(t, filepath.Join(t.TempDir(), "templates"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestBuildRecordFilesMoveIntoTheStore(t *testing.T) {
 // The nodes of a cluster share the build records: a node that starts again fails only the
 // builds it ran as orphaned, never one another node is running.
 func TestANodeFailsOnlyItsOwnBuildsAsOrphaned(t *testing.T) {
-	ts, err := template.OpenAt(filepath.Join(t.TempDir(), "templates"), nil)
+	ts, err := template.OpenDir(t, filepath.Join(t.TempDir(), "templates"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestChangedBootstrapFreesTheOldRoot(t *testing.T) {
 	rt := runtimetest.Runc(t)
 	ctx := context.Background()
-	s, err := Open(t.TempDir(), rt)
+	s, err := openData(t, t.TempDir(), rt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,12 @@ func (s *Store) taggedStartSnapshot(name string, t *Template) {
 		return
 	}
 	t.StartSnapshot.Dir = ""
-	if cur, err := readMeta(filepath.Join(s.dir, name)); err == nil && cur.StartSnapshot != nil && t.StartSnapshot.Key != "" && cur.StartSnapshot.Key == t.StartSnapshot.Key {
+	cur, err := s.readRecord(context.Background(), name, "")
+	if err != nil {
+		return
+	}
+	s.place(cur, name)
+	if cur.StartSnapshot != nil && t.StartSnapshot.Key != "" && cur.StartSnapshot.Key == t.StartSnapshot.Key {
 		t.StartSnapshot.Dir = cur.StartSnapshot.Dir
 	}
 }

@@ -15,7 +15,7 @@ import (
 // Compare the two sub-benchmarks' ns/op.
 func BenchmarkStepDisk(b *testing.B) {
 	rt := runtimetest.Runc(b)
-	store, err := template.Open(b.TempDir(), rt)
+	store, err := template.OpenData(b, b.TempDir(), rt)
 	if err != nil {
 		b.Fatal(err)
 	}

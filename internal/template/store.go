@@ -18,8 +18,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cove-dev/cove/internal/blob"
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -101,9 +103,18 @@ type Template struct {
 	BuildLog string `json:"-"`
 }
 
-// Store keeps templates under <data>/templates/<name>/{rootfs,meta.json,build.log}. A template
-// directory exists under its name only once its build has completed: builds happen in
-// <data>/templates/.build-* and are renamed into place, so a reader never sees half a template.
+// Store keeps templates: their records in the store (store.Templates, SQLite or a cluster's
+// PostgreSQL), the authority on which templates, tags and layers exist and on everything set
+// after a build (team, public, tags); their files under <data>/templates/<name>/{rootfs,
+// build.log,start-snapshot}. A build happens in <data>/templates/.build-* and is renamed
+// into place complete, then its record is written: a reader never sees half a template.
+//
+// A build also writes meta.json in its tree, once, before the rename: the tree's manifest,
+// a description of its files (like an OCI image's config) that nothing rewrites afterwards.
+// A tree is shared by servers with different databases (a test server's store links the
+// shared base; `cove template build --templates DIR` builds on the host with the data dir's
+// own records), so a tree without a record (or newer than its record) is adopted: its
+// record is made from its manifest, at open and when a name is looked up (records.go).
 //
 // Names and the store's own directories never meet: a template name starts with a letter or
 // digit (ValidName), and everything the store keeps for itself starts with a dot (.layers,
@@ -115,6 +126,7 @@ type Template struct {
 // so when it finds the directory open to group or others, and logs that it did.
 type Store struct {
 	dir     string
+	records store.Templates // the records of templates, tags and layers (records.go)
 	rt      runtime.Runtime
 	starter StartSnapshotter // takes start snapshots; nil: builds take none
 	replica *Replica         // the object store templates are shared through; nil: none (replica.go)
@@ -148,16 +160,20 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Open opens (creating) the template store under dataDir and removes what interrupted builds
-// and removals left. rt runs the Run steps of builds; it may be nil for a store that only
+// Open opens (creating) the template store under dataDir, its records in records, removes
+// what interrupted builds and removals left and adopts the trees and layers that have no
+// record (records.go). rt runs the Run steps of builds; it may be nil for a store that only
 // debootstraps, imports, lists and removes.
-func Open(dataDir string, rt runtime.Runtime) (*Store, error) {
-	return OpenAt(filepath.Join(dataDir, "templates"), rt)
+func Open(ctx context.Context, dataDir string, records store.Templates, rt runtime.Runtime) (*Store, error) {
+	return OpenAt(ctx, filepath.Join(dataDir, "templates"), records, rt)
 }
 
 // OpenAt opens the template store in dir itself, which several data dirs may share (test
 // servers share one base template this way).
-func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
+func OpenAt(ctx context.Context, dir string, records store.Templates, rt runtime.Runtime) (*Store, error) {
+	if records == nil {
+		return nil, errors.New("open template store: no store for its records")
+	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -185,7 +201,11 @@ func OpenAt(dir string, rt runtime.Runtime) (*Store, error) {
 			return nil, fmt.Errorf("open template store: remove leftover %s: %w", d, err)
 		}
 	}
-	return &Store{dir: dir, rt: rt}, nil
+	s := &Store{dir: dir, records: records, rt: rt}
+	if err := s.adopt(ctx); err != nil {
+		return nil, fmt.Errorf("open template store: %w", err)
+	}
+	return s, nil
 }
 
 // private makes dir reachable by its owner only, logging when it was not.
@@ -278,30 +298,15 @@ func (s *Store) lookup(name string) (*Template, error) {
 	return s.Get(name)
 }
 
-// get returns the ready template name, a valid name or one of the store's own roots.
+// get returns the ready template name, a valid name or one of the store's own roots, its
+// tree in place (current).
 func (s *Store) get(name string) (*Template, error) {
 	if ValidName(name) != nil && !internalName(name) {
 		return nil, fmt.Errorf("get template: %w", ValidName(name))
 	}
-	t, err := readMeta(filepath.Join(s.dir, name))
-	if errors.Is(err, os.ErrNotExist) && s.replica != nil {
-		// Built on another node: fetched from the object store once, then local.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		ferr := s.fetch(ctx, name)
-		cancel()
-		switch {
-		case errors.Is(ferr, ErrNotFound):
-		case ferr != nil:
-			return nil, fmt.Errorf("template %s: %w", name, ferr)
-		default:
-			t, err = readMeta(filepath.Join(s.dir, name))
-		}
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("template %s: %w", name, ErrNotFound)
-	}
+	t, err := s.current(context.Background(), name)
 	if err != nil {
-		return nil, fmt.Errorf("template %s: %w", name, err)
+		return nil, err
 	}
 	if err := s.resolve(t); err != nil {
 		return nil, err
@@ -314,7 +319,7 @@ func (s *Store) resolve(t *Template) error {
 	if t.Root == "" {
 		return nil
 	}
-	root, err := readMeta(filepath.Join(s.dir, t.Root))
+	root, err := s.current(context.Background(), t.Root)
 	if err != nil {
 		return fmt.Errorf("template %s: its root template %s: %w", t.Name, t.Root, ErrNotFound)
 	}
@@ -326,24 +331,32 @@ func (s *Store) resolve(t *Template) error {
 	return nil
 }
 
-// List returns every ready template, by name.
+// List returns every ready template, by name: their records, with the places of their files
+// (a tree another node built is fetched when a sandbox needs it, not to list it).
 func (s *Store) List() ([]*Template, error) {
-	entries, err := os.ReadDir(s.dir)
+	recs, err := s.records.ListTemplates(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("list templates: %w", err)
 	}
 	var ts []*Template
-	for _, e := range entries {
-		if ValidName(e.Name()) != nil {
-			continue // build, trash and layer directories
+	for _, r := range recs {
+		if ValidName(r.Name) != nil {
+			continue // the store's own roots (image caches)
 		}
-		t, err := readMeta(filepath.Join(s.dir, e.Name()))
-		if err != nil || s.resolve(t) != nil {
-			continue // not a complete template
+		t, err := decodeRecord(r)
+		if err != nil {
+			return nil, err
+		}
+		s.place(t, r.Name)
+		if t.Root != "" {
+			t.Rootfs = filepath.Join(s.dir, t.Root, "rootfs")
+			t.LayerDirs = make([]string, 0, len(t.Layers))
+			for i := len(t.Layers) - 1; i >= 0; i-- {
+				t.LayerDirs = append(t.LayerDirs, s.LayerDiff(t.Layers[i]))
+			}
 		}
 		ts = append(ts, t)
 	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	return ts, nil
 }
 
@@ -356,36 +369,47 @@ func (s *Store) Remove(name string) error {
 	if on := s.builtOn(name); on != "" {
 		return fmt.Errorf("%w: remove template %s: template %s is built on it; remove that first", ErrInUse, name, on)
 	}
+	// The tree goes to the trash first, then the record: a crash between the two leaves a
+	// record without files (removed again, or fetched again from the object store), never
+	// a tree without a record, which the next open would adopt back.
 	s.mu.Lock()
 	trash := filepath.Join(s.dir, ".trash-"+name+"-"+randomSuffix())
 	unlock, lerr := lockDir(filepath.Join(s.dir, name)) // held across the rename: a sweep skips it
 	err := os.Rename(filepath.Join(s.dir, name), trash)
+	hadTree := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.mu.Unlock()
+		if lerr == nil {
+			unlock()
+		}
+		return fmt.Errorf("remove template %s: %w", name, err)
+	}
+	rerr := s.records.DeleteTemplate(context.Background(), name)
 	s.mu.Unlock()
 	if lerr == nil {
 		defer unlock()
 	}
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(rerr, store.ErrNotFound) && !hadTree {
 		return fmt.Errorf("remove template %s: %w", name, ErrNotFound)
 	}
-	if err != nil {
-		return fmt.Errorf("remove template %s: %w", name, err)
+	if rerr != nil && !errors.Is(rerr, store.ErrNotFound) {
+		return fmt.Errorf("remove template %s: %w", name, rerr)
 	}
-	if err := removeTree(trash); err != nil {
-		return fmt.Errorf("remove template %s: %w", name, err)
-	}
-	tags, _ := filepath.Glob(s.tagDir(name, "*"))
-	for _, d := range tags {
-		if err := os.RemoveAll(d); err != nil {
-			return fmt.Errorf("remove template %s: tag %s: %w", name, filepath.Base(d), err)
+	if hadTree {
+		if err := removeTree(trash); err != nil {
+			return fmt.Errorf("remove template %s: %w", name, err)
 		}
 	}
 	if _, err := s.gcLayers(); err != nil {
 		return fmt.Errorf("remove template %s: free its layers: %w", name, err)
 	}
 	if s.replica != nil {
-		// Other nodes fetch it no more (their copies stay until they remove theirs).
-		if err := s.replica.Blobs.Delete(context.Background(), metaKey(name)); err != nil {
-			return fmt.Errorf("remove template %s from the object store: %w", name, err)
+		// Its files leave the object store too (other nodes' copies stay until they remove
+		// theirs); the record's going is what makes the name free on every node.
+		for _, k := range []string{treeKey(name), legacyMetaKey(name)} {
+			if err := s.replica.Blobs.Delete(context.Background(), k); err != nil && !errors.Is(err, blob.ErrNotFound) {
+				return fmt.Errorf("remove template %s from the object store: %w", name, err)
+			}
 		}
 	}
 	return nil
@@ -433,27 +457,24 @@ func (s *Store) SetCollectLogs(name string, on bool) error {
 	return s.updateMeta(name, func(t *Template) { t.CollectLogs = &on })
 }
 
-// updateMeta changes the settings of the ready template name in place, atomically.
+// updateMeta changes the settings of the ready template name in its record (never in its
+// tree's manifest, which describes the files as built).
 func (s *Store) updateMeta(name string, change func(*Template)) error {
+	if _, err := s.Get(name); err != nil { // adopts a tree without a record
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, err := s.Get(name)
+	ctx := context.Background()
+	t, err := s.readRecord(ctx, name, "")
 	if err != nil {
 		return err
 	}
 	change(t)
-	dir := filepath.Join(s.dir, name)
-	b, err := json.MarshalIndent(t, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, ".meta.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("template %s: %w", name, err)
-	}
-	return os.Rename(tmp, filepath.Join(dir, "meta.json"))
+	return s.putRecord(ctx, t, "", true)
 }
 
+// readMeta reads the manifest of the tree dir, its file places set to dir's.
 func readMeta(dir string) (*Template, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
@@ -471,6 +492,8 @@ func readMeta(dir string) (*Template, error) {
 	return &t, nil
 }
 
+// writeMeta writes the manifest of the build tree dir, once, before the tree is renamed into
+// place.
 func writeMeta(dir string, t *Template) error {
 	b, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {

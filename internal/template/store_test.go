@@ -53,7 +53,7 @@ func TestDerivedTemplates(t *testing.T) {
 	rt := runtimetest.Runc(t)
 	bb := runtimetest.BusyboxRootfs(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
+	store, err := template.OpenData(t, t.TempDir(), rt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestOpenRemovesInterruptedBuilds(t *testing.T) {
 	if err := os.MkdirAll(leftover, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := template.Open(data, nil); err != nil {
+	if _, err := template.OpenData(t, data, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Dir(leftover)); !errors.Is(err, os.ErrNotExist) {

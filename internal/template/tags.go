@@ -1,19 +1,22 @@
 package template
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/cove-dev/cove/internal/store"
 )
 
-// A tag is a name for one build of a template, E2B's "name:tag": <store>/<name>@<tag> holds
-// a copy of the template's meta.json as that build made it (its layers, config and build id),
-// so a sandbox started from "name:tag" gets that build even after the name is rebuilt. The
-// layers a tag lists are kept as long as the tag is. "name:default" is the name itself.
+// A tag is a name for one build of a template, E2B's "name:tag": its record (a tag record in
+// store.Templates) is a copy of the template's record as that build made it (its layers,
+// config and build id), so a sandbox started from "name:tag" gets that build even after the
+// name is rebuilt. The layers a tag lists are kept as long as the tag is. "name:default" is
+// the name itself. (A release before kept a tag as a directory <name>@<tag>/meta.json:
+// OpenAt moves those into records.)
 
 // DefaultTag is the tag every template name has: its latest build.
 const DefaultTag = "default"
@@ -31,6 +34,7 @@ func SplitTag(ref string) (name, tag string) {
 	return name, tag
 }
 
+// tagDir is where a release before kept tag of name (adopt moves it into a record).
 func (s *Store) tagDir(name, tag string) string { return filepath.Join(s.dir, name+"@"+tag) }
 
 // SetTag points tag of template name at the build ref ("name" or "name:tag") is now.
@@ -44,26 +48,10 @@ func (s *Store) SetTag(ref, tag string) (*Template, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tmp := filepath.Join(s.dir, ".build-tag-"+t.Name+"-"+randomSuffix())
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
 	tagged := *t
 	tagged.CreatedAt = time.Now().UTC()
-	if err := writeMeta(tmp, &tagged); err != nil {
-		return nil, err
-	}
-	dir := s.tagDir(t.Name, tag)
-	if _, err := os.Lstat(dir); err == nil {
-		old := filepath.Join(s.dir, ".trash-tag-"+randomSuffix())
-		if err := os.Rename(dir, old); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(old)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return nil, err
+	if err := s.putRecord(context.Background(), &tagged, tag, true); err != nil {
+		return nil, fmt.Errorf("tag %s as %s: %w", ref, tag, err)
 	}
 	return &tagged, nil
 }
@@ -76,8 +64,8 @@ func (s *Store) RemoveTag(name, tag string) error {
 	if ValidName(tag) != nil || tag == DefaultTag {
 		return fmt.Errorf("%w: tag %q of %s cannot be removed", ErrInvalid, tag, name)
 	}
-	if err := os.RemoveAll(s.tagDir(name, tag)); err != nil {
-		return err
+	if err := s.records.DeleteTemplateTag(context.Background(), name, tag); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("remove tag %s:%s: %w", name, tag, err)
 	}
 	_, err := s.gcLayers()
 	return err
@@ -90,14 +78,16 @@ func (s *Store) Tags(name string) ([]Tag, error) {
 		return nil, err
 	}
 	out := []Tag{{Tag: DefaultTag, BuildID: t.BuildID, CreatedAt: t.CreatedAt}}
-	dirs, _ := filepath.Glob(s.tagDir(name, "*"))
-	sort.Strings(dirs)
-	for _, d := range dirs {
-		m, err := readMeta(d)
+	recs, err := s.records.ListTemplateTags(context.Background(), name)
+	if err != nil {
+		return nil, fmt.Errorf("tags of %s: %w", name, err)
+	}
+	for _, r := range recs {
+		m, err := decodeRecord(r)
 		if err != nil {
 			continue
 		}
-		out = append(out, Tag{Tag: strings.TrimPrefix(filepath.Base(d), name+"@"), BuildID: m.BuildID, CreatedAt: m.CreatedAt})
+		out = append(out, Tag{Tag: r.Tag, BuildID: m.BuildID, CreatedAt: m.CreatedAt})
 	}
 	return out, nil
 }
@@ -113,27 +103,42 @@ func (s *Store) getTagged(name, tag string) (*Template, error) {
 	if ValidName(tag) != nil {
 		return nil, fmt.Errorf("%w: tag %q", ErrInvalid, tag)
 	}
-	t, err := readMeta(s.tagDir(name, tag))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("template %s:%s: %w", name, tag, ErrNotFound)
-	}
+	ctx := context.Background()
+	t, err := s.readRecord(ctx, name, tag)
 	if err != nil {
 		return nil, err
 	}
+	if t.Root == "" {
+		// A root's tag stands on the name's tree: have it here (fetched, adopted).
+		if _, err := s.current(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	s.place(t, name)
 	s.taggedStartSnapshot(name, t)
 	return t, s.resolve(t)
 }
 
 // taggedLayers are the layers every tag of every template lists.
-func (s *Store) taggedLayers() map[string]bool {
+func (s *Store) taggedLayers() (map[string]bool, error) {
+	ctx := context.Background()
 	used := map[string]bool{}
-	dirs, _ := filepath.Glob(filepath.Join(s.dir, "*@*"))
-	for _, d := range dirs {
-		if m, err := readMeta(d); err == nil {
-			for _, k := range m.Layers {
-				used[k] = true
+	names, err := s.records.ListTemplates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tagged layers: %w", err)
+	}
+	for _, n := range names {
+		tags, err := s.records.ListTemplateTags(ctx, n.Name)
+		if err != nil {
+			return nil, fmt.Errorf("tagged layers: %w", err)
+		}
+		for _, r := range tags {
+			if m, err := decodeRecord(r); err == nil {
+				for _, k := range m.Layers {
+					used[k] = true
+				}
 			}
 		}
 	}
-	return used
+	return used, nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func TestAnUploadIsKeptOnlyWhole(t *testing.T) {
-	store, err := template.OpenAt(filepath.Join(t.TempDir(), "templates"), nil)
+	store, err := template.OpenDir(t, filepath.Join(t.TempDir(), "templates"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sort"
 	"time"
 
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/reason"
@@ -82,26 +80,6 @@ func ended(c *store.CommandRecord) string {
 		return "was killed by " + c.Signal
 	}
 	return c.EndCause.String()
-}
-
-// APIConfig configures NewAPI.
-type APIConfig struct {
-	Store store.TraceStore
-	Team  func(ctx context.Context) (teamID string, ok bool)
-}
-
-// NewAPI serves GET /traces/{requestId}: the caller's team's timeline for that id.
-func NewAPI(cfg APIConfig) *teamapi.Mux {
-	mux := teamapi.New("trace api", cfg.Team)
-	mux.Handle("GET /traces/{requestId}", func(w http.ResponseWriter, r *http.Request, team string) error {
-		tl, err := Build(r.Context(), cfg.Store, team, r.PathValue("requestId"))
-		if err != nil {
-			return fmt.Errorf("trace: %w", err)
-		}
-		teamapi.WriteJSON(w, http.StatusOK, tl)
-		return nil
-	})
-	return mux
 }
 
 // Tee returns a slog handler that writes every record to next and, when the record is about

@@ -19,7 +19,9 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +37,7 @@ import (
 type Vault struct {
 	dir  string
 	aead cipher.AEAD
+	key  []byte // for Derive
 	sets Sets   // nil: the sets are files in dir
 	node string // the node whose sets Names lists, with sets
 }
@@ -141,7 +144,7 @@ func open(dir string, given []byte) (*Vault, error) {
 			}
 		}
 	}
-	return &Vault{dir: dir, aead: aead}, nil
+	return &Vault{dir: dir, aead: aead, key: key}, nil
 }
 
 func (v *Vault) path(name string) (string, error) {
@@ -317,4 +320,15 @@ func (v *Vault) Unseal(name string, sealed []byte) ([]byte, error) {
 		return nil, fmt.Errorf("vault: unseal %s: it does not open with this vault's key: %w", name, err)
 	}
 	return plain, nil
+}
+
+// Derive returns 32 secret bytes derived from the vault's key for label (HKDF-SHA256): a
+// secret that need never be written, the same after a restart and, in a cluster (one key,
+// from the cluster's secret), on every node. The egress CA's key is one.
+func (v *Vault) Derive(label string) []byte {
+	b, err := hkdf.Key(sha256.New, v.key, nil, "cove vault: "+label, 32)
+	if err != nil {
+		panic("vault: hkdf of 32 bytes cannot fail: " + err.Error())
+	}
+	return b
 }

@@ -236,11 +236,7 @@ func setup(tmp string) (cleanups []func(), err error) {
 	// A template store of the package's own whose base is the shared one: the template-name
 	// class builds templates with the store's own names in it.
 	own := filepath.Join(tmp, "templates")
-	ts, err := template.OpenAt(own, nil)
-	if err != nil {
-		return cleanups, err
-	}
-	if err := ts.Link(covetest.TemplatesDir(), templates.BaseName); err != nil {
+	if err := template.Link(own, covetest.TemplatesDir(), templates.BaseName); err != nil {
 		return cleanups, err
 	}
 	data := filepath.Join(tmp, "data")

@@ -613,6 +613,145 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+
+	// Last: its drains move the other nodes' sandboxes too.
+	t.Run("a sandbox with a volume is drained to another node with the volume's files, which every node serves", func(t *testing.T) {
+		vol, err := a.c.CreateVolumeWith(ctx, "cluster-vol", cove.VolumeOptions{SizeMB: 128})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.c.DeleteVolume(context.Background(), vol.ID) }) // after the sandboxes that mount it
+		sb, err := a.c.Create(ctx, cove.SandboxOptions{VolumeMounts: []cove.VolumeMount{{Name: "cluster-vol", Path: "/mnt/vol"}}})
+		if err != nil {
+			t.Fatalf("create with the volume through %s: %v", a.name, err)
+		}
+		killed := false
+		t.Cleanup(func() {
+			if !killed {
+				_ = sb.Kill(context.Background())
+			}
+		})
+		info, err := a.c.Info(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := info.ClientID
+		if from != a.name { // the volume was made through node-a, which holds it
+			t.Errorf("the create with a volume node-a holds landed on %s: want node-a, which mounts it without a copy", from)
+		}
+		// 64 MiB of the volume written: what the drain carries.
+		sum, err := sb.Commands.Run(ctx, "echo before-the-drain > /mnt/vol/kept.txt && head -c 67108864 /dev/urandom > /mnt/vol/blob && sync && sha256sum /mnt/vol/blob")
+		if err != nil || sum.ExitCode != 0 {
+			t.Fatalf("write in the volume: %+v %v", sum, err)
+		}
+		token, err := os.ReadFile(filepath.Join(a.srv.DataDir, "admin-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := cove.NewClient(cove.Config{APIURL: a.srv.URL, AdminToken: strings.TrimSpace(string(token))})
+		drain := func(t *testing.T, node string) {
+			t.Helper()
+			if _, err := admin.DrainNode(ctx, node); err != nil {
+				t.Fatalf("drain %s: %v", node, err)
+			}
+			t.Cleanup(func() { _, _ = admin.ActivateNode(context.Background(), node) })
+		}
+		begun := time.Now()
+		drain(t, from)
+		for {
+			info, err = a.c.Info(ctx, sb.ID)
+			if err == nil && info.ClientID != from && info.State == cove.SandboxState("running") {
+				break
+			}
+			if time.Since(begun) > 60*time.Second {
+				var logs string
+				for _, n := range nodes {
+					if n.name == from {
+						logs = n.srv.Logs()
+					}
+				}
+				t.Fatalf("%s still on %s 60 s into the drain: %+v %v\n%s", sb.ID, from, info, err, logs)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("the sandbox with 64 MiB written in its volume moved from %s to %s %s into the drain", from, info.ClientID, time.Since(begun).Round(10*time.Millisecond))
+		for _, n := range nodes {
+			if n.name != from && n.name != info.ClientID {
+				continue
+			}
+			// The move itself, as the nodes timed it (the drain moves the node's other
+			// sandboxes too, one after the other).
+			for _, line := range strings.Split(n.srv.Logs(), "\n") {
+				if strings.Contains(line, sb.ID) && (strings.Contains(line, `"msg":"volume published for the move"`) || strings.Contains(line, `"msg":"sandbox moved to another node"`)) ||
+					strings.Contains(line, vol.ID) && strings.Contains(line, `"msg":"volume fetched from the object store"`) {
+					if _, ms, ok := strings.Cut(line, `"duration_ms":`); ok {
+						msg, _, _ := strings.Cut(line[strings.Index(line, `"msg":"`)+7:], `"`)
+						t.Logf("%s: %s ms", msg, strings.TrimRight(strings.SplitN(ms, ",", 2)[0], "}"))
+					}
+				}
+			}
+		}
+		if _, err := admin.ActivateNode(ctx, from); err != nil {
+			t.Fatal(err)
+		}
+		again, err := sb.Commands.Run(ctx, "cat /mnt/vol/kept.txt && sha256sum /mnt/vol/blob && echo after-the-drain > /mnt/vol/after.txt")
+		if err != nil || again.Stdout != "before-the-drain\n"+sum.Stdout {
+			t.Fatalf("the volume after the drain reads %+v %v, want its file and %q", again, err, sum.Stdout)
+		}
+		// The volume content API through every node (every node alive: the one killed above
+		// may be gone still): the node holding the volume answers.
+		live, err := admin.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, via := range nodes {
+			if !slices.ContainsFunc(live, func(n cove.Node) bool { return n.Name == via.name && n.State == "active" }) {
+				continue
+			}
+			got, err := via.c.VolumeFiles(vol.ID).Read(ctx, "/after.txt")
+			if err != nil || string(got) != "after-the-drain\n" {
+				t.Errorf("the volume's file read through %s: %q %v", via.name, got, err)
+			}
+		}
+
+		// A snapshot of it mounts the volume: a clear 409 naming the volume while the sandbox
+		// holds it read-write; once it is gone, its copy starts on another node than the
+		// snapshot's, the volume fetched there.
+		snapNode := info.ClientID
+		sn, err := a.c.CreateSnapshot(ctx, sb.ID, "cluster-vol-snap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.c.DeleteSnapshot(context.Background(), sn.ID) })
+		if _, err := a.c.Create(ctx, cove.SandboxOptions{Template: sn.ID}); !errors.Is(err, cove.ErrConflict) || !strings.Contains(err.Error(), "cluster-vol") {
+			t.Fatalf("a copy while the sandbox mounts the volume read-write: %v, want a 409 naming the volume", err)
+		}
+		if err := sb.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		killed = true
+		drain(t, snapNode) // its copies start elsewhere
+		var cp *cove.Sandbox
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if cp, err = a.c.Create(ctx, cove.SandboxOptions{Template: sn.ID}); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("a copy of the snapshot with its volume, %s draining: %v", snapNode, err)
+		}
+		defer cp.Kill(ctx)
+		got, err := a.c.Info(ctx, cp.ID)
+		if err != nil || got.ClientID == snapNode {
+			t.Errorf("the copy landed on %+v (%v), want another node than the snapshot's %s", got, err, snapNode)
+		}
+		if res, err := cp.Commands.Run(ctx, "cat /mnt/vol/after.txt"); err != nil || res.Stdout != "after-the-drain\n" {
+			t.Errorf("the copy's volume: %+v %v", res, err)
+		}
+		if _, err := admin.ActivateNode(ctx, snapNode); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func keys[V any](m map[string]V) []string {

@@ -442,6 +442,72 @@ func DialIn(ctx context.Context, path, network, addr string) (net.Conn, error) {
 	return c, err
 }
 
+// Get fetches url from inside the namespace pinned at netns; the error says why it could not.
+func Get(netns, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return DialIn(ctx, netns, network, addr)
+		}}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	res, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
+}
+
+// Lookup asks, from inside the namespace pinned at netns, the resolver its resolv.conf
+// names for name's A record: the first address of the answer (none when it has none) and
+// its code.
+func Lookup(t testing.TB, netns, resolvConf, name string) (netip.Addr, dnsmessage.RCode) {
+	t.Helper()
+	conf, err := os.ReadFile(resolvConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := strings.TrimSpace(strings.TrimPrefix(string(conf), "nameserver"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := DialIn(ctx, netns, "udp", net.JoinHostPort(server, "53"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, _ := b.Finish()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(q); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("no DNS answer from %s: %v", server, err)
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(buf[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.SkipAllQuestions()
+	ans, err := p.AllAnswers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ans {
+		if a, ok := r.Body.(*dnsmessage.AResource); ok {
+			return netip.AddrFrom4(a.A), h.RCode
+		}
+	}
+	return netip.Addr{}, h.RCode
+}
+
 // InNetns runs f on a locked thread inside the namespace pinned at path. Sockets f opens stay
 // in that namespace.
 func InNetns(path string, f func() error) error {

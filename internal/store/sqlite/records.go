@@ -118,8 +118,8 @@ func (db *DB) InsertVolume(ctx context.Context, v *store.Volume) error {
 	if err != nil {
 		return fmt.Errorf("insert volume %s: %w", v.ID, err)
 	}
-	_, err = db.write.ExecContext(ctx, `INSERT INTO volumes (id, node, team_id, name, token, created_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		v.ID, v.Node, v.TeamID, v.Name, token, toMicros(v.CreatedAt), v.SizeBytes)
+	_, err = db.write.ExecContext(ctx, `INSERT INTO volumes (id, node, team_id, name, token, created_at, size_bytes, version, used_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		v.ID, v.Node, v.TeamID, v.Name, token, toMicros(v.CreatedAt), v.SizeBytes, v.Version, v.UsedBytes)
 	if isCode(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) || isCode(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert volume %s: %w", v.Name, store.ErrConflict)
 	}
@@ -129,13 +129,13 @@ func (db *DB) InsertVolume(ctx context.Context, v *store.Volume) error {
 	return nil
 }
 
-const volumeColumns = `id, node, team_id, name, token, created_at, size_bytes`
+const volumeColumns = `id, node, team_id, name, token, created_at, size_bytes, version, used_bytes`
 
 func (db *DB) scanVolume(row scanner) (*store.Volume, error) {
 	var v store.Volume
 	var token string
 	var created int64
-	if err := row.Scan(&v.ID, &v.Node, &v.TeamID, &v.Name, &token, &created, &v.SizeBytes); err != nil {
+	if err := row.Scan(&v.ID, &v.Node, &v.TeamID, &v.Name, &token, &created, &v.SizeBytes, &v.Version, &v.UsedBytes); err != nil {
 		return nil, err
 	}
 	var err error
@@ -158,10 +158,15 @@ func (db *DB) GetVolume(ctx context.Context, id string) (*store.Volume, error) {
 	return v, nil
 }
 
-// ListVolumes returns node's volumes of teamID (every team's when ""), oldest first.
+// ListVolumes returns node's volumes (every node's when store.AllNodes) of teamID (every
+// team's when ""), oldest first.
 func (db *DB) ListVolumes(ctx context.Context, node, teamID string) ([]*store.Volume, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+volumeColumns+` FROM volumes WHERE node = ? AND (? = '' OR team_id = ?)
-		ORDER BY created_at, id`, node, teamID, teamID)
+	// Two queries rather than an OR on a parameter, so one node's listing keeps its index.
+	q, args := `SELECT `+volumeColumns+` FROM volumes WHERE node = ? AND (? = '' OR team_id = ?) ORDER BY created_at, id`, []any{node, teamID, teamID}
+	if node == store.AllNodes {
+		q, args = `SELECT `+volumeColumns+` FROM volumes WHERE ? = '' OR team_id = ? ORDER BY created_at, id`, []any{teamID, teamID}
+	}
+	rows, err := db.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
@@ -175,6 +180,25 @@ func (db *DB) ListVolumes(ctx context.Context, node, teamID string) ([]*store.Vo
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// MoveVolume hands volume id from node from to node to, at version and usedBytes; ErrConflict
+// when from does not hold it.
+func (db *DB) MoveVolume(ctx context.Context, id, from, to string, version, usedBytes int64) error {
+	res, err := db.write.ExecContext(ctx, `UPDATE volumes SET node = ?, version = ?, used_bytes = ? WHERE id = ? AND node = ?`, to, version, usedBytes, id, from)
+	if isCode(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
+		return fmt.Errorf("move volume %s to node %q: %w: the team has a volume of its name there", id, to, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("move volume %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if _, gerr := db.GetVolume(ctx, id); gerr != nil {
+			return gerr
+		}
+		return fmt.Errorf("move volume %s from node %q: %w: another node holds it", id, from, store.ErrConflict)
+	}
+	return nil
 }
 
 // DeleteVolume removes volume id's record; its leases go with it (ON DELETE CASCADE).

@@ -119,6 +119,25 @@ func volumeRecords(t *testing.T, s Engine) {
 	if got := ids(must[[]*store.Volume](t)(s.ListVolumes(ctx, "node-b", ""))); !reflect.DeepEqual(got, []string{"vol-d"}) {
 		t.Errorf("node-b's volumes: %v", got)
 	}
+	if got := ids(must[[]*store.Volume](t)(s.ListVolumes(ctx, store.AllNodes, "team-1"))); !reflect.DeepEqual(got, []string{"vol-a", "vol-d", "vol-b"}) {
+		t.Errorf("team-1's volumes on every node: %v", got)
+	}
+	// A volume changes hands only from the node that holds it.
+	if err := s.MoveVolume(ctx, "vol-d", "node-c", "node-a", 1, 10); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a move from a node that does not hold the volume: %v", err)
+	}
+	if err := s.MoveVolume(ctx, "vol-none", "", "node-a", 1, 10); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a move of an unknown volume: %v", err)
+	}
+	if err := s.MoveVolume(ctx, "vol-d", "node-b", "node-c", 3, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if got := must[*store.Volume](t)(s.GetVolume(ctx, "vol-d")); got.Node != "node-c" || got.Version != 3 || got.UsedBytes != 4096 {
+		t.Fatalf("a moved volume reads %+v", got)
+	}
+	if err := s.MoveVolume(ctx, "vol-d", "node-b", "node-a", 4, 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second move from the node it left: %v", err)
+	}
 
 	leases := func(id string) []*store.VolumeLease { return must[[]*store.VolumeLease](t)(s.VolumeLeases(ctx, id)) }
 	if got := leases("vol-a"); len(got) != 0 {

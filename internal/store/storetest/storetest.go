@@ -36,6 +36,7 @@ type Engine interface {
 	store.TemplateBuilds
 	store.Records
 	store.SealedSets
+	store.Templates
 	DownsampleSamples(ctx context.Context, sandboxID string, points int) ([]store.MetricSample, error)
 }
 
@@ -66,6 +67,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("snapshot, volume and network records", func(t *testing.T) { records(t, open(t, false)) })
 	t.Run("sealed snapshot, volume and network records", func(t *testing.T) { records(t, open(t, true)) })
 	t.Run("the vault's sealed sets", func(t *testing.T) { sealedSets(t, open(t, false)) })
+	t.Run("templates, their tags and their layers", func(t *testing.T) { templates(t, open(t, false)) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/template"
 	"github.com/cove-dev/cove/internal/template/dockerfile"
 )
@@ -106,7 +107,13 @@ func TestParseRefusesWhatCoveCannotBuild(t *testing.T) {
 func TestDockerfileBuildsATemplate(t *testing.T) {
 	rt := runtimetest.Runc(t)
 	ctx := context.Background()
-	store, err := template.Open(t.TempDir(), rt)
+	data := t.TempDir()
+	db, err := sqlite.Open(ctx, filepath.Join(data, "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store, err := template.Open(ctx, data, db, rt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,35 +1,23 @@
-package sampler
+package teamroutes
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/teamapi"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
 // maxSandboxIDs bounds one GET /sandboxes/metrics.
 const maxSandboxIDs = 100
 
-// APIConfig is what NewAPI needs.
-type APIConfig struct {
-	Store store.MetricStore
-	// Team returns the authenticated caller's team; the API answers 401 when ok is false.
-	Team func(ctx context.Context) (teamID string, ok bool)
-	// Sandbox returns nil when team teamID may read sandbox id's metrics, killed sandboxes
-	// included. An error wrapping store.ErrNotFound answers 404 (also for another team's
-	// sandbox); any other error answers 500.
-	Sandbox func(ctx context.Context, teamID, id string) error
-}
+type metricAPI struct{ cfg Config }
 
-type api struct{ cfg APIConfig }
-
-// NewAPI returns E2B's metrics API on cfg.Store (run it behind the API's authentication):
+// metricRoutes are E2B's metrics routes on cfg.Metrics:
 //
 //	GET /sandboxes/{id}/metrics?start&end     the sandbox's samples, oldest first
 //	GET /sandboxes/metrics?sandbox_ids=a,b    {"sandboxes": {id: newest sample}}
@@ -38,17 +26,18 @@ type api struct{ cfg APIConfig }
 // comma-separated or repeated, 1 to 100 ids; ids the team does not own, or without
 // samples, are left out. A sample is E2B's SandboxMetric plus netRxBytes, netTxBytes,
 // netRxPackets and netTxPackets, counters since the sandbox started.
-func NewAPI(cfg APIConfig) *teamapi.Mux {
-	a, mux := &api{cfg: cfg}, teamapi.New("metrics api", cfg.Team)
-	mux.Handle("GET /sandboxes/{id}/metrics", a.sandboxMetrics)
-	mux.Handle("GET /sandboxes/metrics", a.latestMetrics)
-	return mux
+func metricRoutes(cfg Config) []httpx.Route {
+	a := &metricAPI{cfg: cfg}
+	return []httpx.Route{
+		route("GET /sandboxes/{id}/metrics", a.sandboxMetrics),
+		route("GET /sandboxes/metrics", a.latestMetrics),
+	}
 }
 
 // wireMetric is E2B's SandboxMetric, with Cove's network counters: the SDK's type.
 type wireMetric = cove.Metric
 
-func toWire(s store.MetricSample) wireMetric {
+func toWireMetric(s store.MetricSample) wireMetric {
 	t := s.Time.UTC().Truncate(time.Second)
 	return wireMetric{
 		Timestamp: t, TimestampUnix: t.Unix(),
@@ -59,7 +48,7 @@ func toWire(s store.MetricSample) wireMetric {
 	}
 }
 
-func (a *api) sandboxMetrics(w http.ResponseWriter, r *http.Request, teamID string) error {
+func (a *metricAPI) sandboxMetrics(w http.ResponseWriter, r *http.Request, teamID string) error {
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	start, err := parseUnix(q.Get("start"), "start")
@@ -71,27 +60,27 @@ func (a *api) sandboxMetrics(w http.ResponseWriter, r *http.Request, teamID stri
 		return err
 	}
 	if !start.IsZero() && !end.IsZero() && end.Before(start) {
-		return teamapi.BadRequest("end %s is before start %s", q.Get("end"), q.Get("start"))
+		return BadRequest("end %s is before start %s", q.Get("end"), q.Get("start"))
 	}
 	if !end.IsZero() {
 		end = end.Add(time.Second - time.Microsecond) // the whole end second
 	}
-	if a.cfg.Sandbox != nil {
-		if err := a.cfg.Sandbox(r.Context(), teamID, id); err != nil {
+	if a.cfg.MetricSandbox != nil {
+		if err := a.cfg.MetricSandbox(r.Context(), teamID, id); err != nil {
 			return fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
-	samples, err := a.cfg.Store.QuerySamples(r.Context(), id, start, end)
+	samples, err := a.cfg.Metrics.QuerySamples(r.Context(), id, start, end)
 	if err != nil {
 		return err
 	}
 	out := make([]wireMetric, 0, len(samples))
 	for _, s := range samples {
 		if s.TeamID == teamID {
-			out = append(out, toWire(s))
+			out = append(out, toWireMetric(s))
 		}
 	}
-	teamapi.WriteJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -102,12 +91,12 @@ func parseUnix(v, name string) (time.Time, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return time.Time{}, teamapi.BadRequest("%s %q is not a unix time in seconds", name, v)
+		return time.Time{}, BadRequest("%s %q is not a unix time in seconds", name, v)
 	}
 	return time.Unix(n, 0), nil
 }
 
-func (a *api) latestMetrics(w http.ResponseWriter, r *http.Request, teamID string) error {
+func (a *metricAPI) latestMetrics(w http.ResponseWriter, r *http.Request, teamID string) error {
 	var ids []string
 	seen := map[string]bool{}
 	for _, v := range r.URL.Query()["sandbox_ids"] {
@@ -119,19 +108,19 @@ func (a *api) latestMetrics(w http.ResponseWriter, r *http.Request, teamID strin
 		}
 	}
 	if len(ids) == 0 {
-		return teamapi.BadRequest("sandbox_ids is required: a comma-separated list of sandbox ids")
+		return BadRequest("sandbox_ids is required: a comma-separated list of sandbox ids")
 	}
 	if len(ids) > maxSandboxIDs {
-		return teamapi.BadRequest("sandbox_ids has %d ids; at most %d", len(ids), maxSandboxIDs)
+		return BadRequest("sandbox_ids has %d ids; at most %d", len(ids), maxSandboxIDs)
 	}
-	samples, err := a.cfg.Store.LatestSamples(r.Context(), teamID, ids)
+	samples, err := a.cfg.Metrics.LatestSamples(r.Context(), teamID, ids)
 	if err != nil {
 		return err
 	}
 	out := cove.SandboxesWithMetrics{Sandboxes: make(map[string]wireMetric, len(samples))}
 	for _, s := range samples {
-		out.Sandboxes[s.SandboxID] = toWire(s)
+		out.Sandboxes[s.SandboxID] = toWireMetric(s)
 	}
-	teamapi.WriteJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

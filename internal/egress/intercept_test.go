@@ -1,4 +1,4 @@
-package network_test
+package egress_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/egress"
 	"github.com/cove-dev/cove/internal/network"
 	"github.com/cove-dev/cove/internal/network/nettest"
 )
@@ -21,14 +22,14 @@ import (
 // startManager starts a Manager on a reserved test pool whose sandboxes reach nothing but
 // 198.18.0.0/15, resolving through in's DNS and trusting its HTTPS server; edit changes
 // the config first. Refusals go to the returned channel.
-func startManager(t *testing.T, in *nettest.Internet, edit func(*network.Config)) (*network.Manager, chan network.Denied) {
+func startManager(t *testing.T, in *nettest.Internet, edit func(*network.Config)) (*network.Manager, chan egress.Denied) {
 	t.Helper()
 	srv := nettest.ReserveServer(t)
-	denied := make(chan network.Denied, 100)
+	denied := make(chan egress.Denied, 100)
 	cfg := network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
 		DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1,
 		StateDir: t.TempDir(), UpstreamCAs: in.CAPEM,
-		OnDenied: func(_ context.Context, d network.Denied) {
+		OnDenied: func(_ context.Context, d egress.Denied) {
 			select {
 			case denied <- d:
 			default:
@@ -47,7 +48,7 @@ func startManager(t *testing.T, in *nettest.Internet, edit func(*network.Config)
 
 // waitDenied returns the first report for id that match accepts, or fails after a generous
 // deadline.
-func waitDenied(t *testing.T, denied chan network.Denied, id string, match func(network.Denied) bool) network.Denied {
+func waitDenied(t *testing.T, denied chan egress.Denied, id string, match func(egress.Denied) bool) egress.Denied {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
@@ -103,16 +104,16 @@ func countingListener(t *testing.T, netns, addr string) *atomic.Int32 {
 func TestInterceptorRefusesWhatTheTableRefuses(t *testing.T) {
 	in := nettest.New(t)
 	m, denied := startManager(t, in, nil)
-	rules := []network.Transform{{Pattern: "web.test", Headers: map[string]string{"X-Rule": "1"}}}
+	rules := []egress.Transform{{Pattern: "web.test", Headers: map[string]string{"X-Rule": "1"}}}
 	// allowOut names the whole pool: other sandboxes stay out of reach all the same.
-	a := attach(t, m, "sb-int-a", network.Policy{AllowInternet: true, Transforms: rules, AllowOut: []netip.Prefix{m.Pool()}})
-	b := attach(t, m, "sb-int-b", network.Policy{AllowInternet: true})
+	a := attach(t, m, "sb-int-a", egress.Policy{AllowInternet: true, Transforms: rules, AllowOut: []netip.Prefix{m.Pool()}})
+	b := attach(t, m, "sb-int-b", egress.Policy{AllowInternet: true})
 	hostHTTP := countingListener(t, "", net.JoinHostPort(in.Gateway.String(), "80"))
 	hostTLS := countingListener(t, "", net.JoinHostPort(in.Gateway.String(), "443"))
 	otherSandbox := countingListener(t, b.Netns, "0.0.0.0:80")
 
 	t.Run("the interceptor passes an allowed destination through (the test can fail)", func(t *testing.T) {
-		if _, err := get(a.Netns, "http://"+in.Other.String()+"/"); err != nil {
+		if _, err := nettest.Get(a.Netns, "http://"+in.Other.String()+"/"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -120,11 +121,11 @@ func TestInterceptorRefusesWhatTheTableRefuses(t *testing.T) {
 		name string
 		dst  netip.AddrPort
 		seen *atomic.Int32
-		kind network.DenyKind
+		kind egress.DenyKind
 	}{
-		{"plain HTTP to a service on the host's own address is refused", netip.AddrPortFrom(in.Gateway, 80), hostHTTP, network.DenyHost},
-		{"TLS to a service on the host's own address is refused", netip.AddrPortFrom(in.Gateway, 443), hostTLS, network.DenyHost},
-		{"plain HTTP to another sandbox is refused though allowOut names the pool", netip.AddrPortFrom(b.Addr, 80), otherSandbox, network.DenyLinkLocal},
+		{"plain HTTP to a service on the host's own address is refused", netip.AddrPortFrom(in.Gateway, 80), hostHTTP, egress.DenyHost},
+		{"TLS to a service on the host's own address is refused", netip.AddrPortFrom(in.Gateway, 443), hostTLS, egress.DenyHost},
+		{"plain HTTP to another sandbox is refused though allowOut names the pool", netip.AddrPortFrom(b.Addr, 80), otherSandbox, egress.DenyLinkLocal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -143,7 +144,7 @@ func TestInterceptorRefusesWhatTheTableRefuses(t *testing.T) {
 			if n := tc.seen.Load(); n != 0 {
 				t.Fatalf("the service at %s accepted %d connections from the sandbox", tc.dst, n)
 			}
-			d := waitDenied(t, denied, "sb-int-a", func(d network.Denied) bool { return d.Dst == tc.dst })
+			d := waitDenied(t, denied, "sb-int-a", func(d egress.Denied) bool { return d.Dst == tc.dst })
 			if d.Kind != tc.kind {
 				t.Fatalf("refused as %+v, want kind %s", d, tc.kind)
 			}
@@ -192,12 +193,12 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 	in.SetName("evil.test", in.Addr) // the web host's certificate is for web.test, not evil.test
 	m, denied := startManager(t, in, nil)
 	const secret = "Bearer planted-secret-77c1"
-	rules := []network.Transform{
+	rules := []egress.Transform{
 		{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}},
 		{Pattern: "ghost.test", Headers: map[string]string{"Authorization": secret}},
 		{Pattern: "evil.test", Headers: map[string]string{"Authorization": secret}},
 	}
-	a := attach(t, m, "sb-dest", network.Policy{AllowInternet: true, Transforms: rules})
+	a := attach(t, m, "sb-dest", egress.Policy{AllowInternet: true, Transforms: rules})
 	attacker := netip.AddrPortFrom(in.Other, 80) // a server the sandbox chose
 
 	t.Run("plain HTTP naming the rule's host, sent to the sandbox's own server, goes to the host's address instead", func(t *testing.T) {
@@ -218,8 +219,8 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 	})
 	t.Run("Cove's answer for the rule's host is kept no longer than its TTL", func(t *testing.T) {
 		in.SetName("moving.test", in.Addr)
-		moving := attach(t, m, "sb-dest-moving", network.Policy{AllowInternet: true,
-			Transforms: []network.Transform{{Pattern: "moving.test", Headers: map[string]string{"Authorization": secret}}}})
+		moving := attach(t, m, "sb-dest-moving", egress.Policy{AllowInternet: true,
+			Transforms: []egress.Transform{{Pattern: "moving.test", Headers: map[string]string{"Authorization": secret}}}})
 		if code, body := send(t, moving.Netns, attacker, "http", "moving.test", "/moving", nil); code != http.StatusOK {
 			t.Fatalf("%d %q", code, body)
 		}
@@ -243,7 +244,7 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 		if r := seen(in, "/ghost"); len(r) != 0 {
 			t.Fatalf("the request went out: %+v", r)
 		}
-		d := waitDenied(t, denied, "sb-dest", func(d network.Denied) bool { return d.Kind == network.DenyHeaderRule })
+		d := waitDenied(t, denied, "sb-dest", func(d egress.Denied) bool { return d.Kind == egress.DenyHeaderRule })
 		if d.Rule != "header rule ghost.test: ghost.test does not resolve" {
 			t.Fatalf("reported %+v", d)
 		}
@@ -259,9 +260,9 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 	t.Run("an address reached through a CNAME to a name the sandbox may not reach gets nothing", func(t *testing.T) {
 		in.SetName("other.test", in.Other)
 		in.SetCNAME("alias.test", "other.test")
-		closed := attach(t, m, "sb-dest-closed", network.Policy{AllowInternet: false, AllowHosts: []string{"alias.test"},
+		closed := attach(t, m, "sb-dest-closed", egress.Policy{AllowInternet: false, AllowHosts: []string{"alias.test"},
 			AllowOut:   []netip.Prefix{netip.PrefixFrom(in.Addr, 32)},
-			Transforms: []network.Transform{{Pattern: "alias.test", Headers: map[string]string{"Authorization": secret}}}})
+			Transforms: []egress.Transform{{Pattern: "alias.test", Headers: map[string]string{"Authorization": secret}}}})
 		code, body := send(t, closed.Netns, netip.AddrPortFrom(in.Addr, 80), "http", "alias.test", "/alias", nil)
 		if code != http.StatusBadGateway || !strings.Contains(body, "which this sandbox's rules refuse") {
 			t.Fatalf("%d %q, want a 502 saying the rules refuse the address", code, body)
@@ -278,8 +279,8 @@ func TestHeaderRuleValuesGoOnlyWhereTheHostResolves(t *testing.T) {
 		if r := seen(in, "/evil"); len(r) != 0 {
 			t.Fatalf("the request reached a server that is not evil.test: %+v", r)
 		}
-		d := waitDenied(t, denied, "sb-dest", func(d network.Denied) bool { return strings.HasPrefix(d.Rule, "header rule evil.test") })
-		if d.Kind != network.DenyHeaderRule || d.Rule != "header rule evil.test: the server has no valid certificate for evil.test" {
+		d := waitDenied(t, denied, "sb-dest", func(d egress.Denied) bool { return strings.HasPrefix(d.Rule, "header rule evil.test") })
+		if d.Kind != egress.DenyHeaderRule || d.Rule != "header rule evil.test: the server has no valid certificate for evil.test" {
 			t.Fatalf("reported %+v", d)
 		}
 	})
@@ -303,11 +304,11 @@ func TestIdentityTokenPlaceholders(t *testing.T) {
 	in := nettest.New(t)
 	in.SetName("web.test", in.Addr)
 	m, denied := startManager(t, in, nil)
-	rule := func(name string) []network.Transform {
-		return []network.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": "Bearer ${e2b.identity.tokens." + name + "}"}}}
+	rule := func(name string) []egress.Transform {
+		return []egress.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": "Bearer ${e2b.identity.tokens." + name + "}"}}}
 	}
-	a := attach(t, m, "sb-iam-a", network.Policy{AllowInternet: true, Transforms: rule("web")})
-	b := attach(t, m, "sb-iam-b", network.Policy{AllowInternet: true, Transforms: rule("web")})
+	a := attach(t, m, "sb-iam-a", egress.Policy{AllowInternet: true, Transforms: rule("web")})
+	b := attach(t, m, "sb-iam-b", egress.Policy{AllowInternet: true, Transforms: rule("web")})
 	m.SetIdentityTokens(tokens{"sb-iam-a": {"web": "jwt-of-a"}, "sb-iam-b": {"web": "jwt-of-b", "other": "x"}})
 	web := netip.AddrPortFrom(in.Addr, 443)
 
@@ -332,7 +333,7 @@ func TestIdentityTokenPlaceholders(t *testing.T) {
 		}
 	})
 	t.Run("a token the sandbox did not register fails the request, naming it", func(t *testing.T) {
-		if err := m.Update(context.Background(), "sb-iam-a", network.Policy{AllowInternet: true, Transforms: rule("other")}); err != nil {
+		if err := m.Update(context.Background(), "sb-iam-a", egress.Policy{AllowInternet: true, Transforms: rule("other")}); err != nil {
 			t.Fatal(err)
 		}
 		code, body := send(t, a.Netns, web, "https", "web.test", "/iam-unknown", m.CAPEM())
@@ -357,9 +358,81 @@ func TestIdentityTokenPlaceholders(t *testing.T) {
 		if r := seen(in, "/iam-off"); len(r) != 0 {
 			t.Fatalf("the request went out: %+v", r)
 		}
-		d := waitDenied(t, denied, "sb-iam-b", func(d network.Denied) bool { return d.Kind == network.DenyHeaderRule })
+		d := waitDenied(t, denied, "sb-iam-b", func(d egress.Denied) bool { return d.Kind == egress.DenyHeaderRule })
 		if !strings.Contains(d.Rule, "workload identity tokens are not enabled") || d.Dst != web {
 			t.Fatalf("reported %+v", d)
+		}
+	})
+}
+
+func TestHeaderTransforms(t *testing.T) {
+	in := nettest.New(t)
+	in.SetName("web.test", in.Addr) // a rule's values go only where Cove's lookup of its host leads
+	srv := nettest.ReserveServer(t)
+	m, err := network.New(context.Background(), network.Config{Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix,
+		LogGroup: srv.LogGroup, DNS: []netip.AddrPort{in.DNS()}, EgressLimit: []netip.Prefix{nettest.Range}, Warm: -1,
+		StateDir: t.TempDir(), UpstreamCAs: in.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	const secret = "Bearer planted-secret-9f3a"
+	rules := []egress.Transform{{Pattern: "web.test", Headers: map[string]string{"Authorization": secret}}}
+	a := attach(t, m, "sb-rules", egress.Policy{AllowInternet: true, Transforms: rules})
+	closed := attach(t, m, "sb-rules-closed", egress.Policy{AllowInternet: false, Transforms: rules})
+	// client speaks HTTPS from inside netns to the web host, trusting roots, naming sni.
+	client := func(netns string, roots []byte) *http.Client {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(roots)
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{RootCAs: pool},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return nettest.DialIn(ctx, netns, network, net.JoinHostPort(in.Addr.String(), "443"))
+			}}}
+	}
+	last := func() nettest.Request { r := in.Requests(); return r[len(r)-1] }
+	t.Run("an HTTPS request to a host with a rule gets the header on the host side, under Cove's CA", func(t *testing.T) {
+		res, err := client(a.Netns, m.CAPEM()).Get("https://web.test/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := last(); got.Header.Get("Authorization") != secret || !got.TLS || got.Path != "/api" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("a plain HTTP request to a host with a rule gets the header", func(t *testing.T) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return nettest.DialIn(ctx, a.Netns, network, net.JoinHostPort(in.Addr.String(), "80"))
+			}}}
+		res, err := c.Get("http://web.test/plain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := last(); got.Header.Get("Authorization") != secret || got.Path != "/plain" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("HTTPS to a host without a rule passes through untouched, with the server's own certificate", func(t *testing.T) {
+		res, err := client(a.Netns, in.CAPEM).Get("https://" + in.Addr.String() + "/through")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := last(); got.Header.Get("Authorization") != "" || got.Path != "/through" {
+			t.Fatalf("the test host saw %+v", got)
+		}
+	})
+	t.Run("a rule grants no access", func(t *testing.T) {
+		before := len(in.Requests())
+		if res, err := client(closed.Netns, m.CAPEM()).Get("https://web.test/"); err == nil {
+			res.Body.Close()
+			t.Fatal("a sandbox without internet access reached the host through its rule")
+		}
+		if len(in.Requests()) != before {
+			t.Fatal("the request reached the test host")
 		}
 	})
 }

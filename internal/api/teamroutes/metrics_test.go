@@ -1,4 +1,4 @@
-package sampler
+package teamroutes
 
 import (
 	"context"
@@ -16,8 +16,6 @@ import (
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	cove "github.com/cove-dev/cove/sdk"
 )
-
-type teamKey struct{}
 
 // newAPI serves the API on a real SQLite store holding samples of sb1 (team-a, every 5 s
 // from t0), sb2 (team-a) and sb3 (team-b). The caller's team comes from X-Team.
@@ -44,23 +42,16 @@ func newAPI(t *testing.T) (http.Handler, time.Time) {
 		t.Fatal(err)
 	}
 	owners := map[string]string{"sb1": "team-a", "sb2": "team-a", "sb3": "team-b"}
-	h := NewAPI(APIConfig{
-		Store: db,
-		Team: func(ctx context.Context) (string, bool) {
-			team, _ := ctx.Value(teamKey{}).(string)
-			return team, team != ""
-		},
-		Sandbox: func(ctx context.Context, teamID, id string) error {
+	h := serve(Config{
+		Metrics: db,
+		MetricSandbox: func(ctx context.Context, teamID, id string) error {
 			if owners[id] != teamID {
 				return fmt.Errorf("%w: sandbox %s", store.ErrNotFound, id)
 			}
 			return nil
 		},
 	})
-	withTeam := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), teamKey{}, r.Header.Get("X-Team"))))
-	})
-	return withTeam, t0
+	return h, t0
 }
 
 func get(t *testing.T, h http.Handler, team, target string) (int, string) {
@@ -74,7 +65,7 @@ func get(t *testing.T, h http.Handler, team, target string) (int, string) {
 	return w.Code, w.Body.String()
 }
 
-func TestAPI(t *testing.T) {
+func TestMetricRoutes(t *testing.T) {
 	t.Parallel()
 	h, t0 := newAPI(t)
 	sec := t0.Unix()

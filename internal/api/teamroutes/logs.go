@@ -1,4 +1,4 @@
-package logs
+package teamroutes
 
 import (
 	"context"
@@ -11,44 +11,26 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/teamapi"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// APIConfig is what the logs HTTP API needs.
-type APIConfig struct {
-	Logs     store.LogStore
-	Commands store.CommandStore
-	// Team returns the team the request's caller belongs to; false when unauthenticated.
-	Team func(ctx context.Context) (teamID string, ok bool)
-	// Sandbox checks that team teamID has sandbox id (killed ones included) and returns its
-	// template; an error wrapping store.ErrNotFound answers 404. Nil skips the check: the
-	// stores' team filter still hides other teams' lines.
-	Sandbox func(ctx context.Context, teamID, id string) (templateID string, err error)
-	// Labels returns the sandbox's metadata, stored once with the sandbox and joined onto
-	// its lines here, at query time, never copied onto every stored line. Nil joins none.
-	Labels func(ctx context.Context, teamID, id string) (map[string]string, error)
-}
-
-// Limits of the HTTP API.
+// Limits of the log and command routes.
 const (
-	maxLimit            = 1000
+	maxLogLimit         = 1000
 	defaultLogLimit     = 1000
 	defaultCommandLimit = 100
 )
 
-type api struct {
-	cfg APIConfig
-	mux *teamapi.Mux
-}
+type logAPI struct{ cfg Config }
 
 // sandboxed runs h only when the path's sandbox is the caller team's (killed ones included).
-func (a *api) sandboxed(h teamapi.HandlerFunc) teamapi.HandlerFunc {
+func (a *logAPI) sandboxed(h teamHandler) teamHandler {
 	return func(w http.ResponseWriter, r *http.Request, team string) error {
-		if a.cfg.Sandbox != nil {
-			if _, err := a.cfg.Sandbox(r.Context(), team, r.PathValue("id")); err != nil {
+		if a.cfg.LogSandbox != nil {
+			if _, err := a.cfg.LogSandbox(r.Context(), team, r.PathValue("id")); err != nil {
 				return err
 			}
 		}
@@ -56,8 +38,7 @@ func (a *api) sandboxed(h teamapi.HandlerFunc) teamapi.HandlerFunc {
 	}
 }
 
-// NewAPI returns the logs HTTP API, for the team cfg.Team finds in each request's context
-// (run it behind the API's authentication):
+// logRoutes are the log and command routes on cfg.Logs and cfg.Commands:
 //
 //	GET /v2/sandboxes/{id}/logs          E2B's {logs:[{timestamp, message, level, fields}]}, plus nextCursor
 //	GET /sandboxes/{id}/logs             E2B's legacy {logs:[{timestamp, line}], logEntries}
@@ -68,13 +49,14 @@ func (a *api) sandboxed(h teamapi.HandlerFunc) teamapi.HandlerFunc {
 // direction (forward, the default, or backward), level (the lowest kept), search, any
 // number of fields.<key>=<value>, request_id, source, stream and pid. The legacy one takes
 // start (unix ms) and limit. The command listing takes limit (1..1000, 100) and cursor.
-func NewAPI(cfg APIConfig) *teamapi.Mux {
-	a := &api{cfg: cfg, mux: teamapi.New("logs api", cfg.Team)}
-	a.mux.Handle("GET /v2/sandboxes/{id}/logs", a.sandboxed(a.logsV2))
-	a.mux.Handle("GET /sandboxes/{id}/logs", a.sandboxed(a.logsLegacy))
-	a.mux.Handle("GET /sandboxes/{id}/commands", a.sandboxed(a.listCommands))
-	a.mux.Handle("GET /sandboxes/{id}/commands/{pid}", a.sandboxed(a.getCommand))
-	return a.mux
+func logRoutes(cfg Config) []httpx.Route {
+	a := &logAPI{cfg: cfg}
+	return []httpx.Route{
+		route("GET /v2/sandboxes/{id}/logs", a.sandboxed(a.logsV2)),
+		route("GET /sandboxes/{id}/logs", a.sandboxed(a.logsLegacy)),
+		route("GET /sandboxes/{id}/commands", a.sandboxed(a.listCommands)),
+		route("GET /sandboxes/{id}/commands/{pid}", a.sandboxed(a.getCommand)),
+	}
 }
 
 // wireLog is E2B's SandboxLogEntry, the SDK's type. Fields are strings, as E2B's are: other
@@ -109,8 +91,8 @@ func toWireLog(l *store.LogLine, labels map[string]string) wireLog {
 
 type logsV2Response = cove.LogPage
 
-func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) error {
-	q, err := logQuery(r.URL.Query())
+func (a *logAPI) logsV2(w http.ResponseWriter, r *http.Request, teamID string) error {
+	q, err := ParseLogQuery(r.URL.Query())
 	if err != nil {
 		return err
 	}
@@ -125,7 +107,7 @@ func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) erro
 	for k, v := range q.Fields {
 		if lv, ok := labels[k]; ok {
 			if lv != v {
-				teamapi.WriteJSON(w, http.StatusOK, out)
+				writeJSON(w, http.StatusOK, out)
 				return nil
 			}
 			delete(q.Fields, k)
@@ -139,15 +121,15 @@ func (a *api) logsV2(w http.ResponseWriter, r *http.Request, teamID string) erro
 		out.Logs = append(out.Logs, toWireLog(&page.Lines[i], labels))
 	}
 	if page.Next != nil {
-		tok := encodeCursor(*page.Next)
+		tok := EncodeLogCursor(*page.Next)
 		out.NextCursor = &tok
 	}
-	teamapi.WriteJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 // labels are the host's labels of sandbox id: its metadata and its id.
-func (a *api) labels(ctx context.Context, teamID, id string) (map[string]string, error) {
+func (a *logAPI) labels(ctx context.Context, teamID, id string) (map[string]string, error) {
 	labels := map[string]string{}
 	if a.cfg.Labels != nil {
 		md, err := a.cfg.Labels(ctx, teamID, id)
@@ -162,28 +144,31 @@ func (a *api) labels(ctx context.Context, teamID, id string) (map[string]string,
 	return labels, nil
 }
 
-func logQuery(v url.Values) (store.LogQuery, error) {
+// ParseLogQuery reads a log listing's parameters as GET /v2/sandboxes/{id}/logs takes them
+// (limit, direction, cursor, level, search, fields.<key>, request_id, source, stream, pid),
+// for other views of the same store too (the console); the caller sets the team and sandbox.
+func ParseLogQuery(v url.Values) (store.LogQuery, error) {
 	var q store.LogQuery
-	direction, err := teamapi.OneOf(v, "direction", "forward", "backward")
+	direction, err := OneOf(v, "direction", "forward", "backward")
 	if err != nil {
 		return q, err
 	}
 	q.Backward = direction == "backward"
-	if q.Limit, err = teamapi.Limit(v, defaultLogLimit, maxLimit); err != nil {
+	if q.Limit, err = Limit(v, defaultLogLimit, maxLogLimit); err != nil {
 		return q, err
 	}
 	if c := v.Get("cursor"); c != "" {
 		if ms, err := strconv.ParseInt(c, 10, 64); err == nil {
 			q.Cursor = time.UnixMilli(ms).UTC()
-		} else if pos, err := decodeCursor(c); err == nil {
+		} else if pos, err := decodeLogCursor(c); err == nil {
 			q.After = &pos
 		} else {
-			return q, teamapi.BadRequest("cursor %q: neither unix milliseconds nor a nextCursor", c)
+			return q, BadRequest("cursor %q: neither unix milliseconds nor a nextCursor", c)
 		}
 	}
 	if l := v.Get("level"); l != "" {
 		if _, ok := store.LogLevelRank(strings.ToLower(l)); !ok {
-			return q, teamapi.BadRequest("level %q: want one of %s", l, strings.Join(store.LogLevels, ", "))
+			return q, BadRequest("level %q: want one of %s", l, strings.Join(store.LogLevels, ", "))
 		}
 		q.MinLevel = strings.ToLower(l)
 	}
@@ -201,30 +186,31 @@ func logQuery(v url.Values) (store.LogQuery, error) {
 	case "", store.SourceEnvd, store.SourceProcess:
 		q.Source = s
 	default:
-		return q, teamapi.BadRequest("source %q: want envd or process", s)
+		return q, BadRequest("source %q: want envd or process", s)
 	}
 	switch s := v.Get("stream"); s {
 	case "", "stdout", "stderr", "pty":
 		q.Stream = s
 	default:
-		return q, teamapi.BadRequest("stream %q: want stdout, stderr or pty", s)
+		return q, BadRequest("stream %q: want stdout, stderr or pty", s)
 	}
 	if p := v.Get("pid"); p != "" {
 		if q.PID, err = strconv.Atoi(p); err != nil || q.PID < 1 {
-			return q, teamapi.BadRequest("pid %q: want a positive integer", p)
+			return q, BadRequest("pid %q: want a positive integer", p)
 		}
 	}
 	return q, nil
 }
 
-// A log cursor is a line's position: base64url("<unix µs>:<seq>"). It never parses as an
-// integer, so it cannot be mistaken for E2B's millisecond cursor.
-func encodeCursor(p store.LogPosition) string {
-	return teamapi.EncodeCursor(p.Time, strconv.FormatInt(p.Seq, 10))
+// EncodeLogCursor is the nextCursor of a line's position, as the log listing gives it:
+// base64url("<unix µs>:<seq>"). It never parses as an integer, so it cannot be mistaken
+// for E2B's millisecond cursor.
+func EncodeLogCursor(p store.LogPosition) string {
+	return EncodeCursor(p.Time, strconv.FormatInt(p.Seq, 10))
 }
 
-func decodeCursor(s string) (store.LogPosition, error) {
-	t, seq, err := teamapi.DecodeCursor(s)
+func decodeLogCursor(s string) (store.LogPosition, error) {
+	t, seq, err := DecodeCursor(s)
 	if err != nil {
 		return store.LogPosition{}, err
 	}
@@ -246,17 +232,17 @@ type legacyResponse struct {
 	LogEntries []wireLog   `json:"logEntries"`
 }
 
-func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) error {
+func (a *logAPI) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) error {
 	v := r.URL.Query()
 	q := store.LogQuery{TeamID: teamID, SandboxID: r.PathValue("id")}
 	var err error
-	if q.Limit, err = teamapi.Limit(v, defaultLogLimit, maxLimit); err != nil {
+	if q.Limit, err = Limit(v, defaultLogLimit, maxLogLimit); err != nil {
 		return err
 	}
 	if s := v.Get("start"); s != "" {
 		ms, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return teamapi.BadRequest("start %q: want unix milliseconds", s)
+			return BadRequest("start %q: want unix milliseconds", s)
 		}
 		q.Cursor = time.UnixMilli(ms).UTC()
 	}
@@ -274,7 +260,7 @@ func (a *api) logsLegacy(w http.ResponseWriter, r *http.Request, teamID string) 
 		out.Logs = append(out.Logs, legacyLog{Timestamp: l.Time, Line: l.Message})
 		out.LogEntries = append(out.LogEntries, toWireLog(l, labels))
 	}
-	teamapi.WriteJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -304,9 +290,9 @@ func toWireCommand(c *store.CommandRecord) wireCommand {
 
 type commandsResponse = cove.CommandPage
 
-func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string) error {
+func (a *logAPI) listCommands(w http.ResponseWriter, r *http.Request, teamID string) error {
 	v := r.URL.Query()
-	limit, err := teamapi.Limit(v, defaultCommandLimit, maxLimit)
+	limit, err := Limit(v, defaultCommandLimit, maxLogLimit)
 	if err != nil {
 		return err
 	}
@@ -323,15 +309,15 @@ func (a *api) listCommands(w http.ResponseWriter, r *http.Request, teamID string
 	if page.Next != "" {
 		out.NextCursor = &page.Next
 	}
-	teamapi.WriteJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (a *api) getCommand(w http.ResponseWriter, r *http.Request, teamID string) error {
+func (a *logAPI) getCommand(w http.ResponseWriter, r *http.Request, teamID string) error {
 	id, p := r.PathValue("id"), r.PathValue("pid")
 	pid, err := strconv.Atoi(p)
 	if err != nil || pid < 1 {
-		return teamapi.BadRequest("pid %q: want a positive integer", p)
+		return BadRequest("pid %q: want a positive integer", p)
 	}
 	c, err := a.cfg.Commands.GetCommand(r.Context(), id, pid, time.Time{})
 	if err != nil {
@@ -340,14 +326,6 @@ func (a *api) getCommand(w http.ResponseWriter, r *http.Request, teamID string) 
 	if c.TeamID != teamID {
 		return fmt.Errorf("command %d of sandbox %s: %w", pid, id, store.ErrNotFound)
 	}
-	teamapi.WriteJSON(w, http.StatusOK, toWireCommand(c))
+	writeJSON(w, http.StatusOK, toWireCommand(c))
 	return nil
 }
-
-// ParseQuery reads a log listing's parameters as GET /v2/sandboxes/{id}/logs takes them
-// (limit, direction, cursor, level, search, fields.<key>, request_id, source, stream, pid),
-// for other views of the same store (the console); the caller sets the team and sandbox.
-func ParseQuery(v url.Values) (store.LogQuery, error) { return logQuery(v) }
-
-// EncodeCursor is the nextCursor of a line's position, as the API gives it.
-func EncodeCursor(p store.LogPosition) string { return encodeCursor(p) }

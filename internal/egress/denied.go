@@ -1,4 +1,4 @@
-package network
+package egress
 
 import (
 	"context"
@@ -56,22 +56,17 @@ type Denied struct {
 	Kind      DenyKind
 	// Rule says which rule in the user's words: "denyOut 0.0.0.0/0", "allowInternetAccess false".
 	Rule  string
-	Count int // packets seen in the window (the kernel logs at most logRate of them)
+	Count int // packets seen in the window (the table logs a sample of them)
 	First time.Time
 }
 
-// Sampling: the kernel logs at most logRate packets a second per rule of a sandbox, and
-// Cove reports at most maxPerFlush destinations per sandbox every flushEvery.
+// Sampling: the table's log rule hands Cove a few packets a second per rule of a sandbox
+// (internal/network's logRule), and Cove reports at most maxPerFlush destinations per
+// sandbox every flushEvery.
 const (
-	logRate     = "10/second burst 20 packets"
 	flushEvery  = 2 * time.Second
 	maxPerFlush = 5
 )
-
-// logRule is the nft statement that hands a sample of a refused packet to Cove.
-func (m *Manager) logRule(kind DenyKind) string {
-	return fmt.Sprintf("limit rate %s log group %d prefix %q", logRate, m.cfg.LogGroup, string(kind))
-}
 
 // nflog reads the refused packets the table logs to its netlink group.
 type nflog struct {
@@ -279,59 +274,53 @@ type deniedKey struct {
 }
 
 // sample counts one refused packet into the current window.
-func (m *Manager) sample(p loggedPacket) {
-	m.mu.Lock()
-	h := m.byAddr[p.src]
-	var id string
-	var pol Policy
-	if h != nil {
-		id, pol = h.id, h.policy
-	}
-	m.mu.Unlock()
+func (e *Enforcer) sample(p loggedPacket) {
+	h, pol := e.lookup(p.src)
 	if h == nil {
 		return
 	}
+	id := h.id
 	telemetryDenied(p.kind)
 	k := deniedKey{id: id, dst: p.dst, proto: p.protocol, kind: p.kind}
-	m.dmu.Lock()
-	defer m.dmu.Unlock()
-	if d := m.window[k]; d != nil {
+	e.dmu.Lock()
+	defer e.dmu.Unlock()
+	if d := e.window[k]; d != nil {
 		d.Count++
 		return
 	}
 	rule := p.rule
 	if rule == "" {
-		rule = ruleText(p.kind, p.dst.Addr(), pol, m.cfg)
+		rule = ruleText(p.kind, p.dst.Addr(), pol, e.cfg)
 	}
-	m.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: rule, Count: 1, First: p.at}
+	e.window[k] = &Denied{SandboxID: id, Dst: p.dst, Proto: p.protocol, Kind: p.kind, Rule: rule, Count: 1, First: p.at}
 }
 
 // collectDenied reads the logged packets into the window and every flushEvery hands at most
 // maxPerFlush per sandbox to the OnDenied callback.
-func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
-	defer m.wg.Done()
+func (e *Enforcer) collectDenied(ctx context.Context, l *nflog) {
+	defer e.wg.Done()
 	l.wg.Add(1)
-	go l.read(m.sample)
+	go l.read(e.sample)
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
 	for {
 		select {
-		case <-m.stop:
+		case <-e.stop:
 			l.close()
 			return
 		case <-tick.C:
 		}
-		m.dmu.Lock()
-		batch := m.window
-		m.window = map[deniedKey]*Denied{}
-		m.dmu.Unlock()
+		e.dmu.Lock()
+		batch := e.window
+		e.window = map[deniedKey]*Denied{}
+		e.dmu.Unlock()
 		perSandbox := map[string]int{}
 		for _, d := range batch {
 			if perSandbox[d.SandboxID]++; perSandbox[d.SandboxID] > maxPerFlush {
 				continue
 			}
-			if m.cfg.OnDenied != nil {
-				m.cfg.OnDenied(ctx, *d)
+			if e.cfg.OnDenied != nil {
+				e.cfg.OnDenied(ctx, *d)
 			}
 		}
 	}
@@ -341,21 +330,21 @@ func (m *Manager) collectDenied(ctx context.Context, l *nflog) {
 // the caller's goroutine: one about to Detach a network that lived shorter than a flush (a
 // build step) reports what its rules refused first. The caller must hold no lock OnDenied
 // takes.
-func (m *Manager) FlushDenied(ctx context.Context, id string) {
-	m.dmu.Lock()
+func (e *Enforcer) FlushDenied(ctx context.Context, id string) {
+	e.dmu.Lock()
 	var mine []Denied
-	for k, d := range m.window {
+	for k, d := range e.window {
 		if k.id == id {
-			delete(m.window, k)
+			delete(e.window, k)
 			mine = append(mine, *d)
 		}
 	}
-	m.dmu.Unlock()
-	if m.cfg.OnDenied == nil {
+	e.dmu.Unlock()
+	if e.cfg.OnDenied == nil {
 		return
 	}
 	for _, d := range mine[:min(len(mine), maxPerFlush)] {
-		m.cfg.OnDenied(ctx, d)
+		e.cfg.OnDenied(ctx, d)
 	}
 }
 

@@ -1,4 +1,4 @@
-package network
+package egress
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -55,7 +56,7 @@ func (p Policy) transformFor(host string) *Transform {
 }
 
 // ca is the Cove CA that signs the certificates the intercepting proxy shows sandboxes; the
-// sandboxes trust it (TrustBundle).
+// sandboxes trust it (internal/network's TrustBundle adds it to theirs).
 type ca struct {
 	cert  *x509.Certificate
 	key   *ecdsa.PrivateKey
@@ -64,14 +65,38 @@ type ca struct {
 	leafs map[string]*tls.Certificate
 }
 
-func newCA() (*ca, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "Cove egress CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
+// newCA makes the CA: from seed (32 secret bytes), one whose key and certificate fields are
+// the seed's, the same at every start and on every node given it; without one, a random CA of
+// this start only.
+func newCA(seed []byte) (*ca, error) {
+	var key *ecdsa.PrivateKey
+	var err error
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "Cove egress CA"},
 		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign}
+	if seed == nil {
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, err
+		}
+		tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(10*365*24*time.Hour)
+	} else {
+		// A scalar is valid below the curve's order: a hash of the seed otherwise (a chance
+		// of about 2^-32 for each try).
+		for scalar := seed; key == nil; {
+			if key, err = ecdsa.ParseRawPrivateKey(elliptic.P256(), scalar); err != nil {
+				h := sha256.Sum256(scalar)
+				scalar = h[:]
+			}
+		}
+		pub, err := key.PublicKey.Bytes()
+		if err != nil {
+			return nil, err
+		}
+		h := sha256.Sum256(pub)
+		tmpl.SerialNumber = new(big.Int).SetBytes(h[:16])
+		tmpl.NotBefore = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		tmpl.NotAfter = tmpl.NotBefore.AddDate(20, 0, 0)
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
@@ -83,40 +108,115 @@ func newCA() (*ca, error) {
 	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leafs: map[string]*tls.Certificate{}}, nil
 }
 
-// loadCA returns the CA kept in dir (ca.pem and ca-key.pem, written by an earlier server), or
-// makes one and keeps it there: the sandboxes a restarted server adopts trust the CA their
-// bundle holds, so it must stay the same.
-func loadCA(dir string) (*ca, error) {
-	certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
-	certPEM, err1 := os.ReadFile(certFile)
-	keyPEM, err2 := os.ReadFile(keyFile)
-	if err1 == nil && err2 == nil {
-		cb, _ := pem.Decode(certPEM)
-		kb, _ := pem.Decode(keyPEM)
-		if cb != nil && kb != nil {
-			cert, err := x509.ParseCertificate(cb.Bytes)
-			if err == nil && time.Now().Before(cert.NotAfter) {
-				if key, err := x509.ParseECPrivateKey(kb.Bytes); err == nil {
-					return &ca{cert: cert, key: key, pem: certPEM, leafs: map[string]*tls.Certificate{}}, nil
-				}
+// Keeper keeps the interception CA's key secret: the server's vault (internal/vault).
+type Keeper interface {
+	// Derive returns 32 secret bytes for label, the same at every start (and on every node of
+	// a cluster, whose vaults share one key).
+	Derive(label string) []byte
+	Seal(name string, plain []byte) ([]byte, error)
+	Unseal(name string, sealed []byte) ([]byte, error)
+}
+
+// caKeyLabel names the CA key's derivation and its sealed name.
+const caKeyLabel = "egress-ca-key"
+
+// loadCA returns the CA the intercepting proxy signs with. Its key is derived from the
+// keeper's, never written (only its certificate is, ca.pem in dir): the same after a restart (the sandboxes a restarted server adopts
+// trust the CA their bundle holds) and on every node of a cluster (a sandbox moved to
+// another node keeps trusting its proxy). Without a keeper (a manager of tests), a CA of this
+// start only.
+//
+// An older release made a random CA and kept its key in the clear in dir (ca-key.pem beside
+// ca.pem): its sandboxes trust that one, so it stays, sealed (ca-key.sealed), and the clear
+// file is removed.
+func loadCA(dir string, k Keeper) (*ca, error) {
+	if k == nil {
+		return newCA(nil)
+	}
+	c, err := legacyCA(dir, k)
+	if c != nil || err != nil {
+		return c, err
+	}
+	if c, err = newCA(k.Derive(caKeyLabel)); err != nil {
+		return nil, err
+	}
+	// An ECDSA signature differs at each signing, so each start's certificate would differ
+	// in its bytes (not in its key, which is what trust rests on): keep the first one made
+	// here (public, ca.pem), so a restarted server hands sandboxes the very bundle they hold.
+	certFile := filepath.Join(dir, "ca.pem")
+	if b, err := os.ReadFile(certFile); err == nil {
+		if cb, _ := pem.Decode(b); cb != nil {
+			if cert, err := x509.ParseCertificate(cb.Bytes); err == nil && c.key.PublicKey.Equal(cert.PublicKey) && time.Now().Before(cert.NotAfter) {
+				c.cert, c.pem = cert, b
+				return c, nil
 			}
 		}
 	}
-	c, err := newCA()
-	if err != nil {
-		return nil, err
+	tmp := certFile + ".tmp"
+	if err := os.WriteFile(tmp, c.pem, 0o644); err != nil {
+		return nil, fmt.Errorf("keep the CA's certificate: %w", err)
 	}
-	der, err := x509.MarshalECPrivateKey(c.key)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return nil, fmt.Errorf("keep the CA key: %w", err)
-	}
-	if err := os.WriteFile(certFile, c.pem, 0o600); err != nil {
-		return nil, fmt.Errorf("keep the CA: %w", err)
+	if err := os.Rename(tmp, certFile); err != nil {
+		return nil, fmt.Errorf("keep the CA's certificate: %w", err)
 	}
 	return c, nil
+}
+
+// legacyCA returns the CA an older release made in dir, sealing its key when it is still in
+// the clear; nil when there is none (or it expired).
+func legacyCA(dir string, k Keeper) (*ca, error) {
+	certFile := filepath.Join(dir, "ca.pem")
+	clearFile, sealedFile := filepath.Join(dir, "ca-key.pem"), filepath.Join(dir, "ca-key.sealed")
+	certPEM, err := os.ReadFile(certFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, clearErr := os.ReadFile(clearFile)
+	if clearErr != nil {
+		sealed, err := os.ReadFile(sealedFile)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if keyPEM, err = k.Unseal(caKeyLabel, sealed); err != nil {
+			return nil, fmt.Errorf("unseal the CA key %s: %w", sealedFile, err)
+		}
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil || !time.Now().Before(cert.NotAfter) {
+		return nil, nil
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil
+	}
+	if clearErr == nil {
+		sealed, err := k.Seal(caKeyLabel, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("seal the CA key: %w", err)
+		}
+		tmp := sealedFile + ".tmp"
+		if err := os.WriteFile(tmp, sealed, 0o600); err != nil {
+			return nil, fmt.Errorf("seal the CA key: %w", err)
+		}
+		if err := os.Rename(tmp, sealedFile); err != nil {
+			return nil, fmt.Errorf("seal the CA key: %w", err)
+		}
+		if err := os.Remove(clearFile); err != nil {
+			return nil, fmt.Errorf("remove the clear CA key: %w", err)
+		}
+	}
+	return &ca{cert: cert, key: key, pem: certPEM, leafs: map[string]*tls.Certificate{}}, nil
 }
 
 // leaf returns a certificate for host signed by the CA, cached.
@@ -147,29 +247,13 @@ func (c *ca) leaf(host string) (*tls.Certificate, error) {
 	return l, nil
 }
 
-// TrustBundle writes the sandbox's CA bundle: the template's (templateBundle, may be nil)
-// with Cove's CA added, to bind-mount over /etc/ssl/certs/ca-certificates.crt.
-func (m *Manager) TrustBundle(id string, templateBundle []byte) (string, error) {
-	path := filepath.Join(m.cfg.FilesDir, "ca-"+id+".crt")
-	b := append(append(bytes.TrimRight(templateBundle, "\n"), '\n'), m.ca.pem...)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", fmt.Errorf("trust bundle: %w", err)
-	}
-	return path, nil
-}
-
-// removeTrustBundle removes what TrustBundle wrote for id.
-func (m *Manager) removeTrustBundle(id string) {
-	_ = os.Remove(filepath.Join(m.cfg.FilesDir, "ca-"+id+".crt"))
-}
-
 // CAPEM is the Cove CA certificate sandboxes trust.
-func (m *Manager) CAPEM() []byte { return m.ca.pem }
+func (e *Enforcer) CAPEM() []byte { return e.ca.pem }
 
 // intercept serves one HTTP (port 80) or TLS (port 443) connection of a sandbox with
 // transforms: a request to a host with a transform gets its headers set, HTTPS terminated
 // with the Cove CA and re-encrypted upstream; anything else passes through untouched.
-func (m *Manager) intercept(c net.Conn, h *held, p Policy, dst netip.AddrPort) {
+func (e *Enforcer) intercept(c net.Conn, h *sandbox, p Policy, dst netip.AddrPort) {
 	if dst.Port() == 443 {
 		sni, replay, err := peekSNI(c)
 		if err != nil {
@@ -177,28 +261,28 @@ func (m *Manager) intercept(c net.Conn, h *held, p Policy, dst netip.AddrPort) {
 		}
 		t := p.transformFor(sni)
 		if t == nil || sni == "" {
-			m.passThrough(replay, dst)
+			e.passThrough(replay, dst)
 			return
 		}
-		tc := tls.Server(replay, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return m.ca.leaf(sni) }})
-		m.serveHTTP(tc, h, p, dst, "https", sni)
+		tc := tls.Server(replay, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return e.ca.leaf(sni) }})
+		e.serveHTTP(tc, h, p, dst, "https", sni)
 		return
 	}
-	m.serveHTTP(c, h, p, dst, "http", "")
+	e.serveHTTP(c, h, p, dst, "http", "")
 }
 
-// egress is where one request goes and the headers it gets (ruleRequest).
-type egress struct {
+// route is where one request goes and the headers it gets (ruleRequest).
+type route struct {
 	to      netip.AddrPort
 	headers map[string]string
 	rule    *Transform // the rule that applies, nil for none
 }
 
-type egressKey struct{}
+type routeKey struct{}
 
 // serveHTTP reads the sandbox's requests on c: one to a host with a transform goes where
 // ruleRequest says, with the transform's headers; any other to dst, untouched.
-func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, scheme, sni string) {
+func (e *Enforcer) serveHTTP(c net.Conn, h *sandbox, p Policy, dst netip.AddrPort, scheme, sni string) {
 	tr := &http.Transport{
 		// The request's URL names the address to dial (Rewrite); the server's name is
 		// checked against sni over TLS.
@@ -206,26 +290,26 @@ func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, s
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
 		},
-		TLSClientConfig:   &tls.Config{ServerName: sni, RootCAs: m.upstreamRoots},
+		TLSClientConfig:   &tls.Config{ServerName: sni, RootCAs: e.upstreamRoots},
 		ForceAttemptHTTP2: false,
 	}
 	defer tr.CloseIdleConnections()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
-			e, _ := r.In.Context().Value(egressKey{}).(egress)
-			r.Out.URL.Scheme, r.Out.URL.Host = scheme, e.to.String()
+			rt, _ := r.In.Context().Value(routeKey{}).(route)
+			r.Out.URL.Scheme, r.Out.URL.Host = scheme, rt.to.String()
 			r.Out.Host = r.In.Host
-			for k, v := range e.headers {
+			for k, v := range rt.headers {
 				r.Out.Header.Set(k, v)
 			}
 		},
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var bad *tls.CertificateVerificationError
-			if e, _ := r.Context().Value(egressKey{}).(egress); e.rule != nil && errors.As(err, &bad) {
-				m.sample(loggedPacket{kind: DenyHeaderRule, src: h.slot.addr, dst: e.to, protocol: "tcp", at: time.Now(),
-					rule: fmt.Sprintf("header rule %s: the server has no valid certificate for %s", e.rule.Pattern, printable(sni))})
-				http.Error(w, fmt.Sprintf("cove egress: the header rule for %s is not applied: the server at %s has no valid certificate for %s", e.rule.Pattern, e.to, sni), http.StatusBadGateway)
+			if rt, _ := r.Context().Value(routeKey{}).(route); rt.rule != nil && errors.As(err, &bad) {
+				e.sample(loggedPacket{kind: DenyHeaderRule, src: h.addr, dst: rt.to, protocol: "tcp", at: time.Now(),
+					rule: fmt.Sprintf("header rule %s: the server has no valid certificate for %s", rt.rule.Pattern, printable(sni))})
+				http.Error(w, fmt.Sprintf("cove egress: the header rule for %s is not applied: the server at %s has no valid certificate for %s", rt.rule.Pattern, rt.to, sni), http.StatusBadGateway)
 				return
 			}
 			http.Error(w, "cove egress: upstream failed", http.StatusBadGateway)
@@ -237,15 +321,15 @@ func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, s
 			host = h
 		}
 		host = strings.ToLower(strings.TrimSuffix(host, "."))
-		e := egress{to: dst}
+		rt := route{to: dst}
 		if t := p.transformFor(host); t != nil && (scheme == "http" || strings.EqualFold(host, sni)) {
 			var err error
-			if e, err = m.ruleRequest(r.Context(), h, p, t, host, dst); err != nil {
+			if rt, err = e.ruleRequest(r.Context(), h, p, t, host, dst); err != nil {
 				http.Error(w, "cove egress: "+err.Error(), http.StatusBadGateway)
 				return
 			}
 		}
-		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), egressKey{}, e)))
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, rt)))
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	_ = srv.Serve(&oneConn{c: c, done: make(chan struct{})})
@@ -257,13 +341,13 @@ func (m *Manager) serveHTTP(c net.Conn, h *held, p Policy, dst netip.AddrPort, s
 // sandbox's policy allows), over TLS only to a server with a certificate for host (the
 // transport checks sni); never to an address the sandbox picked outside that answer. A
 // refusal is reported (network.denied) and nothing is sent.
-func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transform, host string, dst netip.AddrPort) (egress, error) {
+func (e *Enforcer) ruleRequest(ctx context.Context, h *sandbox, p Policy, t *Transform, host string, dst netip.AddrPort) (route, error) {
 	report := func(kind DenyKind, to netip.AddrPort, rule string) {
-		m.sample(loggedPacket{kind: kind, src: h.slot.addr, dst: to, protocol: "tcp", at: time.Now(), rule: rule})
+		e.sample(loggedPacket{kind: kind, src: h.addr, dst: to, protocol: "tcp", at: time.Now(), rule: rule})
 	}
-	refuse := func(kind DenyKind, to netip.AddrPort, rule string, err error) (egress, error) {
+	refuse := func(kind DenyKind, to netip.AddrPort, rule string, err error) (route, error) {
 		report(kind, to, rule)
-		return egress{}, err
+		return route{}, err
 	}
 	// Cove's lookup is a query out like the sandbox's own: a sandbox without internet access
 	// may only have its allowed hostnames looked up, and the rule's own name (the rule's
@@ -273,7 +357,7 @@ func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transfo
 		return refuse(kind, dst, fmt.Sprintf("%s (DNS query for %s not forwarded)", rule, printable(host)),
 			fmt.Errorf("the header rule for %s is not applied: this sandbox has no internet access and %s is not in its allowOut", t.Pattern, host))
 	}
-	addrs, err := m.resolver.lookupA(host)
+	addrs, err := e.resolver.lookupA(host)
 	if err != nil {
 		return refuse(DenyHeaderRule, dst, fmt.Sprintf("header rule %s: %s does not resolve", t.Pattern, printable(host)),
 			fmt.Errorf("the header rule for %s is not applied: %s does not resolve: %w", t.Pattern, host, err))
@@ -283,21 +367,21 @@ func (m *Manager) ruleRequest(ctx context.Context, h *held, p Policy, t *Transfo
 	}
 	var to netip.AddrPort
 	for _, a := range addrs {
-		if _, ok := m.decideNamed(h, a.addr, a.name); ok {
+		if _, ok := e.decideNamed(h, a.addr, a.name); ok {
 			to = netip.AddrPortFrom(a.addr, dst.Port())
 			break
 		}
 	}
 	if !to.IsValid() {
-		kind, _ := m.decideNamed(h, addrs[0].addr, addrs[0].name)
+		kind, _ := e.decideNamed(h, addrs[0].addr, addrs[0].name)
 		report(kind, netip.AddrPortFrom(addrs[0].addr, dst.Port()), "") // the rule that refused it, as the table words it
-		return egress{}, fmt.Errorf("the header rule for %s is not applied: %s resolves to %s, which this sandbox's rules refuse", t.Pattern, host, addrs[0].addr)
+		return route{}, fmt.Errorf("the header rule for %s is not applied: %s resolves to %s, which this sandbox's rules refuse", t.Pattern, host, addrs[0].addr)
 	}
-	headers, err := m.resolveHeaders(ctx, p.Team, h.id, t.Headers)
+	headers, err := e.resolveHeaders(ctx, p.Team, h.id, t.Headers)
 	if err != nil {
 		return refuse(DenyHeaderRule, to, fmt.Sprintf("header rule %s: %v", t.Pattern, err), err)
 	}
-	return egress{to: to, headers: headers, rule: t}, nil
+	return route{to: to, headers: headers, rule: t}, nil
 }
 
 // placeholder is how a rule's header value names a team secret (the SDKs' Secret.fill) or
@@ -312,18 +396,18 @@ type IdentityTokens interface {
 	Token(ctx context.Context, sandboxID, name string) (string, error)
 }
 
-// identitySource holds the manager's IdentityTokens (an interface in an atomic pointer).
+// identitySource holds the enforcer's IdentityTokens (an interface in an atomic pointer).
 type identitySource struct{ IdentityTokens }
 
 // SetIdentityTokens sets what resolves the ${e2b.identity.tokens.<name>} placeholders of
 // header rules, at egress, as secrets are; nil (the default) refuses every request whose
 // rule names one. Safe to call while sandboxes run.
-func (m *Manager) SetIdentityTokens(t IdentityTokens) {
+func (e *Enforcer) SetIdentityTokens(t IdentityTokens) {
 	if t == nil {
-		m.identity.Store(nil)
+		e.identity.Store(nil)
 		return
 	}
-	m.identity.Store(&identitySource{t})
+	e.identity.Store(&identitySource{t})
 }
 
 // errNoIdentity: the server resolves no identity token.
@@ -332,15 +416,15 @@ var errNoIdentity = errors.New("workload identity tokens are not enabled on this
 // resolveHeaders replaces the placeholders of a rule's headers with the team's secrets and
 // the sandbox's identity tokens; one that does not resolve fails the request rather than
 // send the placeholder.
-func (m *Manager) resolveHeaders(ctx context.Context, team, sandboxID string, in map[string]string) (map[string]string, error) {
+func (e *Enforcer) resolveHeaders(ctx context.Context, team, sandboxID string, in map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(in))
 	var missing, tokenErrs []string
 	for k, v := range in {
 		out[k] = placeholder.ReplaceAllStringFunc(v, func(ph string) string {
 			sub := placeholder.FindStringSubmatch(ph)
 			if secret := sub[1]; secret != "" {
-				if m.cfg.SecretValue != nil {
-					if val, ok := m.cfg.SecretValue(team, strings.ToLower(secret)); ok {
+				if e.cfg.SecretValue != nil {
+					if val, ok := e.cfg.SecretValue(team, strings.ToLower(secret)); ok {
 						return val
 					}
 				}
@@ -348,7 +432,7 @@ func (m *Manager) resolveHeaders(ctx context.Context, team, sandboxID string, in
 				return ""
 			}
 			name := sub[2]
-			src := m.identity.Load()
+			src := e.identity.Load()
 			if src == nil {
 				tokenErrs = append(tokenErrs, fmt.Sprintf("identity token %q: %v", name, errNoIdentity))
 				return ""
@@ -377,7 +461,7 @@ func (m *Manager) resolveHeaders(ctx context.Context, team, sandboxID string, in
 }
 
 // passThrough splices c to dst unchanged.
-func (m *Manager) passThrough(c net.Conn, dst netip.AddrPort) {
+func (e *Enforcer) passThrough(c net.Conn, dst netip.AddrPort) {
 	up, err := net.DialTimeout("tcp", dst.String(), 10*time.Second)
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package network
+package egress
 
 import (
 	"cmp"
@@ -34,7 +34,7 @@ type Policy struct {
 	AllowHosts []string
 	// EgressProxy, when set, carries the sandbox's outbound TCP (after the rules above); its
 	// other traffic but DNS is refused.
-	EgressProxy *EgressProxy
+	EgressProxy *Proxy
 	// Transforms set headers on the sandbox's HTTP and HTTPS requests to matching hosts, on
 	// the host side (E2B's network.rules); its TCP to ports 80 and 443 goes through Cove.
 	Transforms []Transform
@@ -42,11 +42,11 @@ type Policy struct {
 	Team string
 }
 
-// openPolicy is a sandbox's policy when its create names no rules.
-var openPolicy = Policy{AllowInternet: true}
+// OpenPolicy is a sandbox's policy when its create names no rules.
+var OpenPolicy = Policy{AllowInternet: true}
 
-// open reports whether p is openPolicy.
-func (p Policy) open() bool {
+// IsOpen reports whether p is OpenPolicy.
+func (p Policy) IsOpen() bool {
 	return p.AllowInternet && len(p.AllowOut) == 0 && len(p.DenyOut) == 0 && len(p.AllowHosts) == 0 && p.EgressProxy == nil &&
 		len(p.Transforms) == 0
 }
@@ -75,7 +75,7 @@ type Spec struct {
 	AllowInternet *bool
 	AllowOut      []string
 	DenyOut       []string
-	EgressProxy   *EgressProxy
+	EgressProxy   *Proxy
 	// Rules are E2B's network.rules: host pattern -> the headers of its transforms.
 	Rules map[string][]map[string]string
 }
@@ -268,7 +268,7 @@ func (p Policy) offlineRule() (DenyKind, string) {
 			return DenyOut, "denyOut " + d.String()
 		}
 	}
-	return DenyOut, "denyOut " + strings.Join(Strings(mergePrefixes(p.DenyOut)), ", ")
+	return DenyOut, "denyOut " + join(p.DenyOut)
 }
 
 // coversAll reports whether the IPv4 prefixes together hold every address.
@@ -293,3 +293,21 @@ func coversAll(ps []netip.Prefix) bool {
 	}
 	return next == 1<<32
 }
+
+// MergePrefixes drops every prefix another one of the list contains.
+func MergePrefixes(in []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(in))
+outer:
+	for i, p := range in {
+		for j, q := range in {
+			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
+				continue outer
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// join renders prefixes for a person, those another one contains left out.
+func join(ps []netip.Prefix) string { return strings.Join(Strings(MergePrefixes(ps)), ", ") }

@@ -1,4 +1,4 @@
-package network
+package egress
 
 import (
 	"crypto/rand"
@@ -201,9 +201,9 @@ func writeTCPMessage(c io.Writer, m []byte) error {
 	return err
 }
 
-// hostResolvers reads the nameservers of a resolv.conf (IPv4, port 53). A loopback one
+// HostResolvers reads the nameservers of a resolv.conf (IPv4, port 53). A loopback one
 // (a local caching resolver) works: the resolver runs on the host.
-func hostResolvers(conf []byte) []netip.AddrPort {
+func HostResolvers(conf []byte) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, line := range strings.Split(string(conf), "\n") {
 		f := strings.Fields(line)

@@ -1,4 +1,4 @@
-package network
+package egress
 
 import (
 	"context"
@@ -19,18 +19,18 @@ import (
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
-// EgressProxy is a SOCKS5 proxy a sandbox's outbound TCP is tunneled through, after its
+// Proxy is a SOCKS5 proxy a sandbox's outbound TCP is tunneled through, after its
 // allow and deny rules (E2B's egressProxy). The sandbox is unaware: its connections are
 // redirected on the host. When the proxy cannot be reached, the connection fails: egress
 // never falls back to going direct.
-type EgressProxy struct {
+type Proxy struct {
 	Address  string // host:port
 	Username string // RFC 1929, at most 255 bytes; "" for no authentication
 	Password string
 }
 
 // parseEgressProxy validates a proxy config; the error names the field.
-func parseEgressProxy(field string, p *EgressProxy, forbidPrivate bool) error {
+func parseEgressProxy(field string, p *Proxy, forbidPrivate bool) error {
 	host, port, err := net.SplitHostPort(p.Address)
 	if err != nil || host == "" {
 		return fmt.Errorf("%w: %s.address %q: want host:port", ErrInvalid, field, p.Address)
@@ -55,6 +55,16 @@ func parseEgressProxy(field string, p *EgressProxy, forbidPrivate bool) error {
 	return nil
 }
 
+// CheckProxy applies an operator's rule on proxy addresses to p's egress proxy, if it has
+// one: with forbidPrivate, one at a private, loopback or link-local address is refused
+// (such a proxy reaches inside the operator's network). Errors wrap ErrInvalid.
+func CheckProxy(p Policy, forbidPrivate bool) error {
+	if p.EgressProxy == nil {
+		return nil
+	}
+	return parseEgressProxy("network.egressProxy", p.EgressProxy, forbidPrivate)
+}
+
 // transparent accepts the TCP connections the table redirects from sandboxes that have an
 // egress proxy, checks them against the sandbox's policy and tunnels them through its proxy.
 type transparent struct {
@@ -62,7 +72,7 @@ type transparent struct {
 	wg sync.WaitGroup
 }
 
-func (m *Manager) listenTransparent() (*transparent, error) {
+func (e *Enforcer) listenTransparent() (*transparent, error) {
 	ln, err := net.Listen("tcp4", "0.0.0.0:0")
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy listener: %w", err)
@@ -79,7 +89,7 @@ func (m *Manager) listenTransparent() (*transparent, error) {
 			t.wg.Add(1)
 			go func() {
 				defer t.wg.Done()
-				m.tunnel(c.(*net.TCPConn))
+				e.tunnel(c.(*net.TCPConn))
 			}()
 		}
 	}()
@@ -94,7 +104,7 @@ func (t *transparent) close() {
 }
 
 // tunnel serves one redirected connection: fail closed on anything unexpected.
-func (m *Manager) tunnel(c *net.TCPConn) {
+func (e *Enforcer) tunnel(c *net.TCPConn) {
 	defer c.Close()
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	dst, err := originalDst(c)
@@ -102,31 +112,25 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 		_ = c.SetLinger(0)
 		return
 	}
-	m.mu.Lock()
-	h := m.byAddr[src]
-	var p Policy
-	if h != nil {
-		p = h.policy
-	}
-	m.mu.Unlock()
+	h, p := e.lookup(src)
 	if h == nil || (p.EgressProxy == nil && len(p.Transforms) == 0) {
 		_ = c.SetLinger(0)
 		return
 	}
-	if kind, ok := m.decide(h, dst.Addr()); !ok {
-		m.sample(loggedPacket{kind: kind, src: src, dst: dst, protocol: "tcp", at: time.Now()})
+	if kind, ok := e.decide(h, dst.Addr()); !ok {
+		e.sample(loggedPacket{kind: kind, src: src, dst: dst, protocol: "tcp", at: time.Now()})
 		_ = c.SetLinger(0) // a reset, as the table gives
 		return
 	}
 	if p.EgressProxy == nil { // redirected for its transforms (ports 80 and 443)
-		m.intercept(c, h, p, dst)
+		e.intercept(c, h, p, dst)
 		return
 	}
 	// A flow to an address an allowed name resolved to asks the proxy for the name (remote
 	// DNS, ATYP=domain), as E2B does; any other, for the address.
-	m.mu.Lock()
+	e.mu.Lock()
 	l, named := h.learned[dst.Addr()]
-	m.mu.Unlock()
+	e.mu.Unlock()
 	name := ""
 	if named && time.Now().Before(l.until) {
 		name = l.name
@@ -135,7 +139,7 @@ func (m *Manager) tunnel(c *net.TCPConn) {
 	up, err := dialSOCKS5(ctx, *p.EgressProxy, dst, name)
 	cancel()
 	if err != nil {
-		m.cfg.Logger.Warn("egress proxy: connection refused (fail closed)", telemetry.KeySandboxID, h.id,
+		e.cfg.Logger.Warn("egress proxy: connection refused (fail closed)", telemetry.KeySandboxID, h.id,
 			telemetry.KeyNetworkDestination, dst.String(), telemetry.KeyNetworkProxy, p.EgressProxy.Address, telemetry.KeyError, err.Error())
 		_ = c.SetLinger(0)
 		return
@@ -186,7 +190,7 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 }
 
 // dialSOCKS5 opens a connection to dst through the proxy (RFC 1928, RFC 1929 auth).
-func dialSOCKS5(ctx context.Context, p EgressProxy, dst netip.AddrPort, name string) (net.Conn, error) {
+func dialSOCKS5(ctx context.Context, p Proxy, dst netip.AddrPort, name string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", p.Address)
 	if err != nil {

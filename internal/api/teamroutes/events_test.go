@@ -1,40 +1,39 @@
-package events
+package teamroutes
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/events"
+	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
+	"github.com/cove-dev/cove/sdk/reason"
 )
 
-type teamKey struct{}
+// loopback is the operator's allow option the tests' receivers on 127.0.0.1 need.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
-// apiServer serves NewAPI with the team taken from an X-Team header, standing in for the
-// API's authentication.
+// apiServer serves the event routes with the team taken from an X-Team header, standing in
+// for the API's authentication.
 func apiServer(t testing.TB, db *sqlite.DB) *httptest.Server {
 	t.Helper()
-	h := NewAPI(Config{Store: db, AllowNets: loopback, Team: func(ctx context.Context) (string, bool) {
-		team, ok := ctx.Value(teamKey{}).(string)
-		return team, ok
-	}})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if team := r.Header.Get("X-Team"); team != "" {
-			r = r.WithContext(context.WithValue(r.Context(), teamKey{}, team))
-		}
-		h.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewServer(serve(Config{Events: db, AllowNets: loopback}))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -77,7 +76,7 @@ func listAll(t testing.TB, base, path, team string, q url.Values) []string {
 		if resp.StatusCode != 200 {
 			t.Fatalf("GET %s?%s: %d %s", path, q.Encode(), resp.StatusCode, body)
 		}
-		var evs []wireEvent
+		var evs []cove.SandboxEvent
 		if err := json.Unmarshal(body, &evs); err != nil {
 			t.Fatal(err)
 		}
@@ -101,13 +100,13 @@ func TestEventsAPI(t *testing.T) {
 
 	// 30 events for team A, one a second: sandboxes sb0..sb2, types cycling through four.
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	cycle := []EventType{SandboxCreated, SandboxUpdated, SandboxPaused, SandboxKilled}
+	cycle := []events.EventType{events.SandboxCreated, events.SandboxUpdated, events.SandboxPaused, events.SandboxKilled}
 	var all []string // in time order
 	for i := range 30 {
-		ev := Event{Type: cycle[i%4], SandboxID: fmt.Sprintf("sb%d", i%3), TeamID: teamA, TemplateID: "base",
+		ev := events.Event{Type: cycle[i%4], SandboxID: fmt.Sprintf("sb%d", i%3), TeamID: teamA, TemplateID: "base",
 			Timestamp: base.Add(time.Duration(i) * time.Second)}
 		ctx := telemetry.WithRequestID(context.Background(), fmt.Sprintf("req-%d", i))
-		rec, err := toStore(ctx, ev)
+		rec, err := events.Record(ctx, ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +115,7 @@ func TestEventsAPI(t *testing.T) {
 		}
 		all = append(all, rec.ID)
 	}
-	if err := bus.Emit(context.Background(), Event{Type: SandboxCreated, SandboxID: "sbB", TeamID: teamB}); err != nil {
+	if err := bus.Emit(context.Background(), events.Event{Type: events.SandboxCreated, SandboxID: "sbB", TeamID: teamB}); err != nil {
 		t.Fatal(err)
 	}
 	reversed := slices.Clone(all)
@@ -227,7 +226,7 @@ func TestWebhooksAPI(t *testing.T) {
 	if resp.StatusCode != 201 {
 		t.Fatalf("create: %d %s", resp.StatusCode, body)
 	}
-	var created wireWebhook
+	var created cove.Webhook
 	json.Unmarshal(body, &created)
 	if created.ID == "" || len(created.Secret) < 32 || !slices.Equal(created.Events, []string{"sandbox.lifecycle.killed"}) {
 		t.Fatalf("created %s", body)
@@ -239,7 +238,7 @@ func TestWebhooksAPI(t *testing.T) {
 	t.Run("a given secret (E2B's signatureSecret) is kept", func(t *testing.T) {
 		resp, body := call(t, "POST", srv.URL+"/events/webhooks", teamA, map[string]any{
 			"url": "https://example.com/x", "events": []string{"sandbox.lifecycle.created"}, "signatureSecret": "mine"})
-		var h wireWebhook
+		var h cove.Webhook
 		json.Unmarshal(body, &h)
 		if resp.StatusCode != 201 || h.Secret != "mine" {
 			t.Errorf("%d %s", resp.StatusCode, body)
@@ -265,7 +264,7 @@ func TestWebhooksAPI(t *testing.T) {
 		h, _ := db.GetWebhook(context.Background(), teamA, created.ID)
 		waitDelivery(t, db, h)
 		resp, body := call(t, "GET", srv.URL+"/events/webhooks/"+created.ID+"/deliveries", teamA, nil)
-		var ds []wireDelivery
+		var ds []cove.WebhookDelivery
 		json.Unmarshal(body, &ds)
 		if resp.StatusCode != 200 || len(ds) != 1 || ds[0].State != "delivered" || len(ds[0].Attempts) != 1 ||
 			ds[0].Attempts[0].StatusCode != 200 || ds[0].Attempts[0].Attempt != 1 || ds[0].Attempts[0].LatencyMS <= 0 {
@@ -327,4 +326,80 @@ func TestWebhooksAPI(t *testing.T) {
 			t.Errorf("deliveries of a deleted webhook: %d", resp.StatusCode)
 		}
 	})
+}
+
+func newDB(t testing.TB) *sqlite.DB {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "cove.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func newTeam(t testing.TB, db *sqlite.DB) string {
+	t.Helper()
+	team, err := db.CreateTeam(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return team.ID
+}
+
+func newBus(t testing.TB, db store.EventStore) *events.Bus {
+	t.Helper()
+	b, err := events.New(context.Background(), events.Config{Store: db, AttemptTimeout: 2 * time.Second, AllowNets: loopback,
+		Backoff: events.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Attempts: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// receiver is a webhook endpoint that checks every delivery's signature.
+type receiver struct {
+	t      testing.TB
+	mu     sync.Mutex
+	secret string
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	secret := rc.secret
+	rc.mu.Unlock()
+	if r.Header.Get(events.HeaderSignature) != events.Sign(secret, body) {
+		rc.t.Errorf("delivery signature %q does not match its body", r.Header.Get(events.HeaderSignature))
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// waitDelivery waits until webhook h's only delivery is no longer pending.
+func waitDelivery(t testing.TB, db store.EventStore, h *store.Webhook) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ds, err := db.ListDeliveries(context.Background(), h.TeamID, h.ID, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 && ds[0].State != store.DeliveryPending {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("webhook %s: no finished delivery within 10 s", h.ID)
+}
+
+func killedEvent(team string) events.Event {
+	sb := &store.Sandbox{ID: "isb1", TeamID: team, TemplateID: "base", CPUCount: 2, MemoryMB: 512,
+		Metadata: map[string]string{"user": "ada"}, StartedAt: time.Now().Add(-90 * time.Second)}
+	ev := events.ForSandbox(events.SandboxKilled, sb)
+	ev.Data = events.KilledData(reason.KillTimeout, events.ExecutionOf(sb, sb.StartedAt.Add(90*time.Second)))
+	ev.APIKeyID = "key_1"
+	return ev
 }

@@ -1,0 +1,9 @@
+-- +goose Up
+-- Volumes in a cluster (issue 24): a volume no node holds (node '') is its image in the object
+-- store at version; used_bytes is what its files took when it was published.
+ALTER TABLE volumes ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE volumes ADD COLUMN used_bytes BIGINT NOT NULL DEFAULT 0;
+
+-- +goose Down
+ALTER TABLE volumes DROP COLUMN used_bytes;
+ALTER TABLE volumes DROP COLUMN version;

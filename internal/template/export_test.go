@@ -1,0 +1,8 @@
+package template
+
+// For the external tests (package template_test).
+var (
+	OpenData    = openData
+	OpenDir     = openDir
+	TestRecords = testRecords
+)
