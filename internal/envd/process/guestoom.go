@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cove-dev/cove/internal/cgroup"
 	"github.com/cove-dev/cove/internal/telemetry"
 )
 
@@ -153,7 +154,7 @@ func chooseVictim(proc string, pids []int, limit uint64, buf []byte) (candidate,
 	found := false
 	for _, pid := range pids {
 		dir := proc + "/" + strconv.Itoa(pid) + "/"
-		statm, err := readSmall(dir+"statm", buf)
+		statm, err := cgroup.ReadSmall(dir+"statm", buf)
 		if err != nil {
 			continue
 		}
@@ -166,7 +167,7 @@ func chooseVictim(proc string, pids []int, limit uint64, buf []byte) (candidate,
 			continue
 		}
 		adj := int64(0)
-		if b, err := readSmall(dir+"oom_score_adj", buf); err == nil {
+		if b, err := cgroup.ReadSmall(dir+"oom_score_adj", buf); err == nil {
 			adj, _ = strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 		}
 		if adj <= -1000 {
@@ -175,7 +176,7 @@ func chooseVictim(proc string, pids []int, limit uint64, buf []byte) (candidate,
 		points := int64(resident) + adj*total/1000
 		if !found || points > best.points {
 			best = candidate{pid: pid, rss: resident * page, points: points}
-			if b, err := readSmall(dir+"comm", buf); err == nil {
+			if b, err := cgroup.ReadSmall(dir+"comm", buf); err == nil {
 				best.comm = string(bytes.TrimSpace(b))
 			}
 			found = true
@@ -198,7 +199,7 @@ func (k *guestKiller) kill(ctx context.Context, v candidate, used uint64) {
 	k.logger.Warn("guest oom kill", attrs...)
 	stat := k.proc + "/" + strconv.Itoa(v.pid) + "/stat"
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(guestPollMin) {
-		b, err := readSmall(stat, k.buf)
+		b, err := cgroup.ReadSmall(stat, k.buf)
 		if err != nil {
 			return // reaped
 		}
@@ -212,7 +213,7 @@ func (k *guestKiller) kill(ctx context.Context, v candidate, used uint64) {
 // what the sandbox's processes hold that no reclaim frees (gVisor counts tmpfs in it; its
 // page cache is evicted by the sentry itself).
 func anonBytes(meminfo string, buf []byte) (uint64, error) {
-	b, err := readSmall(meminfo, buf)
+	b, err := cgroup.ReadSmall(meminfo, buf)
 	if err != nil {
 		return 0, err
 	}
@@ -234,29 +235,4 @@ func anonBytes(meminfo string, buf []byte) (uint64, error) {
 		return 0, err
 	}
 	return kb << 10, nil
-}
-
-// readSmall reads the small file name into buf with plain system calls (no poller
-// registration, no allocation) and returns its bytes.
-func readSmall(name string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	total := 0
-	for total < len(buf) {
-		n, err := unix.Read(fd, buf[total:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			break
-		}
-		total += n
-	}
-	return buf[:total], nil
 }
