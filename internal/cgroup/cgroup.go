@@ -139,6 +139,16 @@ func (f FS) stat(path string, buf []byte, m *Memory) error {
 	return notFound(err)
 }
 
+// ReadLimit reads path's memory limit alone: Unlimited, or v1's number near it, when none.
+func (f FS) ReadLimit(path string, buf []byte) (uint64, error) {
+	name := "memory.limit_in_bytes"
+	if f.V2 {
+		name = "memory.max"
+	}
+	v, err := readUint(f.file("memory", path, name), sized(buf))
+	return v, notFound(err)
+}
+
 // OOMKills reads path's OOM kill count alone (envd reads it around every process it starts).
 func (f FS) OOMKills(path string, buf []byte) (uint64, error) {
 	buf = sized(buf)

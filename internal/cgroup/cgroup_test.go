@@ -72,6 +72,9 @@ func TestOneReaderForBothVersions(t *testing.T) {
 			if err != nil || u.Usage != w.Usage || u.Limit != w.Limit || u.RSS != w.RSS || u.Cache != w.Cache || u.InactiveFile != w.InactiveFile {
 				t.Errorf("usage %+v %v", u, err)
 			}
+			if l, err := fs.ReadLimit("cove/sb", nil); err != nil || l != w.Limit {
+				t.Errorf("limit %d %v", l, err)
+			}
 			if n, err := fs.OOMKills("cove/sb", nil); err != nil || n != 2 {
 				t.Errorf("oom kills %d %v", n, err)
 			}

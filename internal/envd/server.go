@@ -92,7 +92,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, defaults: cfg.Defaults}
 	s.idle = newIdleTrimmer(trimAfter, dropMappingsAfter)
 	s.procs = process.New(s.defaults, process.Options{KeepEnded: cfg.KeepEnded, Reap: cfg.Reap, Sink: cfg.Sink,
-		Expired: s.idle.afterWork})
+		Expired: s.idle.afterWork, Logger: cfg.Logger})
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxMessageBytes),

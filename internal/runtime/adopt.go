@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -139,6 +140,11 @@ func (r *Runc) Adopt(ctx context.Context, id string) (_ *Sandbox, _ State, err e
 	}
 	network, joined := r.networkOf(id, st.Pid, "")
 	sb := &sandbox{id: id, engine: engine, pid: st.Pid, network: network, netns: joined, exited: make(chan struct{})}
+	if engine == EngineRunsc {
+		if cfg, err := os.ReadFile(filepath.Join(r.dir(id), "config.json")); err == nil {
+			sb.memLimit = configMemoryLimit(cfg)
+		}
+	}
 	if err := r.watchExit(sb, watch); err != nil {
 		stdout.Close()
 		stderr.Close()

@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,14 +144,22 @@ func TestEnginesFreezeAndThaw(t *testing.T) {
 
 func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
 	eachEngine(t, func(t *testing.T, r *runtime.Runc, rootfs string) {
+		engine := runtime.Engine(path.Base(t.Name())) // the subtest is named by its engine
 		t.Run("past its memory limit the sandbox is OOM-killed and the exit says so", func(t *testing.T) {
-			s := run(t, r, runtime.Spec{
-				Rootfs: rootfs,
-				Args:   sh(`x=$(head -c 100000000 /dev/zero | tr '\0' a); echo survived ${#x}`),
-				Limits: runtime.Limits{MemoryBytes: 32 << 20},
-			})
+			// The init holds the memory. Under gVisor no process is killed inside without
+			// envd (the sandbox's OOM killer there, TestEnginesKeepASandboxPastItsMemoryLimit):
+			// the host's OOM killer ends the sentry once the sandbox passes its limit and the
+			// host cgroup's headroom above it, 256 MiB here.
+			script := `x=$(head -c 100000000 /dev/zero | tr '\0' a); echo survived ${#x}`
+			if engine == runtime.EngineRunsc {
+				script = `exec dd if=/dev/zero of=/dev/null bs=400M count=1`
+			}
+			s := run(t, r, runtime.Spec{Rootfs: rootfs, Args: sh(script), Limits: runtime.Limits{MemoryBytes: 32 << 20}})
 			exit := wait(t, r, s.id)
-			if !exit.OOMKilled || exit.Signal != "SIGKILL" {
+			// Under gVisor the host's OOM killer may end the sentry (SIGKILL) or the stub
+			// process that maps the init's memory, and then the sentry ends with the init's
+			// 128+9.
+			if !exit.OOMKilled || exit.Signal != "SIGKILL" && exit.Code != 137 {
 				t.Fatalf("exit = %+v, want OOMKilled by SIGKILL; stdout:\n%s", exit, s.stdout)
 			}
 			st, err := r.Stats(context.Background(), s.id)
@@ -164,7 +173,7 @@ func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
 				t.Fatal("the allocation survived the memory limit")
 			}
 		})
-		t.Run("a fork bomb stops at the pids limit", func(t *testing.T) {
+		t.Run("a fork bomb stops at the pids limit and the sandbox lives on", func(t *testing.T) {
 			const limit = 16
 			s := run(t, r, runtime.Spec{
 				Rootfs: rootfs,
@@ -172,25 +181,6 @@ func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
 				Args:   sh(`sh -c 'i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); echo $i > /tmp/n; done' 2>/dev/null; read n < /tmp/n; echo forked $n; exec sleep 60`),
 				Limits: runtime.Limits{PIDs: limit},
 			})
-			if r.Engine(s.id) == runtime.EngineRunsc {
-				// The sandbox's tasks are the sentry's; on the host each is a stub thread in
-				// the pids cgroup with the sentry's own threads, and when the sentry cannot
-				// start a thread at pids.max it ends, with the whole sandbox: the bound holds,
-				// the sandbox does not survive it (as a runc sandbox whose envd is hit).
-				exit := wait(t, r, s.id)
-				events, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", r.CgroupPath(s.id), "pids.events"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("exit %+v, stdout %q, pids.events %q", exit, s.stdout, strings.TrimSpace(string(events)))
-				if strings.Contains(s.stdout.String(), "forked 300") {
-					t.Fatal("300 sleeps forked past the pids limit")
-				}
-				if strings.TrimSpace(string(events)) == "max 0" {
-					t.Fatalf("the sandbox ended (%+v) without reaching pids.max", exit)
-				}
-				return
-			}
 			s.stdout.waitFor(t, "forked", 30*time.Second)
 			var n int
 			if _, err := fmt.Sscanf(s.stdout.String(), "forked %d", &n); err != nil {
@@ -200,9 +190,18 @@ func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// runsc: the sentry's RLIMIT_NPROC is the limit inside; the host's pids.max, with
+			// room for the sentry's threads, the wall behind it.
+			hostLimit := uint64(limit)
+			if r.Engine(s.id) == runtime.EngineRunsc {
+				hostLimit = 3*limit + 64
+			}
 			t.Logf("%d of 300 sleeps forked; host tasks %d of pids.max %d", n, st.PIDs, st.PIDsLimit)
-			if n >= 300 || n == 0 || st.PIDsLimit != limit {
+			if n >= limit || n == 0 || st.PIDsLimit != hostLimit {
 				t.Fatalf("%d of 300 sleeps forked under a limit of %d (pids.max %d)", n, limit, st.PIDsLimit)
+			}
+			if state, err := r.State(context.Background(), s.id); err != nil || state != runtime.StateRunning {
+				t.Fatalf("after the bomb the sandbox is %v (%v), want running", state, err)
 			}
 		})
 	})
@@ -439,7 +438,7 @@ func TestRunscAnswersInsteadOfTheHostKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := run(t, r, runtime.Spec{Rootfs: runtimetest.BusyboxRootfs(t), Args: sh(
-		`echo release=$(uname -r); echo version=$(cat /proc/version); dmesg | head -1 | sed 's/^/dmesg=/'; echo pid1=$(cat /proc/1/comm); echo cmdline=$(cat /proc/cmdline)`)})
+		`echo release=$(uname -r); echo version=$(cat /proc/version); echo pid1=$(cat /proc/1/comm); echo cmdline=$(cat /proc/cmdline)`)})
 	if exit := wait(t, r, s.id); exit.Code != 0 {
 		t.Fatalf("exit %+v; stderr:\n%s", exit, s.stderr)
 	}
@@ -452,7 +451,6 @@ func TestRunscAnswersInsteadOfTheHostKernel(t *testing.T) {
 	}{
 		{"uname -r is not the host's kernel release", !strings.Contains(out, "release="+hostRelease+"\n") && strings.Contains(out, "release=")},
 		{"/proc/version names gVisor", strings.Contains(out, "version=") && strings.Contains(out, "gvisor")},
-		{"the kernel log is gVisor's", strings.Contains(out, "dmesg=") && strings.Contains(out, "Starting gVisor")},
 		{"pid 1 is the sandbox's init", strings.Contains(out, "pid1=sh\n")},
 		// runc masks /proc/cmdline; gVisor shows its own, the host's never.
 		{"/proc/cmdline is not the host's", strings.Contains(out, "cmdline=") && !strings.Contains(out, "cmdline="+strings.TrimSpace(string(hostCmdline))+"\n")},

@@ -92,6 +92,8 @@ type sandbox struct {
 	checkpointing atomic.Bool
 	// lazy serves its memory after a lazy restore, until every page is in; nil otherwise.
 	lazy *lazyPages
+	// memLimit is a runsc sandbox's memory limit, below its host cgroup's (0: none, or runc).
+	memLimit int64
 }
 
 type idLock struct {
@@ -342,7 +344,8 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: netns: %w", s.ID, err)
 		}
 	}
-	spec := ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp)
+	// The sentry enforces the profile itself (--oci-seccomp), whatever libseccomp runc has.
+	spec := ociSpec(s, root, netns, r.cgroupPath(s.ID), r.seccomp || engine == EngineRunsc && !r.cfg.NoSeccomp)
 	if spec.Annotations == nil {
 		spec.Annotations = map[string]string{}
 	}
@@ -434,10 +437,21 @@ func (r *Runc) Create(ctx context.Context, s Spec) (_ *Sandbox, err error) {
 			return nil, fmt.Errorf("create %s: hostname: %w", s.ID, err)
 		}
 	}
+	var memLimit int64
 	if engine == EngineRunsc {
 		r.reapGofer(s.ID)
+		// The sentry sized itself to the spec's limit when runsc started it: now the host
+		// cgroup gets the headroom that keeps envd, the sandbox's OOM killer, ahead of the
+		// host's.
+		if memLimit = configMemoryLimit(cfg); memLimit > 0 {
+			if err := raiseRunscMemory(r.cgroupPath(s.ID), memLimit); err != nil {
+				outR.Close()
+				errR.Close()
+				return nil, fmt.Errorf("create %s: %w", s.ID, err)
+			}
+		}
 	}
-	sb := &sandbox{id: s.ID, engine: engine, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{})}
+	sb := &sandbox{id: s.ID, engine: engine, pid: pid, network: s.Network, netns: s.Netns, exited: make(chan struct{}), memLimit: memLimit}
 	if err := r.reap(sb); err != nil {
 		outR.Close()
 		errR.Close()
@@ -746,6 +760,9 @@ func (r *Runc) Stats(ctx context.Context, id string) (Stats, error) {
 	s, err := readStats(r.cgroupPath(id))
 	if err != nil {
 		return s, fmt.Errorf("stats %s: %w", id, err)
+	}
+	if sb := r.get(id); sb != nil && sb.memLimit > 0 {
+		s.MemoryLimit = uint64(sb.memLimit) // the sandbox's, not its host cgroup's with the headroom
 	}
 	return s, nil
 }

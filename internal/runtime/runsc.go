@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,8 @@ var runscFlags = []string{
 	// SUID/SGID bits unless told, as runc's kernel honours them. The ID gain stays inside the
 	// sentry, and no_new_privs still stops it where a spec asks.
 	"--allow-suid",
+	// The spec's seccomp profile, enforced by the sentry for the sandbox's processes.
+	"--oci-seccomp",
 }
 
 // findRunsc returns the runsc binary: path when given, else runsc beside the running
@@ -177,27 +180,121 @@ func (r *Runc) checkpointRunsc(ctx context.Context, sb *sandbox, begun time.Time
 }
 
 // runscHostTasks is what a runsc sandbox's host pids cgroup holds beside its own tasks: the
-// sentry's and gofer's threads (25 to 60 measured). gVisor applies the spec's pids limit
-// only to the host cgroup, where each task of the sandbox is also one stub thread (systrap):
-// pids.max there is the sandbox's PIDs plus these, so a fork bomb is still bounded.
+// sentry's and gofer's threads (25 to 60 measured).
 const runscHostTasks = 64
 
-// runscSpec adapts a sandbox's OCI spec to runsc: the pids limit leaves room for the
-// sentry's threads, no seccomp profile (the sentry is the wall; runsc would ignore it
-// without --oci-seccomp), and the root's own /tmp bound on /tmp: runsc mounts a tmpfs of
-// the sentry's memory on an empty /tmp unless the spec mounts something there, and what a
-// sandbox writes in /tmp must land in its root as on runc (its disk limit, a filesystem-only
-// pause, uploads, what the host reads of it).
+// runscSpec adapts a sandbox's OCI spec to runsc:
+//
+//   - PIDs: gVisor applies the spec's pids limit only to the host cgroup, where each task of
+//     the sandbox is two host tasks (systrap's stubs; 25 + 2 per task measured) beside the
+//     sentry's own; at pids.max there
+//     the sentry cannot start a thread and the whole sandbox ends. The sentry does enforce
+//     RLIMIT_NPROC (tasks per user, for every user without CAP_SYS_ADMIN or CAP_SYS_RESOURCE,
+//     which no sandbox has: root included), so that is the limit inside: a fork bomb gets
+//     EAGAIN, as under runc's pids cgroup, and the sandbox lives on. The host's pids.max stays
+//     the wall behind it: three times the limit plus 64, room for one user at the limit, half
+//     as many tasks of root's (envd's) and the sentry's threads.
+//   - Seccomp: the profile stays, enforced by the sentry (--oci-seccomp) for the sandbox's
+//     processes, less the clone3 rule: gVisor answers every denied call with EPERM (it
+//     ignores errnoRet), where libc falls back to clone only on ENOSYS, and the rule is there
+//     only because a host filter cannot read clone3's flags; the sentry checks them itself.
+//   - /tmp: the root's own /tmp is bound on /tmp. runsc mounts a tmpfs of the sentry's
+//     memory on an empty /tmp unless the spec mounts something there, and what a sandbox
+//     writes in /tmp must land in its root as on runc (its disk limit, a filesystem-only
+//     pause, uploads, what the host reads of it).
+//
+// runsc ignores maskedPaths and readonlyPaths: what they hide is the host kernel's, and the
+// sentry's /proc and /sys are its own (docs/runtimes.md).
 func runscSpec(spec *specs.Spec) {
 	tmp := filepath.Join(spec.Root.Path, "tmp")
 	if fi, err := os.Lstat(tmp); err == nil && fi.IsDir() {
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "nosuid", "nodev"}})
 	}
-	if res := spec.Linux.Resources; res != nil && res.Pids != nil && res.Pids.Limit != nil {
-		l := *res.Pids.Limit + runscHostTasks
+	if res := spec.Linux.Resources; res != nil && res.Pids != nil && res.Pids.Limit != nil && *res.Pids.Limit > 0 {
+		n := *res.Pids.Limit
+		rlimits := []specs.POSIXRlimit{{Type: "RLIMIT_NPROC", Hard: uint64(n), Soft: uint64(n)}}
+		for _, rl := range spec.Process.Rlimits {
+			if rl.Type != "RLIMIT_NPROC" {
+				rlimits = append(rlimits, rl)
+			}
+		}
+		spec.Process.Rlimits = rlimits
+		l := 3*n + runscHostTasks
 		res.Pids = &specs.LinuxPids{Limit: &l}
 	}
-	spec.Linux.Seccomp = nil
+	if sc := spec.Linux.Seccomp; sc != nil {
+		var rules []specs.LinuxSyscall
+		for _, rule := range sc.Syscalls {
+			if names := slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool { return n == "clone3" }); len(names) > 0 {
+				rule.Names = names
+				rules = append(rules, rule)
+			}
+		}
+		sc.Syscalls = rules
+	}
+}
+
+// runscMemoryHeadroom is how far above a runsc sandbox's memory limit its host cgroup's
+// limit lies: a quarter of the limit, at least 256 MiB and at most 1 GiB. What the host
+// charges beside the sandbox's own memory must fit in it: the sentry's memory (20 to 40 MiB
+// measured), its stub processes' (130 MiB in all measured after a fork bomb of 512 tasks was
+// killed), and what a process allocates while envd, the sandbox's OOM killer, takes its next
+// look (envd looks every few milliseconds near the limit; a process zeroing fresh memory
+// under gVisor takes about 1 GiB/s here).
+func runscMemoryHeadroom(limit int64) int64 { return min(max(limit/4, 256<<20), 1<<30) }
+
+// raiseRunscMemory gives the host memory cgroup of a runsc sandbox with memory limit limit
+// its headroom. gVisor enforces no memory limit inside (its cgroup keeps the number and
+// nothing more), so with the host's limit at the sandbox's the host's OOM killer would end
+// the whole sandbox, sentry and all, for one process past it. runsc has already sized the
+// sentry to the spec's limit (--total-memory, which the sandbox's /proc/meminfo and its
+// cgroup's memory.limit_in_bytes show, and which envd holds the sandbox to); the host's
+// limit goes up after that. On cgroup v2, memory.high at half the headroom slows an
+// allocator down while envd acts.
+func raiseRunscMemory(cgroupPath string, limit int64) error {
+	host := limit + runscMemoryHeadroom(limit)
+	v := strconv.FormatInt(host, 10)
+	var files []string
+	if hostCgroups().V2 {
+		dir := filepath.Join(cgroupRoot, cgroupPath)
+		files = []string{filepath.Join(dir, "memory.max"), filepath.Join(dir, "memory.high")}
+	} else {
+		dir := filepath.Join(cgroupRoot, "memory", cgroupPath)
+		// memory+swap never below memory: the larger one goes up first.
+		if swapAccounting() {
+			files = append(files, filepath.Join(dir, "memory.memsw.limit_in_bytes"))
+		}
+		files = append(files, filepath.Join(dir, "memory.limit_in_bytes"))
+	}
+	for _, f := range files {
+		val := v
+		if strings.HasSuffix(f, "memory.high") {
+			val = strconv.FormatInt(limit+runscMemoryHeadroom(limit)/2, 10)
+		}
+		if err := writeControl(f, val); err != nil {
+			return fmt.Errorf("memory headroom: %w", err)
+		}
+	}
+	return nil
+}
+
+// configMemoryLimit is the memory limit of the OCI spec cfg (a sandbox's config.json), 0
+// when it has none.
+func configMemoryLimit(cfg []byte) int64 {
+	var spec struct {
+		Linux *struct {
+			Resources *struct {
+				Memory *struct {
+					Limit *int64 `json:"limit"`
+				} `json:"memory"`
+			} `json:"resources"`
+		} `json:"linux"`
+	}
+	if json.Unmarshal(cfg, &spec) != nil || spec.Linux == nil || spec.Linux.Resources == nil ||
+		spec.Linux.Resources.Memory == nil || spec.Linux.Resources.Memory.Limit == nil {
+		return 0
+	}
+	return max(*spec.Linux.Resources.Memory.Limit, 0)
 }
 
 // runscState is what this driver reads of runsc's state file of a sandbox.

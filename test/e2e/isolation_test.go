@@ -20,6 +20,7 @@ import (
 	"github.com/cove-dev/cove/internal/covetest"
 	"github.com/cove-dev/cove/internal/runtime"
 	"github.com/cove-dev/cove/sdk/gen/process"
+	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )
 
 func randomHex(t testing.TB, n int) string {
@@ -118,12 +119,10 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 		}
 	})
 
-	// Last: on runsc it ends the sandbox.
-	oomCase := "a process allocating past the memory limit is SIGKILLed and the sandbox lives on"
-	if engine == runtime.EngineRunsc {
-		oomCase = "a process allocating past the memory limit ends the sandbox with reason oom"
-	}
-	t.Run(oomCase, func(t *testing.T) {
+	// On both engines the process dies and the sandbox lives on: under runc the kernel's OOM
+	// killer chooses it, under gVisor envd does (the sentry enforces no limit inside; the
+	// host cgroup has headroom above it so that the host's OOM killer stays behind envd).
+	t.Run("a process allocating past the memory limit is SIGKILLed and the sandbox lives on", func(t *testing.T) {
 		if mb := sb.info(t).MemoryMB; mb <= 0 || mb >= 1024 {
 			t.Fatalf("sandbox memoryMB is %d, want a limit under the 1 GiB the test allocates", mb)
 		}
@@ -138,24 +137,10 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 			t.Fatalf("start python3: %v", err)
 		}
 		res, err := collect(stream, nil)
-		if engine == runtime.EngineRunsc {
-			// Under gVisor the host's OOM killer sees the sandbox's sentry, not the process in
-			// it: the whole sandbox ends, and Cove says why (docs/runtimes.md).
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				code, body := call(t, http.MethodGet, "/sandboxes/"+sb.ID, nil)
-				if code == http.StatusNotFound && strings.Contains(string(body), "oom") {
-					t.Logf("on runsc the allocation ended the sandbox: %s (the command: %v)", body, err)
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("30 s after a process passed the memory limit on runsc the sandbox reads %d %s, want killed with reason oom", code, body)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
 		if err != nil {
-			t.Fatalf("python3 allocating 1 GiB: %v (%s)", err, res)
+			time.Sleep(time.Second)
+			code, info := call(t, http.MethodGet, "/sandboxes/"+sb.ID, nil)
+			t.Fatalf("python3 allocating 1 GiB: %v (%s); the sandbox: %d %s", err, res, code, info)
 		}
 		if res.end.GetExited() || res.end.GetStatus() != "signal: killed" || !strings.HasPrefix(res.end.GetError(), "oom_killed: ") {
 			t.Errorf("python3 allocating 1 GiB ended with %s, want status \"signal: killed\" and an error saying oom_killed", res)
@@ -183,6 +168,82 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 		}
 		if st := sb.info(t).State; st != "running" {
 			t.Errorf("sandbox state after the OOM kill is %q, want running", st)
+		}
+	})
+
+	// runc's pids cgroup, gVisor's RLIMIT_NPROC (per user; the host's pids.max behind it)
+	// stop the bomb with EAGAIN; killing its command's process group ends it. Under gVisor the
+	// user's bomb leaves root's (envd's) budget whole, and the sandbox must live on. Under
+	// runc the pids cgroup is envd's too: when envd cannot start a thread at the limit it
+	// exits, and the sandbox ends killed with envd_exited, bounded all the same.
+	t.Run("a fork bomb of the user stops at the pids limit and the sandbox lives on", func(t *testing.T) {
+		sb := create(t, nil)
+		e := envdOf(sb)
+		envdExited := func() bool {
+			for deadline := time.Now().Add(5 * time.Second); engine == runtime.EngineRunc && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if code, body := call(t, http.MethodGet, "/sandboxes/"+sb.ID, nil); code == http.StatusNotFound && strings.Contains(string(body), "envd_exited") {
+					t.Logf("under runc the bomb starved envd, and the sandbox ended: %s", body)
+					return true
+				}
+			}
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		as := processconnect.NewProcessClient(&http.Client{Transport: &envdTransport{sb: sb, token: sb.AccessToken, user: "user"}}, server.URL)
+		stdin := false
+		stream, err := as.Start(ctx, connect.NewRequest(&process.StartRequest{
+			Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "bomb() { bomb | bomb & }; bomb; exec sleep 60"}},
+			Stdin:   &stdin,
+		}))
+		if err != nil {
+			t.Fatalf("start the bomb: %v", err)
+		}
+		pids := make(chan uint32, 1)
+		ended := make(chan result, 1)
+		go func() {
+			res, _ := collect(stream, func(pid uint32) { pids <- pid })
+			ended <- res
+		}()
+		pid := <-pids
+		time.Sleep(3 * time.Second) // the bomb fills the sandbox's pids
+		if _, err := e.proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{
+			Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}},
+			Signal:  process.Signal_SIGNAL_SIGKILL,
+		})); err != nil {
+			if envdExited() {
+				return
+			}
+			t.Fatalf("kill the bomb: %v", err)
+		}
+		select {
+		case res := <-ended:
+			res.stderr = res.stderr[:min(len(res.stderr), 200)]
+			t.Logf("the bomb's command ended: %s", res)
+		case <-ctx.Done():
+			t.Fatal("the bomb's command did not end after its kill")
+		}
+		// A child forked while the group's kill went out may outlive it (under gVisor): root,
+		// whose own processes the user's bomb did not count against, ends the rest.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			res, err := e.run(rctx, "pkill -KILL -u user; echo alive")
+			rcancel()
+			if err == nil && res.stdout == "alive\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				if envdExited() {
+					return
+				}
+				t.Fatalf("30 s after the bomb's kill a command gets %v (%s)", err, res)
+			}
+		}
+		if got := e.health(t); got != http.StatusNoContent {
+			t.Errorf("GET /health after the bomb: %d, want 204", got)
+		}
+		if st := sb.info(t).State; st != "running" {
+			t.Errorf("sandbox state after the bomb is %q, want running", st)
 		}
 	})
 }

@@ -95,7 +95,8 @@ func TestCredentialForwarding(t *testing.T) {
 }
 
 // TestResourceBounds: a volume far larger than the free disk is refused; a sandbox cannot
-// open 200k eventfds; a fork-bombed sandbox is killed (promptly) and gone, cgroups and all.
+// open 200k eventfds; a fork bomb of the user leaves the sandbox answering; a fork-bombed
+// sandbox is killed (promptly) and gone, cgroups and all.
 func TestResourceBounds(t *testing.T) {
 	need(t)
 	defer report(t, classBounds)
@@ -141,6 +142,44 @@ echo opened $(cat /tmp/rt-fds.* | awk '{s += $1} END {print s}')`, 2*time.Minute
 		}
 		t.Logf("the sandbox opened %d eventfds (exit %d)", n, code)
 		probe(t, classBounds, "200k eventfds", code != 0 || (n >= 0 && n < 200000), fmt.Sprintf("the sandbox opened %d: exit %d %.200s", n, code, out))
+	})
+	t.Run("a fork bomb of the user leaves the sandbox answering", func(t *testing.T) {
+		// The pids limit stops it (runc's pids cgroup; gVisor's RLIMIT_NPROC, the host's
+		// pids.max behind it): its command killed, the sandbox answers again.
+		sb := sandbox(t, env.keyA, cove.SandboxOptions{Timeout: 5 * time.Minute})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		h, err := sb.Commands.Start(ctx, "bomb() { bomb | bomb & }; bomb; exec sleep 60", cove.User("user"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // the bomb fills the user's pids
+		t0 := time.Now()
+		kerr := h.Kill(ctx)
+		killed := time.Since(t0)
+		var out string
+		var rerr error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			// As root: what a fork let outlive the group's kill (under gVisor) goes too.
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			res, err := sb.Commands.Run(rctx, "pkill -KILL -u user; echo alive", cove.User("root"))
+			rcancel()
+			if rerr = err; err == nil && strings.Contains(res.Stdout, "alive") {
+				out = res.Stdout
+				break
+			}
+			if time.Now().After(deadline) || err != nil && strings.Contains(err.Error(), "was killed") {
+				break
+			}
+		}
+		st, body := call(env.keyA, http.MethodGet, "/sandboxes/"+sb.ID, nil, nil)
+		t.Logf("the bomb's kill took %s", killed.Round(time.Millisecond))
+		// Under runc the pids cgroup is envd's too: envd, unable to start a thread, may exit
+		// and end the sandbox (envd_exited), bounded all the same. Under gVisor the user's
+		// budget is its own (RLIMIT_NPROC): the sandbox must answer again.
+		starved := env.engine == "runc" && st == http.StatusNotFound && strings.Contains(body, "envd_exited")
+		probe(t, classBounds, "a fork bomb of the user", kerr == nil && out != "" && st == http.StatusOK || starved,
+			fmt.Sprintf("kill: %v after %s; a command after it: %v; GET answered %d %.200s", kerr, killed.Round(time.Millisecond), rerr, st, body))
 	})
 	t.Run("a fork-bombed sandbox is killed and gone", func(t *testing.T) {
 		sb := sandbox(t, env.keyA, cove.SandboxOptions{Timeout: 5 * time.Minute})

@@ -8,6 +8,8 @@
 // the whole package, on a template store of its own, with a fake internet (198.18.0.0/15)
 // and a resolver of its own that counts the queries it receives. The template-name class
 // starts a server per name, since a name that works breaks the store for what follows.
+// Every server runs its sandboxes on the engine COVE_RUNTIME names (runc when unset;
+// runsc, gVisor, needs bin/runsc): make redteam runs the package once per engine.
 //
 // One test per class, for -run (make redteam RUN=...): TestTemplateNames, TestImageCache,
 // TestHeaderRuleExfiltration, TestInterceptorDestinations, TestDNS, TestPullSSRF,
@@ -47,6 +49,7 @@ import (
 // env is what every class attacks: the server, its two teams and the fake internet.
 var env struct {
 	skip     string // why the package skips; "" when the server is up
+	engine   string // the engine the servers run sandboxes on (COVE_RUNTIME)
 	bin      string
 	server   *covetest.Process
 	keyA     string // the server's first team: the victim
@@ -107,7 +110,7 @@ func summary() string {
 	tally.Lock()
 	defer tally.Unlock()
 	var b strings.Builder
-	b.WriteString("==> red team summary\n")
+	fmt.Fprintf(&b, "==> red team summary (runtime %s)\n", env.engine)
 	tried, held := 0, 0
 	for _, c := range classOrder {
 		if tally.tried[c] == 0 {
@@ -122,6 +125,8 @@ func summary() string {
 		tried, held = tried+tally.tried[c], held+tally.held[c]
 	}
 	fmt.Fprintf(&b, "    all: tried %d, held %d\n", tried, held)
+	// The plain closing line a CI summary reads: a probe that held passed.
+	fmt.Fprintf(&b, "redteam: %d passed, %d failed\n", held, tried-held)
 	return b.String()
 }
 
@@ -141,6 +146,9 @@ func run(m *testing.M) int {
 	}
 	if os.Geteuid() != 0 {
 		env.skip = "needs root"
+		return m.Run()
+	}
+	if env.skip = useEngine(); env.skip != "" {
 		return m.Run()
 	}
 	defer runtimetest.Cleanup()
@@ -163,13 +171,33 @@ func run(m *testing.M) int {
 		}
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "redteam: cove server at %s, data %s, log %s\n", env.server.URL, env.server.DataDir, env.server.LogPath)
+	fmt.Fprintf(os.Stderr, "redteam: cove server at %s (runtime %s), data %s, log %s\n", env.server.URL, env.engine, env.server.DataDir, env.server.LogPath)
 	code := m.Run()
 	fmt.Print(summary())
 	if code != 0 && os.Getenv("COVE_REDTEAM_LOG") != "" {
 		covetest.PrintLog(os.Stderr, env.server.LogPath, 400)
 	}
 	return code
+}
+
+// useEngine makes every server the package starts run its sandboxes on the engine
+// COVE_RUNTIME names (runc when unset), and says why the package skips when it cannot. The
+// servers' cove is built here, not in bin/, so runsc comes from bin/ put first on PATH.
+func useEngine() (skip string) {
+	e, err := runtime.ParseEngine(os.Getenv(covetest.RuntimeEnv)) // "" is runc
+	if err != nil {
+		return err.Error()
+	}
+	env.engine = e.String()
+	if e == runtime.EngineRunsc {
+		p := runtimetest.RunscPath()
+		if p == "" {
+			return "no bin/runsc (scripts/runsc.sh builds the pinned gVisor; make test does)"
+		}
+		os.Setenv("PATH", filepath.Dir(p)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
+	os.Setenv(covetest.RuntimeEnv, env.engine)
+	return ""
 }
 
 // removeData detaches the volumes' images the server left mounted, then removes tmp.

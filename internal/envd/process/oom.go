@@ -16,9 +16,16 @@ var sandboxCgroup = sync.OnceValue(func() cgroup.FS { return cgroup.Detect("/sys
 // "signal: killed".
 const oomKillText = "oom_killed: the kernel's OOM killer ended it at the sandbox's memory limit (signal: killed)"
 
-// oomKills reads the sandbox's OOM kill count, or -1 when there is none to read (envd run
-// outside a sandbox).
+// guestOOMKillText is oomKillText where envd is the sandbox's OOM killer (guestoom.go).
+const guestOOMKillText = "oom_killed: envd's OOM killer ended it at the sandbox's memory limit (signal: killed)"
+
+// oomKills reads the sandbox's OOM kill count: the guest OOM killer's where it runs
+// (guestoom.go), else the kernel's, or -1 when there is none to read (envd run outside a
+// sandbox).
 func oomKills() int64 {
+	if n := guestKills.Load(); n != nil {
+		return n.Load()
+	}
 	n, err := sandboxCgroup().OOMKills("", nil)
 	if err != nil {
 		return -1

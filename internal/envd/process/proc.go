@@ -273,6 +273,9 @@ func endEvent(ex exit) *pb.ProcessEvent {
 		msg := ex.Text
 		if ex.OOMKilled {
 			msg = oomKillText // the status stays E2B's "signal: killed"
+			if guestKills.Load() != nil {
+				msg = guestOOMKillText
+			}
 		}
 		end.Error = &msg
 	}

@@ -39,6 +39,8 @@ type Options struct {
 	// Expired, when set, is called after kept end events expired: work the service did on
 	// its own, between requests.
 	Expired func()
+	// Logger logs what the service does on its own (the guest OOM killer's kills).
+	Logger *slog.Logger
 }
 
 // Service implements processconnect.ProcessHandler.
@@ -59,6 +61,12 @@ func New(d *identity.Defaults, opts Options) *Service {
 	}
 	t := newTable()
 	t.expired = opts.Expired
+	if opts.Reap {
+		if opts.Logger == nil {
+			opts.Logger = telemetry.Logger(context.Background())
+		}
+		startGuestOOMKiller(opts.Logger)
+	}
 	return &Service{defaults: d, table: t, reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded, sink: opts.Sink}
 }
 
