@@ -44,10 +44,10 @@ staticcheck:
 # The race detector over the packages whose tests are fast enough under it (about two
 # minutes here): everything but the whole-system suites (test/, sdk, cmd) and the runtime's
 # runc tests. It needs cgo (gcc), unlike the build.
-RACE_PKGS := ./internal/collect/ ./internal/console/ ./internal/envd/... ./internal/errdefs/ ./internal/events/ ./internal/httpx/ \
-	./internal/logs/ ./internal/orchestrator/ ./internal/proxy/ ./internal/redact/ ./internal/sampler/ \
-	./internal/server/ ./internal/store/... ./internal/api/... ./internal/telemetry/... ./internal/template/ \
-	./internal/trace/ ./sdk/reason/ ./sdk/requestid/
+RACE_PKGS := ./internal/observe/collect/ ./internal/control/console/ ./internal/guest/envd/... ./internal/errdefs/ ./internal/observe/events/ ./internal/httpx/ \
+	./internal/observe/logs/ ./internal/control/orchestrator/ ./internal/control/proxy/ ./internal/observe/redact/ ./internal/observe/sampler/ \
+	./internal/control/server/ ./internal/store/... ./internal/control/api/... ./internal/observe/telemetry/... ./internal/builder/template/ \
+	./internal/observe/trace/ ./sdk/reason/ ./sdk/requestid/
 # The race detector's reports go to files and are printed again after the run, so that the
 # end of a long log (all a CI summary keeps) holds them whole.
 RACE_LOGS := $(or $(TMPDIR),/tmp)/cove-race-logs
@@ -85,7 +85,7 @@ test: deps build vet staticcheck test-templates
 # Coverage of the packages where the risk is (issue 10 item 6), per package; fails under
 # COVER_MIN. The server's tests run cove server in-process with real runc sandboxes, so, like
 # `make test`, they need root (without it they skip and its figure drops).
-COVER_PKGS := ./internal/orchestrator/ ./internal/server/ ./internal/trace/ ./internal/api/teamroutes/
+COVER_PKGS := ./internal/control/orchestrator/ ./internal/control/server/ ./internal/observe/trace/ ./internal/control/api/teamroutes/
 COVER_MIN  := 70
 cover: test-templates
 	@mkdir -p $(BIN); $(GO) test -count=1 -cover $(COVER_PKGS) >$(BIN)/cover.txt 2>&1; s=$$?; cat $(BIN)/cover.txt; [ $$s = 0 ] || exit $$s

@@ -20,7 +20,7 @@ var (
 )
 
 // namedPaths returns the tree paths a page's code spans name: `internal/x/y.go`,
-// `internal/x/` or `internal/orchestrator/*_test.go`, each up to its first space.
+// `internal/x/` or `internal/control/orchestrator/*_test.go`, each up to its first space.
 func namedPaths(text string) []string {
 	var paths []string
 	for _, m := range codeSpan.FindAllStringSubmatch(text, -1) {
@@ -41,7 +41,7 @@ func namedPaths(text string) []string {
 	return paths
 }
 
-// isSymbol tells `internal/trace.Build` (a package's identifier) from a file's name.
+// isSymbol tells `internal/observe/trace.Build` (a package's identifier) from a file's name.
 func isSymbol(span string) bool {
 	last := span[strings.LastIndex(span, "/")+1:]
 	i := strings.LastIndex(last, ".")
@@ -87,8 +87,8 @@ func TestDocsNameFilesThatExist(t *testing.T) {
 }
 
 func TestNamedPathsFindsPathsOnly(t *testing.T) {
-	got := namedPaths("see `internal/orchestrator/lifecycle.go` and `cove server --x` and `internal/api/ (REST)` and `<data>/vault` and `internal/trace.Build`")
-	want := []string{"internal/orchestrator/lifecycle.go", "internal/api/"}
+	got := namedPaths("see `internal/control/orchestrator/lifecycle.go` and `cove server --x` and `internal/control/api/ (REST)` and `<data>/vault` and `internal/observe/trace.Build`")
+	want := []string{"internal/control/orchestrator/lifecycle.go", "internal/control/api/"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("namedPaths = %q, want %q", got, want)
 	}

@@ -1,7 +1,7 @@
 package cove
 
 // The keys of the SDK's log lines: the values of Cove's one log-key registry (the server's
-// internal/telemetry Key* constants, which the SDK may not import), so a client line and a
+// internal/observe/telemetry Key* constants, which the SDK may not import), so a client line and a
 // server line about the same request use the same keys. internal/layering's test fails when
 // one of these is not the registry's constant of the same name.
 const (

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/templates"
 )
 

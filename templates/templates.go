@@ -19,9 +19,9 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/build"
-	"github.com/cove-dev/cove/internal/template/build/dockerfile"
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/builder/template/build/dockerfile"
 )
 
 //go:embed base

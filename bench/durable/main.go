@@ -253,7 +253,7 @@ func runMode(bin, data string, lazy bool, rounds int) error {
 }
 
 // zeroPages prints what a snapshot of 64 MB of touched zero pages takes on disk: they are
-// holes (internal/runtime/sparse.go), so next to nothing, where they took 64 MB before.
+// holes (internal/sandbox/runtime/sparse.go), so next to nothing, where they took 64 MB before.
 func zeroPages(bin string, s *server) error {
 	var sb struct {
 		SandboxID string `json:"sandboxID"`

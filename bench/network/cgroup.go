@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/bench/internal/measure"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // cgroupAttach times what runc's first move of a sandbox's init into its cgroups costs: the

@@ -5,10 +5,10 @@
 //	go run ./bench/network -creates 50 -mib 1024
 //
 // It needs root and the shared test templates ($COVE_TEST_TEMPLATES). Every packet stays on
-// this machine: it builds a fake internet (internal/network/nettest, 198.18.0.0/15) and its
+// this machine: it builds a fake internet (internal/sandbox/network/nettest, 198.18.0.0/15) and its
 // servers take a reserved 198.19.N.0/24 pool limited to that range. Phases:
 //
-//  1. attach: internal/network's Attach, cold (namespace, veth, addresses, route, nft chain)
+//  1. attach: internal/sandbox/network's Attach, cold (namespace, veth, addresses, route, nft chain)
 //     and from the ready pool;
 //  2. create: create -> `true` finished through the SDK, on a server with --network=false and
 //     on one with networking (ready namespaces on), and with -baseline on a third with an
@@ -37,9 +37,9 @@ import (
 
 	"github.com/cove-dev/cove/bench/internal/measure"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/egress"
-	"github.com/cove-dev/cove/internal/network"
-	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/egress"
+	"github.com/cove-dev/cove/internal/sandbox/network"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

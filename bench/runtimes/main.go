@@ -28,8 +28,8 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/bench/internal/measure"
+	"github.com/cove-dev/cove/internal/builder/template"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/template"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/reason"
 	"github.com/cove-dev/cove/templates"

@@ -18,9 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/template"
 )
 
 // phaseBreakdown replays the server's create path (orchestrator.Create) stage by stage with

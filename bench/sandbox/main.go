@@ -19,7 +19,7 @@
 //  3. density: N idle sandboxes, their memory cgroups summed, MemAvailable as a cross-check;
 //  4. proxy: unary envd calls (GET /health, process.Process/List) through the proxy, against
 //     the same sandbox's envd dialed directly inside its netns, and a `cove envd` on the host;
-//  5. breakdown: the server's create stages replayed with internal/runtime (runc create,
+//  5. breakdown: the server's create stages replayed with internal/sandbox/runtime (runc create,
 //     runc start, envd health wait, /init), to say where create time goes.
 package main
 
@@ -76,7 +76,7 @@ func main() {
 	flag.IntVar(&c.cycles, "cycles", 30, "pause/connect cycles")
 	flag.IntVar(&c.idle, "idle", 20, "idle sandboxes for the density phase")
 	flag.IntVar(&c.reqs, "reqs", 1000, "requests per proxy-overhead series")
-	flag.IntVar(&c.breakdown, "breakdown", 20, "creates replayed stage by stage with internal/runtime (0: skip)")
+	flag.IntVar(&c.breakdown, "breakdown", 20, "creates replayed stage by stage with internal/sandbox/runtime (0: skip)")
 	flag.DurationVar(&c.settle, "settle", 5*time.Second, "wait before sampling idle sandboxes' memory")
 	flag.IntVar(&c.pool, "pool", 4, "warm pool size of base for the pooled creates (0: skip the pool phase)")
 	flag.IntVar(&c.burst, "burst", 100, "sequential creates run against the pool without waiting for its refills")

@@ -17,7 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	pb "github.com/cove-dev/cove/sdk/gen/process"
 	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )

@@ -22,7 +22,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	pb "github.com/cove-dev/cove/sdk/gen/process"
 	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )

@@ -29,10 +29,10 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/bench/internal/measure"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/templates"
 )
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/api"
-	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/control/api"
+	"github.com/cove-dev/cove/internal/control/server"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/build"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/templates"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/requestid"
 )

@@ -10,9 +10,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/template/build"
-	"github.com/cove-dev/cove/internal/template/build/dockerfile"
-	"github.com/cove-dev/cove/internal/template/build/oci"
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/builder/template/build/dockerfile"
+	"github.com/cove-dev/cove/internal/builder/template/build/oci"
 )
 
 // importImageCmd makes a template from a `docker save` or OCI layout archive.

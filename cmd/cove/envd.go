@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/cove-dev/cove/internal/envd"
-	"github.com/cove-dev/cove/internal/envd/process"
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/guest/envd"
+	"github.com/cove-dev/cove/internal/guest/envd/process"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 	"github.com/cove-dev/cove/sdk/envdapi"
 )
 

@@ -16,7 +16,7 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/reason"
 
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 )
 
 func newExecCmd() *cobra.Command {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/network"
+	"github.com/cove-dev/cove/internal/sandbox/network"
 )
 
 // networkFlags are cove server's --network-* flags.

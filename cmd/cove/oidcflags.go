@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/oidc"
-	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/control/oidc"
+	"github.com/cove-dev/cove/internal/control/server"
 )
 
 // oidcFlags registers the workload identity issuer's flags (create's iam).

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 )
 
 // otelFlag adds --otel-endpoint, defaulting to $COVE_OTEL_ENDPOINT, then the standard

@@ -10,13 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/orchestrator"
-	"github.com/cove-dev/cove/internal/retention"
-	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/control/orchestrator"
+	"github.com/cove-dev/cove/internal/control/server"
+	"github.com/cove-dev/cove/internal/observe/retention"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/template/build"
 	"github.com/cove-dev/cove/sdk/envdapi"
 	"github.com/cove-dev/cove/sdk/reason"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cove-dev/cove/internal/telemetry"
-	"github.com/cove-dev/cove/internal/trace"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
+	"github.com/cove-dev/cove/internal/observe/trace"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

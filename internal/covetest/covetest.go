@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/network/nettest"
-	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/template"
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	"github.com/cove-dev/cove/templates"
 )
 
@@ -180,7 +180,7 @@ func StartWithTemplates(t testing.TB, dataDir, templates string) *Server {
 //
 // Every test server's sandboxes have egress, made safe: their addresses come from a /24 of
 // 198.19.0.0/16 reserved for this test, they may reach only 198.18.0.0/15 (the fake
-// internets of internal/network/nettest), and their DNS is answered REFUSED unless a test
+// internets of internal/sandbox/network/nettest), and their DNS is answered REFUSED unless a test
 // names a resolver inside a fake internet (--network-dns). Nothing leaves the machine.
 // At cleanup a server that keeps its sandboxes is started once more with --on-stop kill and
 // stopped, so nothing is left behind.

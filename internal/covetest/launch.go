@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/network/nettest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // BuildBinary builds ./cmd/cove into dir, for harnesses that start a server from TestMain

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	coveruntime "github.com/cove-dev/cove/internal/runtime"
+	coveruntime "github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // RuntimeEnv is the variable that picks a server's engine (`cove server --runtime`'s

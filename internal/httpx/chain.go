@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 )
 
 // Handler is a route's body: it writes the answer, or returns the error the chain answers

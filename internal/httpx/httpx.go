@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/errdefs"
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 )
 
 // RequestContext returns r's context carrying the request id and a logger that logs it, and

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/httpx"
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

@@ -3,7 +3,7 @@
 // over every package's transitive imports, so an arrow running back up fails CI instead of
 // waiting to become an import cycle. Beside it, duplicates_test.go fails when a wire shape (a
 // REST body, an event payload, the error body) is defined twice rather than taken from the
-// contract (sdk/), and edge_test.go fails when a package outside the edges (internal/api and
+// contract (sdk/), and edge_test.go fails when a package outside the edges (internal/control/api and
 // the few listed there) declares an HTTP handler or a mux: every REST route lives under
-// internal/api.
+// internal/control/api.
 package layering

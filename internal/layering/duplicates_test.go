@@ -25,8 +25,8 @@ var duplicateAllowed = map[string]string{
 	// The builder's own types, which the template package persists and switches on (a log
 	// line's Time, a step's typed Kind); they go into the contract when the template
 	// records' move into the store has landed.
-	"level, message, step, timestamp": "internal/template/build.LogEntry is the builder's record of a line",
-	"args, filesHash, force, type":    "internal/template.Step is a template's step, its Kind a StepKind",
+	"level, message, step, timestamp": "internal/builder/template/build.LogEntry is the builder's record of a line",
+	"args, filesHash, force, type":    "internal/builder/template.Step is a template's step, its Kind a StepKind",
 }
 
 // minDuplicateFields is the smallest field set the test compares: two-field pairs

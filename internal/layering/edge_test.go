@@ -15,21 +15,21 @@ import (
 
 // edges are the packages (and their subtrees) that may serve HTTP: declare a handler (a
 // function of an http.ResponseWriter and an *http.Request) or route with net/http's
-// ServeMux. Every REST route lives under internal/api; each other entry says why it serves.
+// ServeMux. Every REST route lives under internal/control/api; each other entry says why it serves.
 var edges = []struct{ dir, why string }{
-	{"internal/api", "the REST routes: one table per tree, served through httpx.Chain"},
+	{"internal/control/api", "the REST routes: one table per tree, served through httpx.Chain"},
 	{"internal/httpx", "the one chain every listener serves through"},
-	{"internal/console", "the console's pages (HTML, not REST), through the chain"},
-	{"internal/proxy", "the door into sandboxes' ports, through the chain"},
-	{"internal/server", "the listener: dispatch to the edges, forwarding between nodes and their routes"},
-	{"internal/envd", "the guest's own server, inside the sandbox"},
-	{"internal/egress", "the egress proxy of sandboxes' outbound traffic, not a route of Cove's"},
-	{"internal/telemetry", "OpenTelemetry's span middleware, not a route"},
+	{"internal/control/console", "the console's pages (HTML, not REST), through the chain"},
+	{"internal/control/proxy", "the door into sandboxes' ports, through the chain"},
+	{"internal/control/server", "the listener: dispatch to the edges, forwarding between nodes and their routes"},
+	{"internal/guest/envd", "the guest's own server, inside the sandbox"},
+	{"internal/sandbox/egress", "the egress proxy of sandboxes' outbound traffic, not a route of Cove's"},
+	{"internal/observe/telemetry", "OpenTelemetry's span middleware, not a route"},
 }
 
 // TestOnlyTheEdgesServeHTTP is the one-edge rule: a package outside the edges declares no
 // HTTP handler and no mux, so a REST route cannot grow in a domain package (events, logs,
-// sampler, trace, retention, cluster serve nothing; their routes are in internal/api).
+// sampler, trace, retention, cluster serve nothing; their routes are in internal/control/api).
 // Test helpers (packages named *test) fake servers Cove does not own and are exempt.
 func TestOnlyTheEdgesServeHTTP(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -64,7 +64,7 @@ func TestOnlyTheEdgesServeHTTP(t *testing.T) {
 				return nil
 			}
 			for _, f := range found {
-				t.Errorf("%s: %s; a REST route's handler belongs under internal/api (its domain package exposes the query it needs)", rel, f)
+				t.Errorf("%s: %s; a REST route's handler belongs under internal/control/api (its domain package exposes the query it needs)", rel, f)
 			}
 			return nil
 		})

@@ -47,7 +47,7 @@ func TestEveryLogKeyIsARegistryConstant(t *testing.T) {
 		scanned++
 		rel, _ := filepath.Rel(root, path)
 		for _, lit := range literalLogKeys(f) {
-			t.Errorf("%s:%d: log key %s is a literal: use (or add) a constant in internal/telemetry's key registry",
+			t.Errorf("%s:%d: log key %s is a literal: use (or add) a constant in internal/observe/telemetry's key registry",
 				rel, fset.Position(lit.Pos()).Line, lit.Value)
 		}
 		return nil
@@ -272,10 +272,10 @@ func stringLit(args []ast.Expr, i int) *ast.BasicLit {
 }
 
 // TestTheSDKsLogKeysAreTheRegistrys checks the Go SDK's log keys (sdk/logkeys.go: the SDK may
-// not import internal/telemetry) against the registry: each keyX is telemetry's KeyX, value
+// not import internal/observe/telemetry) against the registry: each keyX is telemetry's KeyX, value
 // for value.
 func TestTheSDKsLogKeysAreTheRegistrys(t *testing.T) {
-	registry := stringConsts(t, "../telemetry/telemetry.go", "Key")
+	registry := stringConsts(t, "../observe/telemetry/telemetry.go", "Key")
 	sdk := stringConsts(t, "../../sdk/logkeys.go", "key")
 	if len(registry) < 20 || len(sdk) == 0 {
 		t.Fatalf("found %d registry keys and %d SDK keys: have the files moved?", len(registry), len(sdk))
@@ -284,7 +284,7 @@ func TestTheSDKsLogKeysAreTheRegistrys(t *testing.T) {
 		t.Run(name+" is the registry's", func(t *testing.T) {
 			want, ok := registry["K"+name[1:]]
 			if !ok {
-				t.Fatalf("sdk's %s = %q has no constant K%s in internal/telemetry's registry", name, value, name[1:])
+				t.Fatalf("sdk's %s = %q has no constant K%s in internal/observe/telemetry's registry", name, value, name[1:])
 			}
 			if value != want {
 				t.Errorf("sdk's %s = %q, the registry's K%s = %q", name, value, name[1:], want)

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// NetworkRecord is one sandbox's network allocation on one node (internal/network shapes
+// NetworkRecord is one sandbox's network allocation on one node (internal/sandbox/network shapes
 // it): the slot a restarted server gives back to the sandbox it was made for. A record
 // belongs to its node: only that node reads, reclaims or sweeps it.
 type NetworkRecord struct {

@@ -2,7 +2,7 @@ package store
 
 import "context"
 
-// SealedSets keeps the vault's sets (internal/vault: the secret values a sandbox's output is
+// SealedSets keeps the vault's sets (internal/control/vault: the secret values a sandbox's output is
 // redacted of), sealed by the vault before they get here: the store never holds a value in
 // the clear. Each set names the node that put it last: a node lists (and prunes) only its
 // own, while any node reads any set (a sandbox moved to it, a copy of a snapshot taken on

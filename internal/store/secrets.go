@@ -6,7 +6,7 @@ import (
 )
 
 // Secret is a team secret's record (E2B's /secrets API). Its values are kept apart, one per
-// version and sealed by the caller (internal/vault): the store never holds one in the clear.
+// version and sealed by the caller (internal/control/vault): the store never holds one in the clear.
 type Secret struct {
 	ID             string
 	TeamID         string

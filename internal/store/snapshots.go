@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Snapshot is a sandbox snapshot's record (internal/snapshot shapes it). The snapshot's files
+// Snapshot is a sandbox snapshot's record (internal/control/snapshot shapes it). The snapshot's files
 // (the runtime's export) stay on the disk of the node that took it: Node says which.
 type Snapshot struct {
 	ID         string

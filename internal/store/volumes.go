@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Volume is a team's volume's record (internal/snapshot shapes it). Its live files are on
+// Volume is a team's volume's record (internal/control/snapshot shapes it). Its live files are on
 // the disk of one node, Node; in a cluster a volume no node holds ("" there) is its image in
 // the object store at Version, which the next node to mount it fetches.
 type Volume struct {

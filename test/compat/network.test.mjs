@@ -1,5 +1,5 @@
 // The official npm e2b SDK's network options against a real `cove server` whose sandboxes
-// reach a fake internet (internal/network/nettest, 198.18.0.0/15, never the real one).
+// reach a fake internet (internal/sandbox/network/nettest, 198.18.0.0/15, never the real one).
 // test/server (network_test.go, TestOfficialSDKNetwork) builds both and runs this file with
 // `node --test`; it names the test hosts in COVE_TEST_HOST, COVE_TEST_OTHER and
 // COVE_TEST_NAME (a name the fake internet's DNS answers with COVE_TEST_HOST), and its SOCKS5

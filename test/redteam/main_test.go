@@ -37,12 +37,12 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/cove-dev/cove/internal/builder/template"
+	"github.com/cove-dev/cove/internal/builder/template/build/oci/ocitest"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
-	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/runtime/runtimetest"
-	"github.com/cove-dev/cove/internal/template"
-	"github.com/cove-dev/cove/internal/template/build/oci/ocitest"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime/runtimetest"
 	"github.com/cove-dev/cove/templates"
 )
 

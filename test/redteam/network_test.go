@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/cove-dev/cove/internal/builder/template/build/oci/ocitest"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime/runtimetest"
-	"github.com/cove-dev/cove/internal/template/build/oci/ocitest"
+	"github.com/cove-dev/cove/internal/sandbox/runtime/runtimetest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // TestFilesystemPause drives E2B's pause({keepMemory: false}) over REST: the sandbox keeps

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // TestOfficialSDKAcrossACrash is the "done when" with the official npm e2b SDK: it

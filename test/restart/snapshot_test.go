@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

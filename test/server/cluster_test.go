@@ -20,7 +20,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/blob/blobtest"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/reason"

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cove-dev/cove/internal/api"
+	"github.com/cove-dev/cove/internal/control/api"
 	"github.com/cove-dev/cove/internal/covetest"
 )
 
@@ -63,12 +63,12 @@ func TestEveryE2BOperationIsAnswered(t *testing.T) {
 		table := api.Operations()
 		for _, op := range ops {
 			if !slices.Contains(table, op) {
-				t.Errorf("%s is in the SDK's paths but not in internal/api's e2bOperations", op)
+				t.Errorf("%s is in the SDK's paths but not in internal/control/api's e2bOperations", op)
 			}
 		}
 		for _, op := range table {
 			if !slices.Contains(ops, op) {
-				t.Errorf("%s is in internal/api's e2bOperations but not in the SDK's paths", op)
+				t.Errorf("%s is in internal/control/api's e2bOperations but not in the SDK's paths", op)
 			}
 		}
 	})

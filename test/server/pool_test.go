@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 
@@ -82,7 +82,7 @@ func TestAClaimedSandboxCarriesNothingOfThePool(t *testing.T) {
 			t.Errorf("OWNER=%q", env)
 		}
 		if !first.Secure {
-			t.Error("the sandbox is not secure") // envd's refusal without its token: internal/orchestrator's pool test
+			t.Error("the sandbox is not secure") // envd's refusal without its token: internal/control/orchestrator's pool test
 		}
 	})
 	t.Run("its network is the caller's: no internet", func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // TestProxyAsTheSDKSeesIt runs test/compat/proxy.test.mjs: a killed sandbox's open command

@@ -18,7 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/telemetry/otlptest"
+	"github.com/cove-dev/cove/internal/observe/telemetry/otlptest"
 	pb "github.com/cove-dev/cove/sdk/gen/process"
 	"github.com/cove-dev/cove/sdk/gen/process/processconnect"
 )

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/control/server"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/server"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 )
 
 // TestTLSServesTheAPIAndSandboxHosts: `cove server --tls-self-signed` serves the API and every

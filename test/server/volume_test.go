@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/control/orchestrator"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/network/nettest"
-	"github.com/cove-dev/cove/internal/orchestrator"
+	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

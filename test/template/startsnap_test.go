@@ -16,7 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	cove "github.com/cove-dev/cove/sdk"
 	"github.com/cove-dev/cove/sdk/gen/process"
 	"github.com/cove-dev/cove/sdk/gen/process/processconnect"

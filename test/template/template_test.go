@@ -19,12 +19,12 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/cove-dev/cove/internal/builder/template/build"
+	"github.com/cove-dev/cove/internal/builder/template/build/oci/ocitest"
 	"github.com/cove-dev/cove/internal/covetest"
-	"github.com/cove-dev/cove/internal/runtime"
-	"github.com/cove-dev/cove/internal/runtime/runtimetest"
+	"github.com/cove-dev/cove/internal/sandbox/runtime"
+	"github.com/cove-dev/cove/internal/sandbox/runtime/runtimetest"
 	"github.com/cove-dev/cove/internal/store/sqlite"
-	"github.com/cove-dev/cove/internal/template/build"
-	"github.com/cove-dev/cove/internal/template/build/oci/ocitest"
 	cove "github.com/cove-dev/cove/sdk"
 )
 

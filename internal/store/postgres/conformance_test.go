@@ -12,11 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cove-dev/cove/internal/control/vault"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/postgres"
 	"github.com/cove-dev/cove/internal/store/postgres/pgtest"
 	"github.com/cove-dev/cove/internal/store/storetest"
-	"github.com/cove-dev/cove/internal/vault"
 )
 
 func TestMain(m *testing.M) {

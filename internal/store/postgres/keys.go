@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // lastUsedEvery is how stale last_used may get: Authenticate writes it at most this often.

@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/control/vault"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 	"github.com/cove-dev/cove/internal/store/storetest"
-	"github.com/cove-dev/cove/internal/vault"
 )
 
 func TestConformance(t *testing.T) {

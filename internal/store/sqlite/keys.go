@@ -12,8 +12,8 @@ import (
 
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/telemetry"
 )
 
 // lastUsedEvery is how stale last_used may get: Authenticate writes it at most this often

@@ -14,7 +14,7 @@ import (
 
 	"modernc.org/sqlite"
 
-	"github.com/cove-dev/cove/internal/telemetry"
+	"github.com/cove-dev/cove/internal/observe/telemetry"
 )
 
 // A log chunk's word filter (table log_chunk_filters, migration 0012) lets a search skip the

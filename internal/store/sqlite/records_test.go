@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/control/vault"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/vault"
 )
 
 // TestRecordSecretsKeptSealed: a snapshot's config, a volume's token and a network record's

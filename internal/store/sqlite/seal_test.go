@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cove-dev/cove/internal/control/vault"
 	"github.com/cove-dev/cove/internal/store"
-	"github.com/cove-dev/cove/internal/vault"
 )
 
 // TestSecretsKeptSealed: envd tokens and webhook secrets are sealed in the database when it
