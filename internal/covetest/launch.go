@@ -176,7 +176,8 @@ func SkipReason() string {
 
 // Main is the TestMain of a package whose tests share one cove server. When the machine
 // cannot run one, it sets *skip to why (the package's tests skip with it) and runs them.
-// Otherwise it launches a server on dataDir (building cove unless bin names a binary), hands
+// Otherwise it launches a server on dataDir ("" for a temp dir of its own, removed when the
+// tests pass) (building cove unless bin names a binary), hands
 // it to started, runs the tests, stops the server and prints its log when anything failed.
 // It returns the exit code for os.Exit.
 func Main(m *testing.M, name, dataDir, bin string, started func(*Process), skip *string) int {
@@ -195,6 +196,12 @@ func Main(m *testing.M, name, dataDir, bin string, started func(*Process), skip 
 			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 			return 1
 		}
+	}
+	if dataDir == "" {
+		// A data dir of this run's own: two servers never share one (a test binary of
+		// another checkout may run beside this one), and the template store they do
+		// share (TemplatesDir) is kept between runs instead.
+		dataDir = filepath.Join(tmp, "data")
 	}
 	logPath := filepath.Join(tmp, "server.log")
 	p, err := Launch(bin, dataDir, logPath)

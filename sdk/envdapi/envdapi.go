@@ -20,6 +20,9 @@ const (
 	KindOutput       Kind = "output"
 	KindCommandStart Kind = "command_start"
 	KindCommandEnd   Kind = "command_end"
+	// KindOOMKill: envd, the sandbox's OOM killer where the kernel under it has none for the
+	// sandbox (gVisor's), killed a process past the memory limit.
+	KindOOMKill Kind = "oom_kill"
 )
 
 func (k Kind) String() string { return string(k) }
@@ -27,7 +30,7 @@ func (k Kind) String() string { return string(k) }
 // ParseKind returns the kind named s, or an error for any other name.
 func ParseKind(s string) (Kind, error) {
 	switch k := Kind(s); k {
-	case KindOutput, KindCommandStart, KindCommandEnd:
+	case KindOutput, KindCommandStart, KindCommandEnd, KindOOMKill:
 		return k, nil
 	}
 	return "", fmt.Errorf("envdapi: unknown record kind %q", s)
@@ -106,12 +109,29 @@ type CommandEnd struct {
 	BytesDropped    uint64    `json:"bytes_dropped,omitempty"` // output not sent as lines: over a budget or binary
 }
 
+// OOMKill is envd's record of a kill by its OOM killer (KindOOMKill): the host learns of it
+// only so, as the kernel's OOM kills are learnt from the sandbox's cgroup under runc.
+type OOMKill struct {
+	Kind Kind      `json:"kind"`
+	Time time.Time `json:"time"`
+	PID  int       `json:"pid"`
+	// Comm is the process's name (/proc/<pid>/comm).
+	Comm string `json:"comm"`
+	// RSSBytes is what the process held; UsedBytes and LimitBytes the sandbox's memory then.
+	RSSBytes   uint64 `json:"rss_bytes"`
+	UsedBytes  uint64 `json:"used_bytes"`
+	LimitBytes uint64 `json:"limit_bytes"`
+	// Kills is the sandbox's OOM kill count, this one included.
+	Kills uint64 `json:"kills"`
+}
+
 // Record is one decoded line: exactly one of its fields is set, the one its Kind names.
 type Record struct {
 	Kind   Kind
 	Output *OutputLine
 	Start  *CommandStart
 	End    *CommandEnd
+	OOM    *OOMKill
 }
 
 // outputPrefix is how AppendOutputLine starts every output line: the common case is
@@ -148,6 +168,9 @@ func Decode(b []byte) (Record, error) {
 	case KindCommandEnd:
 		r.End = &CommandEnd{}
 		err = json.Unmarshal(b, r.End)
+	case KindOOMKill:
+		r.OOM = &OOMKill{}
+		err = json.Unmarshal(b, r.OOM)
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("envdapi: %s record: %w", kind, err)

@@ -160,6 +160,31 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 		if rec.EndCause != "oom_killed" {
 			t.Errorf("the command record's end cause is %q, want oom_killed", rec.EndCause)
 		}
+		// The kill is the sandbox's oom event on both engines: from the kernel's count under
+		// runc, from envd's record under gVisor.
+		var oom []json.RawMessage
+		for deadline := time.Now().Add(30 * time.Second); len(oom) == 0 && time.Now().Before(deadline); {
+			code, b := call(t, http.MethodGet, "/events/sandboxes/"+sb.ID, nil)
+			var evs []struct {
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"eventData"`
+			}
+			if code == http.StatusOK && json.Unmarshal(b, &evs) == nil {
+				for _, ev := range evs {
+					if ev.Type == "sandbox.lifecycle.oom" {
+						oom = append(oom, ev.Data)
+					}
+				}
+			}
+			if len(oom) == 0 {
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		if len(oom) == 0 {
+			t.Error("no sandbox.lifecycle.oom event for the kill")
+		} else {
+			t.Logf("oom event: %s", oom[0])
+		}
 		if got := e.health(t); got != http.StatusNoContent {
 			t.Errorf("GET /health after the OOM kill: %d, want 204", got)
 		}

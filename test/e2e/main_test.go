@@ -2,8 +2,8 @@
 // clients over the REST API and the sandbox proxy, against real runc sandboxes.
 //
 // The one idea: TestMain builds cove once and starts ONE server for the whole package, on a
-// data dir kept between runs ($COVE_E2E_DATA, default /var/lib/cove-e2e) so the base template
-// is built once per machine. Every test makes its own sandboxes on it and kills them when it
+// data dir of the run's own ($COVE_E2E_DATA names one to keep), with the machine's shared
+// template store (covetest.TemplatesDir), so the base template is built once per machine. Every test makes its own sandboxes on it and kills them when it
 // ends. The package skips, saying why, unless it runs as root on a machine where runc is
 // installed or installable, and not under -short.
 package e2e
@@ -25,12 +25,12 @@ var server struct {
 	skip string
 }
 
-// dataDir is where the server keeps state between runs.
+// dataDir is where the server keeps its state: "" for a temp dir of the run's own.
 func dataDir() string {
 	if d := os.Getenv("COVE_E2E_DATA"); d != "" {
 		return d
 	}
-	return "/var/lib/cove-e2e"
+	return "" // covetest.Main makes one of the run's own
 }
 
 func TestMain(m *testing.M) {

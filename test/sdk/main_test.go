@@ -7,9 +7,8 @@ import (
 	"github.com/cove-dev/cove/internal/covetest"
 )
 
-// server is the package's one `cove server`, shared by every test. It keeps its data dir
-// between runs ($COVE_SDK_TEST_DATA, default /var/lib/cove-sdktest); templates are the
-// shared test store.
+// server is the package's one `cove server`, shared by every test, on a data dir of the
+// run's own ($COVE_SDK_TEST_DATA names one to keep); templates are the shared test store.
 var server struct {
 	URL     string
 	APIKey  string
@@ -22,7 +21,7 @@ func dataDir() string {
 	if d := os.Getenv("COVE_SDK_TEST_DATA"); d != "" {
 		return d
 	}
-	return "/var/lib/cove-sdktest"
+	return "" // covetest.Main makes one of the run's own
 }
 
 // TestMain runs the package against one server; $COVE_SDK_TEST_BIN names a cove binary

@@ -42,6 +42,7 @@ func (o *Orchestrator) drain(ctx context.Context, e *entry, rsb *runtime.Sandbox
 	}
 	e.collector = collect.New(collect.Labels{SandboxID: e.sb.ID, TeamID: e.sb.TeamID, TemplateID: e.sb.TemplateID},
 		e.redactor, o.cfg.Logs, o.cfg.Commands, o.logger(ctx))
+	e.collector.OnOOM = o.guestOOM(e.sb.ID, o.logger(ctx))
 	o.pump(ctx, e, rsb, raw)
 }
 

@@ -3,9 +3,11 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/cove-dev/cove/internal/observe/events"
 	"github.com/cove-dev/cove/internal/observe/telemetry"
+	"github.com/cove-dev/cove/sdk/envdapi"
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
@@ -57,16 +59,32 @@ func (o *Orchestrator) watchOOM(ctx context.Context, e *entry) {
 			if st, err := o.cfg.Runtime.Stats(context.Background(), id); err == nil {
 				attrs = append(attrs, telemetry.KeyMemoryLimitBytes, st.MemoryLimit, telemetry.KeyMemoryMaxUsageBytes, st.MemoryMaxUsage)
 			}
-			logger.Warn("sandbox oom kill", attrs...)
-			o.mu.Lock()
-			e := o.live[id]
-			o.mu.Unlock()
-			if e != nil {
-				e.mu.Lock()
-				sb := copySandbox(e.sb)
-				e.mu.Unlock()
-				o.emit(o.systemContext(), events.SandboxOOM, sb, events.OOMData(int(n)))
-			}
+			o.oomKilled(logger, id, n, attrs)
 		}
 	}()
+}
+
+// oomKilled logs an OOM kill in sandbox id and emits its event with the count n so far:
+// the kernel's (watchOOM) or, where the kernel under envd has no OOM killer for the sandbox
+// (gVisor's), envd's (its record, through the collector: guestOOM).
+func (o *Orchestrator) oomKilled(logger *slog.Logger, id string, n uint64, attrs []any) {
+	logger.Warn("sandbox oom kill", attrs...)
+	o.mu.Lock()
+	e := o.live[id]
+	o.mu.Unlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	sb := copySandbox(e.sb)
+	e.mu.Unlock()
+	o.emit(o.systemContext(), events.SandboxOOM, sb, events.OOMData(int(n)))
+}
+
+// guestOOM hears envd's OOM kills in sandbox id (collect.Collector.OnOOM).
+func (o *Orchestrator) guestOOM(id string, logger *slog.Logger) func(context.Context, envdapi.OOMKill) {
+	return func(_ context.Context, k envdapi.OOMKill) {
+		o.oomKilled(logger, id, k.Kills, []any{telemetry.KeyOOMKills, k.Kills, telemetry.KeyPID, k.PID,
+			telemetry.KeyProcessCommand, k.Comm, telemetry.KeyMemoryLimitBytes, k.LimitBytes, telemetry.KeyBytes, k.RSSBytes})
+	}
 }

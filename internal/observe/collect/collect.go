@@ -61,6 +61,10 @@ type Collector struct {
 	running map[int]*store.CommandRecord // started, not yet ended, by pid
 	recent  []string                     // the last output lines, redacted, for post-mortems
 	added   int                          // secrets the sandbox's commands added to redactor
+
+	// OnOOM, when set (before the pipes are read), hears of each kill by envd's OOM killer
+	// (a runtime whose kernel has none for the sandbox: gVisor's).
+	OnOOM func(ctx context.Context, k envdapi.OOMKill)
 }
 
 // recentLines is how many output lines a collector keeps for a post-mortem.
@@ -143,6 +147,10 @@ func (c *Collector) record(ctx context.Context, b []byte) {
 		c.commandStart(ctx, *rec.Start)
 	case envdapi.KindCommandEnd:
 		c.commandEnd(ctx, *rec.End)
+	case envdapi.KindOOMKill:
+		if c.OnOOM != nil {
+			c.OnOOM(ctx, *rec.OOM)
+		}
 	}
 }
 

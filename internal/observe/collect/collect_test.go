@@ -16,6 +16,7 @@ import (
 	"github.com/cove-dev/cove/internal/observe/redact"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/internal/store/sqlite"
+	"github.com/cove-dev/cove/sdk/envdapi"
 	"github.com/cove-dev/cove/sdk/reason"
 )
 
@@ -367,4 +368,21 @@ func TestParsedFieldsNamedLikeSecretsAreMasked(t *testing.T) {
 			t.Errorf("fields %v", f)
 		}
 	})
+}
+
+func TestEnvdsOOMKillRecordReachesTheHook(t *testing.T) {
+	c, ls, _ := setup(t)
+	var got []envdapi.OOMKill
+	c.OnOOM = func(_ context.Context, k envdapi.OOMKill) { got = append(got, k) }
+	c.Stdout(context.Background(), strings.NewReader(jsonl(
+		envdapi.OOMKill{Kind: envdapi.KindOOMKill, PID: 42, Comm: "python3", RSSBytes: 300 << 20, UsedBytes: 512 << 20, LimitBytes: 512 << 20, Kills: 2})))
+	if len(got) != 1 || got[0].PID != 42 || got[0].Comm != "python3" || got[0].Kills != 2 {
+		t.Fatalf("the hook heard %+v, want the one kill of pid 42 (python3), the second", got)
+	}
+	ls.mu.Lock()
+	n := len(ls.l)
+	ls.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the record was also kept as %d log line(s): it is envd's record, not the sandbox's output", n)
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/observe/telemetry"
 	"github.com/cove-dev/cove/internal/sandbox/cgroup"
+	"github.com/cove-dev/cove/sdk/envdapi"
 )
 
 // The guest OOM killer: where the kernel under envd has no OOM killer for the sandbox, envd
@@ -65,7 +66,8 @@ func guestOOMLimit() (limit uint64, ok bool) {
 
 // startGuestOOMKiller starts the guest OOM killer when this envd, the sandbox's init, must
 // be it (guestOOMLimit).
-func startGuestOOMKiller(logger *slog.Logger) {
+// Each kill is also a record on sink (envdapi.OOMKill), for the host's event; sink may be nil.
+func startGuestOOMKiller(logger *slog.Logger, sink *Sink) {
 	if os.Getpid() != 1 {
 		return
 	}
@@ -73,7 +75,7 @@ func startGuestOOMKiller(logger *slog.Logger) {
 	if !ok {
 		return
 	}
-	k := &guestKiller{limit: limit, proc: "/proc", self: os.Getpid(), logger: logger}
+	k := &guestKiller{limit: limit, proc: "/proc", self: os.Getpid(), logger: logger, sink: sink}
 	guestKills.Store(&k.kills)
 	logger.Info("guest oom killer on", telemetry.KeyMemoryLimitBytes, limit)
 	go k.run(context.Background())
@@ -85,6 +87,7 @@ type guestKiller struct {
 	proc   string // procfs
 	self   int    // envd: never a victim
 	logger *slog.Logger
+	sink   *Sink // the kills' records go there; nil: none
 	kills  atomic.Int64
 	buf    []byte
 }
@@ -197,6 +200,10 @@ func (k *guestKiller) kill(ctx context.Context, v candidate, used uint64) {
 		return
 	}
 	k.logger.Warn("guest oom kill", attrs...)
+	if k.sink != nil {
+		k.sink.emit(envdapi.OOMKill{Kind: envdapi.KindOOMKill, Time: time.Now().UTC(), PID: v.pid, Comm: v.comm,
+			RSSBytes: v.rss, UsedBytes: used, LimitBytes: k.limit, Kills: uint64(n)})
+	}
 	stat := k.proc + "/" + strconv.Itoa(v.pid) + "/stat"
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(guestPollMin) {
 		b, err := cgroup.ReadSmall(stat, k.buf)

@@ -65,7 +65,7 @@ func New(d *identity.Defaults, opts Options) *Service {
 		if opts.Logger == nil {
 			opts.Logger = telemetry.Logger(context.Background())
 		}
-		startGuestOOMKiller(opts.Logger)
+		startGuestOOMKiller(opts.Logger, opts.Sink)
 	}
 	return &Service{defaults: d, table: t, reaper: newReaper(opts.Reap), keepEnded: opts.KeepEnded, sink: opts.Sink}
 }
