@@ -213,7 +213,7 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 			}
 			return false
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		as := processconnect.NewProcessClient(&http.Client{Transport: &envdTransport{sb: sb, token: sb.AccessToken, user: "user"}}, server.URL)
 		stdin := false
@@ -250,7 +250,9 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 		}
 		// A child forked while the group's kill went out may outlive it (under gVisor): root,
 		// whose own processes the user's bomb did not count against, ends the rest.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// Not a timing bound: on a loaded 2-core host gVisor takes tens of seconds to reap a
+		// bomb's thousand tasks (30 s was seen to pass and to fail); the sandbox must answer again.
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 			res, err := e.run(rctx, "pkill -KILL -u user; echo alive")
 			rcancel()

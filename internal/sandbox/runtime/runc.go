@@ -673,7 +673,9 @@ func freezeV1(ctx context.Context, dir string, patience time.Duration) error {
 
 // unfrozenTasks names, for a freeze that did not take, the tasks of the freezer cgroup dir
 // that are not in the refrigerator: their pid, command, state and where they wait (wchan),
-// such as "; not frozen: 1234 (sleep) D in folio_wait_bit". At most five are named.
+// such as "; not frozen: 1234 (sleep) D in folio_wait_bit". At most five are named. It is a
+// diagnosis: a task a kernel since 6.1 froze in place, where it slept, reads D at its own
+// wait channel and is named too.
 func unfrozenTasks(dir string) string {
 	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
 	if err != nil {
