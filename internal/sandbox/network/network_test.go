@@ -20,43 +20,11 @@ import (
 	"github.com/cove-dev/cove/internal/sandbox/network/nettest"
 )
 
-// newManager starts a Manager on a reserved test pool whose sandboxes can reach nothing but
-// 198.18.0.0/15, resolving through in's DNS server.
-func newManager(t *testing.T, in *nettest.Internet, warm int, onDenied ...func(context.Context, egress.Denied)) *network.Manager {
-	t.Helper()
-	srv := nettest.ReserveServer(t)
-	ctx := context.Background()
-	cfg := network.Config{
-		Pool: srv.Pool, Table: srv.Table, LinkPrefix: srv.LinkPrefix, LogGroup: srv.LogGroup,
-		DNS:         []netip.AddrPort{in.DNS()},
-		EgressLimit: []netip.Prefix{nettest.Range},
-		Warm:        warm,
-		StateDir:    t.TempDir(),
-	}
-	if len(onDenied) > 0 {
-		cfg.OnDenied = onDenied[0]
-	}
-	m, err := network.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return m
-}
-
-func attach(t *testing.T, m *network.Manager, id string, p egress.Policy) *network.Attachment {
-	t.Helper()
-	a, err := m.Attach(context.Background(), id, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Detach(context.Background(), id) })
-	return a
-}
+// The package's tests start managers and attach sandboxes as egress's do (nettest).
+var (
+	newManager = nettest.Manager
+	attach     = nettest.Attach
+)
 
 // lookup asks the resolver named in the sandbox's resolv.conf for name's A record.
 func lookup(t *testing.T, a *network.Attachment, name string) (netip.Addr, dnsmessage.RCode) {
