@@ -648,6 +648,7 @@ var freezeRetries = []time.Duration{20 * time.Millisecond, 50 * time.Millisecond
 func freezeV1(ctx context.Context, dir string, patience time.Duration) error {
 	file := filepath.Join(dir, "freezer.state")
 	begun := time.Now()
+	nextLook := begun.Add(execLook)
 	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
 		if err := os.WriteFile(file, []byte("FROZEN"), 0); err != nil {
 			return errors.Join(err, thawV1(file))
@@ -667,8 +668,43 @@ func freezeV1(ctx context.Context, dir string, patience time.Duration) error {
 			err := fmt.Errorf("cgroup freezer still %s after %v%s", state, time.Since(begun).Round(time.Millisecond), unfrozenTasks(dir))
 			return errors.Join(err, context.Cause(ctx), thawV1(file))
 		}
+		if now := time.Now(); now.After(nextLook) {
+			nextLook = now.Add(execLook)
+			// A task exec'ing waits (in D, unfreezable) for its other threads to exit,
+			// which the freezer stopped first: the freeze can never take. A thaw lets them
+			// exit and the exec finish; the next round freezes again. (Only then: a thaw
+			// loses what the freeze gained.)
+			if pid := execWaiting(dir); pid != "" {
+				telemetry.Logger(ctx).InfoContext(ctx, "freeze met an exec waiting for its frozen threads; thawing for it", telemetry.KeyPID, pid)
+				if err := thawV1(file); err != nil {
+					return err
+				}
+				time.Sleep(time.Millisecond)
+				continue
+			}
+		}
 		time.Sleep(wait)
 	}
+}
+
+// execLook is how long a freeze waits before it looks for a task stuck in an exec (and
+// again between looks).
+const execLook = 100 * time.Millisecond
+
+// execWaiting returns a task of the freezer cgroup dir that waits in an exec for its other
+// threads to exit (begin_new_exec's de_thread), "" when none does.
+func execWaiting(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return ""
+	}
+	for _, pid := range strings.Fields(string(b)) {
+		switch w, _ := os.ReadFile("/proc/" + pid + "/wchan"); string(w) {
+		case "begin_new_exec", "de_thread":
+			return pid
+		}
+	}
+	return ""
 }
 
 // unfrozenTasks names, for a freeze that did not take, the tasks of the freezer cgroup dir
