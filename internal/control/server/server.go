@@ -33,6 +33,7 @@ import (
 	"github.com/cove-dev/cove/internal/control/api"
 	"github.com/cove-dev/cove/internal/control/api/teamroutes"
 	"github.com/cove-dev/cove/internal/control/console"
+	"github.com/cove-dev/cove/internal/control/netpolicy"
 	"github.com/cove-dev/cove/internal/control/oidc"
 	"github.com/cove-dev/cove/internal/control/orchestrator"
 	"github.com/cove-dev/cove/internal/control/proxy"
@@ -332,10 +333,11 @@ type instance struct {
 	secrets   *secrets.Store
 	vault     *vault.Vault // seals what the server keeps secret at rest
 	netw      orchestrator.Network
-	netman    *network.Manager                          // nil with NoNetwork
-	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
+	netman    *network.Manager                  // nil with NoNetwork
+	denials   atomic.Pointer[netpolicy.Service] // set once the orchestrator exists
 	orch      *orchestrator.Orchestrator
-	volumes   *volumes.Service // the volume API (the orchestrator binds them at launch)
+	volumes   *volumes.Service   // the volume API (the orchestrator binds them at launch)
+	netpolicy *netpolicy.Service // the egress policy API (the orchestrator attaches networks at launch)
 	retainer  *retention.Retainer
 	builds    *build.Builds
 	ln        net.Listener
@@ -590,8 +592,8 @@ func (s *instance) startNetwork(ctx context.Context) error {
 		if buildDenied(ctx, s.builder, s.bus, s.cfg.Logger, d) {
 			return
 		}
-		if o := s.denials.Load(); o != nil {
-			o.NetworkDenied(ctx, d)
+		if p := s.denials.Load(); p != nil {
+			p.NetworkDenied(ctx, d)
 		}
 	}
 	m, err := network.New(ctx, s.cfg.Network)
@@ -650,7 +652,9 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 			return volumes.Quota{Volumes: q.Volumes, MB: q.VolumeMB}
 		},
 		Limits: events.NewLimits(s.bus, cfg.Logger)})
-	s.denials.Store(orch)
+	// So is the sandboxes' egress policy, over the network that enforces it.
+	s.netpolicy = netpolicy.New(netpolicy.Config{Network: s.netw, Sandboxes: orch, Events: s.bus, Logger: cfg.Logger})
+	s.denials.Store(s.netpolicy)
 	s.builder.SetStartSnapshotter(orch) // builds with a start command snapshot it once ready
 	return orch.Recover(ctx)
 }
@@ -706,7 +710,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		domain = DefaultTLSDomain + portSuffix(s.ln.Addr())
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.volumes, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
+	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.volumes, Networks: s.netpolicy, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:   append(s.teamRoutes(), s.adminRoutes()...),
 		Identity: s.issuer})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
