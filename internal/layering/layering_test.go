@@ -43,7 +43,11 @@ var rules = []struct {
 	// The builder imports the catalog, never the reverse.
 	{"internal/builder/template", []string{"internal/builder/template/build", "internal/control/orchestrator", "internal/control/api", "internal/control/proxy", "internal/control/server", "internal/store/sqlite", "internal/store/postgres"}},
 	{"internal/builder/template/build", []string{"internal/control/orchestrator", "internal/control/api", "internal/control/proxy", "internal/control/server", "internal/store/sqlite", "internal/store/postgres"}},
-	{"internal/control/orchestrator", []string{"internal/control/api", "internal/control/proxy", "internal/control/server", "internal/control/console"}},
+	// The volume and egress policy APIs and the orchestrator know each other through
+	// interfaces the server hands them (volumes.Sandboxes, netpolicy.Sandboxes), never by import.
+	{"internal/control/orchestrator", []string{"internal/control/api", "internal/control/proxy", "internal/control/server", "internal/control/console", "internal/control/volumes", "internal/control/netpolicy"}},
+	{"internal/control/volumes", []string{"internal/control/orchestrator", "internal/control/api", "internal/control/proxy", "internal/control/server", "internal/control/console"}},
+	{"internal/control/netpolicy", []string{"internal/control/orchestrator", "internal/control/api", "internal/control/proxy", "internal/control/server", "internal/control/console", "internal/sandbox/network"}},
 	{"internal/control/api", []string{"internal/control/server", "internal/control/proxy", "internal/control/console"}},
 	{"internal/control/proxy", []string{"internal/control/server", "internal/control/api", "internal/control/console"}},
 	{"internal/sandbox/network", []string{"internal/control/orchestrator", "internal/control/api", "internal/control/proxy", "internal/control/server"}},

@@ -82,8 +82,8 @@ type Config struct {
 	// Identity issues workload identity tokens (create's iam) and serves their discovery
 	// document and key set; nil refuses iam with a 400.
 	Identity Identity
-	// Durable forks sandboxes and keeps snapshots, Volumes keeps volumes (the orchestrator
-	// does both); nil leaves their routes out. Declared here rather than discovered on
+	// Durable forks sandboxes and keeps snapshots (the orchestrator), Volumes keeps volumes
+	// (internal/control/volumes); nil leaves their routes out. Declared here rather than discovered on
 	// Sandboxes, so what a server serves is what its wiring says.
 	Durable Durable
 	Volumes Volumes

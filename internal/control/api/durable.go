@@ -10,6 +10,7 @@ import (
 
 	"github.com/cove-dev/cove/internal/control/orchestrator"
 	"github.com/cove-dev/cove/internal/control/snapshot"
+	"github.com/cove-dev/cove/internal/control/volumes"
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/observe/telemetry"
 	cove "github.com/cove-dev/cove/sdk"
@@ -24,7 +25,7 @@ type Durable interface {
 	DiskUsage(ctx context.Context) ([]cove.DiskUsage, error)
 }
 
-// Volumes keeps the teams' volumes (the orchestrator).
+// Volumes keeps the teams' volumes (internal/control/volumes).
 type Volumes interface {
 	CreateVolume(ctx context.Context, teamID, name string, sizeMB int) (*snapshot.Volume, error)
 	Volume(ctx context.Context, teamID, id string) (*snapshot.Volume, error)
@@ -33,7 +34,7 @@ type Volumes interface {
 	VolumeByID(ctx context.Context, id string) (*snapshot.Volume, error)
 	VolumeFiles(ctx context.Context, vol *snapshot.Volume) (*snapshot.Files, error)
 	VolumeUsage(ctx context.Context, vol *snapshot.Volume) (int64, error)
-	VolumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]orchestrator.VolumeMount, error)
+	VolumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]volumes.Mount, error)
 }
 
 // volumeMountsOf is a sandbox's volumeMounts for its info; nil when the server keeps no

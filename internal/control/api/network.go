@@ -13,7 +13,8 @@ import (
 	cove "github.com/cove-dev/cove/sdk"
 )
 
-// Networks is what the API needs to read and replace sandboxes' egress policies.
+// Networks is what the API needs to read and replace sandboxes' egress policies
+// (internal/control/netpolicy).
 type Networks interface {
 	NetworkPolicy(ctx context.Context, teamID, id string) (egress.Policy, bool)
 	UpdateNetwork(ctx context.Context, teamID, id string, p egress.Policy) error

@@ -7,9 +7,11 @@ import (
 
 	"github.com/cove-dev/cove/internal/builder/template/build"
 	"github.com/cove-dev/cove/internal/control/api"
+	"github.com/cove-dev/cove/internal/control/netpolicy"
 	"github.com/cove-dev/cove/internal/control/oidc"
 	"github.com/cove-dev/cove/internal/control/orchestrator"
 	"github.com/cove-dev/cove/internal/control/secrets"
+	"github.com/cove-dev/cove/internal/control/volumes"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/store/sqlite"
 )
@@ -20,7 +22,7 @@ import (
 // or answers anyone).
 func TestEveryRouteIsDeclaredOnceWithItsLevel(t *testing.T) {
 	orch := (*orchestrator.Orchestrator)(nil)
-	routes := api.Routes(api.Config{Sandboxes: orch, Durable: orch, Volumes: orch, Networks: orch, Pools: orch,
+	routes := api.Routes(api.Config{Sandboxes: orch, Durable: orch, Volumes: (*volumes.Service)(nil), Networks: (*netpolicy.Service)(nil), Pools: orch,
 		Secrets: (*secrets.Store)(nil), Identity: (*oidc.Issuer)(nil), Activity: (*sqlite.DB)(nil), Builds: &build.Builds{}})
 	open := []string{
 		"GET /health", "GET " + oidc.DiscoveryPath, "GET " + oidc.JWKSPath, // liveness, discovery for clouds

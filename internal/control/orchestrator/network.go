@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cove-dev/cove/internal/observe/events"
 	"github.com/cove-dev/cove/internal/observe/telemetry"
 	"github.com/cove-dev/cove/internal/sandbox/egress"
 	"github.com/cove-dev/cove/internal/sandbox/network"
@@ -86,26 +85,36 @@ func (o *Orchestrator) detachNetwork(ctx context.Context, id string) {
 	}
 }
 
-// NetworkPolicy is the egress policy of a live sandbox of the team; false when the server
-// gives sandboxes no network or the sandbox is not live.
-func (o *Orchestrator) NetworkPolicy(ctx context.Context, teamID, id string) (egress.Policy, bool) {
-	if o.cfg.Network == nil {
-		return egress.Policy{}, false
-	}
+// LiveSandbox returns a copy of a live sandbox of team (any team when teamID is ""), or the
+// error a client gets for one that is gone or was never theirs (netpolicy.Sandboxes).
+func (o *Orchestrator) LiveSandbox(ctx context.Context, teamID, id string) (*store.Sandbox, error) {
 	e, err := o.entryFor(ctx, teamID, id)
 	if err != nil {
-		return egress.Policy{}, false
+		return nil, err
 	}
-	return o.cfg.Network.Policy(e.sb.ID)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return copySandbox(e.sb), nil
 }
 
-// UpdateNetwork replaces a live sandbox's egress policy, atomically: E2B's
-// PUT /sandboxes/{id}/network. It takes effect on open connections' next packets.
-func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p egress.Policy) error {
-	begun := time.Now()
-	if o.cfg.Network == nil {
-		return fmt.Errorf("%w: this server gives sandboxes no network (cove server --network=false)", ErrConflict)
+// LocalSandbox returns a copy of sandbox id when it runs on this server, nil otherwise; no
+// record is read (netpolicy.Sandboxes: the network's refusals come often).
+func (o *Orchestrator) LocalSandbox(id string) *store.Sandbox {
+	o.mu.Lock()
+	e := o.live[id]
+	o.mu.Unlock()
+	if e == nil {
+		return nil
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return copySandbox(e.sb)
+}
+
+// ChangeNetwork runs change on a live sandbox of team under its lock, so a kill waits for it
+// and a killed sandbox is refused (gone); then masks secrets in what is collected from it and
+// records allowInternet on its record (netpolicy.Sandboxes: a policy update).
+func (o *Orchestrator) ChangeNetwork(ctx context.Context, teamID, id string, allowInternet bool, secrets []string, change func(sb *store.Sandbox) error) error {
 	e, err := o.entryFor(ctx, teamID, id)
 	if err != nil {
 		return err
@@ -115,41 +124,19 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, teamID, id string, p e
 	if e.killed {
 		return gone(e.sb)
 	}
-	ctx = sandboxLog(ctx, e.sb)
-	p.Team = e.sb.TeamID
-	if err := o.cfg.Network.Update(ctx, e.sb.ID, p); err != nil {
-		return fmt.Errorf("update network of %s: %w", id, err)
+	if err := change(copySandbox(e.sb)); err != nil {
+		return err
 	}
 	if e.collector != nil {
-		for _, v := range p.Secrets() {
+		for _, v := range secrets {
 			e.collector.AddSecret(v)
 		}
 	}
-	e.sb.AllowInternet, e.sb.UpdatedAt = p.AllowInternet, time.Now()
-	if err := o.cfg.Store.UpdateSandbox(ctx, e.sb); err != nil {
+	e.sb.AllowInternet, e.sb.UpdatedAt = allowInternet, time.Now()
+	if err := o.cfg.Store.UpdateSandbox(sandboxLog(ctx, e.sb), e.sb); err != nil {
 		return fmt.Errorf("update network of %s: %w", id, err)
 	}
-	o.logger(ctx).Info("sandbox network updated", telemetry.KeyAllowInternetAccess, p.AllowInternet,
-		telemetry.KeyNetworkAllowOut, len(p.AllowOut)+len(p.AllowHosts), telemetry.KeyNetworkDenyOut, len(p.DenyOut), telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
 	return nil
-}
-
-// NetworkDenied records a sample of the connections the network refused a live sandbox: a
-// log line and a network.denied event naming the destination, the port and the rule.
-func (o *Orchestrator) NetworkDenied(ctx context.Context, d egress.Denied) {
-	o.mu.Lock()
-	e := o.live[d.SandboxID]
-	o.mu.Unlock()
-	if e == nil {
-		return
-	}
-	e.mu.Lock()
-	sb := copySandbox(e.sb)
-	e.mu.Unlock()
-	ctx = sandboxLog(telemetry.WithRequestID(telemetry.WithLogger(ctx, o.cfg.Logger), SystemRequestID), sb)
-	o.logger(ctx).Info("network connection denied", telemetry.KeyNetworkDestination, d.Dst.Addr().String(), telemetry.KeyNetworkPort, d.Dst.Port(),
-		telemetry.KeyNetworkProtocol, d.Proto, telemetry.KeyNetworkRule, d.Rule, telemetry.KeyNetworkDenyKind, d.Kind.String(), telemetry.KeyNetworkPackets, d.Count)
-	o.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
 }
 
 // withPorts records how the proxy reaches the sandbox's ports, and gives a sandbox with

@@ -9,11 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-dev/cove/internal/control/netpolicy"
 	"github.com/cove-dev/cove/internal/observe/events"
 	"github.com/cove-dev/cove/internal/sandbox/egress"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/sdk/reason"
 )
+
+// netpolicyOf is the egress policy API over the harness's network, wired as the server wires
+// it: the orchestrator answers for the sandboxes.
+func netpolicyOf(h *harness) *netpolicy.Service {
+	return netpolicy.New(netpolicy.Config{Network: h.o.cfg.Network, Sandboxes: h.o, Events: h.o.cfg.Events, Logger: h.o.cfg.Logger})
+}
 
 func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 	net := newFakeNetwork(t.TempDir())
@@ -43,11 +50,11 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 		if rec := h.record(sb.ID); !rec.AllowInternet {
 			t.Error("record says no internet access")
 		}
-		p, ok := h.o.NetworkPolicy(h.ctx("req-get"), h.team, sb.ID)
+		p, ok := netpolicyOf(h).NetworkPolicy(h.ctx("req-get"), h.team, sb.ID)
 		if !ok || !p.AllowInternet || p.Team != h.team || !slices.Equal(p.DenyOut, deny) {
 			t.Errorf("policy %+v, %v", p, ok)
 		}
-		if _, ok := h.o.NetworkPolicy(h.ctx("req-get"), "other-team", sb.ID); ok {
+		if _, ok := netpolicyOf(h).NetworkPolicy(h.ctx("req-get"), "other-team", sb.ID); ok {
 			t.Error("another team sees the policy")
 		}
 	})
@@ -65,7 +72,7 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 		}
 	})
 	t.Run("an update replaces the policy and the record", func(t *testing.T) {
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{AllowInternet: false}); err != nil {
+		if err := netpolicyOf(h).UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{AllowInternet: false}); err != nil {
 			t.Fatal(err)
 		}
 		if p, _ := net.Policy(sb.ID); p.AllowInternet || len(p.DenyOut) != 0 || p.Team != h.team {
@@ -77,9 +84,9 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 	})
 	t.Run("a denied connection is logged and is a network.denied event", func(t *testing.T) {
 		first := time.Now().UTC()
-		h.o.NetworkDenied(context.Background(), egress.Denied{SandboxID: sb.ID, Dst: netip.MustParseAddrPort("198.18.5.9:443"), Proto: "tcp",
+		netpolicyOf(h).NetworkDenied(context.Background(), egress.Denied{SandboxID: sb.ID, Dst: netip.MustParseAddrPort("198.18.5.9:443"), Proto: "tcp",
 			Kind: egress.DenyOut, Rule: "denyOut 198.18.5.0/24", Count: 3, First: first})
-		h.o.NetworkDenied(context.Background(), egress.Denied{SandboxID: "inotlive000000000000", Dst: netip.MustParseAddrPort("198.18.5.9:443")})
+		netpolicyOf(h).NetworkDenied(context.Background(), egress.Denied{SandboxID: "inotlive000000000000", Dst: netip.MustParseAddrPort("198.18.5.9:443")})
 		h.waitFor("the denied event is stored", func() bool {
 			return slices.Contains(eventTypes(h.events(sb.ID)), string(events.SandboxNetworkDenied))
 		})
@@ -96,7 +103,7 @@ func TestASandboxJoinsItsNetworkAtCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.waitFor("the network is detached", func() bool { return net.wasDetached(sb.ID) })
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{}); err == nil {
+		if err := netpolicyOf(h).UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{}); err == nil {
 			t.Error("updated a killed sandbox's network")
 		}
 	})
@@ -124,14 +131,14 @@ func TestNetworkFailuresAreClear(t *testing.T) {
 		net.mu.Lock()
 		net.updateErr = errFake
 		net.mu.Unlock()
-		err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{})
+		err := netpolicyOf(h).UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{})
 		if !errors.Is(err, errFake) || !strings.Contains(err.Error(), sb.ID) {
 			t.Errorf("update: %v", err)
 		}
 		if !h.record(sb.ID).AllowInternet {
 			t.Error("the record changed")
 		}
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), "other-team", sb.ID, egress.Policy{}); !errors.Is(err, ErrNotFound) {
+		if err := netpolicyOf(h).UpdateNetwork(h.ctx("req-net"), "other-team", sb.ID, egress.Policy{}); !errors.Is(err, ErrNotFound) {
 			t.Errorf("another team's update: %v", err)
 		}
 	})
@@ -141,10 +148,10 @@ func TestNetworkFailuresAreClear(t *testing.T) {
 		if h.record(sb.ID).AllowInternet {
 			t.Error("record says internet access")
 		}
-		if err := h.o.UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{}); !errors.Is(err, ErrConflict) {
+		if err := netpolicyOf(h).UpdateNetwork(h.ctx("req-net"), h.team, sb.ID, egress.Policy{}); !errors.Is(err, netpolicy.ErrConflict) {
 			t.Errorf("update: %v", err)
 		}
-		if _, ok := h.o.NetworkPolicy(h.ctx("req-get"), h.team, sb.ID); ok {
+		if _, ok := netpolicyOf(h).NetworkPolicy(h.ctx("req-get"), h.team, sb.ID); ok {
 			t.Error("a policy without a network")
 		}
 	})

@@ -413,7 +413,7 @@ func (o *Orchestrator) Migrate(ctx context.Context, id, to string, adopt func(co
 // releaseVolumesOf publishes and lets go of the volumes sandbox id (checkpointed for a move)
 // mounts; another live sandbox of this node mounting one of them refuses the move.
 func (o *Orchestrator) releaseVolumesOf(ctx context.Context, id string, mounts []VolumeMount) error {
-	others := func(sid string) bool { return sid != id && o.holdsVolumes(sid) }
+	others := func(sid string) bool { return sid != id && o.HoldsVolumes(sid) }
 	for _, m := range mounts {
 		begun := time.Now()
 		if err := o.cfg.Volumes.Release(ctx, m.Name, others); err != nil {
@@ -450,7 +450,7 @@ func (o *Orchestrator) volumesMovable(teamID, id string) error {
 		if err != nil {
 			continue // deleted: nothing to carry
 		}
-		for _, other := range o.cfg.Volumes.Holders(vol, o.holdsVolumes) {
+		for _, other := range o.cfg.Volumes.Holders(vol, o.HoldsVolumes) {
 			if other != id {
 				return fmt.Errorf("%w: volume %s is mounted in sandbox %s on this node too: a volume is on one node at a time, so the sandboxes sharing it stay (kill the other to move this one)", ErrConflict, vol.Name, other)
 			}

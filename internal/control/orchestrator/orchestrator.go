@@ -118,15 +118,10 @@ type Config struct {
 	// that adopts it after a restart masks them too (secrets.go); nil keeps them in memory
 	// only.
 	Vault *vault.Vault
-	// Volumes keeps the teams' volumes; nil turns volumes off.
+	// Volumes keeps the teams' volumes, which the orchestrator binds into sandboxes at their
+	// launch and lets go of at their end or move; the volume API is internal/control/volumes.
+	// nil turns volumes off.
 	Volumes *snapshot.Volumes
-	// VolumeSizeMB is a new volume's size quota when its create does not say; 0 makes
-	// volumes plain directories without one.
-	VolumeSizeMB int
-	// VolumeFreeFloorMB is the free space the volumes' disk keeps: a volume that would not
-	// fit above it, once every volume is filled, is refused (507). 1024 when 0, none when
-	// negative.
-	VolumeFreeFloorMB int
 	// PauseKind is how Pause pauses when the call does not say: snapshot (to disk, the
 	// default where the runtime can checkpoint) or freeze (memory stays in RAM).
 	PauseKind reason.PauseKind

@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/cove-dev/cove/internal/control/snapshot"
-	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/sandbox/runtime"
 
 	"github.com/cove-dev/cove/internal/observe/telemetry"
-	cove "github.com/cove-dev/cove/sdk"
 )
 
 // VolumeMount mounts a team's volume (by name or id) at an absolute path in a sandbox,
@@ -47,7 +45,7 @@ func (o *Orchestrator) volumeBinds(ctx context.Context, teamID, sandboxID string
 		// Held on this node (in a cluster, fetched when another node had it) and claimed.
 		// The lease lasts while the sandbox does: a failed create leaves one that no live
 		// sandbox holds, which the next claim sweeps.
-		if err := o.cfg.Volumes.Attach(ctx, vol, sandboxID, p, m.ReadOnly, o.holdsVolumes); err != nil {
+		if err := o.cfg.Volumes.Attach(ctx, vol, sandboxID, p, m.ReadOnly, o.HoldsVolumes); err != nil {
 			if errors.Is(err, snapshot.ErrVolumeBusy) || errors.Is(err, snapshot.ErrVolumeInUse) || errors.Is(err, snapshot.ErrVolumeLost) {
 				return nil, nil, fmt.Errorf("%w: volumeMounts: %v", ErrConflict, err)
 			}
@@ -76,9 +74,9 @@ func reservedMountPath(p string) bool {
 	return false
 }
 
-// holdsVolumes reports whether sandbox id, in creation or live and not killed, still holds
+// HoldsVolumes reports whether sandbox id, in creation or live and not killed, still holds
 // the volumes it mounts.
-func (o *Orchestrator) holdsVolumes(id string) bool {
+func (o *Orchestrator) HoldsVolumes(id string) bool {
 	o.mu.Lock()
 	_, creating := o.creating[id]
 	e := o.live[id]
@@ -94,78 +92,10 @@ func (o *Orchestrator) holdsVolumes(id string) bool {
 	return !e.killed
 }
 
-// CreateVolume makes a team's volume of sizeMB MiB (0: the server's default size; a server
-// whose default is 0 makes plain directories without a quota).
-func (o *Orchestrator) CreateVolume(ctx context.Context, teamID, name string, sizeMB int) (*snapshot.Volume, error) {
-	if o.cfg.Volumes == nil {
-		return nil, fmt.Errorf("%w: this server keeps no volumes", ErrInvalid)
-	}
-	if sizeMB == 0 {
-		sizeMB = o.cfg.VolumeSizeMB
-	}
-	q := o.cfg.Quotas.For(teamID)
-	floor := o.cfg.VolumeFreeFloorMB
-	if floor == 0 {
-		floor = 1024
-	}
-	lim := snapshot.VolumeLimits{Count: q.Volumes, Bytes: int64(q.VolumeMB) << 20, FreeFloor: int64(max(0, floor)) << 20}
-	vol, err := o.cfg.Volumes.Create(teamID, name, int64(sizeMB)<<20, lim)
-	switch {
-	case errors.Is(err, snapshot.ErrVolumeQuota):
-		o.logger(ctx).Warn("volume refused: team quota", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
-		o.limits.Reached(ctx, teamID, "", "", cove.LimitTeamVolumes, err.Error())
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
-	case errors.Is(err, snapshot.ErrVolumeNoSpace):
-		o.logger(ctx).Warn("volume refused: host disk", telemetry.KeyVolumeName, name, telemetry.KeyError, err.Error())
-		o.limits.Reached(ctx, teamID, "", "", cove.LimitHostVolumes, err.Error())
-		return nil, fmt.Errorf("%w: sizeMB: %v", errdefs.ErrNoSpace, err)
-	case errors.Is(err, snapshot.ErrVolumeName):
-		return nil, fmt.Errorf("%w: name: %v", ErrInvalid, err)
-	case errors.Is(err, snapshot.ErrVolumeSize):
-		return nil, fmt.Errorf("%w: sizeMB: %v", ErrInvalid, err)
-	case errors.Is(err, snapshot.ErrVolumeExists):
-		return nil, fmt.Errorf("%w: %v", ErrConflict, err)
-	case err != nil:
-		return nil, err
-	}
-	o.logger(ctx).Info("volume created", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name, telemetry.KeyVolumeSizeBytes, vol.SizeBytes)
-	return vol, nil
-}
-
-// Volume returns a team's volume by id or name.
-func (o *Orchestrator) Volume(ctx context.Context, teamID, id string) (*snapshot.Volume, error) {
-	if o.cfg.Volumes == nil {
-		return nil, fmt.Errorf("%w: volume %s", ErrNotFound, id)
-	}
-	vol, err := o.cfg.Volumes.Get(teamID, id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotFound, err)
-	}
-	return vol, nil
-}
-
-// ListVolumes lists a team's volumes.
-func (o *Orchestrator) ListVolumes(ctx context.Context, teamID string) ([]*snapshot.Volume, error) {
-	if o.cfg.Volumes == nil {
-		return nil, nil
-	}
-	return o.cfg.Volumes.List(teamID)
-}
-
-// VolumeMountsOf returns the volumes a team's sandbox mounts (E2B's volumeMounts of its info).
-func (o *Orchestrator) VolumeMountsOf(ctx context.Context, teamID, sandboxID string) ([]VolumeMount, error) {
-	return o.volumeMounts(teamID, sandboxID, func(v *snapshot.Volume) string { return v.Name })
-}
-
-// volumeMountsByID returns the volumes sandbox sandboxID mounts, each named by the volume's
-// id: what a copy of it mounts again.
+// volumeMountsByID returns the volumes sandbox sandboxID mounts as its leases say (an
+// adopted sandbox's too), each named by the volume's id: what a copy of it mounts again, and
+// what its end or move lets go of.
 func (o *Orchestrator) volumeMountsByID(teamID, sandboxID string) ([]VolumeMount, error) {
-	return o.volumeMounts(teamID, sandboxID, func(v *snapshot.Volume) string { return v.ID })
-}
-
-// volumeMounts returns the volumes a sandbox mounts as its leases say (an adopted sandbox's
-// too), each named as name says.
-func (o *Orchestrator) volumeMounts(teamID, sandboxID string, name func(*snapshot.Volume) string) ([]VolumeMount, error) {
 	if o.cfg.Volumes == nil {
 		return nil, nil
 	}
@@ -175,7 +105,7 @@ func (o *Orchestrator) volumeMounts(teamID, sandboxID string, name func(*snapsho
 	}
 	out := make([]VolumeMount, 0, len(mounts))
 	for _, m := range mounts {
-		out = append(out, VolumeMount{Name: name(m.Volume), Path: m.Path, ReadOnly: m.ReadOnly})
+		out = append(out, VolumeMount{Name: m.Volume.ID, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out, nil
 }
@@ -186,7 +116,7 @@ func (o *Orchestrator) releaseVolumes(ctx context.Context) {
 	if o.cfg.Volumes == nil {
 		return
 	}
-	ids, err := o.cfg.Volumes.UnmountIdle(o.holdsVolumes)
+	ids, err := o.cfg.Volumes.UnmountIdle(o.HoldsVolumes)
 	if err != nil {
 		o.logger(ctx).Error("volumes left mounted at the stop", telemetry.KeyError, err.Error())
 	}
@@ -212,7 +142,7 @@ func (o *Orchestrator) publishVolumes(ctx context.Context, teamID, sandboxID str
 	}
 	for _, id := range ids {
 		begun := time.Now()
-		err := o.cfg.Volumes.Release(ctx, id, o.holdsVolumes)
+		err := o.cfg.Volumes.Release(ctx, id, o.HoldsVolumes)
 		switch {
 		case errors.Is(err, snapshot.ErrVolumeInUse):
 			// Another sandbox here mounts it: it is published when that one lets go.
@@ -224,67 +154,10 @@ func (o *Orchestrator) publishVolumes(ctx context.Context, teamID, sandboxID str
 	}
 }
 
-// ReleaseVolume publishes volume id to the object store and lets go of it, for another node
-// that mounts it next: ErrConflict, naming the sandbox, while a sandbox here mounts it.
-func (o *Orchestrator) ReleaseVolume(ctx context.Context, id string) error {
-	if o.cfg.Volumes == nil {
-		return fmt.Errorf("%w: volume %s", ErrNotFound, id)
-	}
-	begun := time.Now()
-	if err := o.cfg.Volumes.Release(ctx, id, o.holdsVolumes); errors.Is(err, snapshot.ErrVolumeInUse) {
-		return fmt.Errorf("%w: %v", ErrConflict, err)
-	} else if err != nil {
-		return err
-	}
-	o.logger(ctx).Info("volume released to another node", telemetry.KeyVolumeID, id, telemetry.KeyDurationMS, time.Since(begun).Milliseconds())
-	return nil
-}
-
 // volumeName is volume id's name, or the id of a volume gone.
 func (o *Orchestrator) volumeName(id string) string {
 	if vol, err := o.cfg.Volumes.ByID(id); err == nil {
 		return vol.Name
 	}
 	return id
-}
-
-// VolumeByID returns a volume by id, of whichever team: the content API authenticates by
-// the volume's own token.
-func (o *Orchestrator) VolumeByID(ctx context.Context, id string) (*snapshot.Volume, error) {
-	if o.cfg.Volumes == nil {
-		return nil, fmt.Errorf("%w: volume %s", ErrNotFound, id)
-	}
-	vol, err := o.cfg.Volumes.ByID(id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotFound, err)
-	}
-	return vol, nil
-}
-
-// VolumeFiles opens a volume's content; close it after use.
-func (o *Orchestrator) VolumeFiles(ctx context.Context, vol *snapshot.Volume) (*snapshot.Files, error) {
-	return o.cfg.Volumes.Files(vol)
-}
-
-// VolumeUsage returns the bytes a volume's files take (0 for a volume without a size).
-func (o *Orchestrator) VolumeUsage(ctx context.Context, vol *snapshot.Volume) (int64, error) {
-	return o.cfg.Volumes.Usage(vol)
-}
-
-// DeleteVolume deletes a team's volume and its files; ErrConflict while a live sandbox
-// mounts it (one adopted after a restart included: mounts are leases on disk).
-func (o *Orchestrator) DeleteVolume(ctx context.Context, teamID, id string) error {
-	vol, err := o.Volume(ctx, teamID, id)
-	if err != nil {
-		return err
-	}
-	err = o.cfg.Volumes.Delete(teamID, vol.ID, o.holdsVolumes)
-	switch {
-	case errors.Is(err, snapshot.ErrVolumeInUse):
-		return fmt.Errorf("%w: %v", ErrConflict, err)
-	case err != nil:
-		return err
-	}
-	o.logger(ctx).Info("volume deleted", telemetry.KeyVolumeID, vol.ID, telemetry.KeyVolumeName, vol.Name)
-	return nil
 }

@@ -10,12 +10,23 @@ import (
 	"testing"
 
 	"github.com/cove-dev/cove/internal/control/snapshot"
+	"github.com/cove-dev/cove/internal/control/volumes"
 	"github.com/cove-dev/cove/internal/errdefs"
 	"github.com/cove-dev/cove/internal/observe/events"
 	"github.com/cove-dev/cove/internal/sandbox/runtime"
 	"github.com/cove-dev/cove/internal/store"
 	"github.com/cove-dev/cove/sdk/reason"
 )
+
+// volumesOf is the volume API over the harness's volumes, wired as the server wires it: the
+// orchestrator says which sandboxes hold their mounts.
+func volumesOf(h *harness) *volumes.Service {
+	return volumes.New(volumes.Config{Store: h.o.cfg.Volumes, Sandboxes: h.o,
+		Quota: func(team string) volumes.Quota {
+			q := h.o.cfg.Quotas.For(team)
+			return volumes.Quota{Volumes: q.Volumes, MB: q.VolumeMB}
+		}})
+}
 
 // withVolumes gives the harness a volume store of plain directories (sized volumes are
 // loop-mounted images: root and mkfs, tested in internal/control/snapshot), its records in the
@@ -34,7 +45,7 @@ func withVolumes(t *testing.T) option {
 func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 	h := newHarness(t, withVolumes(t), withSnapshots(t, filepath.Join(t.TempDir(), "snapshots")))
 	ctx := h.ctx("req-vol")
-	vol, err := h.o.CreateVolume(ctx, h.team, "data", 0)
+	vol, err := volumesOf(h).CreateVolume(ctx, h.team, "data", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +59,8 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 		if !slices.Contains(binds, want) {
 			t.Errorf("binds %+v lack %+v", binds, want)
 		}
-		mounts, err := h.o.VolumeMountsOf(ctx, h.team, writer.ID)
-		if err != nil || !slices.Equal(mounts, []VolumeMount{{Name: "data", Path: "/data"}}) {
+		mounts, err := volumesOf(h).VolumeMountsOf(ctx, h.team, writer.ID)
+		if err != nil || !slices.Equal(mounts, []volumes.Mount{{Name: "data", Path: "/data"}}) {
 			t.Errorf("mounts %+v, %v", mounts, err)
 		}
 	})
@@ -68,7 +79,7 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 		for range 2 {
 			sb := h.create(CreateRequest{VolumeMounts: []VolumeMount{{Name: "data", Path: "/ro", ReadOnly: true}}})
 			readers = append(readers, sb.ID)
-			if m, _ := h.o.VolumeMountsOf(ctx, h.team, sb.ID); len(m) != 1 || !m[0].ReadOnly {
+			if m, _ := volumesOf(h).VolumeMountsOf(ctx, h.team, sb.ID); len(m) != 1 || !m[0].ReadOnly {
 				t.Errorf("mounts of a reader %+v", m)
 			}
 		}
@@ -110,7 +121,7 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 			if !slices.Contains(binds, want) {
 				t.Errorf("copy binds %+v lack %+v", binds, want)
 			}
-			if m, _ := h.o.VolumeMountsOf(ctx, h.team, r.Sandbox.ID); !slices.Equal(m, []VolumeMount{{Name: "data", Path: "/ro", ReadOnly: true}}) {
+			if m, _ := volumesOf(h).VolumeMountsOf(ctx, h.team, r.Sandbox.ID); !slices.Equal(m, []volumes.Mount{{Name: "data", Path: "/ro", ReadOnly: true}}) {
 				t.Errorf("copy mounts %+v", m)
 			}
 			readers = append(readers, r.Sandbox.ID)
@@ -137,13 +148,13 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		sb := h.create(CreateRequest{TemplateID: snap.ID})
-		if m, _ := h.o.VolumeMountsOf(ctx, h.team, sb.ID); !slices.Equal(m, []VolumeMount{{Name: "data", Path: "/data"}}) {
+		if m, _ := volumesOf(h).VolumeMountsOf(ctx, h.team, sb.ID); !slices.Equal(m, []volumes.Mount{{Name: "data", Path: "/data"}}) {
 			t.Errorf("mounts of the sandbox from the snapshot %+v", m)
 		}
 		readers = append(readers, sb.ID) // killed with the rest below
 	})
 	t.Run("a mounted volume cannot be deleted", func(t *testing.T) {
-		if err := h.o.DeleteVolume(ctx, h.team, "data"); !errors.Is(err, ErrConflict) {
+		if err := volumesOf(h).DeleteVolume(ctx, h.team, "data"); !errors.Is(err, volumes.ErrConflict) {
 			t.Errorf("delete: %v", err)
 		}
 	})
@@ -153,13 +164,13 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := h.o.DeleteVolume(ctx, h.team, "data"); err != nil {
+		if err := volumesOf(h).DeleteVolume(ctx, h.team, "data"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := h.o.Create(h.ctx("req-from-snap"), CreateRequest{TeamID: h.team, TemplateID: snap.ID}); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "was deleted") {
 			t.Errorf("create from a snapshot whose volume is deleted: %v", err)
 		}
-		if _, err := h.o.Volume(ctx, h.team, vol.ID); !errors.Is(err, ErrNotFound) {
+		if _, err := volumesOf(h).Volume(ctx, h.team, vol.ID); !errors.Is(err, volumes.ErrNotFound) {
 			t.Errorf("volume after its delete: %v", err)
 		}
 	})
@@ -168,26 +179,26 @@ func TestVolumeMountsHoldTheirVolumes(t *testing.T) {
 func TestVolumeRequestsAreChecked(t *testing.T) {
 	h := newHarness(t, withVolumes(t))
 	ctx := h.ctx("req-vol")
-	vol, err := h.o.CreateVolume(ctx, h.team, "cache", 0)
+	vol, err := volumesOf(h).CreateVolume(ctx, h.team, "cache", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("a volume is found by id and name by its team, and by id alone for its content", func(t *testing.T) {
 		for _, key := range []string{vol.ID, "cache"} {
-			if got, err := h.o.Volume(ctx, h.team, key); err != nil || got.ID != vol.ID {
+			if got, err := volumesOf(h).Volume(ctx, h.team, key); err != nil || got.ID != vol.ID {
 				t.Errorf("volume %s: %v, %v", key, got, err)
 			}
 		}
-		if got, err := h.o.VolumeByID(ctx, vol.ID); err != nil || got.Token != vol.Token {
+		if got, err := volumesOf(h).VolumeByID(ctx, vol.ID); err != nil || got.Token != vol.Token {
 			t.Errorf("by id: %v, %v", got, err)
 		}
-		if l, err := h.o.ListVolumes(ctx, h.team); err != nil || len(l) != 1 {
+		if l, err := volumesOf(h).ListVolumes(ctx, h.team); err != nil || len(l) != 1 {
 			t.Errorf("list: %v, %v", l, err)
 		}
-		if n, err := h.o.VolumeUsage(ctx, vol); n != 0 || err != nil {
+		if n, err := volumesOf(h).VolumeUsage(ctx, vol); n != 0 || err != nil {
 			t.Errorf("usage of a volume without a size: %d, %v", n, err)
 		}
-		f, err := h.o.VolumeFiles(ctx, vol)
+		f, err := volumesOf(h).VolumeFiles(ctx, vol)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,12 +210,12 @@ func TestVolumeRequestsAreChecked(t *testing.T) {
 		want error
 		says string
 	}{
-		{"another team's volume is not found", func() error { _, err := h.o.Volume(ctx, "other-team", "cache"); return err }, ErrNotFound, "not found"},
-		{"an unknown id is not found", func() error { _, err := h.o.VolumeByID(ctx, "vol-0000000000000000"); return err }, ErrNotFound, "not found"},
-		{"a second volume of the name is a conflict", func() error { _, err := h.o.CreateVolume(ctx, h.team, "cache", 0); return err }, ErrConflict, "exists"},
-		{"a bad name is invalid, naming the field", func() error { _, err := h.o.CreateVolume(ctx, h.team, "-bad name", 0); return err }, ErrInvalid, "name:"},
-		{"a bad size is invalid, naming the field", func() error { _, err := h.o.CreateVolume(ctx, h.team, "tiny", -1); return err }, ErrInvalid, "sizeMB:"},
-		{"deleting another team's volume is not found", func() error { return h.o.DeleteVolume(ctx, "other-team", vol.ID) }, ErrNotFound, "not found"},
+		{"another team's volume is not found", func() error { _, err := volumesOf(h).Volume(ctx, "other-team", "cache"); return err }, volumes.ErrNotFound, "not found"},
+		{"an unknown id is not found", func() error { _, err := volumesOf(h).VolumeByID(ctx, "vol-0000000000000000"); return err }, volumes.ErrNotFound, "not found"},
+		{"a second volume of the name is a conflict", func() error { _, err := volumesOf(h).CreateVolume(ctx, h.team, "cache", 0); return err }, volumes.ErrConflict, "exists"},
+		{"a bad name is invalid, naming the field", func() error { _, err := volumesOf(h).CreateVolume(ctx, h.team, "-bad name", 0); return err }, volumes.ErrInvalid, "name:"},
+		{"a bad size is invalid, naming the field", func() error { _, err := volumesOf(h).CreateVolume(ctx, h.team, "tiny", -1); return err }, volumes.ErrInvalid, "sizeMB:"},
+		{"deleting another team's volume is not found", func() error { return volumesOf(h).DeleteVolume(ctx, "other-team", vol.ID) }, volumes.ErrNotFound, "not found"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := tt.call(); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.says) {
@@ -239,22 +250,22 @@ func TestVolumeRequestsAreChecked(t *testing.T) {
 	}
 	t.Run("a server without volumes refuses them and lists none", func(t *testing.T) {
 		h := newHarness(t)
-		if _, err := h.o.CreateVolume(ctx, h.team, "x", 0); !errors.Is(err, ErrInvalid) {
+		if _, err := volumesOf(h).CreateVolume(ctx, h.team, "x", 0); !errors.Is(err, volumes.ErrInvalid) {
 			t.Errorf("create volume: %v", err)
 		}
 		if _, err := h.o.Create(h.ctx("req-create"), CreateRequest{TeamID: h.team, VolumeMounts: []VolumeMount{{Name: "x", Path: "/x"}}}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("create with a mount: %v", err)
 		}
-		if _, err := h.o.Volume(ctx, h.team, "x"); !errors.Is(err, ErrNotFound) {
+		if _, err := volumesOf(h).Volume(ctx, h.team, "x"); !errors.Is(err, volumes.ErrNotFound) {
 			t.Errorf("volume: %v", err)
 		}
-		if _, err := h.o.VolumeByID(ctx, "x"); !errors.Is(err, ErrNotFound) {
+		if _, err := volumesOf(h).VolumeByID(ctx, "x"); !errors.Is(err, volumes.ErrNotFound) {
 			t.Errorf("volume by id: %v", err)
 		}
-		if l, err := h.o.ListVolumes(ctx, h.team); l != nil || err != nil {
+		if l, err := volumesOf(h).ListVolumes(ctx, h.team); l != nil || err != nil {
 			t.Errorf("list: %v, %v", l, err)
 		}
-		if m, err := h.o.VolumeMountsOf(ctx, h.team, "x"); m != nil || err != nil {
+		if m, err := volumesOf(h).VolumeMountsOf(ctx, h.team, "x"); m != nil || err != nil {
 			t.Errorf("mounts: %v, %v", m, err)
 		}
 	})
@@ -266,19 +277,19 @@ func TestVolumeCreatesAreBoundedPerTeamAndByTheHostsDisk(t *testing.T) {
 	})
 	ctx := h.ctx("req-vol")
 	for _, name := range []string{"a", "b"} {
-		if _, err := h.o.CreateVolume(ctx, h.team, name, 0); err != nil {
+		if _, err := volumesOf(h).CreateVolume(ctx, h.team, name, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Run("a volume past the team's count is refused as resource exhausted (429)", func(t *testing.T) {
-		_, err := h.o.CreateVolume(ctx, h.team, "c", 0)
+		_, err := volumesOf(h).CreateVolume(ctx, h.team, "c", 0)
 		if !errors.Is(err, errdefs.ErrResourceExhausted) || errdefs.Status(err) != http.StatusTooManyRequests {
 			t.Errorf("third volume: %v; want 429", err)
 		}
 	})
 	t.Run("a volume the host's disk cannot hold is refused with 507, naming sizeMB", func(t *testing.T) {
 		other := "other-team"
-		_, err := h.o.CreateVolume(ctx, other, "huge", int(snapshot.MaxVolumeBytes>>20))
+		_, err := volumesOf(h).CreateVolume(ctx, other, "huge", int(snapshot.MaxVolumeBytes>>20))
 		if errdefs.Status(err) != http.StatusInsufficientStorage || !strings.Contains(err.Error(), "sizeMB") {
 			t.Errorf("a 1 TiB volume: %v (status %d); want 507 naming sizeMB", err, errdefs.Status(err))
 		}

@@ -807,7 +807,7 @@ func (s *instance) adopt(w http.ResponseWriter, r *http.Request) error {
 // snapshot start or the content API there): published to the object store, or a 409 naming
 // the sandbox that mounts it.
 func (s *instance) releaseVolume(w http.ResponseWriter, r *http.Request) error {
-	if err := s.orch.ReleaseVolume(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.volumes.ReleaseVolume(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

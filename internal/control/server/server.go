@@ -33,12 +33,14 @@ import (
 	"github.com/cove-dev/cove/internal/control/api"
 	"github.com/cove-dev/cove/internal/control/api/teamroutes"
 	"github.com/cove-dev/cove/internal/control/console"
+	"github.com/cove-dev/cove/internal/control/netpolicy"
 	"github.com/cove-dev/cove/internal/control/oidc"
 	"github.com/cove-dev/cove/internal/control/orchestrator"
 	"github.com/cove-dev/cove/internal/control/proxy"
 	"github.com/cove-dev/cove/internal/control/secrets"
 	"github.com/cove-dev/cove/internal/control/snapshot"
 	"github.com/cove-dev/cove/internal/control/vault"
+	"github.com/cove-dev/cove/internal/control/volumes"
 	"github.com/cove-dev/cove/internal/httpx"
 	"github.com/cove-dev/cove/internal/observe/events"
 	"github.com/cove-dev/cove/internal/observe/logs"
@@ -331,9 +333,11 @@ type instance struct {
 	secrets   *secrets.Store
 	vault     *vault.Vault // seals what the server keeps secret at rest
 	netw      orchestrator.Network
-	netman    *network.Manager                          // nil with NoNetwork
-	denials   atomic.Pointer[orchestrator.Orchestrator] // set once the orchestrator exists
+	netman    *network.Manager                  // nil with NoNetwork
+	denials   atomic.Pointer[netpolicy.Service] // set once the orchestrator exists
 	orch      *orchestrator.Orchestrator
+	volumes   *volumes.Service   // the volume API (the orchestrator binds them at launch)
+	netpolicy *netpolicy.Service // the egress policy API (the orchestrator attaches networks at launch)
 	retainer  *retention.Retainer
 	builds    *build.Builds
 	ln        net.Listener
@@ -588,8 +592,8 @@ func (s *instance) startNetwork(ctx context.Context) error {
 		if buildDenied(ctx, s.builder, s.bus, s.cfg.Logger, d) {
 			return
 		}
-		if o := s.denials.Load(); o != nil {
-			o.NetworkDenied(ctx, d)
+		if p := s.denials.Load(); p != nil {
+			p.NetworkDenied(ctx, d)
 		}
 	}
 	m, err := network.New(ctx, s.cfg.Network)
@@ -609,11 +613,11 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	volumes, err := snapshot.OpenVolumes(ctx, filepath.Join(s.cfg.DataDir, "volumes"), s.db, s.cfg.Cluster.Node)
+	volStore, err := snapshot.OpenVolumes(ctx, filepath.Join(s.cfg.DataDir, "volumes"), s.db, s.cfg.Cluster.Node)
 	if err != nil {
 		return err
 	}
-	s.shareVolumes(ctx, volumes)
+	s.shareVolumes(ctx, volStore)
 	kept := s.vault
 	cfg := s.cfg
 	// envd's binary is bound into every sandbox from a tmpfs copy: the bind names no path of
@@ -632,7 +636,7 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		Store: s.db, Runtime: s.rt, Templates: s.templates, Events: s.bus,
 		Logs: s.ingester, Commands: s.db, Redactor: redact.New(redact.Options{Secrets: []string{s.admin}}), EnvdArgs: envdArgs(cfg), Collect: cfg.Collect, CollectBudgets: cfg.CollectBudgets, Quotas: cfg.Quotas, DiskSizeMB: cfg.DiskSizeMB,
 		LogDir: filepath.Join(cfg.DataDir, "logs"), Logger: cfg.Logger, CoveBinary: cfg.CoveBinary, PauseKind: cfg.PauseKind, MemoryMB: cfg.SandboxMemoryMB,
-		Snapshots: snapshots, Volumes: volumes, VolumeSizeMB: cfg.VolumeSizeMB, VolumeFreeFloorMB: cfg.VolumeMinFreeMB, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
+		Snapshots: snapshots, Volumes: volStore, HostFilesFreePercent: cfg.HostFilesFreePercent, Network: s.netw, Vault: kept,
 		Pools: cfg.Pools, PoolSizes: s.db, PoolMax: cfg.PoolMax, PoolRefillPerSec: cfg.PoolRefillPerSec,
 		Node: cfg.Cluster.Node, Placement: placement(cfg, s.db), Mover: s.mover(), Engine: string(cfg.Runtime),
 	})
@@ -640,7 +644,17 @@ func (s *instance) startOrchestrator(ctx context.Context) error {
 		return err
 	}
 	s.orch = orch
-	s.denials.Store(orch)
+	// The volume API is a service of its own over the same store; the orchestrator tells it
+	// which sandboxes still hold their mounts.
+	s.volumes = volumes.New(volumes.Config{Store: volStore, Sandboxes: orch, SizeMB: cfg.VolumeSizeMB, FreeFloorMB: cfg.VolumeMinFreeMB,
+		Quota: func(team string) volumes.Quota {
+			q := cfg.Quotas.For(team)
+			return volumes.Quota{Volumes: q.Volumes, MB: q.VolumeMB}
+		},
+		Limits: events.NewLimits(s.bus, cfg.Logger)})
+	// So is the sandboxes' egress policy, over the network that enforces it.
+	s.netpolicy = netpolicy.New(netpolicy.Config{Network: s.netw, Sandboxes: orch, Events: s.bus, Logger: cfg.Logger})
+	s.denials.Store(s.netpolicy)
 	s.builder.SetStartSnapshotter(orch) // builds with a start command snapshot it once ready
 	return orch.Recover(ctx)
 }
@@ -696,7 +710,7 @@ func (s *instance) buildHandlers(context.Context) error {
 		domain = DefaultTLSDomain + portSuffix(s.ln.Addr())
 	}
 	proxyDomain, sandboxDomain := SandboxDomains(domain, s.ln.Addr())
-	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.orch, Networks: s.orch, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
+	apiHandler := api.New(api.Config{Sandboxes: s.orch, Durable: s.orch, Volumes: s.volumes, Networks: s.netpolicy, Pools: s.orch, Secrets: s.secrets, Keys: s.db, Activity: s.db, Domain: sandboxDomain, Logger: s.cfg.Logger, AdminToken: s.admin, Builds: s.builds,
 		Routes:   append(s.teamRoutes(), s.adminRoutes()...),
 		Identity: s.issuer})
 	px := proxy.New(proxy.Config{Backend: s.orch, Domain: proxyDomain, Logger: s.cfg.Logger})
