@@ -263,7 +263,7 @@ func sandboxIsolation(t *testing.T, engine runtime.Engine) {
 				if envdExited() {
 					return
 				}
-				t.Fatalf("30 s after the bomb's kill a command gets %v (%s)", err, res)
+				t.Fatalf("90 s after the bomb's kill a command gets %v (%s)", err, res)
 			}
 		}
 		if got := e.health(t); got != http.StatusNoContent {

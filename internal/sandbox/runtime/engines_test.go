@@ -194,7 +194,7 @@ func TestEnginesEnforceMemoryAndPidsLimits(t *testing.T) {
 			// room for the sentry's threads, the wall behind it.
 			hostLimit := uint64(limit)
 			if r.Engine(s.id) == runtime.EngineRunsc {
-				hostLimit = 3*limit + 64
+				hostLimit = 3*limit + runtime.RunscHostTasks
 			}
 			t.Logf("%d of 300 sleeps forked; host tasks %d of pids.max %d", n, st.PIDs, st.PIDsLimit)
 			if n >= limit || n == 0 || st.PIDsLimit != hostLimit {

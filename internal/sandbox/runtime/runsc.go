@@ -180,8 +180,12 @@ func (r *Runc) checkpointRunsc(ctx context.Context, sb *sandbox, begun time.Time
 }
 
 // runscHostTasks is what a runsc sandbox's host pids cgroup holds beside its own tasks: the
-// sentry's and gofer's threads (25 to 60 measured).
-const runscHostTasks = 64
+// sentry's and gofer's threads, 25 to 60 measured on a quiet host. The sentry is a Go
+// program: starved of CPU it starts more threads (one for each blocked in a system call),
+// and at pids.max it cannot start the host side of a new task, so nothing runs in the
+// sandbox again (CI saw a user's fork bomb, killed, leave no command able to start for 90 s
+// on a loaded host with 64). The limit inside is RLIMIT_NPROC; this is only the wall behind.
+const runscHostTasks = 512
 
 // runscSpec adapts a sandbox's OCI spec to runsc:
 //
@@ -192,8 +196,8 @@ const runscHostTasks = 64
 //     RLIMIT_NPROC (tasks per user, for every user without CAP_SYS_ADMIN or CAP_SYS_RESOURCE,
 //     which no sandbox has: root included), so that is the limit inside: a fork bomb gets
 //     EAGAIN, as under runc's pids cgroup, and the sandbox lives on. The host's pids.max stays
-//     the wall behind it: three times the limit plus 64, room for one user at the limit, half
-//     as many tasks of root's (envd's) and the sentry's threads.
+//     the wall behind it: three times the limit plus runscHostTasks, room for one user at the
+//     limit, half as many tasks of root's (envd's) and the sentry's threads.
 //   - Seccomp: the profile stays, enforced by the sentry (--oci-seccomp) for the sandbox's
 //     processes, less the clone3 rule: gVisor answers every denied call with EPERM (it
 //     ignores errnoRet), where libc falls back to clone only on ENOSYS, and the rule is there

@@ -1,0 +1,4 @@
+package runtime
+
+// RunscHostTasks is what a runsc sandbox's host pids cgroup holds beside its tasks.
+const RunscHostTasks = runscHostTasks
