@@ -117,14 +117,19 @@ func (s *Service) NetworkDenied(ctx context.Context, d egress.Denied) {
 	log := telemetry.Logger(ctx)
 	log.Info("network connection denied", telemetry.KeyNetworkDestination, d.Dst.Addr().String(), telemetry.KeyNetworkPort, d.Dst.Port(),
 		telemetry.KeyNetworkProtocol, d.Proto, telemetry.KeyNetworkRule, d.Rule, telemetry.KeyNetworkDenyKind, d.Kind.String(), telemetry.KeyNetworkPackets, d.Count)
+	s.emit(ctx, events.SandboxNetworkDenied, sb, events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First))
+}
+
+// emit records event t of sandbox sb with its payload data, as the orchestrator's emit does
+// (the shape internal/observe/events/emitsites_test.go reads every emit site in).
+func (s *Service) emit(ctx context.Context, t events.EventType, sb *store.Sandbox, data any) {
 	if s.cfg.Events == nil {
 		return
 	}
-	t := events.SandboxNetworkDenied
 	ev := events.ForSandbox(t, sb)
-	ev.Data = events.NetworkDeniedData(d.Dst.Addr().String(), int(d.Dst.Port()), d.Proto, d.Rule, d.Kind.String(), d.Count, d.First)
+	ev.Data = data
 	if err := s.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
-		telemetry.Warnings.Warn(ctx, log, t.String(), "event not recorded", telemetry.KeyEventType, t.String(), telemetry.KeyError, err.Error())
+		telemetry.Warnings.Warn(ctx, telemetry.Logger(ctx), t.String(), "event not recorded", telemetry.KeyEventType, t.String(), telemetry.KeyError, err.Error())
 	}
 }
 
