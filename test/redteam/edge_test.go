@@ -164,7 +164,7 @@ echo opened $(cat /tmp/rt-fds.* | awk '{s += $1} END {print s}')`, 2*time.Minute
 		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			// As root: what a fork let outlive the group's kill (under gVisor) goes too.
 			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-			res, err := sb.Commands.Run(rctx, "pkill -KILL -u user; echo alive", cove.User("root"))
+			res, err := sb.Commands.Run(rctx, "while pkill -KILL -u user; do :; done; echo alive", cove.User("root"))
 			rcancel()
 			if rerr = err; err == nil && strings.Contains(res.Stdout, "alive") {
 				out = res.Stdout

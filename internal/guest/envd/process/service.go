@@ -302,6 +302,9 @@ func (s *Service) signal(p *proc, sig syscall.Signal, requestID, cause string) e
 	}
 	p.signal.requestID, p.signal.name, p.signal.cause = requestID, sigName(sig), cause
 	if err := syscall.Kill(-p.pid, sig); err == nil {
+		if sig == syscall.SIGKILL {
+			go killGroupUntilGone(p.pid)
+		}
 		return nil
 	}
 	if err := syscall.Kill(p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -309,6 +312,23 @@ func (s *Service) signal(p *proc, sig syscall.Signal, requestID, cause string) e
 	}
 	return nil
 }
+
+// killGroupUntilGone kills process group pgid again until none of it is left (killGroupFor
+// at most). Linux fails a fork under a pending SIGKILL, so one kill of a group ends it; gVisor
+// lets a child forked as the kill goes out through, and a fork bomb's survivors grow the
+// group back: kills repeated until the group is gone (its members reaped) catch them.
+func killGroupUntilGone(pgid int) {
+	deadline := time.Now().Add(killGroupFor)
+	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
+		time.Sleep(wait)
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+	}
+}
+
+// killGroupFor bounds killGroupUntilGone.
+const killGroupFor = 10 * time.Second
 
 func sigName(sig syscall.Signal) string {
 	switch sig {
