@@ -128,9 +128,7 @@ func (s *Service) emit(ctx context.Context, t events.EventType, sb *store.Sandbo
 	}
 	ev := events.ForSandbox(t, sb)
 	ev.Data = data
-	if err := s.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
-		telemetry.Warnings.Warn(ctx, telemetry.Logger(ctx), t.String(), "event not recorded", telemetry.KeyEventType, t.String(), telemetry.KeyError, err.Error())
-	}
+	events.EmitOrWarn(ctx, s.cfg.Events, ev, telemetry.Logger(ctx))
 }
 
 // PortOptions says how the proxy reaches a live sandbox's ports: the Host header to send

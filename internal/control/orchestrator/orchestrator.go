@@ -136,9 +136,7 @@ type Config struct {
 }
 
 // Events receives lifecycle events (events.Bus in cove server).
-type Events interface {
-	Emit(ctx context.Context, ev events.Event) error
-}
+type Events = events.Emitter
 
 // emit sends a lifecycle event for sb; a failure is logged and never fails the transition.
 // data is t's payload type from the SDK (cove.EventDataFor), as a pointer.
@@ -152,9 +150,7 @@ func (o *Orchestrator) emit(ctx context.Context, t events.EventType, sb *store.S
 	if name := authz.From(ctx).KeyName; name != "" {
 		data.SetAPIKeyName(name)
 	}
-	if err := o.cfg.Events.Emit(context.WithoutCancel(ctx), ev); err != nil {
-		telemetry.Warnings.Warn(ctx, o.logger(ctx), t.String(), "event not recorded", telemetry.KeyEventType, t.String(), telemetry.KeyError, err.Error())
-	}
+	events.EmitOrWarn(ctx, o.cfg.Events, ev, o.logger(ctx))
 }
 
 // Orchestrator runs sandboxes. All methods are safe for concurrent use.

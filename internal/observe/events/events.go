@@ -52,6 +52,16 @@ type Event struct {
 	Data any
 }
 
+// EmitOrWarn emits ev to to, detached from ctx's cancel (an event outlives the call that caused
+// it); a failure is a warning, rate-limited per event type, and never the caller's error: the
+// orchestrator's and the network policy's events go through it.
+func EmitOrWarn(ctx context.Context, to Emitter, ev Event, logger *slog.Logger) {
+	if err := to.Emit(context.WithoutCancel(ctx), ev); err != nil {
+		t := ev.Type.String()
+		telemetry.Warnings.Warn(ctx, logger, t, "event not recorded", telemetry.KeyEventType, t, telemetry.KeyError, err.Error())
+	}
+}
+
 // ForSandbox returns an event of type t about sb, with its ids and metadata filled in.
 func ForSandbox(t EventType, sb *store.Sandbox) Event {
 	return Event{Type: t, SandboxID: sb.ID, TemplateID: sb.TemplateID, TeamID: sb.TeamID, Metadata: sb.Metadata}
