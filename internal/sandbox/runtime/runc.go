@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"os"
 	"os/exec"
@@ -694,17 +695,29 @@ const execLook = 100 * time.Millisecond
 // execWaiting returns a task of the freezer cgroup dir that waits in an exec for its other
 // threads to exit (begin_new_exec's de_thread), "" when none does.
 func execWaiting(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
-	if err != nil {
-		return ""
-	}
-	for _, pid := range strings.Fields(string(b)) {
-		switch w, _ := os.ReadFile("/proc/" + pid + "/wchan"); string(w) {
-		case "begin_new_exec", "de_thread":
+	for pid, wchan := range taskWchans(dir) {
+		if wchan == "begin_new_exec" || wchan == "de_thread" {
 			return pid
 		}
 	}
 	return ""
+}
+
+// taskWchans yields each task of the freezer cgroup dir with where it waits (its wchan; "" when
+// unreadable): the walk execWaiting and unfrozenTasks both make.
+func taskWchans(dir string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if err != nil {
+			return
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			wchan, _ := os.ReadFile("/proc/" + pid + "/wchan")
+			if !yield(pid, string(wchan)) {
+				return
+			}
+		}
+	}
 }
 
 // unfrozenTasks names, for a freeze that did not take, the tasks of the freezer cgroup dir
@@ -713,14 +726,9 @@ func execWaiting(dir string) string {
 // diagnosis: a task a kernel since 6.1 froze in place, where it slept, reads D at its own
 // wait channel and is named too.
 func unfrozenTasks(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
-	if err != nil {
-		return ""
-	}
 	var out []string
-	for _, pid := range strings.Fields(string(b)) {
-		wchan, _ := os.ReadFile("/proc/" + pid + "/wchan")
-		if w := string(wchan); w == "__refrigerator" || w == "do_freezer_trap" {
+	for pid, wchan := range taskWchans(dir) {
+		if wchan == "__refrigerator" || wchan == "do_freezer_trap" {
 			continue
 		}
 		stat, err := os.ReadFile("/proc/" + pid + "/stat")
@@ -735,8 +743,8 @@ func unfrozenTasks(dir string) string {
 				desc += " " + f[0]
 			}
 		}
-		if len(wchan) > 0 && string(wchan) != "0" {
-			desc += " in " + string(wchan)
+		if wchan != "" && wchan != "0" {
+			desc += " in " + wchan
 		}
 		if out = append(out, desc); len(out) == 5 {
 			break
