@@ -152,11 +152,7 @@ func loadCA(dir string, k Keeper) (*ca, error) {
 			}
 		}
 	}
-	tmp := certFile + ".tmp"
-	if err := os.WriteFile(tmp, c.pem, 0o644); err != nil {
-		return nil, fmt.Errorf("keep the CA's certificate: %w", err)
-	}
-	if err := os.Rename(tmp, certFile); err != nil {
+	if err := replaceFile(certFile, c.pem, 0o644); err != nil {
 		return nil, fmt.Errorf("keep the CA's certificate: %w", err)
 	}
 	return c, nil
@@ -205,11 +201,7 @@ func legacyCA(dir string, k Keeper) (*ca, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seal the CA key: %w", err)
 		}
-		tmp := sealedFile + ".tmp"
-		if err := os.WriteFile(tmp, sealed, 0o600); err != nil {
-			return nil, fmt.Errorf("seal the CA key: %w", err)
-		}
-		if err := os.Rename(tmp, sealedFile); err != nil {
+		if err := replaceFile(sealedFile, sealed, 0o600); err != nil {
 			return nil, fmt.Errorf("seal the CA key: %w", err)
 		}
 		if err := os.Remove(clearFile); err != nil {
@@ -217,6 +209,16 @@ func legacyCA(dir string, k Keeper) (*ca, error) {
 		}
 	}
 	return &ca{cert: cert, key: key, pem: certPEM, leafs: map[string]*tls.Certificate{}}, nil
+}
+
+// replaceFile writes b to path through a temporary file renamed over it, so a crash leaves
+// the old file or the new, never half of one.
+func replaceFile(path string, b []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // leaf returns a certificate for host signed by the CA, cached.
