@@ -14,9 +14,9 @@ func TestParsePolicy(t *testing.T) {
 		wantErr string
 	}{
 		{"CIDRs, addresses, hostnames and header rules naming secrets and identity tokens are accepted", egress.Spec{
-			AllowOut: []string{"10.0.0.0/8", "1.2.3.4", "API.Example.com", "*.example.org"}, DenyOut: []string{"0.0.0.0/0"},
+			AllowOut: []string{"10.0.0.0/8", "198.18.7.7", "API.Example.com", "*.example.org"}, DenyOut: []string{"0.0.0.0/0"},
 			Rules: map[string][]map[string]string{"web.test": {{"Authorization": "Bearer ${e2b.secrets.openai}", "X-Id": "${e2b.identity.tokens.web}"}}}}, ""},
-		{"a malformed CIDR names its entry", egress.Spec{DenyOut: []string{"1.2.3.4", "10.0.0.0/33"}}, "network.denyOut[1]"},
+		{"a malformed CIDR names its entry", egress.Spec{DenyOut: []string{"198.18.7.7", "10.0.0.0/33"}}, "network.denyOut[1]"},
 		{"a hostname in denyOut is refused", egress.Spec{DenyOut: []string{"example.com"}}, "hostnames are not supported in denyOut"},
 		{"a bare * is refused", egress.Spec{AllowOut: []string{"*"}}, `network.allowOut[0] "*"`},
 		{"IPv6 is refused", egress.Spec{AllowOut: []string{"::1"}}, "only IPv4"},
@@ -30,7 +30,7 @@ func TestParsePolicy(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := strings.Join(p.AllowOutStrings(), " "); got != "10.0.0.0/8 1.2.3.4/32 api.example.com *.example.org" {
+				if got := strings.Join(p.AllowOutStrings(), " "); got != "10.0.0.0/8 198.18.7.7/32 api.example.com *.example.org" {
 					t.Errorf("allowOut echoed as %q", got)
 				}
 				return
